@@ -1,0 +1,1 @@
+"""Records, topics and JSON Schemas of Jev. Imports nothing from the app."""

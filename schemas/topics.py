@@ -1,0 +1,32 @@
+"""The topic registry: every topic Jev uses, declared once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    key: str
+    carries: str
+    external: bool = False
+
+
+TOPICS = {spec.name.split(".")[1]: spec for spec in (
+    TopicSpec("jev.requests.v1", "session_id", "Request (one per message, from upstream)", external=True),
+    TopicSpec("jev.admitted.v1", "session_id", "WorkBatch after ingest"),
+    TopicSpec("jev.distilled.v1", "cache_key", "WorkBatch after distill"),
+    TopicSpec("jev.score.v1", "cache_key", "WorkBatch of cache misses for the scoring workers"),
+    TopicSpec("jev.scored.v1", "cache_key", "WorkBatch with decisions (scored or cache hits)"),
+    TopicSpec("jev.decisions.v1", "request_id", "Decision (one per message, to upstream)", external=True),
+    TopicSpec("jev.usage.v1", "request_id", "UsageBatch"),
+    TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters)", external=True),
+    TopicSpec("jev.control.v1", "key", "Control (latest value per key)", external=True),
+    TopicSpec("jev.alerts.v1", "scope", "Alert", external=True),
+    TopicSpec("jev.batch.v1", "job", "batch job members", external=True),
+    TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review", external=True),
+)}
+
+
+def name(short: str) -> str:
+    return TOPICS[short].name

