@@ -17,6 +17,10 @@ class Engine:
     rules: list = field(default_factory=list)
     top_n: int = 5
 
+    def decide_batch(self, works: list[Work]) -> list[tuple[Decision, list[UsageEvent]]]:
+        """The scoring worker's entry point: one micro-batch from Kafka, decisions in the same order."""
+        return [(decision, [event]) for decision, event in map(self.decide, works)]
+
     def decide(self, work: Work) -> tuple[Decision, UsageEvent]:
         req = work.request
         ids = [c.id for c in req.candidates]
