@@ -95,3 +95,22 @@ def wait_ready(host: str, port: int, timeout: float, proc: subprocess.Popen | No
         if time.monotonic() > deadline:
             raise TimeoutError(f"no Kafka broker answered on {host}:{port} within {timeout:.0f} s")
         time.sleep(0.02)
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create topics that do not exist yet (Faust declares only its internal ones)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(n, partitions, 1) for n in names if n not in existing]
+        if missing:
+            try:
+                await admin.create_topics(missing)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        await admin.close()

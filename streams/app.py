@@ -1,0 +1,42 @@
+"""create_app(settings): the Faust application with every stage agent. No side effects at import."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+
+from infra import clickhouse
+from streams.cache import agent as cache_agent
+from streams.distill import agent as distill_agent
+from streams.ingest import agent as ingest_agent
+from streams.postprocess import agent as postprocess_agent
+from streams.usage import sink as usage_sink
+from streams import kafka_tuning
+from streams.wire import Topics
+
+
+def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
+    """The stream-processing app. `sink` defaults to a UsageSink on settings.clickhouse, opened at start."""
+    kafka_tuning.install()
+    app = faust.App(
+        settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
+        datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
+        broker_session_timeout=6, broker_heartbeat_interval=1, producer_max_batch_size=1,
+        consumer_auto_offset_reset="earliest", topic_allow_declare=True)
+    topics = Topics(app, settings.partitions)
+    l1 = app.Table("l1_cache", default=None, partitions=settings.partitions)
+    state = {"sink": sink}
+
+    def get_sink():
+        if state["sink"] is None:
+            state["sink"] = usage_sink.UsageSink(clickhouse.open_migrated(settings.clickhouse))
+        return state["sink"]
+
+    ingest_agent.register(app, topics, settings, known_types or set())
+    distill_agent.register(app, topics, settings)
+    cache_agent.register(app, topics, settings, l1)
+    postprocess_agent.register(app, topics, settings, l1)
+    usage_sink.register(app, topics, settings, get_sink)
+    app.jev_topics = topics
+    app.jev_state = state
+    return app

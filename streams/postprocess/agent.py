@@ -1,0 +1,28 @@
+"""postprocess: build the caller's Decision, route flagged output to review, fill the L1 cache."""
+from __future__ import annotations
+
+from streams.postprocess.finalize import finalize
+from streams.usage.events import usage_event
+
+CACHEABLE = {"rules", "coarse", "fine", "llm"}
+
+
+def register(app, topics, settings, table) -> None:
+    @app.agent(topics.scored, name="format_decision")
+    async def format_decision(stream):
+        async for batch in stream:
+            usage = []
+            for work in batch.items:
+                done = finalize(work)
+                decision = done.decision
+                usage.extend(done.usage)
+                if decision.tier.startswith("cache"):
+                    usage.append(usage_event(work.request, "cache", section=decision.tier,
+                                             nominal_tokens=decision.nominal_tokens, outcome="hit"))
+                if done.review:
+                    await topics.review.send(key=decision.request_id, value=decision)
+                    continue
+                await topics.decisions.send(key=decision.request_id, value=decision)
+                if decision.tier in CACHEABLE and not decision.error:
+                    table[work.cache_key] = decision.to_representation()
+            await topics.send_usage(usage)
