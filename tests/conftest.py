@@ -1,0 +1,32 @@
+"""Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from streams import settings as settings_mod
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return settings_mod.load().replace(data_dir=str(tmp_path / "jev"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = Path(settings_mod.load().shared_data)
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path}: set JEV_SHARED_DATA to a copy of ../shared/data")
+    return path
+
+
+@pytest.fixture(scope="session")
+def broker():
+    from infra.broker import LocalBroker
+
+    with LocalBroker() as b:
+        yield b

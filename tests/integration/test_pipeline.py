@@ -1,0 +1,33 @@
+"""The whole pipeline on the real local broker and the real ClickHouse engine."""
+import pytest
+
+from workers import workload
+from workers.pipeline import Pipeline, known_decision_types
+
+pytestmark = pytest.mark.integration
+
+
+async def test_every_request_decided_once_and_metered(settings):
+    payloads = workload.generate(60, seed=3)
+    expected = {f"r-3-{i}" for i in range(60)}
+    async with Pipeline(settings.replace(backend="lexical"), known_decision_types()) as pipe:
+        await pipe.publish(payloads[:30] + workload.BAD_INPUTS)
+        await pipe.collect(30, len(workload.BAD_INPUTS), timeout=120)
+        await pipe.publish(payloads[30:])
+        decisions, rejections = await pipe.collect(60, len(workload.BAD_INPUTS), timeout=120)
+        await pipe.wait_usage_rows(at_least=3 * 60)
+        rows = pipe.ch.query(
+            "SELECT request_id, sum(input_tokens), sum(cache_read_tokens), sum(output_tokens), "
+            "countIf(stage = 'postprocess') FROM usage_events FINAL GROUP BY request_id").result_rows
+
+    assert set(decisions) == expected
+    assert sorted(r.reason for r in rejections) == ["bad_json", "missing_field", "missing_field",
+                                                    "unknown_decision_type"]
+    assert all(r.original for r in rejections)
+    tiers = {d.tier for d in decisions.values()}
+    assert {"rules", "fine", "cache_l1"} <= tiers
+    metered = {r[0]: r[1:] for r in rows}
+    assert set(metered) == expected
+    for rid, d in decisions.items():
+        assert metered[rid][:3] == (d.input_tokens, d.cache_read_tokens, d.output_tokens), rid
+        assert metered[rid][3] == 1

@@ -1,0 +1,49 @@
+import orjson
+import pytest
+
+from schemas.jsonschema import document
+from schemas.records import Request
+from schemas.validate import Invalid, decode
+
+GOOD = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking", "state": "q",
+        "history": [{"role": "user", "content": "hi", "ts": 1.5}], "candidates": [{"id": "a", "text": "x"}]}
+
+
+def test_good_request_decodes_with_nested_records():
+    req = decode(orjson.dumps(GOOD), Request, 10_000)
+    assert req.history[0].content == "hi"
+    assert req.candidates[0].id == "a"
+    assert req.contracts.max_output_tokens == 256
+
+
+@pytest.mark.parametrize("raw, reason, mentions", [
+    (b"{not json", "bad_json", "JSON"),
+    (b"\xff\xfe{}", "bad_json", "UTF-8"),
+    (b"[1, 2]", "wrong_type", "JSON object"),
+    (orjson.dumps({k: v for k, v in GOOD.items() if k != "tenant"}), "missing_field", "tenant"),
+    (orjson.dumps({**GOOD, "request_id": 7}), "wrong_type", "request_id"),
+    (orjson.dumps({**GOOD, "history": [{"role": "user"}]}), "missing_field", "history[0].content"),
+    (orjson.dumps({**GOOD, "candidates": "a,b"}), "wrong_type", "candidates"),
+    (orjson.dumps({**GOOD, "colour": "red"}), "unknown_field", "colour"),
+    (orjson.dumps({**GOOD, "deadline_ms": True}), "wrong_type", "deadline_ms"),
+])
+def test_bad_input_names_the_problem(raw, reason, mentions):
+    with pytest.raises(Invalid) as err:
+        decode(raw, Request, 10_000)
+    assert err.value.reason == reason
+    assert mentions in str(err.value)
+
+
+def test_oversized_payload_is_refused_before_parsing():
+    with pytest.raises(Invalid) as err:
+        decode(b"x" * 10_000_001, Request, 1_048_576)
+    assert err.value.reason == "too_large"
+    assert "JEV_MAX_REQUEST_BYTES" in str(err.value)
+
+
+def test_json_schema_lists_required_fields_and_nested_types():
+    schema = document(Request)
+    assert set(schema["required"]) == {"request_id", "tenant", "service", "decision_type", "state"}
+    turn = schema["properties"]["history"]["items"]
+    assert turn["properties"]["ts"]["anyOf"][0] == {"type": "number"}
+    assert schema["additionalProperties"] is False

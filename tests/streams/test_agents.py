@@ -1,0 +1,62 @@
+"""Each stage agent in Faust's test_context: no broker needed, every outbound send captured by a fixture."""
+import orjson
+import pytest
+
+from schemas.records import Decision, Request, Work, WorkBatch
+from streams.app import create_app
+
+REQUEST = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
+           "state": "trail shoes", "candidates": [{"id": "a", "text": "trail shoe"}, {"id": "b", "text": "loafer"}]}
+
+
+class Captured:
+    def __init__(self):
+        self.sent: dict[str, list] = {}
+
+    def recorder(self, topic_name):
+        async def send(*args, value=None, **kwargs):
+            self.sent.setdefault(topic_name, []).append(value)
+        return send
+
+
+@pytest.fixture
+def app_and_sent(settings, monkeypatch):
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1), {"ranking"}, sink=object())
+    captured = Captured()
+    topics = app.jev_topics
+    for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review"):
+        monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
+    return app, captured
+
+
+async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
+    app, captured = app_and_sent
+    async with app.agents["count_tokens"].test_context() as agent:
+        await agent.put(orjson.dumps(REQUEST))
+        await agent.put(b"{broken")
+    rejected = captured.sent["rejected"]
+    assert [r.reason for r in rejected] == ["bad_json"]
+    admitted = [w for batch in captured.sent["admitted"] for w in batch.items]
+    assert [w.request.request_id for w in admitted] == ["r1"]
+    assert admitted[0].context_tokens > 0
+    usage = [e for batch in captured.sent["usage"] for e in batch.events]
+    assert [(e.stage, e.event_id) for e in usage] == [("ingest", "r1:ingest")]
+
+
+def work(decision=None) -> Work:
+    return Work(request=Request.from_data(REQUEST), admitted_at=0.0, model="gpt-4o-mini", context="State: trail",
+                context_tokens=4, candidate_tokens=[2, 1], cache_key="k1", decision=decision)
+
+
+async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
+    app, captured = app_and_sent
+    scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
+    async with app.agents["format_decision"].test_context() as agent:
+        await agent.put(WorkBatch(items=[work(scored)]))
+        assert app.tables["l1_cache"]["k1"]["action_id"] == "a"
+        assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[work()]))
+    hits = [w for batch in captured.sent["scored"] for w in batch.items]
+    assert [(w.decision.tier, w.decision.action_id) for w in hits] == [("cache_l1", "a")]
+    assert captured.sent.get("score", []) == [] or all(not b.items for b in captured.sent["score"])
