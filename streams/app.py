@@ -12,6 +12,7 @@ from streams.ingest import agent as ingest_agent
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
 from streams import kafka_tuning
+from streams.control import ControlReader, Controls
 from streams.wire import Topics
 
 
@@ -26,6 +27,11 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     topics = Topics(app, settings.partitions)
     l1 = app.Table("l1_cache", default=None, partitions=settings.partitions)
     state = {"sink": sink}
+    controls = Controls()
+
+    @app.task
+    async def follow_control():
+        await ControlReader(settings.bootstrap, controls).run()
 
     def get_sink():
         if state["sink"] is None:
@@ -34,9 +40,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     ingest_agent.register(app, topics, settings, known_types or set())
     distill_agent.register(app, topics, settings)
-    cache_agent.register(app, topics, settings, l1)
-    postprocess_agent.register(app, topics, settings, l1)
+    cache_agent.register(app, topics, settings, l1, controls)
+    postprocess_agent.register(app, topics, settings, l1, controls)
     usage_sink.register(app, topics, settings, get_sink)
     app.jev_topics = topics
     app.jev_state = state
+    app.jev_controls = controls
     return app

@@ -4,13 +4,13 @@ from __future__ import annotations
 from schemas.records import Decision
 
 
-def register(app, topics, settings, table) -> None:
+def register(app, topics, settings, table, controls) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
         async for batch in stream:
             hits, misses = [], []
             for work in batch.items:
-                entry = table.get(work.cache_key)
+                entry = table.get(work.cache_key) if controls.on("cache.l1") else None
                 if entry is None:
                     misses.append(work)
                     continue

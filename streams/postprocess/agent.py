@@ -7,7 +7,7 @@ from streams.usage.events import usage_event
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
 
-def register(app, topics, settings, table) -> None:
+def register(app, topics, settings, table, controls) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
         async for batch in stream:
@@ -23,6 +23,6 @@ def register(app, topics, settings, table) -> None:
                     await topics.review.send(key=decision.request_id, value=decision)
                     continue
                 await topics.decisions.send(key=decision.request_id, value=decision)
-                if decision.tier in CACHEABLE and not decision.error:
+                if decision.tier in CACHEABLE and not decision.error and controls.on("cache.l1"):
                     table[work.cache_key] = decision.to_representation()
             await topics.send_usage(usage)

@@ -1,0 +1,59 @@
+"""`jev switch set NAME on|off` and `jev switch list`: runtime kill switches through the control topic."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+
+def register(sub) -> None:
+    p = sub.add_parser("switch", help="turn a protection layer on or off at runtime, or list them",
+                       description="Switches travel on the control topic; every running stage and scoring "
+                                   "worker applies them within about a second, without a restart.")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    s = actions.add_parser("set", help="set one switch: jev switch set cache.l2 off")
+    s.add_argument("switch")
+    s.add_argument("state", choices=["on", "off"])
+    s.set_defaults(func=run_set)
+    ls = actions.add_parser("list", help="every switch with its current state (read from the control topic)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=run_list)
+
+
+def run_set(args, settings) -> int:
+    from streams.control import UnknownSwitch, publish, switch_record
+
+    try:
+        record = switch_record(args.switch, args.state == "on")
+    except UnknownSwitch as exc:
+        print(f"jev switch: {exc}")
+        return 2
+    asyncio.run(publish(settings.bootstrap, [record]))
+    print(f"{args.switch} {args.state}")
+    return 0
+
+
+def run_list(args, settings) -> int:
+    from streams.control import SWITCHES, ControlReader, Controls
+
+    controls = Controls()
+
+    async def read_once():
+        reader = ControlReader(settings.bootstrap, controls, poll_ms=500)
+        task = asyncio.create_task(reader.run())
+        await asyncio.sleep(1.5)
+        reader.stopping.set()
+        await task
+
+    asyncio.run(read_once())
+    if args.json:
+        print(orjson.dumps(controls.switches).decode())
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("switch", "state", "what it protects")
+    for switch, doc in SWITCHES.items():
+        table.add_row(switch, "on" if controls.switches[switch] else "[red]off[/red]", doc)
+    Console().print(table)
+    return 0
