@@ -143,8 +143,10 @@ class Work(Record):
     sections: Dict[str, int] = {}
     context: str = ""
     context_tokens: int = 0
+    dropped_turns: List[str] = []  # distill audit: "index:layer:reason" per history turn left out
     candidate_tokens: List[int] = []
     cache_key: str = ""
+    tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
     decision: Optional[Decision] = None
 
 

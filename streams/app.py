@@ -9,6 +9,9 @@ from infra import clickhouse
 from streams.cache import agent as cache_agent
 from streams.distill import agent as distill_agent
 from streams.ingest import agent as ingest_agent
+from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
+from streams.ingest.decode import Admission
+from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
 from streams import kafka_tuning
@@ -28,6 +31,19 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     l1 = app.Table("l1_cache", default=None, partitions=settings.partitions)
     state = {"sink": sink}
     controls = Controls()
+    budget_file = Path(settings.data_dir) / "budgets.json"
+    book = load_book(budget_file)
+    controls.listeners.append(apply_budget_controls(book))
+    admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
+                          Templates.from_dir())
+    saved = {"snapshot": None}
+
+    @app.timer(interval=1.0)
+    async def save_budgets():
+        snapshot = book.snapshot()
+        if snapshot != saved["snapshot"]:
+            save_book(book, budget_file)
+            saved["snapshot"] = snapshot
 
     @app.task
     async def follow_control():
@@ -38,12 +54,13 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
             state["sink"] = usage_sink.UsageSink(clickhouse.open_migrated(settings.clickhouse))
         return state["sink"]
 
-    ingest_agent.register(app, topics, settings, known_types or set())
+    ingest_agent.register(app, topics, settings, admission, book, controls)
     distill_agent.register(app, topics, settings)
     cache_agent.register(app, topics, settings, l1, controls)
-    postprocess_agent.register(app, topics, settings, l1, controls)
+    postprocess_agent.register(app, topics, settings, l1, controls, book)
     usage_sink.register(app, topics, settings, get_sink)
     app.jev_topics = topics
     app.jev_state = state
     app.jev_controls = controls
+    app.jev_budgets = book
     return app

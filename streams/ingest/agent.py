@@ -1,25 +1,51 @@
-"""ingest: decode, validate, count tokens, admit or dead-letter. One Kafka message per request in;
-one WorkBatch per partition out."""
+"""ingest: decode, validate, count tokens, reserve budget, admit or dead-letter.
+One Kafka message per request in; one WorkBatch per partition out."""
 from __future__ import annotations
 
-from schemas.records import Rejection
-from streams.ingest.decode import admit
+import logging
+
+from schemas.records import Rejection, Work
+from streams import pricing
+from streams.ingest.budgets import Refused, request_scopes
+from streams.ingest.decode import admit, reject
 from streams.usage.events import usage_event
 
+log = logging.getLogger("jev.ingest")
 
-def register(app, topics, settings, known_types: set[str]) -> None:
+
+def reserve(book, work: Work):
+    """Hold the most this request can spend (input + max output) before any model work."""
+    req = work.request
+    input_tokens = work.context_tokens + sum(work.candidate_tokens)
+    return book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
+                        pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
+                        reservation_id=req.request_id)
+
+
+def register(app, topics, settings, admission, book, controls) -> None:
     @app.agent(topics.requests, name="count_tokens")
     async def count_tokens(stream):
         async for raws in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
-            admitted, usage = [], []
+            admitted, usage, alerts = [], [], []
             for raw in raws:
-                result = admit(raw if isinstance(raw, bytes) else bytes(raw), max_bytes=settings.max_request_bytes,
-                               default_model=settings.default_model, known_types=known_types)
+                raw = raw if isinstance(raw, bytes) else bytes(raw)
+                result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
+                if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
+                    held = reserve(book, result)
+                    alerts.extend(held.alerts)
+                    if isinstance(held, Refused) and held.policy == "degrade":
+                        result.tier_cap = held.degrade_to
+                    elif isinstance(held, Refused):
+                        result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
+                                        result.request.request_id)
                 if isinstance(result, Rejection):
                     await topics.rejected.send(key=result.request_id or None, value=result)
                     continue
                 admitted.append(result)
                 usage.append(usage_event(result.request, "ingest", model=result.model,
-                                         nominal_tokens=0, candidates=len(result.request.candidates)))
+                                         candidates=len(result.request.candidates),
+                                         outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
+            for alert in alerts:
+                await topics.alerts.send(key=alert.scope, value=alert)
             await topics.send_work(topics.admitted, admitted, key=lambda w: w.request.session_id or w.request.request_id)
             await topics.send_usage(usage)

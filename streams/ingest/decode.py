@@ -2,36 +2,64 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from schemas.records import Rejection, Request, Work
 from schemas.validate import Invalid, decode
 from streams import tokens
+from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.ingest.prompt import count_sections, render_context
+from streams.ingest.templates import Templates
 
 
-def admit(raw: bytes, *, max_bytes: int, default_model: str, known_types: set[str],
-          now: float | None = None) -> Work | Rejection:
+@dataclass(frozen=True)
+class Admission:
+    """What ingest checks a request against."""
+    max_bytes: int
+    default_model: str
+    known_types: frozenset[str]
+    templates: Templates | None = None
+
+
+def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
+    """Decode, validate, render the template, count every section exactly, enforce the input contract
+    (truncate the oldest history by tokens when `truncate`, else reject)."""
     now = time.time() if now is None else now
+    request_id = ""
     try:
-        request = decode(raw, Request, max_bytes)
-        model = request.model or default_model
-        check(request, model, known_types)
+        request = decode(raw, Request, policy.max_bytes)
+        request_id = request.request_id
+        model = request.model or policy.default_model
+        check(request, model, policy.known_types)
+        check_request(request)
+        instruction = ""
         context = render_context(request)
-        work = Work(request=request, admitted_at=now, model=model, sections=count_sections(request, model),
-                    context=context, context_tokens=tokens.count(context, model),
-                    candidate_tokens=[tokens.count(c.text, model) for c in request.candidates])
-    except Invalid as exc:
-        return reject(raw, exc.reason, str(exc), "ingest", now)
+        if request.template:
+            if policy.templates is None:
+                raise ContractError("unknown_template", "templates are not loaded in this worker")
+            rendered = policy.templates.render_request(request, model)
+            instruction = rendered.instruction
+            context = f"{rendered.text}\n\n{context}"
+        context_tokens = tokens.count(context, model)
+        if context_tokens > request.contracts.max_input_tokens:
+            if not truncate or request.template:
+                raise ContractError("over_contract", f"context is {context_tokens} tokens; contracts.max_input_tokens "
+                                                     f"is {request.contracts.max_input_tokens}: shorten history/state "
+                                                     f"or raise the contract")
+            kept, _ = fit_history(request, model)
+            context = render_context(request, kept)
+            context_tokens = tokens.count(context, model)
+        return Work(request=request, admitted_at=now, model=model,
+                    sections=count_sections(request, model, template=instruction), context=context,
+                    context_tokens=context_tokens, candidate_tokens=[tokens.count(c.text, model)
+                                                                     for c in request.candidates])
+    except (Invalid, ContractError) as exc:
+        return reject(raw, exc.reason, str(exc), "ingest", now, request_id)
     except tokens.UnknownModel as exc:
-        return reject(raw, "unknown_model", str(exc), "ingest", now)
-    if work.context_tokens > request.contracts.max_input_tokens:
-        return reject(raw, "over_contract", f"context is {work.context_tokens} tokens; contracts.max_input_tokens "
-                      f"is {request.contracts.max_input_tokens}: shorten history/state or raise the contract",
-                      "ingest", now, request.request_id)
-    return work
+        return reject(raw, "unknown_model", str(exc), "ingest", now, request_id)
 
 
-def check(request: Request, model: str, known_types: set[str]) -> None:
+def check(request: Request, model: str, known_types: frozenset[str]) -> None:
     if not request.request_id:
         raise Invalid("missing_field", "request_id: must be a non-empty string")
     if known_types and request.decision_type not in known_types:

@@ -22,10 +22,18 @@ def render_context(request: Request, lines: list[str] | None = None) -> str:
     return f"{history}\n\nState: {state_text(request.state)}" if history else f"State: {state_text(request.state)}"
 
 
-def count_sections(request: Request, model: str) -> dict[str, int]:
-    """Exact tokens per prompt section: what usage can later be broken down by."""
+def count_sections(request: Request, model: str, *, system: str = "", template: str = "") -> dict[str, int]:
+    """Exact tokens per prompt section (system, template, history, state, candidates): what usage can later be
+    broken down by. `system` is the system prompt and `template` the rendered template's instruction text."""
+    encode = tokens.for_model(model).encode_ordinary
+
+    def n(text: str) -> int:
+        return len(encode(text)) if text else 0
+
     return {
-        "history": sum(tokens.count(line, model) for line in history_lines(request)),
-        "state": tokens.count(state_text(request.state), model),
-        "candidates": sum(tokens.count(c.text, model) for c in request.candidates),
+        "system": n(system),
+        "template": n(template),
+        "history": sum(n(line) for line in history_lines(request)),
+        "state": n(state_text(request.state)),
+        "candidates": sum(n(c.text) for c in request.candidates),
     }

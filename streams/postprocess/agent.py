@@ -7,7 +7,7 @@ from streams.usage.events import usage_event
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
 
-def register(app, topics, settings, table, controls) -> None:
+def register(app, topics, settings, table, controls, book) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
         async for batch in stream:
@@ -16,6 +16,10 @@ def register(app, topics, settings, table, controls) -> None:
                 done = finalize(work)
                 decision = done.decision
                 usage.extend(done.usage)
+                reservation = book.open.get(decision.request_id)
+                if reservation is not None:
+                    for alert in book.settle(reservation, decision.input_tokens + decision.output_tokens, decision.cost):
+                        await topics.alerts.send(key=alert.scope, value=alert)
                 if decision.tier.startswith("cache"):
                     usage.append(usage_event(work.request, "cache", section=decision.tier,
                                              nominal_tokens=decision.nominal_tokens, outcome="hit"))

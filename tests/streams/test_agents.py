@@ -24,7 +24,7 @@ def app_and_sent(settings, monkeypatch):
     app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1), {"ranking"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
-    for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review"):
+    for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
         monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
     return app, captured
 
@@ -60,3 +60,20 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     hits = [w for batch in captured.sent["scored"] for w in batch.items]
     assert [(w.decision.tier, w.decision.action_id) for w in hits] == [("cache_l1", "a")]
     assert captured.sent.get("score", []) == [] or all(not b.items for b in captured.sent["score"])
+
+
+async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent):
+    from schemas.records import Control
+
+    app, captured = app_and_sent
+    app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
+    async with app.agents["count_tokens"].test_context() as agent:
+        for i in range(3):
+            await agent.put(orjson.dumps({**REQUEST, "request_id": f"r{i}"}))
+    admitted = [w.request.request_id for batch in captured.sent["admitted"] for w in batch.items]
+    rejected = captured.sent["rejected"]
+    assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
+    assert [(r.reason, r.request_id) for r in rejected] == [("over_budget", "r2")]
+    assert "tenant:acme" in rejected[0].detail
+    assert set(app.jev_budgets.open) == {"r0", "r1"}
+    assert [a.rule for a in captured.sent["alerts"]] == ["budget_hard"]

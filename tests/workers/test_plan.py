@@ -1,0 +1,62 @@
+import pytest
+
+from workers.plan import PlanError, plan
+
+ISSUE_EXAMPLE = {
+    "qps": 1800,
+    "decision_types": {
+        "simple": {"share": 0.60, "context_tokens": 1800, "candidates": 5, "candidate_tokens": 200, "iterations": 1},
+        "complex": {"share": 0.40, "context_tokens": 3000, "candidates": 35, "candidate_tokens": 200, "iterations": 3},
+    },
+    "optimizations": {"shared_context": True, "cascade_top_k": 5, "cache_hit_rate": 0.3, "rules_share": 0.2},
+}
+
+
+def test_issue_example_matches_the_worked_arithmetic():
+    out = plan(ISSUE_EXAMPLE)
+    # simple: 1 × (1800 + 5 × 2000) = 11,800; complex: 3 × (3000 + 35 × 3200) = 345,000
+    assert out["decision_types"]["simple"]["naive_tokens_per_decision"] == 11_800
+    assert out["decision_types"]["complex"]["naive_tokens_per_decision"] == 345_000
+    assert out["naive_tokens_per_decision"] == pytest.approx(0.6 * 11_800 + 0.4 * 345_000)
+    assert out["naive_tokens_per_day"] == round(145_080 * 1800 * 86_400)
+    # optimized: 0.8 × 0.7 × (0.6 × 1 × (1800 + 5 × 200) + 0.4 × 3 × (3000 + 5 × 200))
+    assert out["optimized_tokens_per_decision"] == pytest.approx(0.56 * (0.6 * 2800 + 0.4 * 12_000))
+    assert out["optimized_tokens_per_day"] == round(3628.8 * 1800 * 86_400)
+
+
+@pytest.mark.parametrize("optimizations", [
+    {}, {"shared_context": True}, {"cascade_top_k": 3}, {"cache_hit_rate": 0.5, "rules_share": 0.1},
+    ISSUE_EXAMPLE["optimizations"],
+])
+def test_savings_add_up_to_naive_minus_optimized(optimizations):
+    out = plan(ISSUE_EXAMPLE | {"optimizations": optimizations})
+    saved = sum(out["savings_tokens_per_day"].values())
+    assert saved == pytest.approx(out["naive_tokens_per_day"] - out["optimized_tokens_per_day"], abs=4)
+    if not optimizations:
+        assert out["optimized_tokens_per_day"] == out["naive_tokens_per_day"] and saved == 0
+
+
+def test_cost_uses_the_price_table_or_given_prices():
+    out = plan(ISSUE_EXAMPLE | {"prices": {"model": "gpt-4o-mini"}})
+    assert out["naive_cost_per_day"] == pytest.approx(out["naive_tokens_per_day"] * 0.15 / 1e6, abs=0.01)
+    out = plan(ISSUE_EXAMPLE | {"prices": {"input": 1.0, "output": 0.0}})
+    assert out["optimized_cost_per_day"] == pytest.approx(out["optimized_tokens_per_day"] / 1e6, abs=0.01)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"qps": 0}, "qps"),
+    ({"qps": -5}, "qps"),
+    ({"decision_types": {"a": {"share": 0.5, "context_tokens": 1, "candidates": 1, "candidate_tokens": 1}}},
+     "sum to 1"),
+    ({"decision_types": {"a": {"share": 1, "context_tokens": -1, "candidates": 1, "candidate_tokens": 1}}},
+     "context_tokens"),
+    ({"decision_types": {"a": {"share": 1, "context_tokens": 1, "candidates": 1, "candidate_tokens": 1,
+                               "iterations": 0}}}, "iterations"),
+    ({"decision_types": {"a": {"share": 1, "context_tokens": 1, "candidates": 1, "candidate_tokens": 1,
+                               "contxt": 9}}}, "unknown keys"),
+    ({"optimizations": {"cache_hit_rate": 1.5}}, "cache_hit_rate"),
+    ({"qpss": 1}, "unknown keys"),
+])
+def test_bad_plans_are_clear_errors(change, match):
+    with pytest.raises(PlanError, match=match):
+        plan(ISSUE_EXAMPLE | change)
