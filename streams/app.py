@@ -14,7 +14,7 @@ from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
-from streams import kafka_tuning
+from streams import kafka_tuning, tokens
 from streams.control import ControlReader, Controls
 from streams.wire import Topics
 
@@ -22,6 +22,7 @@ from streams.wire import Topics
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
     """The stream-processing app. `sink` defaults to a UsageSink on settings.clickhouse, opened at start."""
     kafka_tuning.install()
+    tokens.configure(settings.tokenizers)
     app = faust.App(
         settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
         datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
