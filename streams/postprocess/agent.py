@@ -13,7 +13,7 @@ def register(app, topics, settings, table, controls, book) -> None:
         async for batch in stream:
             usage = []
             for work in batch.items:
-                done = finalize(work)
+                done = finalize(work, config=settings.postprocess_patterns or None)
                 decision = done.decision
                 usage.extend(done.usage)
                 reservation = book.open.get(decision.request_id)
@@ -27,6 +27,6 @@ def register(app, topics, settings, table, controls, book) -> None:
                     await topics.review.send(key=decision.request_id, value=decision)
                     continue
                 await topics.decisions.send(key=decision.request_id, value=decision)
-                if decision.tier in CACHEABLE and not decision.error and controls.on("cache.l1"):
+                if decision.tier in CACHEABLE and done.cacheable and controls.on("cache.l1"):
                     table[work.cache_key] = decision.to_representation()
             await topics.send_usage(usage)

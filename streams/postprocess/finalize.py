@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from schemas.records import Decision, UsageEvent, Work
+from streams.postprocess.contracts import enforce
+from streams.postprocess.patterns import Patterns
 from streams.usage.events import usage_event
 
 
@@ -13,11 +16,48 @@ class Finalized:
     decision: Decision
     review: bool = False  # True: route to the review topic instead of the caller
     usage: list[UsageEvent] = field(default_factory=list)
+    patterns_version: str = ""  # cleanup patterns a generated text went through ("" = no text)
+
+    @property
+    def cacheable(self) -> bool:
+        """Flagged or failed output never goes into a cache."""
+        return not self.review and not self.decision.error
 
 
-def finalize(work: Work, now: float | None = None) -> Finalized:
+def finalize(work: Work, now: float | None = None, *, config: Patterns | str | None = None,
+             regenerate: Callable[[str], str] | None = None) -> Finalized:
+    """Stamp latency; for a generated answer, clean it under the request's output contracts.
+
+    `regenerate(instruction) -> str` (optional) is the generation backend, asked once for a longer
+    answer when the text is below contracts.min_output_tokens.
+    """
     now = time.time() if now is None else now
     decision = work.decision
     decision.latency_ms = round((now - work.admitted_at) * 1000, 3)
-    return Finalized(decision, usage=[usage_event(work.request, "postprocess", latency_ms=decision.latency_ms,
+    done = Finalized(decision, usage=[usage_event(work.request, "postprocess", latency_ms=decision.latency_ms,
                                                   outcome=decision.tier)])
+    if decision.text:
+        _clean_text(work, done, config, regenerate)
+    return done
+
+
+def _clean_text(work: Work, done: Finalized, config, regenerate) -> None:
+    request, decision = work.request, done.decision
+    contracts = request.contracts
+    result = enforce(decision.text, model=work.model, max_tokens=contracts.max_output_tokens,
+                     min_tokens=contracts.min_output_tokens, regenerate=regenerate, config=config)
+    cleaned = result.cleaned
+    decision.text = cleaned.text
+    decision.chain = [*decision.chain, f"postprocess:{result.outcome}"]
+    if cleaned.flagged:
+        done.review = True
+        decision.chain.append("review:sensitive")
+    done.patterns_version = cleaned.version
+    # Each event's nominal − actual is the saving of its stage: cleanup spends no model tokens and saves
+    # the tokens it removed from what the caller would otherwise receive (and re-send).
+    done.usage.append(usage_event(request, "postprocess", section="cleanup", model=work.model,
+                                  nominal_tokens=max(0, cleaned.tokens_before - cleaned.tokens_after),
+                                  outcome=result.outcome))
+    if result.retried:  # the retry is new generation: priced here, where it was asked for
+        done.usage.append(usage_event(request, "postprocess", section="retry", model=work.model,
+                                      output_tokens=result.retry_tokens, outcome=result.outcome))

@@ -1,0 +1,161 @@
+"""Cleanup of generated text: drop what callers pay for but never need, never the content.
+
+Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…："), trailing closers ("I hope this
+helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer
+(or every fence, with `fences: extract`). Code inside fences is never touched. Patterns: patterns.yaml.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import tiktoken
+
+from streams import tokens
+from streams.postprocess import truncate as truncation
+from streams.postprocess.patterns import Patterns, resolve
+
+FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)"
+                   r"(?:\n[ \t]*(?P=fence)[`~]*[ \t]*(?=\n|\Z)|\Z)", re.MULTILINE | re.DOTALL)
+BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
+SENTENCE_START = re.compile(r"(?<=[.!?])[ \t]+|(?<=[。！？])|\n[ \t]*")
+CLOSER_WINDOW = 600  # characters from the end in which closing sentences are looked for
+LOWER_WORD = re.compile(r"[a-z]+\b")
+
+
+@dataclass
+class Cleaned:
+    text: str
+    tokens_before: int
+    tokens_after: int
+    removed: list[str] = field(default_factory=list)  # kinds: preamble, closer, debug, blank_lines, fence
+    flagged: list[str] = field(default_factory=list)  # sensitive words found in what the caller would get
+    code_blocks: list[str] = field(default_factory=list)
+    truncated: bool = False
+    short: bool = False  # below min_tokens
+    version: str = ""  # patterns version used, kept with cached answers
+
+    @property
+    def tokens_removed(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+def _segments(text: str) -> list[tuple[bool, str, re.Match | None]]:
+    """(is_code, text, fence match) pieces in order; prose between fenced blocks."""
+    if "```" not in text and "~~~" not in text:
+        return [(False, text, None)]
+    out, pos = [], 0
+    for m in FENCE.finditer(text):
+        out.append((False, text[pos:m.start()], None))
+        out.append((True, m.group(0), m))
+        pos = m.end()
+    out.append((False, text[pos:], None))
+    return out
+
+
+def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
+    """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does)."""
+    m = p.restated_request.match(prose) or p.interjection.match(prose)
+    rest = prose[m.end():] if m else prose
+    lead = p.lead_in.match(rest)
+    if lead and (followed or rest[lead.end():].strip()):
+        rest = rest[lead.end():]
+    if rest is not prose:
+        rest = LEADING_BLANK.sub("", rest.lstrip(" \t"))
+    if m and (word := LOWER_WORD.match(rest)):
+        rest = word.group(0).capitalize() + rest[word.end():]
+    return rest
+
+
+def _strip_closers(prose: str, p: Patterns) -> str:
+    body = prose.rstrip()
+    while body:
+        floor = max(0, len(body) - CLOSER_WINDOW)
+        start = 0 if floor == 0 else None
+        for start_m in SENTENCE_START.finditer(body, floor):
+            if start_m.end() < len(body):
+                start = start_m.end()
+        if start is None or not p.closer.fullmatch(body, start):
+            break
+        body = body[:start].rstrip()
+    return body if body != prose.rstrip() else prose
+
+
+def _note(removed: list[str], kind: str, before: str, after: str) -> str:
+    """`after`, noting `kind` as removed when it differs from `before`."""
+    if after != before and kind not in removed:
+        removed.append(kind)
+    return after
+
+
+def _unwrap(text: str, p: Patterns) -> str | None:
+    """The body of a fence that wraps the whole answer, when its language is a prose one (```markdown)."""
+    stripped = text.strip()
+    m = FENCE.fullmatch(stripped)
+    if m and m.group("info").strip().lower() in p.unwrap_languages:
+        return m.group("body")
+    return None
+
+
+def _clean_body(text: str, p: Patterns, removed: list[str], code_blocks: list[str]) -> str:
+    if (inner := _unwrap(text, p)) is not None:
+        text = _note(removed, "fence", text, inner)
+    parts = _segments(text)
+    pieces = []
+    for i, (is_code, piece, m) in enumerate(parts):
+        if is_code:
+            code_blocks.append(m.group("body"))
+            if p.fences == "extract":
+                piece = _note(removed, "fence", piece, f"[code {len(code_blocks)}]")
+            pieces.append(piece)
+            continue
+        piece = _note(removed, "debug", piece, p.debug_line.sub("", p.debug_block.sub("", piece)))
+        if i == 0:
+            piece = _note(removed, "preamble", piece, _strip_preamble(piece, p, followed=len(parts) > 1))
+        if i == len(parts) - 1:
+            piece = _note(removed, "closer", piece, _strip_closers(piece, p))
+        pieces.append(_note(removed, "blank_lines", piece, BLANK_RUN.sub("\n\n", piece)))
+    out = "".join(pieces)
+    return _note(removed, "blank_lines", out, LEADING_BLANK.sub("", out).rstrip())
+
+
+def _count_kept(enc, ids: list[int], text: str, out: str) -> int:
+    """Tokens of `out`. When `out` is `text` less a head and a tail that fall on token boundaries of `ids`
+    (checked: their own tokens equal the ends of `ids`), tiktoken's left-to-right pretokenizer gives the
+    middle the same tokens, so the count follows without encoding the whole text again."""
+    start = text.find(out) if out and isinstance(enc, tiktoken.Encoding) else -1
+    if start >= 0:
+        head, tail = text[:start], text[start + len(out):]
+        head_ids = enc.encode_ordinary(head) if head else []
+        tail_ids = enc.encode_ordinary(tail) if tail else []
+        if len(head_ids) + len(tail_ids) <= len(ids) and ids[:len(head_ids)] == head_ids \
+                and ids[len(ids) - len(tail_ids):] == tail_ids:
+            return len(ids) - len(head_ids) - len(tail_ids)
+    return len(enc.encode_ordinary(out)) if out else 0
+
+
+def clean(text: str, *, model: str, max_tokens: int | None = None, min_tokens: int = 0,
+          config: Patterns | str | None = None) -> Cleaned:
+    """Clean `text`, cut it to `max_tokens` tokens of `model`'s encoding, and scan it for sensitive words.
+
+    `config`: a Patterns object, a patterns file path, or None for the bundled patterns.yaml.
+    """
+    p = resolve(config)
+    enc = tokens.for_model(model)
+    ids = enc.encode_ordinary(text)
+    tokens_before = len(ids)
+    removed: list[str] = []
+    code_blocks: list[str] = []
+    out = _clean_body(text, p, removed, code_blocks)
+    if not out.strip() and text.strip():
+        out, removed = text.strip(), []  # never clean an answer away entirely
+    tokens_after = tokens_before if out == text else _count_kept(enc, ids, text, out)
+    truncated = False
+    if max_tokens is not None and tokens_after > max_tokens:
+        out, truncated = truncation.truncate(out, max_tokens, model, p.truncation_marker)
+        tokens_after = tokens.count(out, model)
+    scanned = out if p.fences == "keep" else "\n".join([out, *code_blocks])
+    return Cleaned(text=out, tokens_before=tokens_before, tokens_after=tokens_after, removed=removed,
+                   flagged=p.scanner.scan(scanned), code_blocks=code_blocks, truncated=truncated,
+                   short=tokens_after < min_tokens, version=p.version)

@@ -1,0 +1,156 @@
+"""clean(): what is removed, and proof that content never is (synthetic cases + real Arena-Hard answers)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams import settings as settings_mod
+from streams import tokens
+from streams.postprocess.clean import FENCE, clean
+from streams.postprocess.patterns import BUNDLED, load
+from workers.jsonl import iter_lines
+
+ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
+FILES = {"gpt-3.5-turbo": "answers-gpt-3.5-turbo-0125.jsonl", "gpt-4": "answers-gpt-4-0314.jsonl"}
+CODE = "```python\ndef f(x):\n    return x + 1\n```"
+
+
+def arena_answers(model: str) -> dict[str, str]:
+    path = ARENA / FILES[model]
+    if not path.exists():
+        pytest.skip(f"Arena-Hard answers not found at {path}; set JEV_SHARED_DATA to the shared data folder")
+    rows = (orjson.loads(line) for _, line in iter_lines(str(path)))
+    return {r["question_id"]: r["choices"][0]["turns"][0]["content"] for r in rows}
+
+
+@pytest.mark.parametrize("text, expected, removed", [
+    ("Sure! Here is a function that adds one:\n\n" + CODE + "\n\nIt returns x plus one.",
+     CODE + "\n\nIt returns x plus one.", ["preamble"]),
+    ("Certainly! Paris is the capital of France.", "Paris is the capital of France.", ["preamble"]),
+    ("Sure, let's work it out: 2 + 2 = 4.", "Let's work it out: 2 + 2 = 4.", ["preamble"]),
+    ("Sure, I'd be happy to help you with that. The answer is 4.", "The answer is 4.", ["preamble"]),
+    ("The answer is 4.\n\nI hope this helps! Let me know if you have any other questions.",
+     "The answer is 4.", ["closer"]),
+    ("Use a set. Good luck with your project!", "Use a set.", ["closer"]),
+    ("好的，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
+    ("当然！巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
+    ("巴黎是法国的首都。希望对您有帮助！", "巴黎是法国的首都。", ["closer"]),
+    ("巴黎是法国的首都。\n\n如果您还有其他问题，请随时告诉我。", "巴黎是法国的首都。", ["closer"]),
+    ("[DEBUG] retrieved 3 docs\nThe answer is 4.", "The answer is 4.", ["debug"]),
+    ("<think>user wants a number</think>The answer is 4.", "The answer is 4.", ["debug"]),
+    ("[思考过程：先算加法]答案是 4。", "答案是 4。", ["debug"]),
+    ("First.\n\n\n\n\nSecond.", "First.\n\nSecond.", ["blank_lines"]),
+    ("```markdown\n# Title\n\nBody text.\n```", "# Title\n\nBody text.", ["fence"]),
+])
+def test_removes_only_the_named_kinds(text, expected, removed):
+    c = clean(text, model="gpt-4o")
+    assert (c.text, c.removed) == (expected, removed)
+    assert c.tokens_after == tokens.count(expected, "gpt-4o") <= c.tokens_before
+
+
+@pytest.mark.parametrize("text", [
+    "Yes, you can use a set for that.",  # "Yes" answers the question
+    "Great Britain is an island.",  # not an interjection
+    "Here is why: the cache is cold.\nMore follows.",  # a lead-in line is removed only with its colon at the end
+    "Debug: print the variable before the loop.",  # advice, not a debug marker (upper case only)
+    "Sure.",  # the whole answer: never cleaned away
+    CODE,
+    "```python\nprint('I hope this helps!')\n```",  # code is never touched
+    "```\n[DEBUG] a log line inside code\n\n\n\nkept\n```",
+    "Feel free to customize the colours to your taste.",  # advice, not an offer to chat
+])
+def test_leaves_content_alone(text):
+    c = clean(text, model="gpt-4o")
+    assert c.text == text and c.removed == [] and c.tokens_after == c.tokens_before
+
+
+def test_code_blocks_are_listed_and_can_be_extracted(tmp_path):
+    text = "Here is the code:\n\n" + CODE + "\n\nAnd a shell line:\n\n```sh\nls -la\n```"
+    assert clean(text, model="gpt-4o").code_blocks == ["def f(x):\n    return x + 1", "ls -la"]
+    config = tmp_path / "patterns.yaml"
+    config.write_text(BUNDLED.read_text().replace("fences: keep", "fences: extract"))
+    (tmp_path / "sensitive_words.yaml").write_text("words: []\n")
+    c = clean(text, model="gpt-4o", config=str(config))
+    assert c.text == "[code 1]\n\nAnd a shell line:\n\n[code 2]"
+    assert c.code_blocks == ["def f(x):\n    return x + 1", "ls -la"] and "fence" in c.removed
+
+
+def test_flags_sensitive_words_and_reports_the_patterns_version():
+    c = clean("Sure! The key is:\n-----BEGIN RSA PRIVATE KEY-----\nMIIE", model="gpt-4o")
+    assert c.flagged == ["-----BEGIN RSA PRIVATE KEY-----"]
+    assert c.version == load().version != ""
+
+
+def test_min_tokens_marks_short_answers():
+    assert clean("Four.", model="gpt-4o", min_tokens=5).short
+    assert not clean("The answer is four, because two plus two is four.", model="gpt-4o", min_tokens=5).short
+
+
+# Hand-checked on the real answers: (model, question_id, removed kinds, exact text removed at the start,
+# exact text removed at the end). Everything between them must come through unchanged.
+HAND_CHECKED = [
+    ("gpt-3.5-turbo", "0df741e684e4408694745a377b3b8e9d", ["preamble", "closer"],
+     "Sure! Here is a suggested curriculum for learning deep learning:", "Good luck with your deep learning journey!"),
+    ("gpt-3.5-turbo", "02e11c26f2a646579be708c789341086", ["preamble", "closer"],
+     "Sure, I'd be happy to help you create a simple substring-match CLI app in Rust. Here's a step-by-step guide "
+     "to get you started:", "Let me know if you need further assistance or have any questions."),
+    ("gpt-3.5-turbo", "1044e65c09114054b2cc1cb825efd80c", ["preamble"], "Sure, l", ""),
+    ("gpt-3.5-turbo", "0c74645c3386490e9d26bb12ab068826", ["closer"], "",
+     "If you have any specific questions or need further assistance, feel free to ask!"),
+    ("gpt-3.5-turbo", "5aa9896e5bbe4ef0a158fbc803d4f37e", ["preamble"], "Sure! ", ""),  # lead-in goes on: kept
+    ("gpt-3.5-turbo", "1827a0168c8d47379a86ed871d8c6ad9", ["closer"], "",
+     "I hope this helps! Let me know if you need further assistance."),
+    ("gpt-3.5-turbo", "0394b670ad2e4206954cc294898c4633", ["preamble"],
+     "Here is a simple Flask web server with HTTP basic authentication using a Python dictionary for "
+     "login/password and an index page:", ""),
+    ("gpt-4", "02e11c26f2a646579be708c789341086", ["preamble"], "Great! ", ""),
+    ("gpt-4", "b2206e1b4310427b80d7af334940f08c", ["preamble"], "Okay, i", ""),
+    ("gpt-4", "9b9b65ab647b45858a21e873de28b1f3", ["preamble", "closer"],
+     "Certainly! Here's a swimming workout for an advanced swimmer with a main set of 15x100 at 1:30, totaling "
+     "around 4500 meters:", "Enjoy your swim!"),
+    ("gpt-4", "b9a78084b1a14f4d9177f22cf1129d22", ["preamble", "closer"],
+     "Certainly! Here's the SQL query with comments added to explain each part:",
+     "I hope this helps you understand the query better! If you have any questions or need further "
+     "clarification, please let me know."),
+    ("gpt-4", "3801e82e67a34ee3aaab0227342bcc2b", ["preamble"], "Here's the obfuscated version of the function:", ""),
+    ("gpt-4", "7df9c568ef274e23abfab5eee3872d8e", ["closer"], "",
+     "Please let me know if you would like assistance with that."),
+]
+
+
+@pytest.mark.parametrize("model, qid, removed, head, tail", HAND_CHECKED)
+def test_hand_checked_arena_answers(model, qid, removed, head, tail):
+    original = arena_answers(model)[qid].strip()
+    c = clean(original, model=model)
+    assert original.startswith(head) and original.endswith(tail)
+    middle = original[len(head):len(original) - len(tail)].strip()
+    if head.endswith((", l", ", i")):  # "Sure, let's" → "Let's": the first letter is capitalised
+        middle = head[-1].upper() + middle
+    assert (c.text, c.removed) == (middle, removed)
+    assert c.code_blocks == [m.group("body") for m in FENCE.finditer(original)]
+
+
+@pytest.mark.parametrize("qid", ["0122ab60646b4961bc39e9c03bdf6bcc", "e53db29f0a0f49c7904225a74d80dacb", "6462f12cc6c64d66aa2dcae61d6ec7c2"])
+def test_unchanged_arena_answers_stay_byte_identical(qid):
+    answers = arena_answers("gpt-4")
+    if qid not in answers:
+        pytest.skip(f"{qid} not in this copy of the answers")
+    assert clean(answers[qid], model="gpt-4").text == answers[qid]
+
+
+@pytest.mark.parametrize("model", list(FILES))
+def test_no_arena_answer_loses_content(model):
+    """Over every answer: the cleaned text is one piece of the original (whitespace aside, first letter's case
+    aside), every code block survives byte for byte, and tokens_after is the exact count."""
+    for qid, text in arena_answers(model).items():
+        c = clean(text, model=model)
+        squeeze = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
+        kept, whole = squeeze(c.text), squeeze(text)
+        assert kept and kept[1:] in whole and kept[0].lower() == whole[whole.index(kept[1:]) - 1].lower(), qid
+        for m in FENCE.finditer(text):
+            assert m.group(0) in c.text, qid
+        assert c.tokens_after == tokens.count(c.text, model), qid
+        assert c.tokens_after <= c.tokens_before
