@@ -6,6 +6,7 @@ from pathlib import Path
 import faust
 
 from infra import clickhouse
+from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.distill import agent as distill_agent
 from streams.ingest import agent as ingest_agent
@@ -56,10 +57,11 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
         return state["sink"]
 
     ingest_agent.register(app, topics, settings, admission, book, controls)
-    distill_agent.register(app, topics, settings)
+    distill_agent.register(app, topics, settings, controls)
     cache_agent.register(app, topics, settings, l1, controls)
     postprocess_agent.register(app, topics, settings, l1, controls, book)
     usage_sink.register(app, topics, settings, get_sink)
+    batch_agent.register(app, topics, settings)
     app.jev_topics = topics
     app.jev_state = state
     app.jev_controls = controls

@@ -35,6 +35,8 @@ class Settings:
                                "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>' (longest prefix wins).")
     decision_types: str = _doc("", "YAML file of decision types and their policies; empty = the bundled one.")
     rules: str = _doc("", "YAML file of the rules tier; empty = the bundled one.")
+    distill_policies: str = _doc("", "YAML file of distill policies per decision type (budget, quotas, TTL, "
+                                     "exclusion terms); empty = streams/distill/policies.yaml.")
     postprocess_patterns: str = _doc("", "YAML file of output cleanup patterns and sensitive-word dictionaries; "
                                          "empty = the bundled streams/postprocess/patterns.yaml.")
     backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
@@ -42,8 +44,14 @@ class Settings:
     cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, hashing.")
     cache_semantic_threshold: float = _doc(0.0, "L2 cosine threshold; 0 = the one `jev cache calibrate` saved "
                                                 "for the embedder, else its built-in default.")
-    cache_exact_index_max: int = _doc(20_000, "Entries per L2 partition searched exactly (numpy); "
+    cache_exact_index_max: int = _doc(10_000, "Entries per L2 partition searched exactly (numpy); "
                                               "beyond, a faiss HNSW index (ann extra).")
+    generator: str = _doc("auto", "Text generator of batch jobs and generate requests: auto (smollm2 if the cpu-llm "
+                                  "extra is installed, else extractive), extractive, smollm2, vllm:/model/dir.")
+    batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
+    batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
+    batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "
+                                    "workers/batch/templates.yaml.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     log_level: str = _doc("warning", "Log level of workers.")
 

@@ -1,0 +1,33 @@
+"""Time layer: TTL weights by age and weighted selection of exchanges under the token budget."""
+from __future__ import annotations
+
+MARKER_TOKENS = 8  # what a provenance marker adds to a kept line, reserved when selecting
+
+
+def select(units: list[list[int]], unit_tags: list[str], costs: list[int], ts: list[float | None],
+           protected: set[int], skip: set[int], budget: int | None, reserved: int, policy,
+           now: float) -> dict[int, str]:
+    """{index: reason} of the turns the time layer drops: `expired` (TTL weight 0) or `budget`
+    (lower weight × priority lost the competition for the `budget - reserved` tokens left)."""
+    dropped: dict[int, str] = {}
+    ranked = []
+    for position, (unit, tag) in enumerate(zip(units, unit_tags)):
+        live = [i for i in unit if i not in skip and i not in protected]
+        if not live:
+            continue
+        stamps = [ts[i] for i in unit if ts[i] is not None]
+        weight = policy.ttl_weight(now - max(stamps) if stamps else None)
+        if weight <= 0:
+            dropped.update((i, "expired") for i in live)
+            continue
+        cost = sum(costs[i] + MARKER_TOKENS for i in live)
+        ranked.append((weight * policy.tag_weight(tag), position, cost, live))
+    if budget is None:
+        return dropped
+    left = budget - reserved
+    for _, _, cost, live in sorted(ranked, key=lambda r: (r[0], r[1]), reverse=True):
+        if cost <= left:
+            left -= cost
+        else:
+            dropped.update((i, "budget") for i in live)
+    return dropped

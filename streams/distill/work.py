@@ -1,0 +1,44 @@
+"""distill_work(): the distill stage on one Work item: kept history as context, savings as UsageEvents."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from schemas.records import UsageEvent, Work
+from streams import tokens
+from streams.distill.core import distill
+from streams.distill.policy import Policy
+from streams.ingest.prompt import render_context
+from streams.usage.events import usage_event
+
+SWITCH = "distill"  # the whole stage; each layer has its own `distill.<layer>` switch
+
+
+def history_budget(work: Work, policy: Policy) -> int | None:
+    """The policy's budget, tightened to what the input contract leaves after state and candidates."""
+    contract = work.request.contracts.max_input_tokens
+    room = contract - work.sections.get("state", 0) - work.sections.get("candidates", 0) if contract else 0
+    limits = [limit for limit in (policy.budget, room) if limit and limit > 0]
+    return min(limits) if limits else None
+
+
+def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool],
+                 now: float) -> tuple[Work, list[UsageEvent]]:
+    """A copy of `work` with context (kept turns with provenance markers, then the state),
+    context_tokens (exact, for work.model) and dropped_turns (audit) set; one UsageEvent per layer
+    that saved tokens, whose nominal_tokens count the saving once per candidate (a naive system
+    re-sends the context with each)."""
+    request = work.request
+    if not switches.get(SWITCH, True) or not request.history:
+        context = render_context(request)
+        return work.derive(context=context, context_tokens=tokens.count(context, work.model)), []
+    messages = [{"role": t.role, "content": t.content, "ts": t.ts} for t in request.history]
+    distilled = distill(messages, model=work.model, budget=history_budget(work, policy), policy=policy,
+                        switches=switches, now=now)
+    context = render_context(request, distilled.lines)
+    result = work.derive(context=context, context_tokens=tokens.count(context, work.model),
+                         dropped_turns=[f"{index}:{reason}" for index, reason in distilled.dropped])
+    copies = max(1, len(request.candidates))
+    events = [usage_event(request, "distill", section=layer, model=work.model, input_tokens=0,
+                          nominal_tokens=saved * copies, candidates=len(request.candidates))
+              for layer, saved in distilled.saved_by_layer.items() if saved > 0]
+    return result, events
