@@ -147,6 +147,7 @@ class Work(Record):
     candidate_tokens: List[int] = []
     cache_key: str = ""
     tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
+    refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
     decision: Optional[Decision] = None
 
 

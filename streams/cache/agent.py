@@ -1,24 +1,24 @@
-"""cache: answer from L1 (a Faust table keyed by cache key) or pass the miss on to the scoring workers."""
+"""cache: answer from L1 (exact, a Faust table) or L2 (semantic), or pass the miss on to the scoring workers."""
 from __future__ import annotations
 
-from schemas.records import Decision
+import asyncio
 
 
-def register(app, topics, settings, table, controls) -> None:
+def register(app, topics, settings, stage, controls) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
         async for batch in stream:
+            works = batch.items
+            vectors = [None] * len(works)
+            if stage.semantic is not None and controls.on("cache.l2") and works:
+                vectors = await asyncio.to_thread(stage.embed, works)
             hits, misses = [], []
-            for work in batch.items:
-                entry = table.get(work.cache_key) if controls.on("cache.l1") else None
-                if entry is None:
+            for work, vector in zip(works, vectors):
+                hit = stage.lookup(work, controls.switches, vector)
+                if hit is None:
                     misses.append(work)
-                    continue
-                cached = Decision.from_data(entry)
-                work.decision = Decision(
-                    request_id=work.request.request_id, tier="cache_l1", action_id=cached.action_id,
-                    text=cached.text, ranking=cached.ranking, confidence=cached.confidence,
-                    chain=["cache_l1", *cached.chain], nominal_tokens=cached.nominal_tokens)
-                hits.append(work)
+                else:
+                    hits.append(stage.answer(work, hit))
+            misses.extend(stage.refreshes())
             await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)
             await topics.send_work(topics.scored, hits, key=lambda w: w.cache_key)

@@ -1,10 +1,12 @@
 """L1 exact cache: a hash of the canonical request, and a bounded LRU to hold entries in memory.
 
 The key covers what makes two requests the same question: model, normalized context (history kept by
-distill + state), candidates, the context constraints, and the template the request pins. The
-template/prompt/model versions announced on the control topic are NOT in the key: they are recorded in
-each entry (see entry.py), so a version bump refreshes entries one by one instead of making every key
-miss at once.
+distill + state), candidates, the context constraints, the template the request pins, and the versions
+passed in. Two ways to handle template/prompt/model versions announced on the control topic:
+- pass them to `cache_key`: a bump changes every key, so old entries are never read again (they age out
+  of the LRU) - simple, but every request misses at once after a bump;
+- pass none, and record them in each Entry (entry.py `serve`): a bump makes entries stale one by one,
+  each served once while its refresh is queued - no mass expiry, no stampede. Preferred.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import orjson
 
@@ -41,8 +43,9 @@ def canonical(work: Work) -> dict:
     }
 
 
-def cache_key(work: Work) -> str:
-    data = orjson.dumps(canonical(work), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+def cache_key(work: Work, versions: Mapping[str, str] | None = None) -> str:
+    data = orjson.dumps({**canonical(work), "versions": dict(versions or {})},
+                        option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -87,8 +90,8 @@ class ExactCache:
 
     def __init__(self, max_entries: int, book: VersionBook | None = None, refresh: RefreshQueue | None = None):
         self.entries = BoundedLRU(max_entries)
-        self.book = book or VersionBook()
-        self.refresh = refresh or RefreshQueue()
+        self.book = VersionBook() if book is None else book
+        self.refresh = RefreshQueue() if refresh is None else refresh
 
     def lookup(self, key: str) -> Hit | None:
         return serve(key, self.entries.get(key), self.book, self.refresh)

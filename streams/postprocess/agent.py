@@ -1,4 +1,4 @@
-"""postprocess: build the caller's Decision, route flagged output to review, fill the L1 cache."""
+"""postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
 from __future__ import annotations
 
 from streams.postprocess.finalize import finalize
@@ -7,7 +7,7 @@ from streams.usage.events import usage_event
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
 
-def register(app, topics, settings, table, controls, book) -> None:
+def register(app, topics, settings, cache, controls, book) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
         async for batch in stream:
@@ -26,7 +26,8 @@ def register(app, topics, settings, table, controls, book) -> None:
                 if done.review:
                     await topics.review.send(key=decision.request_id, value=decision)
                     continue
-                await topics.decisions.send(key=decision.request_id, value=decision)
-                if decision.tier in CACHEABLE and done.cacheable and controls.on("cache.l1"):
-                    table[work.cache_key] = decision.to_representation()
+                if decision.tier in CACHEABLE and done.cacheable:
+                    cache.fill(work, decision, controls.switches)
+                if not work.refresh:
+                    await topics.decisions.send(key=decision.request_id, value=decision)
             await topics.send_usage(usage)

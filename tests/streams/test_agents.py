@@ -21,7 +21,8 @@ class Captured:
 
 @pytest.fixture
 def app_and_sent(settings, monkeypatch):
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1), {"ranking"}, sink=object())
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
+                                      cache_embedder="hashing"), {"ranking"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
     for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
@@ -53,7 +54,7 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
-        assert app.tables["l1_cache"]["k1"]["action_id"] == "a"
+        assert app.tables["l1_cache"]["k1"]["value"]["action_id"] == "a"
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[work()]))
@@ -77,3 +78,39 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
     assert "tenant:acme" in rejected[0].detail
     assert set(app.jev_budgets.open) == {"r0", "r1"}
     assert [a.rule for a in captured.sent["alerts"]] == ["budget_hard"]
+
+
+async def test_version_bump_serves_a_stale_entry_once_and_queues_one_refresh(app_and_sent):
+    from schemas.records import Control
+
+    app, captured = app_and_sent
+    scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9)
+    async with app.agents["format_decision"].test_context() as agent:
+        await agent.put(WorkBatch(items=[work(scored)]))
+    app.jev_controls.apply(Control(kind="version", key="prompt", value="2"))
+    async with app.agents["lookup_cache"].test_context() as agent:
+        for _ in range(3):
+            await agent.put(WorkBatch(items=[work()]))
+    served = [w.decision.chain[0] for b in captured.sent["scored"] for w in b.items]
+    to_score = [w for b in captured.sent["score"] for w in b.items]
+    assert served == ["cache_l1:stale"], "a stale entry is served exactly once"
+    assert sorted(w.refresh for w in to_score) == [False, False, True], "one refresh, then plain misses"
+
+
+async def test_semantic_hit_within_partition_only(app_and_sent):
+    app, captured = app_and_sent
+    scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9)
+    original = work()
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[original]))
+    async with app.agents["format_decision"].test_context() as agent:
+        original.decision = scored
+        await agent.put(WorkBatch(items=[original]))
+    rephrased = Request.from_data({**REQUEST, "request_id": "r2", "state": "trail shoes!"})
+    other_tenant = Request.from_data({**REQUEST, "request_id": "r3", "tenant": "globex", "state": "trail shoes!"})
+    async with app.agents["lookup_cache"].test_context() as agent:
+        for req in (rephrased, other_tenant):
+            await agent.put(WorkBatch(items=[Work(request=req, admitted_at=0.0, model="gpt-4o-mini",
+                                                  context=req.state, cache_key=req.request_id)]))
+    hits = {w.request.request_id: w.decision.tier for b in captured.sent["scored"] for w in b.items}
+    assert hits == {"r2": "cache_l2"}

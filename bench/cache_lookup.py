@@ -1,0 +1,98 @@
+"""L2 lookup latency at N entries on CPU, excluding embedding: exact numpy vs faiss HNSW, side by side.
+
+Vectors are random normalized 384-d rows (MiniLM's width); each query is a stored row plus noise
+(cosine ~0.93), so the true neighbour is known. Random 384-d data is the worst case for HNSW recall
+(full intrinsic dimension); a missed neighbour costs a cache miss, never a wrong answer.
+Last stdout line: one JSON object; `p99_ms` is SemanticCache.lookup (index + threshold + verification)
+with the default exact-index limit, i.e. HNSW beyond it.
+
+    .venv/bin/python bench/cache_lookup.py [--entries 100000] [--queries 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+
+import numpy as np
+import orjson
+
+from streams.cache.entry import Entry
+from streams.cache.index import VectorIndex
+from streams.cache.semantic import SemanticCache
+
+
+class _Precomputed:
+    """Stands in for an embedder: the benchmark passes vectors, so embedding is excluded."""
+    name, dim = "precomputed", 384
+
+    def embed(self, texts):
+        raise AssertionError("the benchmark passes vectors; nothing is embedded")
+
+
+def _percentiles(latencies: list[float]) -> dict:
+    ms = np.array(latencies) * 1000
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3)}
+
+
+def _timed_search(index: VectorIndex, queries: np.ndarray, expected: np.ndarray) -> tuple[dict, float]:
+    """Latency of top-5 searches and recall@1 (the true neighbour ranked first)."""
+    latencies, found = [], 0
+    for q, want in zip(queries, expected):
+        start = time.perf_counter()
+        result = index.search(q, 5)
+        latencies.append(time.perf_counter() - start)
+        found += bool(result) and result[0][0] == want
+    return _percentiles(latencies), float(found) / len(queries)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--exact-queries", type=int, default=200, help="queries timed on the exact index")
+    ap.add_argument("--max-exact", type=int, default=10_000, help="exact-index limit of the cache under test")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((args.entries, 384), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    picks = rng.choice(args.entries, args.queries, replace=False)
+    queries = vectors[picks] + 0.02 * rng.standard_normal((args.queries, 384), dtype=np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+
+    print(f"exact numpy index, {args.entries} rows", file=sys.stderr)
+    exact = VectorIndex(384, max_exact=args.entries)
+    exact.add(vectors)
+    n = min(args.exact_queries, args.queries)
+    exact_lat, _ = _timed_search(exact, queries[:n], picks[:n])
+
+    print("semantic cache (HNSW beyond the exact limit): building", file=sys.stderr)
+    cache = SemanticCache(_Precomputed(), threshold=0.8, max_exact=args.max_exact)
+    partition = ("tenant", "decision", "", "latin", "generate:256")
+    texts = [f"question number {i} about topic {i % 97}" for i in range(args.entries)]
+    start = time.perf_counter()
+    cache.insert_many(partition, texts, [Entry(i) for i in range(args.entries)], vectors)
+    build_s = time.perf_counter() - start
+    index = cache.partitions[partition].index
+    print(f"built {index.kind} in {build_s:.1f}s; timing lookups", file=sys.stderr)
+    gc.collect()
+    gc.freeze()  # the long-lived entries leave the collector's scans, as a serving process does after loading
+    latencies, hits = [], 0
+    for q, p in zip(queries, picks):
+        start = time.perf_counter()
+        hit = cache.lookup(partition, texts[p], vector=q)
+        latencies.append(time.perf_counter() - start)
+        hits += int(hit is not None and hit.value == p)
+    index_lat, index_recall = _timed_search(index, queries, picks)
+    print(orjson.dumps({
+        "entries": args.entries, "queries": args.queries, "index": index.kind, "build_s": round(build_s, 1),
+        **_percentiles(latencies), "hit_rate": hits / args.queries,
+        "index_p50_ms": index_lat["p50_ms"], "index_p99_ms": index_lat["p99_ms"], "index_recall_at_1": index_recall,
+        "exact_p50_ms": exact_lat["p50_ms"], "exact_p99_ms": exact_lat["p99_ms"],
+        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4),
+    }).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""L2 precision and recall: cosine alone vs cosine + verification, per embedder, side by side.
+
+Thresholds are calibrated on STS-B dev to --target-precision, then held out on STS-B test through the
+evaluate path (calibration.decide: per-pair query embedding, cosine, verification). STS-B pairs scored
+>= 4 count as duplicates, <= 2 as different; it is not question data (no Quora pairs are obtainable
+here), so extra --pairs files (JSONL text_a/text_b/label) are evaluated the same way.
+Last stdout line: one JSON object.
+
+    .venv/bin/python bench/cache_precision.py [--target-precision 0.95] [--limit 300 (0 = all)] [--pairs FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from streams.cache import calibration
+from streams.cache.embedders import load_embedder
+from streams.cache.verify import verify
+from streams.settings import load
+
+
+def _round(d: dict) -> dict:
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target-precision", type=float, default=0.95)
+    ap.add_argument("--limit", type=int, default=300, help="held-out pairs per set (0 = all)")
+    ap.add_argument("--embedders", default="hashing,minilm")
+    ap.add_argument("--pairs", action="append", default=[], help="extra labeled pairs to hold out")
+    args = ap.parse_args()
+    stsb = Path(load().shared_data) / "sts-b"
+    dev = calibration.stsb_pairs(stsb, "dev")
+    held_out = {"stsb_test": calibration.stsb_pairs(stsb, "test")}
+    held_out |= {Path(p).stem: calibration.read_pairs(p) for p in args.pairs}
+    if args.limit:
+        held_out = {k: v[::max(1, len(v) // args.limit)][:args.limit] for k, v in held_out.items()}  # every genre
+    labels = np.array([p.label for p in dev])
+    verified = np.array([verify(p.text_a, p.text_b).ok for p in dev])
+    result = {"target_precision": args.target_precision, "calibration_pairs": len(dev)}
+    for name in args.embedders.split(","):
+        try:
+            embedder = load_embedder(name)
+        except RuntimeError as e:
+            print(f"skipping {name}: {e}", file=sys.stderr)
+            continue
+        print(f"{name}: calibrating on STS-B dev", file=sys.stderr)
+        scores = calibration.cosines(embedder, dev)
+        plain = calibration.pick_threshold(scores, np.ones_like(verified), labels, args.target_precision)
+        checked = calibration.pick_threshold(scores, verified, labels, args.target_precision)
+        result[name] = {"plain_threshold": plain["threshold"], "verify_threshold": checked["threshold"]}
+        for set_name, pairs in held_out.items():
+            print(f"{name}: evaluating {set_name} ({len(pairs)} pairs)", file=sys.stderr)
+            rows = calibration.decide(embedder, pairs, checked["threshold"])
+            set_labels = np.array([r["label"] for r in rows])
+            plain_hits = np.array([r["cosine"] >= plain["threshold"] for r in rows])
+            result[name][set_name] = {
+                "verify": _round(calibration.summarize(rows)),
+                "plain": _round(calibration.metrics(plain_hits, set_labels)),
+                "refusals": dict(sorted({r["refused"]: sum(x["refused"] == r["refused"] for x in rows)
+                                         for r in rows if r["refused"]}.items())),
+            }
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

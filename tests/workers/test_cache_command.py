@@ -1,0 +1,48 @@
+from pathlib import Path
+
+import orjson
+
+from workers.cli import main
+
+QUESTION_PAIRS = Path(__file__).parents[1] / "streams" / "cache" / "question_pairs.jsonl"
+
+
+def test_calibrate_then_evaluate_with_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr("streams.cache.calibration.MIN_HITS", 5)
+    assert main(["cache", "calibrate", "--pairs", str(QUESTION_PAIRS), "--target-precision", "0.95",
+                 "--embedder", "hashing", "--json"]) == 0
+    saved = orjson.loads(capsys.readouterr().out.strip())
+    assert saved["embedder"] == "hashing" and saved["precision"] >= 0.95
+    assert orjson.loads((tmp_path / "cache_thresholds.json").read_bytes())["hashing"]["threshold"] == saved["threshold"]
+
+    assert main(["cache", "evaluate", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--json"]) == 0
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    summary = lines[-1]
+    assert len(lines) == 41 and summary["threshold"] == saved["threshold"]
+    assert {"precision", "recall", "hit_rate", "pairs", "latency_p99_ms"} <= summary.keys()
+    assert summary["pairs"] == 40 and summary["precision"] == saved["precision"]
+
+
+def test_evaluate_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    assert main(["cache", "evaluate", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
+                 "--threshold", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "precision" in out and "recall" in out
+
+
+def test_calibrate_unreachable_precision_fails_with_advice(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text('{"text_a": "a b", "text_b": "a b", "label": 0}\n')
+    assert main(["cache", "calibrate", "--pairs", str(pairs), "--embedder", "hashing"]) == 1
+    assert "lower --target-precision" in capsys.readouterr().err
+
+
+def test_pairs_from_stsb(tmp_path, shared_data, monkeypatch):
+    monkeypatch.setenv("JEV_SHARED_DATA", str(shared_data))
+    out = tmp_path / "pairs.jsonl"
+    assert main(["cache", "pairs", "--from-stsb", "--split", "dev", "--out", str(out)]) == 0
+    rows = [orjson.loads(line) for line in out.read_text().splitlines()]
+    assert rows and set(rows[0]) == {"text_a", "text_b", "label"}

@@ -1,0 +1,121 @@
+"""`jev cache`: build labeled pairs, calibrate the L2 threshold per embedder, evaluate the L2 decision."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from streams.cache import calibration
+from streams.cache.embedders import load_embedder
+from streams.cache.verify import verify
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cache", help="semantic cache: labeled pairs, threshold calibration, evaluation")
+    cmds = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+
+    pairs = cmds.add_parser("pairs", help="write a labeled pairs file (JSONL) from a public data set")
+    pairs.add_argument("--from-stsb", action="store_true", required=True,
+                       help="STS-B under JEV_SHARED_DATA/sts-b: score >= 4 -> label 1, <= 2 -> 0, middle skipped")
+    pairs.add_argument("--split", default="dev", choices=["train", "dev", "test"])
+    pairs.add_argument("--out", help="output file (default: stdout)")
+    pairs.set_defaults(func=run_pairs)
+
+    for name, func, text in (("calibrate", run_calibrate, "pick and save the L2 threshold for a target precision"),
+                             ("evaluate", run_evaluate, "precision, recall, hit rate and latency of the L2 decision")):
+        c = cmds.add_parser(name, help=text)
+        c.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
+        c.add_argument("--embedder", help="auto, minilm or hashing (default: JEV_CACHE_EMBEDDER)")
+        c.add_argument("--no-verify", action="store_true", help="cosine only, no verification checks")
+        c.add_argument("--json", action="store_true", help="print JSON lines, the summary last")
+        c.set_defaults(func=func)
+        if name == "calibrate":
+            c.add_argument("--target-precision", type=float, default=0.95)
+        else:
+            c.add_argument("--threshold", type=float, default=0.0,
+                           help="cosine threshold (default: the calibrated one for the embedder)")
+            c.add_argument("--show", type=int, default=10, help="false hits and misses to list in the table")
+
+
+def run_pairs(args, settings) -> int:
+    pairs = calibration.stsb_pairs(Path(settings.shared_data) / "sts-b", args.split)
+    lines = b"".join(orjson.dumps({"text_a": p.text_a, "text_b": p.text_b, "label": p.label}) + b"\n" for p in pairs)
+    if args.out:
+        Path(args.out).write_bytes(lines)
+        print(f"wrote {len(pairs)} pairs ({sum(p.label for p in pairs)} positive) to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(lines)
+    return 0
+
+
+def _progress(total: int, description: str):
+    """A progress bar on stderr, so --json stdout stays machine-readable."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(transient=True, console=Console(stderr=True))
+
+    def wrap(items):
+        with progress:
+            yield from progress.track(items, total=total, description=description)
+    return wrap
+
+
+def run_calibrate(args, settings) -> int:
+    pairs = calibration.read_pairs(args.pairs)
+    embedder = load_embedder(args.embedder or settings.cache_embedder)
+    scores = calibration.cosines(embedder, pairs)
+    verified = (np.ones(len(pairs), dtype=bool) if args.no_verify
+                else np.array([verify(p.text_a, p.text_b).ok for p in pairs]))
+    labels = np.array([p.label for p in pairs])
+    try:
+        point = calibration.pick_threshold(scores, verified, labels, args.target_precision)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    record = {**point, "target_precision": args.target_precision, "verify": not args.no_verify,
+              "source": str(args.pairs)}
+    store = calibration.ThresholdStore(settings.data_dir)
+    store.save(embedder.name, record)
+    if args.json:
+        print(orjson.dumps({"embedder": embedder.name, **record, "saved": str(store.path)}).decode())
+    else:
+        print(f"{embedder.name}: threshold {point['threshold']:.4f} -> precision {point['precision']:.3f}, "
+              f"recall {point['recall']:.3f}, hit rate {point['hit_rate']:.3f} on {point['pairs']} pairs; "
+              f"saved to {store.path}")
+    return 0
+
+
+def run_evaluate(args, settings) -> int:
+    pairs = calibration.read_pairs(args.pairs)
+    embedder = load_embedder(args.embedder or settings.cache_embedder)
+    threshold = calibration.ThresholdStore(settings.data_dir).threshold(
+        embedder.name, args.threshold or settings.cache_semantic_threshold)
+    rows = calibration.decide(embedder, pairs, threshold, use_verify=not args.no_verify,
+                              progress=_progress(len(pairs), "L2 decisions"))
+    summary = {"embedder": embedder.name, "threshold": threshold, "verify": not args.no_verify,
+               **calibration.summarize(rows)}
+    if args.json:
+        out = sys.stdout.buffer
+        for row in rows:
+            out.write(orjson.dumps(row) + b"\n")
+        out.write(orjson.dumps(summary) + b"\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("kind", "cosine", "refused", "text_a", "text_b", title="false hits, then missed duplicates")
+    false_hits = [r for r in rows if r["hit"] and not r["label"]]
+    misses = sorted((r for r in rows if r["label"] and not r["hit"]), key=lambda r: -r["cosine"])
+    for kind, chosen in (("false hit", false_hits), ("miss", misses)):
+        for r in chosen[:args.show]:
+            table.add_row(kind, f"{r['cosine']:.3f}", r["refused"], r["text_a"], r["text_b"])
+    console = Console()
+    console.print(table)
+    summary_table = Table("metric", "value")
+    for key, value in summary.items():
+        summary_table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(summary_table)
+    return 0
