@@ -8,6 +8,7 @@ import faust
 from infra import clickhouse
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
+from streams.cache.stage import CacheStage
 from streams.distill import agent as distill_agent
 from streams.ingest import agent as ingest_agent
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
@@ -58,8 +59,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     ingest_agent.register(app, topics, settings, admission, book, controls)
     distill_agent.register(app, topics, settings, controls)
-    cache_agent.register(app, topics, settings, l1, controls)
-    postprocess_agent.register(app, topics, settings, l1, controls, book)
+    cache = CacheStage(l1, settings)
+    controls.listeners.append(cache.on_control)
+    cache_agent.register(app, topics, settings, cache, controls)
+    postprocess_agent.register(app, topics, settings, cache, controls, book)
     usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
     app.jev_topics = topics
