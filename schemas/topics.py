@@ -24,6 +24,8 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.control.v1", "key", "Control (latest value per key)", external=True),
     TopicSpec("jev.alerts.v1", "scope", "Alert", external=True),
     TopicSpec("jev.batch.v1", "job", "batch job members", external=True),
+    TopicSpec("jev.batch_merged.v1", "job", "MergedCall: generated merged prompt of several batch members"),
+    TopicSpec("jev.batch_results.v1", "job", "BatchResult (one per batch member)", external=True),
     TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review", external=True),
 )}
 

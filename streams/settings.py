@@ -41,18 +41,22 @@ class Settings:
                                          "empty = the bundled streams/postprocess/patterns.yaml.")
     backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
-    cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, hashing.")
+    cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, "
+                                       "hashing.")
     cache_semantic_threshold: float = _doc(0.0, "L2 cosine threshold; 0 = the one `jev cache calibrate` saved "
                                                 "for the embedder, else its built-in default.")
     cache_exact_index_max: int = _doc(10_000, "Entries per L2 partition searched exactly (numpy); "
                                               "beyond, a faiss HNSW index (ann extra).")
-    generator: str = _doc("auto", "Text generator of batch jobs and generate requests: auto (smollm2 if the cpu-llm "
-                                  "extra is installed, else extractive), extractive, smollm2, vllm:/model/dir.")
+    generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "
+                                        "deterministic), smollm2 (cpu-llm extra; real but minutes per merged call on "
+                                        "2 cores), vllm:/model/dir (gpu extra), or auto (smollm2 when installed).")
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "
                                     "workers/batch/templates.yaml.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
+    usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
+                                  "daily aggregates keep their own history.")
     log_level: str = _doc("warning", "Log level of workers.")
 
     @property

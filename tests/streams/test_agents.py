@@ -1,4 +1,7 @@
 """Each stage agent in Faust's test_context: no broker needed, every outbound send captured by a fixture."""
+import asyncio
+import time
+
 import orjson
 import pytest
 
@@ -17,6 +20,14 @@ class Captured:
         async def send(*args, value=None, **kwargs):
             self.sent.setdefault(topic_name, []).append(value)
         return send
+
+
+async def eventually(condition, timeout: float = 10.0) -> None:
+    """The cache agent embeds in a worker thread: wait for its output before leaving test_context."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the agent produced nothing in time"
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -58,6 +69,7 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[work()]))
+        await eventually(lambda: "scored" in captured.sent)
     hits = [w for batch in captured.sent["scored"] for w in batch.items]
     assert [(w.decision.tier, w.decision.action_id) for w in hits] == [("cache_l1", "a")]
     assert captured.sent.get("score", []) == [] or all(not b.items for b in captured.sent["score"])
@@ -91,6 +103,7 @@ async def test_version_bump_serves_a_stale_entry_once_and_queues_one_refresh(app
     async with app.agents["lookup_cache"].test_context() as agent:
         for _ in range(3):
             await agent.put(WorkBatch(items=[work()]))
+        await eventually(lambda: sum(len(b.items) for b in captured.sent.get("score", [])) == 3)
     served = [w.decision.chain[0] for b in captured.sent["scored"] for w in b.items]
     to_score = [w for b in captured.sent["score"] for w in b.items]
     assert served == ["cache_l1:stale"], "a stale entry is served exactly once"
@@ -103,6 +116,7 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
     original = work()
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[original]))
+        await eventually(lambda: "score" in captured.sent)
     async with app.agents["format_decision"].test_context() as agent:
         original.decision = scored
         await agent.put(WorkBatch(items=[original]))
@@ -112,5 +126,6 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
         for req in (rephrased, other_tenant):
             await agent.put(WorkBatch(items=[Work(request=req, admitted_at=0.0, model="gpt-4o-mini",
                                                   context=req.state, cache_key=req.request_id)]))
+        await eventually(lambda: len(captured.sent["score"]) == 2 and "scored" in captured.sent)
     hits = {w.request.request_id: w.decision.tier for b in captured.sent["scored"] for w in b.items}
     assert hits == {"r2": "cache_l2"}

@@ -1,0 +1,103 @@
+"""Batch agents: aggregate members into merged generation calls, split the output into per-member results.
+
+batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
+Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+
+from schemas.batch import BatchMember, BatchResult, MergedCall
+from schemas.records import Rejection, Request
+from streams.usage.events import usage_event
+from workers.batch import aggregate, config, split
+from workers.generation import load_generator
+
+REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
+
+
+def decode_member(raw: bytes) -> BatchMember:
+    """A BatchMember from JSON bytes, or ValueError naming the bad field."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("a batch member must be a JSON object")
+    missing = [f for f in REQUIRED if f not in data]
+    if missing:
+        raise ValueError(f"batch member misses {', '.join(missing)} (each line needs {', '.join(REQUIRED)})")
+    try:
+        member = BatchMember.loads(raw)
+    except Exception as exc:
+        raise ValueError(f"not a batch member: {exc}") from None
+    for name in ("job", "member", "kind", "template"):
+        if not isinstance(getattr(member, name), str) or not getattr(member, name):
+            raise ValueError(f"batch member field {name!r} must be a non-empty string")
+    if not isinstance(member.quota_tokens, int) or member.quota_tokens <= 0:
+        raise ValueError(f"batch member {member.member!r}: quota_tokens must be a positive integer")
+    if not isinstance(member.variables, dict):
+        raise ValueError(f"batch member {member.member!r}: variables must be a JSON object")
+    return member
+
+
+def member_request(result: BatchResult, tenant: str, service: str, business_line: str) -> Request:
+    return Request(request_id=f"{result.job}:{result.member}", tenant=tenant, service=service, kind="generate",
+                   decision_type=result.template, business_line=business_line, state="", business_event=result.job)
+
+
+def usage(result: BatchResult, member: BatchMember, model: str):
+    section = "failed" if result.status == "failed" else "retried" if result.retried else "merged"
+    return usage_event(member_request(result, member.tenant, member.service, member.business_line), "batch",
+                       section=section, model=model, input_tokens=result.input_tokens,
+                       output_tokens=result.output_tokens, nominal_tokens=result.individual_tokens,
+                       outcome="ok" if result.status == "ok" else "failed")
+
+
+def register(app, topics, settings) -> None:
+    model = settings.default_model
+    state: dict = {}
+
+    async def generator():
+        if "generator" not in state:  # loaded once, off the loop (SmolLM2 takes tens of seconds)
+            state["generator"] = await asyncio.to_thread(load_generator, settings.generator, model)
+        return state["generator"]
+
+    async def send_result(result: BatchResult) -> None:
+        await topics.batch_results.send(key=result.job.encode(), value=result.dumps())
+
+    @app.agent(topics.batch, name="aggregate_batch")
+    async def aggregate_batch(stream):
+        async for raws in stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000):
+            members, events = [], []
+            for raw in raws:
+                try:
+                    members.append(decode_member(raw))
+                except ValueError as exc:
+                    await topics.rejected.send(value=Rejection(reason="bad_batch_member", detail=str(exc),
+                                                               stage="batch", original=raw.decode("latin-1"),
+                                                               ts=time.time()))
+            cfg = config.load(settings.batch_templates)
+            for group in aggregate.group(members, settings.batch_window_max):
+                call, failed = aggregate.plan(group, cfg, model)
+                for result in failed:
+                    await send_result(result)
+                    events.append(usage(result, next(m for m in group if m.member == result.member), model))
+                if call is not None:
+                    call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
+                    await topics.batch_merged.send(key=call.job.encode(), value=call.dumps())
+            await topics.send_usage(events)
+
+    @app.agent(topics.batch_merged, name="split_batch")
+    async def split_batch(stream):
+        async for raw in stream:
+            call = MergedCall.loads(raw)
+            template = config.load(settings.batch_templates).template(call.template)
+            results = await asyncio.to_thread(split.split, call, template, await generator(), model)
+            members = {s.member.member: s.member for s in call.shares}
+            for result in results:
+                await send_result(result)
+            await topics.send_usage([usage(r, members[r.member], model) for r in results])

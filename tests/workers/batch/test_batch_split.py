@@ -1,0 +1,140 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from schemas.batch import BatchMember
+from streams import tokens
+from workers.batch import aggregate, config, report, split
+from workers.generation import ExtractiveGenerator, Generated
+
+MODEL = "gpt-4o-mini"
+CFG = config.load()
+TEMPLATE = CFG.template("weekly_report")
+SAMPLE = Path("workers/batch/sample_weekly_reports.jsonl")
+
+
+def sample_members(n: int = 12) -> list[BatchMember]:
+    return [BatchMember(**json.loads(line)) for line in SAMPLE.read_text().splitlines()[:n]]
+
+
+class Failing:
+    """A backend that errors (out of memory, timeout): members must fail explicitly, not vanish."""
+    name, model, label = "failing", "failing", "llm"
+
+    def generate(self, prompt: str, max_tokens: int) -> Generated:
+        raise RuntimeError("backend down")
+
+
+class Rambling:
+    """A model that ignores the layout: one paragraph, no member headers, no sections."""
+    name, model, label = "rambling", "rambling", "llm"
+
+    def generate(self, prompt: str, max_tokens: int) -> Generated:
+        return Generated("Sure! Here is a great report for everyone. " * 3, 10, 10, self.model, self.label)
+
+
+def planned(n: int = 4):
+    call, failed = aggregate.plan(sample_members(n), CFG, MODEL)
+    assert not failed
+    return call
+
+
+def test_parse_answers_and_sections():
+    text = "=== a ===\nSummary: fine\nRisks: none\nmore risk\n=== b ===\n**Summary**: ok\n=== a ===\nSummary: dup"
+    answers = split.parse_answers(text)
+    assert set(answers) == {"a", "b"} and answers["a"].startswith("Summary: fine")
+    assert split.parse_sections(answers["a"], ["Summary", "Risks"]) == {"Summary": "fine", "Risks": "none more risk"}
+    assert split.parse_sections(answers["b"], ["Summary", "Risks"]) == {"Summary": "ok"}
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (None, ["missing from the merged output"]),
+    ("Summary: a\nRisks: b\nNext steps: c", []),
+    ("Summary: a\nRisks: b", ["missing section Next steps"]),
+    ("Summary: a\nRisks: \nNext steps: c", ["missing section Risks"]),
+    ("Summary: " + "word " * 200 + "\nRisks: b\nNext steps: c", ["answer 212 tokens over its budget 120"]),
+])
+def test_contract_problems(answer, expected):
+    assert split.problems(answer, TEMPLATE, 120, MODEL) == expected
+
+
+@pytest.mark.parametrize("total, weights", [(10, [1, 1, 1]), (7, [0, 0]), (100, [5, 0, 3]), (0, [1, 2])])
+def test_apportion_sums_exactly(total, weights):
+    parts = split.apportion(total, weights)
+    assert sum(parts) == total and len(parts) == len(weights)
+
+
+def test_well_formed_merged_output_needs_no_retry():
+    gen = ExtractiveGenerator(MODEL)
+    call = aggregate.generate(planned(), gen, MODEL)
+    results = split.split(call, TEMPLATE, gen, MODEL)
+    assert [r.status for r in results] == ["ok"] * 4 and not any(r.retried for r in results)
+    assert all(r.label == "extractive" and set(r.sections) == {"Summary", "Risks", "Next steps"} for r in results)
+    assert sum(r.input_tokens for r in results) == call.prompt_tokens
+    assert sum(r.output_tokens for r in results) == call.output_tokens
+    assert all(r.quota_used <= r.quota_tokens for r in results)
+
+
+def test_malformed_members_are_retried_alone():
+    gen = ExtractiveGenerator(MODEL)
+    call = aggregate.generate(planned(), gen, MODEL)
+    answers = split.parse_answers(call.text)
+    ids = list(answers)
+    # member 0 lost its Risks line, member 1 is missing, member 2 is over budget; member 3 intact
+    broken = [f"=== {ids[0]} ===\n" + "\n".join(l for l in answers[ids[0]].splitlines() if not l.startswith("Risks")),
+              f"=== {ids[2]} ===\n" + answers[ids[2]] + "\n" + "filler " * 300,
+              f"=== {ids[3]} ===\n" + answers[ids[3]]]
+    call.text, call.output_tokens = "\n".join(broken), tokens.count("\n".join(broken), MODEL)
+    results = split.split(call, TEMPLATE, gen, MODEL)
+    assert [r.member for r in results] == ids
+    assert [r.retried for r in results] == [True, True, True, False]
+    assert all(r.status == "ok" for r in results)
+    assert results[0].input_tokens > call.shares[0].block_tokens + 100  # the retry re-sent the instructions
+
+
+def test_generator_down_gives_explicit_failures_for_everyone():
+    call = aggregate.generate(planned(), Failing(), MODEL)
+    assert call.error.startswith("RuntimeError")
+    results = split.split(call, TEMPLATE, Failing(), MODEL)
+    assert len(results) == 4 and all(r.status == "failed" and r.retried for r in results)
+    assert all("backend down" in r.error for r in results)
+
+
+def test_layout_ignored_fails_the_contract_after_one_retry():
+    gen = Rambling()
+    results = split.split(aggregate.generate(planned(2), gen, MODEL), TEMPLATE, gen, MODEL)
+    assert all(r.status == "failed" and "missing section Summary" in r.error for r in results)
+
+
+def test_unknown_template_and_tiny_quota_fail_explicitly():
+    members = sample_members(3)
+    members[0].quota_tokens = 20
+    call, failed = aggregate.plan(members, CFG, MODEL)
+    assert [f.member for f in failed] == [members[0].member] and "too small" in failed[0].error
+    assert [s.member.member for s in call.shares] == [m.member for m in members[1:]]
+    members[1].template = "nope"
+    call, failed = aggregate.plan([members[1]], CFG, MODEL)
+    assert call is None and failed[0].status == "failed" and "unknown batch template" in failed[0].error
+
+
+def test_group_by_job_and_template_in_chunks():
+    members = sample_members(5)
+    members[4].job = "other"
+    groups = aggregate.group(members, 3)
+    assert [[m.member for m in g] for g in groups] == [[m.member for m in members[:3]], [members[3].member],
+                                                        [members[4].member]]
+
+
+def test_sample_job_report_merged_beats_individual():
+    gen = ExtractiveGenerator(MODEL)
+    members = sample_members()
+    assert len(members) >= 10 and len({m.kind for m in members}) >= 4
+    call, failed = aggregate.plan(members, CFG, MODEL)
+    results = failed + split.split(aggregate.generate(call, gen, MODEL), TEMPLATE, gen, MODEL)
+    r = report.summarize("weekly", results, len(members), MODEL)
+    assert r["results"] == r["members"] == 12 and r["failed"] == 0 and r["merged_calls"] == 1
+    assert r["quota_violations"] == 0 and r["tokens_merged"] < r["tokens_individual"]
+    assert r["cost_merged"] < r["cost_individual"]
+    rnd = next(x for x in results if x.kind == "rnd")
+    assert "budget_usd" in rnd.trimmed and "budget_usd" not in rnd.text

@@ -1,0 +1,71 @@
+"""Aggregator: group the members of one window by (job, template), plan a merged call per group, generate it.
+
+Members that cannot take part (unknown template, quota too small for their essentials) come back as
+explicit failures, never dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+
+from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
+from streams import tokens
+from workers.batch import render
+from workers.batch.config import BatchConfig
+from workers.generation import Generator
+
+
+def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember]]:
+    """Members of the same job and template, in arrival order, in chunks of at most `max_members`."""
+    groups: dict[tuple[str, str], list[BatchMember]] = defaultdict(list)
+    for m in members:
+        groups[(m.job, m.template)].append(m)
+    return [g[i:i + max_members] for g in groups.values() for i in range(0, len(g), max_members)]
+
+
+def failure(member: BatchMember, error: str, call_id: str = "") -> BatchResult:
+    return BatchResult(job=member.job, member=member.member, kind=member.kind, template=member.template,
+                       status="failed", call_id=call_id, quota_tokens=member.quota_tokens, error=error)
+
+
+def call_id(members: list[BatchMember]) -> str:
+    """Stable per member set, so a redelivered window gives the same id."""
+    digest = hashlib.sha1("\n".join(f"{m.job}/{m.member}" for m in members).encode()).hexdigest()[:12]
+    return f"{members[0].job}:{digest}"
+
+
+def plan(members: list[BatchMember], config: BatchConfig, model: str) -> tuple[MergedCall | None, list[BatchResult]]:
+    """The merged call for one group (same job and template), and the members that cannot join it."""
+    failed, shares = [], []
+    try:
+        template = config.template(members[0].template)
+    except KeyError as exc:
+        return None, [failure(m, str(exc.args[0])) for m in members]
+    for m in dict((m.member, m) for m in members).values():  # a member listed twice is planned once
+        try:
+            block, size, trimmed = render.trim(m, template, config.drops(m.kind), model)
+        except render.QuotaTooSmall as exc:
+            failed.append(failure(m, str(exc)))
+            continue
+        budget = render.output_budget(template, m.quota_tokens)
+        shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed,
+                                  individual_tokens=render.individual_tokens(template, block, budget, model)))
+    if not shares:
+        return None, failed
+    prompt = render.merged_prompt(template, [s.block for s in shares])
+    max_tokens = sum(s.output_budget + render.answer_overhead(s.member.member, model) for s in shares)
+    return MergedCall(call_id=call_id([s.member for s in shares]), job=members[0].job, template=template.id,
+                      prompt=prompt, prompt_tokens=tokens.count(prompt, model), max_tokens=max_tokens,
+                      shares=shares), failed
+
+
+def generate(call: MergedCall, generator: Generator, model: str) -> MergedCall:
+    """Run the merged call; a generator error is recorded on the call (the splitter retries each member)."""
+    try:
+        out = generator.generate(call.prompt, call.max_tokens)
+    except Exception as exc:  # any backend failure: members are retried one by one, not lost
+        call.error, call.generator = f"{type(exc).__name__}: {exc}", generator.name
+        return call
+    call.text, call.label, call.generator = out.text, out.label, generator.name
+    call.output_tokens, call.latency_ms = tokens.count(out.text, model), out.latency_ms
+    return call

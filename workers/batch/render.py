@@ -1,0 +1,143 @@
+"""Render batch members into prompt blocks, trim them to their quota, and build merged and individual prompts.
+
+A member's quota covers its own block in the prompt plus its answer; the shared instructions are paid once
+per call and reported apart. Over quota, trimming goes: the fields its kind drops first (config), then the
+remaining non-essential fields, biggest first, then the tails of its longest lists, then a token cut.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.batch import BatchMember
+from streams import tokens
+from workers.batch.config import BatchTemplate
+
+MIN_BLOCK_TOKENS = 24  # a block smaller than this cannot carry a member's essentials
+
+
+class QuotaTooSmall(ValueError):
+    pass
+
+
+def inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={inline(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "; ".join(inline(v) for v in value)
+    return str(value)
+
+
+def render_variables(variables: dict[str, Any]) -> str:
+    """Compact text: `key: value` lines; lists of objects one `- k: v | k: v` line per item."""
+    lines = []
+    for key, value in variables.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{key}:")
+            lines.extend("- " + " | ".join(f"{k}: {inline(v)}" for k, v in item.items()) for item in value)
+        else:
+            lines.append(f"{key}: {inline(value)}")
+    return "\n".join(lines)
+
+
+def block_text(member: BatchMember, variables: dict[str, Any], output_budget: int) -> str:
+    header = f"### member {member.member} (kind {member.kind}, answer within {output_budget} tokens)"
+    return f"{header}\n{render_variables(variables)}\n"
+
+
+def without(value: Any, key: str) -> tuple[Any, bool]:
+    """`value` with every `key` removed at any depth, and whether anything was removed."""
+    if isinstance(value, dict):
+        removed = key in value
+        out = {}
+        for k, v in value.items():
+            if k != key:
+                out[k], sub = without(v, key)
+                removed |= sub
+        return out, removed
+    if isinstance(value, list):
+        pairs = [without(v, key) for v in value]
+        return [v for v, _ in pairs], any(r for _, r in pairs)
+    return value, False
+
+
+def field_sizes(value: Any, model: str, sizes: dict[str, int] | None = None) -> dict[str, int]:
+    """Tokens held by each leaf key name (its value holds no objects), summed over every depth."""
+    sizes = {} if sizes is None else sizes
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        if isinstance(k, str) and not holds_objects(v):
+            sizes[k] = sizes.get(k, 0) + tokens.count(f"{k}: {inline(v)}", model)
+        field_sizes(v, model, sizes)
+    return sizes
+
+
+def holds_objects(value: Any) -> bool:
+    return isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value))
+
+
+def output_budget(template: BatchTemplate, quota: int) -> int:
+    return min(template.output_tokens, quota // 3)
+
+
+def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str) -> tuple[str, int, list[str]]:
+    """(block, block tokens, what was trimmed) with block + output budget within the member's quota."""
+    budget_out = output_budget(template, member.quota_tokens)
+    limit = member.quota_tokens - budget_out
+    if limit < MIN_BLOCK_TOKENS:
+        raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: the block needs at least "
+                            f"{MIN_BLOCK_TOKENS} tokens besides a {budget_out}-token answer")
+    variables, trimmed = dict(member.variables), []
+
+    def current() -> tuple[str, int]:
+        text = block_text(member, variables, budget_out)
+        return text, tokens.count(text, model)
+
+    text, size = current()
+    biggest_first = sorted(field_sizes(variables, model).items(), key=lambda kv: -kv[1])
+    for key in (*drops, *(k for k, _ in biggest_first)):
+        if size <= limit:
+            break
+        if key in template.essential or key in trimmed:
+            continue
+        variables, removed = without(variables, key)
+        if removed:
+            trimmed.append(key)
+            text, size = current()
+    while size > limit:
+        lists = [k for k, v in variables.items() if isinstance(v, list) and len(v) > 1]
+        if not lists:
+            break
+        longest = max(lists, key=lambda k: len(variables[k]))
+        variables[longest] = variables[longest][:-1]
+        trimmed.append(f"{longest}[-1]")
+        text, size = current()
+    if size > limit:
+        text = tokens.truncate(text, limit - 1, model).rstrip() + "\n"
+        size = tokens.count(text, model)
+        trimmed.append("truncated")
+    return text, size, trimmed
+
+
+def shared_header(template: BatchTemplate, several: bool) -> str:
+    lines = "\n".join(f"- {name}: {what}" for name, what in template.sections)
+    who = "each member below, in the order given" if several else "the member below"
+    return (f"{template.instructions}\n\nWrite one answer for {who}. Start each answer with a line "
+            f"\"=== <member id> ===\", then one line per section, \"<Section>: <text>\", in this order:\n"
+            f"Sections:\n{lines}\nKeep each answer within its token budget.\n\n")
+
+
+FOOTER = "### end\n"
+
+
+def merged_prompt(template: BatchTemplate, blocks: list[str]) -> str:
+    return shared_header(template, len(blocks) > 1) + "".join(blocks) + FOOTER
+
+
+def individual_tokens(template: BatchTemplate, block: str, budget: int, model: str) -> int:
+    """What this member alone would cost: the instructions re-sent with its block, plus its output budget."""
+    return tokens.count(merged_prompt(template, [block]), model) + budget
+
+
+def answer_overhead(member_id: str, model: str) -> int:
+    """Tokens of the `=== id ===` line that opens a member's answer in a merged output."""
+    return tokens.count(f"=== {member_id} ===\n", model)
