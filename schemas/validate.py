@@ -61,6 +61,21 @@ def check_fields(data: Any, record: type[faust.Record], path: str = "") -> None:
         _check(value, fields[name], f"{path}{name}")
 
 
+MAX_DEPTH = 64
+
+
+def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when JSON containers nest deeper than `limit` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def decode(raw: bytes, record: type[faust.Record], max_bytes: int):
     """bytes → record, or Invalid with a reason code (too_large, bad_json, wrong_type, …)."""
     if len(raw) > max_bytes:
@@ -70,5 +85,7 @@ def decode(raw: bytes, record: type[faust.Record], max_bytes: int):
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise Invalid("bad_json", f"not valid UTF-8 JSON: {exc}") from None
+    if depth_exceeds(data):
+        raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state")
     check_fields(data, record)
     return record.from_data(data)

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import faust
 
-from infra import clickhouse
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
@@ -16,13 +15,15 @@ from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
+from streams.usage.spill import durable_sink
 from streams import kafka_tuning, tokens
 from streams.control import ControlReader, Controls
 from streams.wire import Topics
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
-    """The stream-processing app. `sink` defaults to a UsageSink on settings.clickhouse, opened at start."""
+    """The stream-processing app. `sink` (anything with insert(events)) defaults to durable_sink(settings),
+    opened when the first usage arrives."""
     kafka_tuning.install()
     tokens.configure(settings.tokenizers)
     app = faust.App(
@@ -54,8 +55,11 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     def get_sink():
         if state["sink"] is None:
-            state["sink"] = usage_sink.UsageSink(clickhouse.open_migrated(settings.clickhouse))
+            state["sink"] = durable_sink(settings)
         return state["sink"]
+
+    if sink is not None and hasattr(sink, "on_control"):
+        controls.listeners.append(sink.on_control)
 
     ingest_agent.register(app, topics, settings, admission, book, controls)
     distill_agent.register(app, topics, settings, controls)

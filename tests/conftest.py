@@ -30,3 +30,27 @@ def broker():
 
     with LocalBroker() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def clickhouse_dsn(tmp_path_factory) -> str:
+    """chdb binds one data directory per process, so every in-process ClickHouse user shares this one
+    (an in-process Pipeline too: pass settings.replace(clickhouse_dsn=clickhouse_dsn) and use usage_db)."""
+    return f"chdb:///{tmp_path_factory.mktemp('clickhouse')}"
+
+
+@pytest.fixture(scope="session")
+def clickhouse_session(clickhouse_dsn):
+    """The embedded ClickHouse, migrated."""
+    from infra import clickhouse
+
+    return clickhouse.open_migrated(clickhouse_dsn)
+
+
+@pytest.fixture
+def usage_db(clickhouse_session):
+    """The shared embedded ClickHouse with every usage table emptied."""
+    from infra.clickhouse import truncate_usage
+
+    truncate_usage(clickhouse_session)
+    return clickhouse_session

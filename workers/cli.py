@@ -6,7 +6,7 @@ import importlib
 import pkgutil
 import sys
 
-from streams import settings as settings_mod
+from streams import logsafe, settings as settings_mod
 from workers import commands
 
 EPILOG = """Settings come from JEV_* environment variables: `jev config` lists them.
@@ -23,6 +23,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    logsafe.install()
     top = parser()
     args = top.parse_args(argv)
     if not getattr(args, "func", None):

@@ -5,8 +5,11 @@ Used by `jev demo`, the integration tests, `jev chaos` and the benchmarks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,11 +19,12 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from infra import clickhouse
-from infra.broker import LocalBroker, create_topics
+from infra.broker import LocalBroker, _die_with_parent as die_with_parent, create_topics
 from schemas.records import Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
-from streams.usage.sink import UsageSink
+from streams.usage.spill import durable_sink
+from workers.analytics.owner import QueryServer
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -33,22 +37,38 @@ def percentile(values: list[float], q: float) -> float:
 class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
-    def __init__(self, settings, known_types: set[str], fresh: bool = True):
+    def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False):
+        """`stages_process`: run the Faust stages in a child process (`python -m workers.pipeline`) that owns
+        ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None."""
         self.root = Path(settings.data_dir).resolve() / "pipeline"
+        self.fresh = fresh
+        self.query_server = None
         if fresh and self.root.exists():
             shutil.rmtree(self.root)
         self.broker = LocalBroker(log=None)
         self.known_types = known_types
         self.base = settings
         self.scoring: subprocess.Popen | None = None
+        self.stages_process = stages_process
+        self.stages: subprocess.Popen | None = None
+        self.ch = self.app = self.worker = None
+        self.restarts = {"faust": 0, "scoring": 0}
 
     async def __aenter__(self) -> "Pipeline":
         self.broker.start()
+        self.root.mkdir(parents=True, exist_ok=True)
         self.settings = self.base.replace(broker=self.broker.url, data_dir=str(self.root),
-                                          clickhouse_dsn=f"chdb:///{self.root / 'clickhouse'}")
+                                          clickhouse_dsn=self.base.clickhouse)
         await create_topics(self.settings.bootstrap, [t.name for t in TOPICS.values()], self.settings.partitions)
-        self.ch = clickhouse.open_migrated(self.settings.clickhouse)
-        self.app = create_app(self.settings, self.known_types, sink=UsageSink(self.ch))
+        if self.stages_process:
+            await asyncio.to_thread(self.start_stages)
+            await asyncio.to_thread(self.start_scoring)
+            return self
+        self.ch = clickhouse.open_migrated(self.settings.clickhouse, self.settings.usage_ttl_days)
+        if self.fresh:
+            clickhouse.truncate_usage(self.ch)
+        self.query_server = await QueryServer(self.ch, self.settings.clickhouse).__aenter__()
+        self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
                                    daemon=False, redirect_stdouts=False, quiet=True)
         self.worker.spinner = None  # Faust's terminal spinner writes escape codes at exit
@@ -56,31 +76,74 @@ class Pipeline:
         self.start_scoring()
         return self
 
-    def start_scoring(self) -> None:
-        env = {**os.environ, "JEV_BROKER": self.settings.broker, "JEV_DATA_DIR": self.settings.data_dir,
-               "JEV_BACKEND": self.settings.backend, "JEV_APP_ID": self.settings.app_id}
-        self.scoring = subprocess.Popen([sys.executable, "-m", "workers.scoring.worker"], env=env,
-                                        stdin=subprocess.DEVNULL)
-        ready = Path(self.settings.data_dir) / f"scoring-{self.scoring.pid}.ready"
+    def child_env(self) -> dict:
+        """Every setting as its JEV_* variable, so a child process sees exactly this pipeline's settings."""
+        return {**os.environ, **{f"JEV_{f.name.upper()}": str(getattr(self.settings, f.name))
+                                 for f in dataclasses.fields(self.settings)}}
+
+    def spawn(self, module: str, ready_prefix: str) -> subprocess.Popen:
+        """Start `python -m module` and wait for its readiness file (<data_dir>/<prefix>-<pid>.ready)."""
+        proc = subprocess.Popen([sys.executable, "-m", module], env=self.child_env(), stdin=subprocess.DEVNULL,
+                                preexec_fn=die_with_parent)
+        ready = Path(self.settings.data_dir) / f"{ready_prefix}-{proc.pid}.ready"
         deadline = time.monotonic() + 300
         while not ready.exists():
-            if self.scoring.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the scoring worker did not start (exit code {self.scoring.poll()}); "
-                                   f"run `python -m workers.scoring.worker` to see why")
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{module} did not start (exit code {proc.poll()}); "
+                                   f"run `python -m {module}` to see why")
             time.sleep(0.1)
+        return proc
+
+    def start_scoring(self) -> None:
+        self.scoring = self.spawn("workers.scoring.worker", "scoring")
+
+    def start_stages(self) -> None:
+        self.stages = self.spawn("workers.pipeline", "stages")
+
+    def kill(self, role: str) -> int:
+        """SIGKILL the Faust stage process (`faust`) or the scoring worker (`scoring`); returns its pid."""
+        proc = {"faust": self.stages, "scoring": self.scoring}[role]
+        if proc is None:
+            raise ValueError(f"no {role} process to kill (the Faust stages run in a process only with "
+                             f"stages_process=True)")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        prefix = "stages" if role == "faust" else "scoring"
+        (Path(self.settings.data_dir) / f"{prefix}-{proc.pid}.ready").unlink(missing_ok=True)
+        return proc.pid
+
+    async def restart(self, role: str) -> None:
+        """Start a fresh process in place of a killed one (blocking start moved off the event loop)."""
+        await asyncio.to_thread(self.start_stages if role == "faust" else self.start_scoring)
+        self.restarts[role] += 1
+
+    @staticmethod
+    def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
+        if proc and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     async def __aexit__(self, *exc) -> None:
-        if self.scoring and self.scoring.poll() is None:
-            self.scoring.terminate()
-            try:
-                self.scoring.wait(10)
-            except subprocess.TimeoutExpired:
-                self.scoring.kill()
-        await self.worker.stop()
+        await asyncio.to_thread(self.stop_process, self.scoring, 10)
+        await self.stop_stages()
+        if self.query_server is not None:
+            await self.query_server.__aexit__(*exc)
         self.broker.stop()
 
-    async def publish(self, payloads: list[bytes]) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap, linger_ms=5)
+    async def stop_stages(self) -> None:
+        """Stop the Faust stages (gracefully: the sink flushes and releases ClickHouse)."""
+        if self.worker is not None:
+            await self.worker.stop()
+            self.worker = None
+        await asyncio.to_thread(self.stop_process, self.stages)
+
+    async def publish(self, payloads: list[bytes], max_request_size: int = 1048576) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap, linger_ms=5,
+                                    max_request_size=max_request_size)
         await producer.start()
         try:
             for raw in payloads:
@@ -125,6 +188,9 @@ class Pipeline:
         return self.usage_rows()
 
     def usage_rows(self) -> int:
+        if self.ch is None:
+            raise RuntimeError("ClickHouse belongs to the stage process (stages_process=True); "
+                               "query it after stop_stages() from a process that opens settings.clickhouse")
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
 
 
@@ -133,3 +199,43 @@ def known_decision_types() -> set[str]:
 
     return set(getattr(engine, "known_decision_types", lambda: {"inventory_transfer", "risk_interception",
                                                                  "ranking", "customer_service"})())
+
+
+def serve_stages() -> None:
+    """The Faust stage process (`jev worker stream`): every stage agent; ClickHouse through the durable sink,
+    answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
+
+    Writes <data_dir>/stages-<pid>.ready once the app runs. Events spilled while ClickHouse was unavailable
+    (or by a killed predecessor) are drained from <data_dir>/spill.
+    """
+    from streams import logsafe, settings as settings_mod
+    from streams.metrics import start_metrics_server
+
+    logsafe.install()
+    settings = settings_mod.load()
+    logging.basicConfig(level=settings.log_level.upper())
+    start_metrics_server(settings)
+    sink = durable_sink(settings)
+    app = create_app(settings, known_decision_types(), sink=sink)
+    ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
+    query_server = QueryServer(sink.inner.client, settings.clickhouse)
+
+    @app.task
+    async def mark_ready():
+        await query_server.__aenter__()
+        ready.touch()
+
+    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True)
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    finally:
+        ready.unlink(missing_ok=True)
+        if query_server.path is not None:
+            query_server.path.unlink(missing_ok=True)
+        sink.drain(timeout=10)
+        sink.close()
+
+
+if __name__ == "__main__":
+    serve_stages()

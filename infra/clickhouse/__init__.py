@@ -5,10 +5,14 @@ so applying twice is a no-op.
 """
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
 import clickhouse_connect
+
+USAGE_TABLES = ["usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
+                "usage_by_business_day", "usage_event_ids"]
 
 USAGE_COLUMNS = ["event_id", "request_id", "ts", "tenant", "service", "business_line", "session_id", "user_id",
                  "decision_type", "stage", "stack", "model", "input_tokens", "cache_read_tokens", "output_tokens",
@@ -16,10 +20,26 @@ USAGE_COLUMNS = ["event_id", "request_id", "ts", "tenant", "service", "business_
                  "business_event"]
 
 
+class DataDirBusy(RuntimeError):
+    """Another process owns the embedded engine's data directory."""
+
+
 def connect(dsn: str):
     if dsn.startswith("chdb://"):
         Path(dsn.removeprefix("chdb://")).mkdir(parents=True, exist_ok=True)
-    return clickhouse_connect.get_client(dsn=dsn)
+    try:
+        return clickhouse_connect.get_client(dsn=dsn)
+    except Exception as e:
+        if "Cannot lock file" in str(e) or "Another server instance" in str(e):
+            raise DataDirBusy(f"{dsn} is owned by another running process (a `jev demo` or worker): stop it, "
+                              f"or set JEV_CLICKHOUSE_DSN to a ClickHouse server both can reach") from None
+        raise
+
+
+def statements(sql: str) -> list[str]:
+    """A migration's statements: comment lines dropped, split at a `;` that ends a line."""
+    code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [s.strip() for s in re.split(r";\s*$", code, flags=re.M) if s.strip()]
 
 
 def migrations() -> list[tuple[str, str]]:
@@ -36,15 +56,31 @@ def migrate(client) -> list[str]:
     for name, sql in migrations():
         if name in done:
             continue
-        code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-        for statement in filter(None, (s.strip() for s in code.split(";"))):
+        for statement in statements(sql):
             client.command(statement)
         client.insert("schema_migrations", [[name]], column_names=["name"])
         applied.append(name)
     return applied
 
 
-def open_migrated(dsn: str):
+def set_ttl(client, days: int) -> None:
+    """Keep usage rows `days` days (0 = forever); the aggregate tables keep their own history."""
+    has_ttl = " TTL " in client.query("SELECT engine_full FROM system.tables WHERE database = currentDatabase() "
+                                      "AND name = 'usage_events'").result_rows[0][0]
+    if days > 0:
+        client.command(f"ALTER TABLE usage_events MODIFY TTL toDateTime(ts) + INTERVAL {int(days)} DAY")
+    elif has_ttl:
+        client.command("ALTER TABLE usage_events REMOVE TTL")
+
+
+def open_migrated(dsn: str, ttl_days: int = 0):
     client = connect(dsn)
     migrate(client)
+    set_ttl(client, ttl_days)
     return client
+
+
+def truncate_usage(client) -> None:
+    """Empty usage_events and its aggregates (a fresh demo run); the schema stays."""
+    for table in USAGE_TABLES:
+        client.command(f"TRUNCATE TABLE IF EXISTS {table}")

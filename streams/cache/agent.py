@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
+from streams.metrics import observe_cache
+
 
 def register(app, topics, settings, stage, controls) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
@@ -19,6 +21,7 @@ def register(app, topics, settings, stage, controls) -> None:
                     misses.append(work)
                 else:
                     hits.append(stage.answer(work, hit))
+                observe_cache(hit.level if hit else "miss", hit is not None)
             misses.extend(stage.refreshes())
             await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)
             await topics.send_work(topics.scored, hits, key=lambda w: w.cache_key)

@@ -34,13 +34,24 @@ def language_of(text: str) -> str:
     return "ja" if "ja" in found else (found[0] if found else "latin")
 
 
+QUESTION_FIELDS = ("question", "text", "query")
+
+
+def asks_in_words(request: Request) -> bool:
+    """A question in words (a text state, or a question/text/query field): what an embedder can match.
+    Structured states are matched exactly (L1) only."""
+    state = request.state
+    return isinstance(state, str) or (isinstance(state, dict) and any(isinstance(state.get(f), str)
+                                                                      for f in QUESTION_FIELDS))
+
+
 def question_of(request: Request) -> str:
     """The text L2 matches on: the state when it is text, else its question/text field, else the state as JSON."""
     state = request.state
     if isinstance(state, str):
         return state
     if isinstance(state, dict):
-        for field_name in ("question", "text", "query"):
+        for field_name in QUESTION_FIELDS:
             if isinstance(state.get(field_name), str):
                 return state[field_name]
     return orjson.dumps(state, option=orjson.OPT_SORT_KEYS).decode()

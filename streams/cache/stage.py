@@ -11,7 +11,7 @@ from schemas.records import Decision, Work
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
-from streams.cache.semantic import SemanticCache, partition_of, question_of
+from streams.cache.semantic import SemanticCache, asks_in_words, partition_of, question_of
 
 PENDING_VECTORS = 10_000
 
@@ -35,8 +35,14 @@ class CacheStage:
         if control.kind == "version":
             self.versions.bump(control.key, str(control.value))
 
-    def embed(self, works: list[Work]):
-        return self.semantic.embedder.embed([question_of(w.request) for w in works])
+    def embed(self, works: list[Work]) -> list:
+        """L2 vectors for the works that ask a question in words; None for the others."""
+        asking = [i for i, w in enumerate(works) if asks_in_words(w.request)]
+        vectors = [None] * len(works)
+        if asking:
+            for i, vector in zip(asking, self.semantic.embedder.embed([question_of(works[i].request) for i in asking])):
+                vectors[i] = vector
+        return vectors
 
     def lookup(self, work: Work, switches, vector=None) -> Hit | None:
         hit = None

@@ -1,6 +1,7 @@
 """postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
 from __future__ import annotations
 
+from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
 from streams.usage.events import usage_event
 
@@ -16,6 +17,7 @@ def register(app, topics, settings, cache, controls, book) -> None:
                 done = finalize(work, config=settings.postprocess_patterns or None)
                 decision = done.decision
                 usage.extend(done.usage)
+                observe_decision(decision, work.request.decision_type)
                 reservation = book.open.get(decision.request_id)
                 if reservation is not None:
                     for alert in book.settle(reservation, decision.input_tokens + decision.output_tokens, decision.cost):

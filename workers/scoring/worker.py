@@ -9,12 +9,15 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from schemas.records import UsageBatch, WorkBatch
+from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
+from streams.control import ControlReader, Controls
+from streams.wire import DEAD_LETTER_ORIGINAL_MAX, well_formed
 from workers.scoring.engine import build_engine
 
 log = logging.getLogger("jev.scoring")
@@ -41,6 +44,9 @@ class ScoringWorker:
             enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000, fetch_max_wait_ms=20,
             heartbeat_interval_ms=1000)
         producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all")
+        controls = Controls()
+        controls.switches = self.engine.switches  # the engine reads switch changes live
+        follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         await consumer.start()
         await producer.start()
         ready_file(s).touch()
@@ -51,32 +57,71 @@ class ScoringWorker:
                     await self.handle(polled, producer)
                     await consumer.commit()
         finally:
+            follow.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await producer.stop()
 
     async def handle(self, polled: dict, producer: AIOKafkaProducer) -> None:
-        by_partition = {tp.partition: [w for msg in msgs for w in WorkBatch.loads(msg.value).items]
-                        for tp, msgs in polled.items()}
+        by_partition: dict[int, list[Work]] = {}
+        sends = []
+        for tp, msgs in polled.items():
+            for msg in msgs:
+                batch = decode_batch(msg.value)
+                if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
+                    sends.append(await producer.send(name("rejected"), batch.dumps()))
+                    continue
+                by_partition.setdefault(tp.partition, []).extend(batch.items)
         works = [w for ws in by_partition.values() for w in ws]
-        results = await asyncio.to_thread(self.engine.decide_batch, works)
+        results = await asyncio.to_thread(self.decide_each, works)
         usage = []
         for work, (decision, events) in zip(works, results):
             work.decision = decision
             usage.extend(events)
-        sends = [await producer.send(name("scored"), WorkBatch(items=ws).dumps(), partition=p)
-                 for p, ws in by_partition.items() if ws]
+        sends += [await producer.send(name("scored"), WorkBatch(items=ws).dumps(), partition=p)
+                  for p, ws in by_partition.items() if ws]
         if usage:
             sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
         await asyncio.gather(*sends)
         self.decided += len(works)
 
+    def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
+        """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
+        instead of taking the whole micro-batch (and the worker) down."""
+        try:
+            return self.engine.decide_batch(works)
+        except Exception:
+            results = []
+            for work in works:
+                try:
+                    results.extend(self.engine.decide_batch([work]))
+                except Exception as exc:
+                    log.exception("engine failed on %s", work.request.request_id)
+                    results.append((Decision(request_id=work.request.request_id, tier="fallback",
+                                             error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
+            return results
+
+
+def decode_batch(raw: bytes) -> WorkBatch | Rejection:
+    try:
+        batch = WorkBatch.loads(raw)
+        if well_formed(batch):
+            return batch
+        detail = "WorkBatch has fields of the wrong type"
+    except Exception as exc:
+        detail = f"undecodable WorkBatch: {exc}"
+    return Rejection(reason="bad_internal_message", detail=detail, stage="score",
+                     original=raw[:DEAD_LETTER_ORIGINAL_MAX].decode("latin-1"), ts=time.time())
+
 
 def main() -> None:
-    from streams import settings as settings_mod
+    from streams import logsafe, settings as settings_mod
+    from streams.metrics import start_metrics_server
 
+    logsafe.install()
     settings = settings_mod.load()
     logging.basicConfig(level=settings.log_level.upper())
+    start_metrics_server(settings)
     worker = ScoringWorker(settings)
 
     async def serve():

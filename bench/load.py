@@ -1,0 +1,260 @@
+"""Load: the local pipeline at rising request rates, against a bare two-agent Faust pipeline on the same broker.
+
+Pipeline: the Faust stages in their own process (as deployed), one scoring worker, ClickHouse sink. Each step
+publishes at a fixed rate for --step-s seconds; a request's latency is the time from publishing it to reading
+its decision. The rate rises until the pipeline falls behind (decisions < 90% of the offered rate, or p99 over
+--p99-ms), or --max-total-s is spent. Then a burst of --burst requests is published at once: decisions_per_s is
+the burst size over the time to decide it all (the saturated throughput; the pipeline is already running).
+Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
+UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory; the same
+burst size of the same requests, pre-published, timed from its first micro-batch to the last row inserted.
+Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}.
+
+    .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 2000] [--backend lexical]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from schemas.topics import name
+from streams import settings as settings_mod
+from workers import workload
+from workers.chaos import Collector, consumer_lag
+from workers.pipeline import Pipeline, known_decision_types, percentile
+
+BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def paced_publish(bootstrap: str, payloads: list[bytes], rate: float, sent_at: dict[str, float]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    await producer.start()
+    try:
+        start = time.monotonic()
+        for i, raw in enumerate(payloads):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent_at[orjson.loads(raw)["request_id"]] = time.monotonic()
+            await producer.send(name("requests"), raw)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+HOPS = ("requests", "admitted", "distilled", "score", "scored", "decisions")
+
+
+async def hop_latencies(bootstrap: str, ids: set[str]) -> dict[str, float]:
+    """Median delay between a request's message on one topic and the next (Kafka CreateTime), in ms:
+    where the time goes, stage by stage (score → scored is the scoring worker; cache hits skip it)."""
+    from aiokafka import AIOKafkaConsumer
+
+    seen: dict[str, dict[str, int]] = {hop: {} for hop in HOPS}
+    for hop in HOPS:
+        consumer = AIOKafkaConsumer(name(hop), bootstrap_servers=bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        await consumer.start()
+        try:
+            while batch := await consumer.getmany(timeout_ms=1000):
+                for msg in (m for msgs in batch.values() for m in msgs):
+                    body = orjson.loads(msg.value)
+                    rids = [w["request"]["request_id"] for w in body["items"]] if "items" in body \
+                        else [body.get("request_id")]
+                    for rid in rids:
+                        if rid in ids:
+                            seen[hop].setdefault(rid, msg.timestamp)
+        finally:
+            await consumer.stop()
+    out = {}
+    for a, b in (("requests", "admitted"), ("admitted", "distilled"), ("distilled", "score"), ("score", "scored"),
+                 ("distilled", "scored"), ("scored", "decisions")):
+        deltas = [seen[b][r] - seen[a][r] for r in seen[b] if r in seen[a]]
+        out[f"{a}->{b}"] = percentile(deltas, 0.5)
+    return out
+
+
+async def wait_for(collector: Collector, ids: set[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ids <= collector.decisions.keys() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
+    return [orjson.dumps({**orjson.loads(p), "request_id": f"{tag}-{i}"}) for i, p in enumerate(payloads)]
+
+
+async def run_pipeline(settings, args) -> tuple[dict, str]:
+    base = workload.generate(max(args.burst, int(max(args.rates) * args.step_s)), seed=21)
+    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
+        bootstrap = pipe.settings.bootstrap
+        collector = Collector(bootstrap)
+        following = asyncio.create_task(collector.run())
+        sent_at: dict[str, float] = {}
+        warm = tagged(base[:50], "warm")
+        await paced_publish(bootstrap, warm, 1000, sent_at)
+        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 120)
+        started, steps, published = time.monotonic(), [], set(sent_at)
+        for rate in args.rates:
+            if time.monotonic() - started > args.max_total_s:
+                break
+            payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
+            ids = {orjson.loads(p)["request_id"] for p in payloads}
+            published |= ids
+            t0 = time.monotonic()
+            await paced_publish(bootstrap, payloads, rate, sent_at)
+            await wait_for(collector, ids, timeout=args.step_s * 2)
+            done = [i for i in ids if i in collector.first_seen]
+            elapsed = (max(collector.first_seen[i] for i in done) - t0) if done else float("inf")
+            latencies = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in done]
+            step = {"offered_per_s": rate, "decided": len(done), "of": len(ids),
+                    "decisions_per_s": round(len(done) / elapsed, 1), "p50_ms": percentile(latencies, 0.5),
+                    "p99_ms": percentile(latencies, 0.99)}
+            steps.append(step)
+            log(f"rate {rate}/s: {step}")
+            if len(done) < len(ids) or step["decisions_per_s"] < 0.9 * rate or step["p99_ms"] > args.p99_ms:
+                break
+        burst = tagged(base[:args.burst], "burst")
+        ids = {orjson.loads(p)["request_id"] for p in burst}
+        published |= ids
+        t0 = time.monotonic()
+        await paced_publish(bootstrap, burst, 1e9, sent_at)
+        await wait_for(collector, ids, timeout=max(60.0, args.burst / 20))
+        done = [i for i in ids if i in collector.first_seen]
+        burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
+        log(f"burst {len(done)}/{len(ids)} decided in {burst_s:.1f} s")
+        hops = await hop_latencies(bootstrap, {i for i in ids if i in collector.first_seen})
+        log(f"median hop delays (ms): {hops}")
+        lag = await consumer_lag(bootstrap, pipe.settings.app_id,
+                                 [name(t) for t in ("requests", "admitted", "distilled", "scored", "usage")],
+                                 pipe.settings.partitions)
+        bare = await asyncio.to_thread(run_bare_child, pipe.settings, burst)
+        collector.stopping.set()
+        await following
+    kept_up = [s for s in steps if s["decided"] == s["of"] and s["p99_ms"] <= args.p99_ms]
+    tiers: dict[str, int] = {}
+    for i in ids:
+        if i in collector.decisions:
+            tiers[collector.decisions[i].tier] = tiers.get(collector.decisions[i].tier, 0) + 1
+    report = {"decisions_per_s": round(len(done) / burst_s, 1), "burst": args.burst,
+              "sustained_rate_per_s": max((s["offered_per_s"] for s in kept_up), default=0),
+              "p99_ms": max((s["p99_ms"] for s in kept_up), default=steps[-1]["p99_ms"] if steps else 0.0),
+              "lost": len(published - collector.decisions.keys()), "burst_tiers": tiers,
+              "hop_median_ms": hops, "lag_after": lag, "steps": steps}
+    return report, bare
+
+
+def run_bare_child(settings, payloads: list[bytes]) -> dict:
+    """The bare reference in its own process (one ClickHouse directory per process), on the same broker."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
+        f.write(b"\n".join(payloads))
+    data_dir = tempfile.mkdtemp(prefix="jev-bare-")
+    env = {**os.environ, "JEV_BROKER": settings.broker, "JEV_DATA_DIR": data_dir, "JEV_CLICKHOUSE_DSN": ""}
+    proc = subprocess.run([sys.executable, __file__, "--bare-child", f.name], env=env, capture_output=True,
+                          timeout=600)
+    os.unlink(f.name)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if proc.returncode:
+        raise RuntimeError(f"bare reference failed: {proc.stderr.decode()[-2000:]}")
+    return orjson.loads(proc.stdout.splitlines()[-1])
+
+
+async def bare_reference(settings, payloads: list[bytes]) -> dict:
+    """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as DESIGN.md measured."""
+    import faust
+
+    from infra import clickhouse
+    from infra.broker import create_topics
+    from schemas.records import Request, UsageBatch
+    from streams import kafka_tuning, tokens
+    from streams.usage.events import usage_event
+    from streams.usage.sink import UsageSink
+
+    await create_topics(settings.bootstrap, [BARE_IN, BARE_USAGE], settings.partitions)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
+    await producer.start()
+    for raw in payloads:
+        await producer.send(BARE_IN, raw)
+    await producer.flush()
+    await producer.stop()
+    sink = UsageSink(clickhouse.open_migrated(settings.clickhouse))
+    kafka_tuning.install()
+    app = faust.App("jev-bare", broker=settings.broker, store="memory://", web_enabled=False,
+                    datadir=os.path.join(settings.data_dir, "faust"), broker_session_timeout=6,
+                    broker_heartbeat_interval=1, consumer_auto_offset_reset="earliest")
+    requests = app.topic(BARE_IN, value_serializer="raw")
+    usage = app.topic(BARE_USAGE, value_type=UsageBatch)
+    done = asyncio.Event()
+    first: list[float] = []
+
+    @app.agent(requests)
+    async def count_tokens(stream):
+        async for raws in stream.take(1000, within=0.05):
+            first.append(time.monotonic())
+            events = []
+            for raw in raws:
+                request = Request.from_data(orjson.loads(raw))
+                n = tokens.count(str(request.state), settings.default_model) + sum(
+                    tokens.count(c.text, settings.default_model) for c in request.candidates)
+                events.append(usage_event(request, "ingest", model=settings.default_model, nominal_tokens=n))
+            await usage.send(value=UsageBatch(events=events))
+
+    @app.agent(usage)
+    async def sink_usage(stream):
+        async for batches in stream.take(5000, within=0.2):
+            await asyncio.to_thread(sink.insert, [e for b in batches for e in b.events])
+            if sink.rows >= len(payloads):
+                done.set()
+
+    worker = faust.Worker(app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False,
+                          redirect_stdouts=False, quiet=True)
+    worker.spinner = None
+    await worker.start()
+    await asyncio.wait_for(done.wait(), timeout=300)
+    elapsed = time.monotonic() - first[0]  # from the first micro-batch: group join and startup excluded
+    await worker.stop()
+    return {"bare_events_per_s": round(sink.rows / elapsed, 1), "bare_events": sink.rows, "bare_s": round(elapsed, 2)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="50,100,200,400", help="offered request rates per second, rising")
+    p.add_argument("--step-s", type=float, default=6.0, help="seconds per rate step")
+    p.add_argument("--burst", type=int, default=2000, help="requests in the saturation burst (and the bare run)")
+    p.add_argument("--p99-ms", type=float, default=1000.0, help="a step whose p99 exceeds this ends the ramp")
+    p.add_argument("--max-total-s", type=float, default=60.0, help="stop starting rate steps after this")
+    p.add_argument("--backend", default="lexical", help="scoring backend (default lexical: the rules/cache path)")
+    p.add_argument("--bare-child", metavar="PAYLOADS", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    settings = settings_mod.load()
+    if args.bare_child:
+        with open(args.bare_child, "rb") as f:
+            payloads = f.read().split(b"\n")
+        print(orjson.dumps(asyncio.run(bare_reference(settings, payloads))).decode(), flush=True)
+        os._exit(0)  # chdb's threads can hold interpreter exit
+    args.rates = [float(r) for r in args.rates.split(",")]
+    settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-load-"), clickhouse_dsn="", backend=args.backend)
+    started = time.monotonic()
+    report, bare = asyncio.run(run_pipeline(settings, args))
+    shutil.rmtree(settings.data_dir, ignore_errors=True)
+    report = {**report, **bare, "ratio_to_bare": round(report["decisions_per_s"] / bare["bare_events_per_s"], 3),
+              "wall_s": round(time.monotonic() - started, 1)}
+    first = {k: report[k] for k in ("decisions_per_s", "bare_events_per_s", "ratio_to_bare", "p99_ms", "lost")}
+    print(orjson.dumps({**first, **report}).decode())
+
+
+if __name__ == "__main__":
+    main()

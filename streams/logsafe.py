@@ -1,0 +1,64 @@
+"""Keep secrets out of logs: a logging filter that redacts DSN passwords, bearer tokens and API keys.
+
+install() wraps the log record factory, so every record from every logger (Faust's, aiokafka's, ours) has
+its message, %-arguments and exception text redacted when it is created, before any handler, whenever the
+handlers were configured. RedactingFilter does the same for one handler where the factory cannot be used.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+MASK = "***"
+PATTERNS = [
+    # scheme://user:password@host  (ClickHouse/Kafka/HTTP DSNs)
+    (re.compile(r"(?P<keep>\b[a-z][a-z0-9+._-]*://[^\s:/@]*:)[^\s@/]+(?=@)", re.I), r"\g<keep>" + MASK),
+    # Authorization: Bearer <token>, Basic <b64>
+    (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.I), r"\g<keep>" + MASK),
+    # password=…, token: …, api_key=…, secret=…  (key=value, key: value, JSON "key": "value")
+    (re.compile(r"(?P<keep>\b(?:password|passwd|pwd|token|api[_-]?key|secret|access[_-]?key)\"?\s*[=:]\s*\"?)"
+                r"[^\s\"',;&]+", re.I), r"\g<keep>" + MASK),
+    # well-known key shapes: OpenAI sk-…, AWS access key ids
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), MASK),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Formats the record's message once, redacts it, and drops args so no handler sees the raw values."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string is logged as-is rather than lost
+            message = str(record.msg)
+        record.msg, record.args = redact(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+FILTER = RedactingFilter()
+
+
+def install() -> None:
+    """Redact every log record of this process from now on (idempotent)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "jev_redacting", False):
+        return
+
+    def redacting_factory(*args, **kwargs) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        FILTER.filter(record)
+        return record
+
+    redacting_factory.jev_redacting = True
+    logging.setLogRecordFactory(redacting_factory)

@@ -1,0 +1,99 @@
+"""What ClickHouse keeps and who can read it: no raw prompt text by default, tenant-scoped flame graphs, and
+the embedded engine's query endpoint refuses callers without its bearer token and refuses writes."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+import urllib.error
+import urllib.request
+
+import orjson
+import pytest
+
+from infra.clickhouse import USAGE_COLUMNS, USAGE_TABLES
+from schemas.records import Candidate, Request, Turn
+from streams.usage.events import usage_event
+from streams.usage.sink import UsageSink
+
+SECRET = "PROMPT-SECRET-7f3a"  # appears only in the prompt: state, history and candidate text
+
+
+def request(tenant: str, i: int) -> Request:
+    return Request(request_id=f"{tenant}-r{i}", tenant=tenant, service="support", decision_type="customer_service",
+                   state=f"my card 4111 1111 1111 1111 was charged twice {SECRET}", session_id=f"{tenant}-s{i}",
+                   history=[Turn(role="user", content=f"earlier message {SECRET}")],
+                   candidates=[Candidate(id="refund", text=f"refund the customer {SECRET}")])
+
+
+@pytest.fixture
+def stored(usage_db):
+    events = [usage_event(request(tenant, i), stage, model="gpt-4o-mini", input_tokens=10 + i, output_tokens=2)
+              for tenant in ("acme", "globex") for i in range(5) for stage in ("ingest", "score", "postprocess")]
+    assert UsageSink(usage_db).insert(events) == len(events)
+    return usage_db
+
+
+def test_usage_events_have_no_column_for_prompt_text():
+    assert not {"state", "history", "candidates_text", "prompt", "context", "text", "content"} & set(USAGE_COLUMNS)
+
+
+def test_no_table_stores_raw_prompt_text_by_default(stored):
+    for table in USAGE_TABLES:
+        columns = [r[0] for r in stored.query(f"DESCRIBE TABLE {table}").result_rows
+                   if "String" in r[1] and not r[0].startswith("gen_ai.")]
+        for column in columns:
+            value = f"toString(`{column}`)"
+            hits = stored.query(f"SELECT count() FROM {table} WHERE position({value}, {{s:String}}) > 0 "
+                                f"OR position({value}, '4111 1111') > 0", parameters={"s": SECRET}).result_rows[0][0]
+            assert hits == 0, f"{table}.{column} holds prompt text"
+
+
+def test_flame_graph_for_one_tenant_reads_only_that_tenants_rows(stored):
+    from workers.analytics import flamegraph
+
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    acme = flamegraph.folded(stored, since, tenant="acme")
+    assert acme and all(stack.split(";")[0] == "acme" for stack in acme)
+    assert sum(acme.values()) == sum(10 + i + 2 for i in range(5)) * 3
+    assert not flamegraph.folded(stored, since, tenant="acme' OR '1'='1")  # parameters, not string splicing
+
+
+@pytest.fixture
+async def query_server(stored, clickhouse_dsn):
+    from workers.analytics.owner import QueryServer, owner_file
+
+    async with QueryServer(stored, clickhouse_dsn) as server:
+        yield server, orjson.loads(owner_file(clickhouse_dsn).read_bytes()), owner_file(clickhouse_dsn)
+
+
+def post(url: str, sql: str, token: str | None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(url, data=orjson.dumps({"sql": sql}), method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, orjson.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, orjson.loads(e.read())
+
+
+@pytest.mark.parametrize("token, status", [(None, 401), ("wrong", 401), ("", 401)])
+async def test_query_endpoint_refuses_callers_without_the_token(query_server, token, status):
+    import asyncio
+
+    _, owner, _ = query_server
+    code, body = await asyncio.to_thread(post, owner["url"], "SELECT count() FROM usage_events", token)
+    assert code == status and "token" in body["error"]
+
+
+async def test_query_endpoint_answers_the_token_holder_read_only(query_server):
+    import asyncio
+
+    _, owner, path = query_server
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # only the owning user can read the token
+    code, body = await asyncio.to_thread(post, owner["url"], "SELECT count() FROM usage_events", owner["token"])
+    assert code == 200 and body["rows"] == [[30]]
+    code, body = await asyncio.to_thread(post, owner["url"], "DROP TABLE usage_events", owner["token"])
+    assert code == 400
+    code, body = await asyncio.to_thread(post, owner["url"], "SELECT count() FROM usage_events", owner["token"])
+    assert body["rows"] == [[30]]

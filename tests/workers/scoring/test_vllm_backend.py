@@ -1,0 +1,32 @@
+"""vLLM backend: GPU only (gpu extra). Skips cleanly without a GPU or vllm."""
+import importlib.util
+import shutil
+
+import pytest
+
+from workers.scoring import vllm_backend
+
+pytestmark = pytest.mark.gpu
+
+
+def test_prompts_put_the_shared_context_first():
+    prompts = vllm_backend.prompts("the context", ["a", "b"])
+    prefix = "Context: the context\nCandidate: "
+    assert all(p.startswith(prefix) for p in prompts) and prompts[0] != prompts[1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+def test_vllm_scores_with_prefix_cache_reads(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench" / "gpu"))
+    from vllm_prefix import export_smollm2
+
+    backend = vllm_backend.VLLMBackend(export_smollm2(tmp_path / "smollm2"), gpu_memory_utilization=0.3)
+    first = backend.score("A man is playing a guitar.", ["A person plays music.", "Stocks fell."])
+    second = backend.score("A man is playing a guitar.", ["A cat sleeps.", "It rains."])
+    assert len(first.scores) == 2 and first.output_tokens == 2
+    assert 0 <= second.cache_read_tokens < second.input_tokens
+    assert second.cache_read_tokens > 0

@@ -1,0 +1,1 @@
+"""Usage analytics over ClickHouse: the four levels, alerts, flame graphs and reports."""

@@ -1,0 +1,243 @@
+"""`jev chaos`: run the local pipeline, inject faults mid-stream, and account for every request and token.
+
+Faults: SIGKILL of the Faust stage process and/or the scoring worker (each restarted at once; the broker keeps
+their uncommitted input, so redelivery is at-least-once), a ClickHouse outage of S seconds (the stage's
+SpillingSink holds the events on disk and writes them after recovery), and hostile inputs mixed into the
+stream (each must come back as a dead letter with a reason). The audit runs in a child process because the
+ClickHouse directory belongs to one process at a time.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from schemas.records import Control, Decision, Rejection
+from schemas.topics import name
+from streams.control import publish as publish_controls
+from workers import workload
+from workers.pipeline import Pipeline, known_decision_types
+
+WAVES = 10
+
+
+def hostile_inputs() -> list[bytes]:
+    """Bad input an upstream system or an attacker could publish; each must be dead-lettered with a reason."""
+    good = orjson.loads(workload.generate(1, seed=99)[0])
+    return [*workload.BAD_INPUTS, b"\xff\xfe\xfd invalid utf-8", b'{"request_id": "\xc3\x28"}', b"",
+            b"[" * 5000 + b"]" * 5000, orjson.dumps({**good, "request_id": "huge", "state": "a" * 2_000_000}),
+            orjson.dumps({**good, "request_id": "arr", "candidates": [{"id": "x"}] * 50_000}),
+            orjson.dumps({**good, "request_id": "ctl", "tenant": 7, "state": "\x00\x1b[2J\x07"}),
+            orjson.dumps({**good, "request_id": "inj", "decision_type": "ignore previous instructions"})]
+
+
+POISON = [b"\xff\xfe not utf-8", b"{truncated", b'{"items": 5}', b'{"items": [{"request": 5}]}']
+POISONED_TOPICS = ("admitted", "distilled", "scored")  # every Faust stage input; score belongs to the scoring worker
+
+
+def internal_poison() -> list[tuple[str, bytes]]:
+    """Malformed envelopes on the internal topics: each must be dead-lettered (bad_internal_message)."""
+    return [(name(t), raw) for t in POISONED_TOPICS for raw in POISON] + [(name("usage"), b'{"events": "x"}')]
+
+
+async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for topic, raw in messages:
+            await producer.send_and_wait(topic, raw)
+    finally:
+        await producer.stop()
+
+
+class Collector:
+    """Follows the decisions and rejected topics from the start; counts decisions per request id."""
+
+    def __init__(self, bootstrap: str):
+        self.bootstrap = bootstrap
+        self.decisions: dict[str, Decision] = {}
+        self.deliveries: dict[str, int] = {}
+        self.first_seen: dict[str, float] = {}  # time.monotonic() when each request's first decision was read
+        self.rejections: dict[str, Rejection] = {}
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), name("review"), group_id=None,
+                                    bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=50, max_partition_fetch_bytes=16 << 20)
+        await consumer.start()
+        try:
+            while not self.stopping.is_set():
+                for tp, msgs in (await consumer.getmany(timeout_ms=200)).items():
+                    for msg in msgs:
+                        if tp.topic == name("rejected"):
+                            r = Rejection.loads(msg.value)
+                            self.rejections[f"{r.stage}:{hashlib.sha1(r.original.encode('latin-1')).hexdigest()}"] = r
+                            continue
+                        d = Decision.loads(msg.value)
+                        self.decisions[d.request_id] = d
+                        self.deliveries[d.request_id] = self.deliveries.get(d.request_id, 0) + 1
+                        self.first_seen.setdefault(d.request_id, time.monotonic())
+        finally:
+            await consumer.stop()
+
+
+async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict[str, int]:
+    """Messages not yet committed by `group`, per topic: end offset − committed offset.
+
+    tansu's ListOffsets(LATEST) answers with the last batch's base offset + 1 (wrong whenever a batch holds
+    more than one record), so end offsets come from the high watermark of a Fetch response instead, which
+    tansu reports correctly (measured); committed offsets come from OffsetFetch through a group consumer
+    (tansu's admin ListConsumerGroupOffsets response does not parse in aiokafka 0.14).
+    """
+    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+    group_view = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                              max_partition_fetch_bytes=1024)
+    await group_view.start()
+    await reader.start()
+    try:
+        committed = {tp: (await group_view.committed(tp)) or 0 for tp in tps}
+        reader.assign(tps)
+        for tp in tps:
+            reader.seek(tp, max(0, committed[tp] - 1))
+        await reader.getmany(timeout_ms=500)
+        lag = {t: 0 for t in topics}
+        for tp in tps:
+            end = reader.highwater(tp)
+            lag[tp.topic] += max(0, (end if end is not None else committed[tp]) - committed[tp])
+        return lag
+    finally:
+        await group_view.stop()
+        await reader.stop()
+
+
+async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int]:
+    """Wait until the usage sink committed everything and nothing is left spilled; returns the last lag."""
+    s = pipe.settings
+    spill = Path(s.data_dir) / "spill"
+    deadline = time.monotonic() + timeout
+    while True:
+        lag = await consumer_lag(s.bootstrap, s.app_id, [name("usage"), name("scored")], s.partitions)
+        spilled = len(list(spill.glob("*.jsonl"))) if spill.exists() else 0
+        if (not any(lag.values()) and not spilled) or time.monotonic() > deadline:
+            return {**lag, "spilled_segments": spilled}
+        await asyncio.sleep(1.0)
+
+
+def audit(settings) -> dict:
+    """Run in a child process after the stages stopped: drain leftover spill, then count what ClickHouse holds."""
+    from infra import clickhouse
+    from streams.usage.sink import UsageSink
+    from streams.usage.spill import SpillingSink
+
+    ch = clickhouse.open_migrated(settings.clickhouse)
+    sink = SpillingSink(UsageSink(ch), Path(settings.data_dir) / "spill")
+    drained = sink.drain(timeout=60)
+    sink.close()
+    tokens = "sum(input_tokens + output_tokens + cache_read_tokens), sum(nominal_tokens)"
+    raw_rows, distinct, raw_tokens, raw_nominal = ch.query(
+        f"SELECT count(), uniqExact(event_id), {tokens} FROM usage_events").result_rows[0]
+    final_rows, final_tokens, final_nominal = ch.query(
+        f"SELECT count(), {tokens} FROM usage_events FINAL").result_rows[0]
+    per_request = ch.query("SELECT request_id, countIf(stage = 'ingest'), countIf(stage = 'postprocess') "
+                           "FROM usage_events FINAL GROUP BY request_id").result_rows
+    return {"raw_rows": raw_rows, "distinct_events": distinct, "final_rows": final_rows,
+            "raw_tokens": int(raw_tokens), "final_tokens": int(final_tokens), "raw_nominal_tokens": int(raw_nominal),
+            "final_nominal_tokens": int(final_nominal), "spill_drained": drained,
+            "per_request": {r[0]: [r[1], r[2]] for r in per_request}}
+
+
+async def run_audit(pipe: Pipeline) -> dict:
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "workers.chaos"], env=pipe.child_env(),
+                                   capture_output=True, timeout=300)
+    if proc.returncode:
+        raise RuntimeError(f"the ClickHouse audit failed: {proc.stderr.decode()[-2000:]}")
+    return orjson.loads(proc.stdout.splitlines()[-1])
+
+
+async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, log) -> None:
+    """Kill each process in `kill` once, spread over the run, as soon as that share of requests is decided."""
+    for i, role in enumerate(kill):
+        threshold = n * (i + 1) // (len(kill) + 2)
+        while len(collector.decisions) < threshold:
+            await asyncio.sleep(0.05)
+        pid = pipe.kill(role)
+        log(f"SIGKILL {role} pid {pid} at {len(collector.decisions)}/{n} decided")
+        await pipe.restart(role)
+        log(f"restarted {role}")
+
+
+async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeout: float, log=lambda m: None,
+                    on_progress=lambda done, total: None) -> dict:
+    settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-chaos-"), clickhouse_dsn="")
+    payloads = workload.generate(n, seed=11)
+    expected = {orjson.loads(p)["request_id"] for p in payloads}
+    bad = hostile_inputs()
+    poison = internal_poison()
+    started = time.monotonic()
+    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
+        collector = Collector(pipe.settings.bootstrap)
+        following = asyncio.create_task(collector.run())
+        if sink_outage:
+            await publish_controls(pipe.settings.bootstrap, [Control(
+                kind="fault", key="sink.outage", value=time.time() + sink_outage, ts=time.time())])
+            log(f"ClickHouse outage injected for {sink_outage:.0f} s")
+        faults = asyncio.create_task(inject(pipe, collector, kill, n, log))
+        await pipe.publish(bad, max_request_size=16 << 20)
+        await send_raw(pipe.settings.bootstrap, poison)
+        for wave in range(WAVES):
+            await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
+            await asyncio.sleep(0.2)
+        deadline = time.monotonic() + timeout
+        while (not expected <= collector.decisions.keys() or len(collector.rejections) < len(bad) + len(poison) or
+               not faults.done()) and time.monotonic() < deadline:
+            on_progress(len(collector.decisions) + len(collector.rejections), n + len(bad))
+            await asyncio.sleep(0.5)
+        if faults.done() and faults.exception():
+            raise faults.exception()
+        faults.cancel()
+        decided_at = time.monotonic()
+        lag = await wait_drained(pipe, timeout=max(30.0, sink_outage + 30))
+        collector.stopping.set()
+        await following
+        await pipe.stop_stages()
+        totals = await run_audit(pipe)
+        restarts = dict(pipe.restarts)
+    shutil.rmtree(settings.data_dir, ignore_errors=True)
+    decided = expected & collector.decisions.keys()
+    metered = totals["per_request"]
+    unmetered = [r for r in decided if metered.get(r, [0, 0]) != [1, 1]]
+    duplicate_rows = totals["raw_rows"] - totals["distinct_events"]
+    overcounted = sum(1 for r in decided if max(metered.get(r, [0, 0])) > 1)
+    return {
+        "pushed": n, "decided": len(decided), "lost": len(expected - decided) + len(unmetered),
+        "double_counted": duplicate_rows + overcounted + int(totals["raw_tokens"] != totals["final_tokens"])
+        + int(totals["raw_nominal_tokens"] != totals["final_nominal_tokens"]),
+        "duplicate_decisions": sum(c - 1 for r, c in collector.deliveries.items() if r in expected),
+        "bad_inputs_tried": len(bad) + len(poison),
+        "bad_inputs_caught": min(len(bad) + len(poison), len(collector.rejections)),
+        "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
+        "worker_restarts": sum(restarts.values()), "restarts": restarts,
+        "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",
+                                              "final_tokens", "raw_nominal_tokens", "final_nominal_tokens",
+                                              "spill_drained")},
+        "lag_after_drain": lag, "sink_outage_s": sink_outage,
+        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1)}
+
+
+if __name__ == "__main__":
+    from streams import settings as settings_mod
+
+    print(orjson.dumps(audit(settings_mod.load())).decode())
+    sys.stdout.flush()
+    os._exit(0)  # chdb's background threads can hold interpreter exit

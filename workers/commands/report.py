@@ -1,0 +1,77 @@
+"""`jev report`: usage at the four levels (request, session, service, business), as tables, JSON or HTML."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+
+from workers.analytics.levels import BY_SOURCES
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="usage per request, session, service and business event",
+                       description="Reads the usage tables in ClickHouse (settings.clickhouse; `jev demo` fills "
+                                   "them) and reports the four levels, savings by mechanism, tier shares and "
+                                   "efficiency indices.")
+    p.add_argument("--by", choices=list(BY_SOURCES), default="service", help="breakdown dimension (default service)")
+    p.add_argument("--since", default="7d", help="window: 90m, 24h, 7d, 2w or all (default 7d)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON line per breakdown row, then the report")
+    out.add_argument("--html", metavar="OUT.html", help="write an HTML report with plots")
+    p.set_defaults(func=run)
+
+
+def run(args, settings) -> int:
+    from workers.analytics import report, source
+
+    now = source.now()
+    try:
+        since = now - source.parse_since(args.since)
+        data = report.collect(source.open_client(settings), since, now, args.by)
+    except (ValueError, RuntimeError) as e:
+        print(f"jev report: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        for row in data["breakdown"]:
+            print(orjson.dumps({"by": args.by, **row}).decode())
+        print(orjson.dumps(data).decode())
+    elif args.html:
+        Path(args.html).write_text(report.render_html(data))
+        print(f"wrote {args.html}", file=sys.stderr)
+    else:
+        print_tables(data)
+    return 0
+
+
+def print_tables(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = data["totals"]
+    console.print(f"[bold]usage since {data['since']}[/]: {t['tokens']:,} tokens (nominal {t['nominal_tokens']:,}, "
+                  f"saved {t['saved_tokens']:,}), ${t['cost']:.4f}, {t['requests']:,} requests")
+    tables = [
+        (f"tokens by {data['by']}", data["breakdown"], ["key", "tokens", "nominal_tokens", "saved_tokens", "cost"]),
+        ("service level: tokens per request", data["service"]["overall"],
+         ["service", "decision_type", "requests", "p50", "p95", "p99", "cost"]),
+        ("top sessions (rolling 24 h)", data["session"]["top"],
+         ["session_id", "user_id", "requests", "tokens", "cost"]),
+        ("business level", data["business"]["overall"],
+         ["business_line", "business_event", "events", "tokens_per_event", "cost_per_event", "events_per_1k_tokens"]),
+        ("savings by mechanism", data["savings_by_mechanism"], ["stage", "section", "nominal_tokens", "tokens",
+                                                                "saved_tokens"]),
+    ]
+    for title, rows, columns in tables:
+        table = Table(*columns, title=title)
+        for r in rows:
+            table.add_row(*(f"{r[c]:,}" if isinstance(r[c], int) else f"{r[c]:.6g}" if isinstance(r[c], float)
+                            else str(r[c]) for c in columns))
+        console.print(table)
+    r = data["request"]
+    console.print(f"request level: {r['requests']:,} requests, tokens/request p50 {r['tokens_per_request']['p50']} "
+                  f"p95 {r['tokens_per_request']['p95']} p99 {r['tokens_per_request']['p99']}; by stage "
+                  + ", ".join(f"{k} {v:,}" for k, v in r["tokens_by_stage"].items()))
+    console.print("tiers: " + ", ".join(f"{k} {v:.1%}" for k, v in data["tier_shares"].items()))
+    console.print("efficiency: " + ", ".join(f"{k} {v:.1%}" for k, v in data["efficiency"].items()))

@@ -1,0 +1,103 @@
+"""`jev score FILE.jsonl`: score decision requests offline with the scoring workers' engine (no broker).
+
+One request per line: {"request_id", "state", "candidates": [{"id", "text"}], "label"?, "decision_type"?}.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from schemas.records import Candidate, Request
+from workers.scoring.engine import MODES, build_engine, work_for
+
+
+def register(sub) -> None:
+    p = sub.add_parser("score", help="score decision requests from a JSONL file with the scoring engine")
+    p.add_argument("file", type=Path, help="JSONL: one {request_id, state, candidates, label?} per line")
+    p.add_argument("--mode", choices=MODES, default="cascade", help="tiers to use (default cascade)")
+    p.add_argument("--decision-type", default="ranking", help="decision type of lines that name none")
+    p.add_argument("--json", action="store_true", help="one JSON line per decision, then a summary line")
+    p.set_defaults(func=run)
+
+
+def parse_line(raw: dict, default_type: str) -> tuple[Request, str]:
+    try:
+        request = Request(request_id=str(raw["request_id"]), tenant=raw.get("tenant", "offline"),
+                          service=raw.get("service", "jev-score"),
+                          decision_type=raw.get("decision_type", default_type), state=raw["state"],
+                          candidates=[Candidate(id=str(c["id"]), text=c["text"]) for c in raw["candidates"]],
+                          human_decision=raw.get("human_decision", ""))
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"needs request_id, state and candidates [{{id, text}}]: missing {err}") from None
+    return request, str(raw.get("label", ""))
+
+
+def read_requests(path: Path, default_type: str) -> list[tuple[Request, str]]:
+    if not path.exists():
+        raise SystemExit(f"{path}: no such file")
+    items = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                items.append(parse_line(orjson.loads(line), default_type))
+            except (orjson.JSONDecodeError, ValueError) as err:
+                raise SystemExit(f"{path}:{number}: {err}") from None
+    return items
+
+
+def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -> tuple[list[dict], dict]:
+    """Decide every request; rows per decision and the summary (shared with bench/cascade.py)."""
+    rows, tiers, correct, labeled = [], Counter(), 0, 0
+    actual = nominal = 0
+    for request, label in items:
+        decision, events = engine.decide(work_for(request, model))
+        tiers[decision.tier] += 1
+        actual += decision.input_tokens + decision.output_tokens
+        nominal += decision.nominal_tokens
+        row = {"request_id": request.request_id, "action_id": decision.action_id, "tier": decision.tier,
+               "confidence": decision.confidence, "input_tokens": decision.input_tokens,
+               "cache_read_tokens": decision.cache_read_tokens, "nominal_tokens": decision.nominal_tokens,
+               "latency_ms": decision.latency_ms, "chain": decision.chain,
+               "mechanisms": {e.stack.rsplit(";", 1)[-1]: {"actual": e.input_tokens + e.output_tokens,
+                                                          "nominal": e.nominal_tokens} for e in events}}
+        if label:
+            labeled += 1
+            correct += decision.action_id == label
+            row["correct"] = decision.action_id == label
+        rows.append(row)
+        if progress:
+            progress()
+    summary = {"summary": True, "decisions": len(rows), "accuracy": round(correct / labeled, 4) if labeled else None,
+               "tokens_actual": actual, "tokens_nominal": nominal, "tiers": dict(tiers),
+               "fallbacks": sum(v for k, v in engine.counters.items() if k.startswith("fallback_")),
+               "over_budget": engine.counters["over_budget"]}
+    return rows, summary
+
+
+def run(args, settings) -> int:
+    items = read_requests(args.file, args.decision_type)
+    engine = build_engine(settings, mode=args.mode)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("scoring", total=len(items))
+        rows, summary = score(engine, items, settings.default_model, lambda: bar.advance(task))
+    if args.json:
+        for row in [*rows, summary]:
+            sys.stdout.write(orjson.dumps(row).decode() + "\n")
+        return 0
+    from rich.table import Table
+
+    table = Table("request", "action", "tier", "confidence", "tokens", "nominal", "ms")
+    for r in rows:
+        mark = "" if "correct" not in r else (" ✓" if r["correct"] else " ✗")
+        table.add_row(r["request_id"], r["action_id"] + mark, r["tier"], f"{r['confidence']:.3f}",
+                      str(r["input_tokens"]), str(r["nominal_tokens"]), f"{r['latency_ms']:.1f}")
+    console = Console()
+    console.print(table)
+    console.print({k: v for k, v in summary.items() if k != "summary"})
+    return 0

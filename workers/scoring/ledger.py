@@ -1,0 +1,90 @@
+"""Per-decision token accounting, attributed per mechanism: one UsageEvent per tier or mechanism.
+
+Units. Actual tokens are exact in the tokenizer of the backend that processed them (its `model`);
+cache_read is the subset of input served from a cache. Nominal tokens use the request's model (tiktoken,
+the counts ingest put on the Work) and follow ONE definition in every mode: every candidate scored by the
+fine tier with the context re-sent each time, Σ_i (context + candidate_i). The sections split that total:
+  rules           the rules tier answered: the whole nominal, zero actual
+  cascade         candidates the coarse tier pruned (beyond the widest beam); actual = coarse tier's tokens
+  beam            candidates the widest beam would have kept but the dynamic beam pruned
+  shared_context  the context sent once instead of once per kept candidate: (kept − 1) × context
+  fine            the fine tier's fresh tokens, with the share of nominal they stand for
+  state_cache     the fine tier's cache reads (a cached state encoding, KV, or candidate embedding)
+  escalation      the escalation tier's tokens (nominal 0: spending beyond the naive baseline)
+  hierarchy       what a multi-step decision saved over scoring every leaf (the remainder)
+so Σ nominal over a decision's events = Σ_i (context + candidate_i), and nominal − actual per section is
+the saving that mechanism made.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.records import Request, UsageEvent
+from streams import pricing
+from streams.usage.events import usage_event
+from workers.scoring.backends import Scored
+
+
+@dataclass
+class Entry:
+    model: str = ""
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    nominal_tokens: int = 0
+    candidates: int = 0
+    beam: int = 0
+
+
+@dataclass
+class Ledger:
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def add(self, section: str, nominal: int = 0, model: str = "", scored: Scored | None = None,
+            candidates: int = 0, beam: int = 0) -> None:
+        entry = self.entries.setdefault(section, Entry())
+        entry.model = model or entry.model
+        entry.nominal_tokens += nominal
+        entry.candidates += candidates
+        entry.beam = max(entry.beam, beam)
+        if scored is not None:
+            entry.input_tokens += scored.input_tokens
+            entry.cache_read_tokens += scored.cache_read_tokens
+            entry.output_tokens += scored.output_tokens
+
+    def add_model_call(self, section: str, nominal: int, model: str, scored: Scored, candidates: int) -> None:
+        """A model tier's call, its cache reads split off into `state_cache` with their share of nominal."""
+        cached = scored.cache_read_tokens
+        share = round(nominal * cached / scored.input_tokens) if scored.input_tokens else 0
+        fresh = Scored([], scored.input_tokens - cached, 0, scored.output_tokens)
+        self.add(section, nominal - share, model, fresh, candidates, candidates)
+        if cached:
+            self.add("state_cache", share, model, Scored([], cached, cached, 0))
+
+    def balance(self, section: str, total_nominal: int) -> None:
+        """Attribute whatever nominal the other sections do not account for to `section`."""
+        rest = total_nominal - self.nominal
+        if rest:
+            self.add(section, rest)
+
+    @property
+    def actual(self) -> int:
+        return sum(e.input_tokens + e.output_tokens for e in self.entries.values())
+
+    @property
+    def nominal(self) -> int:
+        return sum(e.nominal_tokens for e in self.entries.values())
+
+    def totals(self) -> tuple[int, int, int, float]:
+        """input, cache_read, output tokens and cost of the whole decision."""
+        es = self.entries.values()
+        return (sum(e.input_tokens for e in es), sum(e.cache_read_tokens for e in es),
+                sum(e.output_tokens for e in es),
+                sum(pricing.cost(e.model, e.input_tokens, e.cache_read_tokens, e.output_tokens) for e in es))
+
+    def events(self, request: Request, latency_ms: float, outcome: str, iterations: int) -> list[UsageEvent]:
+        return [usage_event(request, "score", section=section, model=e.model, input_tokens=e.input_tokens,
+                            cache_read_tokens=e.cache_read_tokens, output_tokens=e.output_tokens,
+                            nominal_tokens=e.nominal_tokens, latency_ms=latency_ms, outcome=outcome,
+                            candidates=e.candidates, beam=e.beam, iteration=iterations)
+                for section, e in self.entries.items()]
