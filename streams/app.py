@@ -5,6 +5,7 @@ from pathlib import Path
 
 import faust
 
+from streams import kafka_tuning, tokens
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
@@ -16,7 +17,6 @@ from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
-from streams import kafka_tuning, tokens
 from streams.control import ControlReader, Controls
 from streams.wire import Topics
 
@@ -56,9 +56,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     def get_sink():
         if state["sink"] is None:
             state["sink"] = durable_sink(settings)
+            controls.listeners.append(state["sink"].on_control)
         return state["sink"]
 
-    if sink is not None and hasattr(sink, "on_control"):
+    if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
     ingest_agent.register(app, topics, settings, admission, book, controls)

@@ -185,7 +185,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     bad = hostile_inputs()
     poison = internal_poison()
     started = time.monotonic()
-    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
+    async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True) as pipe:
         collector = Collector(pipe.settings.bootstrap)
         following = asyncio.create_task(collector.run())
         if sink_outage:

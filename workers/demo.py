@@ -18,7 +18,7 @@ async def run_demo(settings, n: int, progress) -> dict:
     payloads = workload.generate(n)
     bad = workload.BAD_INPUTS
     started = time.monotonic()
-    async with Pipeline(settings, known_decision_types()) as pipe:
+    async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
         for wave in range(WAVES):

@@ -194,11 +194,11 @@ class Pipeline:
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
 
 
-def known_decision_types() -> set[str]:
-    from workers.scoring import engine
+def known_decision_types(path: str = "") -> set[str]:
+    """The decision types ingest admits: those of the scoring engine's configuration (JEV_DECISION_TYPES)."""
+    from workers.scoring.engine import known_decision_types as configured
 
-    return set(getattr(engine, "known_decision_types", lambda: {"inventory_transfer", "risk_interception",
-                                                                 "ranking", "customer_service"})())
+    return configured(path)
 
 
 def serve_stages() -> None:
@@ -216,7 +216,7 @@ def serve_stages() -> None:
     logging.basicConfig(level=settings.log_level.upper())
     start_metrics_server(settings)
     sink = durable_sink(settings)
-    app = create_app(settings, known_decision_types(), sink=sink)
+    app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer(sink.inner.client, settings.clickhouse)
 

@@ -122,7 +122,7 @@ async def run_local(settings, members: list[BatchMember], timeout: float, on_res
     """Start the local pipeline (broker, stages incl. the batch agents, ClickHouse), run the job, stop it."""
     from workers.pipeline import Pipeline, known_decision_types
 
-    pipe = Pipeline(settings, known_decision_types())
+    pipe = Pipeline(settings, known_decision_types(settings.decision_types))
     pipe.root.mkdir(parents=True, exist_ok=True)  # Faust creates its datadir without parents
     async with pipe:
         report, results = await submit(pipe.settings, members, True, timeout, on_result)

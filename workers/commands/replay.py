@@ -39,8 +39,8 @@ def run(args, settings) -> int:
 
     requests, decisions = asyncio.run(read())
     recorded = {d.request_id: d for d in (Decision.loads(m.value) for m in decisions)}
-    admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_decision_types()),
-                          Templates.from_dir())
+    known = frozenset(known_decision_types(settings.decision_types))
+    admission = Admission(settings.max_request_bytes, settings.default_model, known, Templates.from_dir())
     summary = compare(build_engine(settings, args.mode), admission, [m.value for m in requests], recorded)
     print(orjson.dumps(summary).decode() if args.json else
           "\n".join(f"{k:>16}: {v}" for k, v in summary.items()))
