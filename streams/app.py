@@ -18,6 +18,7 @@ from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.control import ControlReader, Controls
+from streams.threads import limit_model_threads
 from streams.wire import Topics
 
 
@@ -26,6 +27,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     opened when the first usage arrives."""
     kafka_tuning.install()
     tokens.configure(settings.tokenizers)
+    limit_model_threads(settings.model_threads)
     app = faust.App(
         settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
         datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
