@@ -148,6 +148,7 @@ class Work(Record):
     cache_key: str = ""
     tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
     refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
+    predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
     decision: Optional[Decision] = None
 
 

@@ -47,6 +47,8 @@ class Settings:
                                                 "for the embedder, else its built-in default.")
     cache_exact_index_max: int = _doc(10_000, "Entries per L2 partition searched exactly (numpy); "
                                               "beyond, a faiss HNSW index (ann extra).")
+    cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
+                                            "question (0 = no pre-answers).")
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "
                                         "deterministic), smollm2 (cpu-llm extra; real but minutes per merged call on "
                                         "2 cores), vllm:/model/dir (gpu extra), or auto (smollm2 when installed).")

@@ -22,6 +22,7 @@ def register(app, topics, settings, stage, controls) -> None:
                 else:
                     hits.append(stage.answer(work, hit))
                 observe_cache(hit.level if hit else "miss", hit is not None)
+                misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
             await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)
             await topics.send_work(topics.scored, hits, key=lambda w: w.cache_key)

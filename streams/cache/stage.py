@@ -1,4 +1,5 @@
-"""The cache stage's state and decisions: L1 exact (a Faust table), L2 semantic (in memory), versions.
+"""The cache stage's state and decisions: L1 exact (a Faust table), L2 semantic (in memory), L3 predictive
+(pre-answers of the follow-ups sessions usually ask next, kept in L2 marked predictive), versions.
 
 A version bump marks entries stale instead of expiring them: a stale entry is served once while one refresh
 of it is queued (never two for the same key), and the refreshed answer replaces it.
@@ -7,11 +8,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from schemas.records import Decision, Work
+from schemas.records import Decision, Request, Work
+from streams import tokens
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
-from streams.cache.semantic import SemanticCache, asks_in_words, partition_of, question_of
+from streams.cache.exact import cache_key
+from streams.cache.predictive import FollowupModel, plan
+from streams.cache.semantic import QUESTION_FIELDS, SemanticCache, asks_in_words, partition_of, question_of
+from streams.ingest.prompt import render_context
 
 PENDING_VECTORS = 10_000
 
@@ -30,6 +35,8 @@ class CacheStage:
             self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
                                           book=self.versions, refresh=self.refresh)
         self.vectors: OrderedDict[str, object] = OrderedDict()  # L2 vectors of misses, reused at fill
+        self.followups = FollowupModel()
+        self.prefetch_tokens = settings.cache_prefetch_tokens
 
     def on_control(self, control) -> None:
         if control.kind == "version":
@@ -78,9 +85,28 @@ class CacheStage:
                 works.append(work)
         return works
 
+    def prefetches(self, work: Work, switches) -> list[Work]:
+        """Learn this session's question sequence; pre-answer the likely follow-ups not cached yet, within the
+        prefetch token budget. The returned works are scored like misses and fill L2 marked predictive."""
+        req = work.request
+        if self.semantic is None or not switches["cache.l3"] or not req.session_id or not asks_in_words(req):
+            return []
+        question = question_of(req)
+        self.followups.observe(req.session_id, question)
+        partition = partition_of(req)
+        chosen = plan(self.followups, question, self.prefetch_tokens,
+                      cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
+                      cached=lambda q: self.semantic.lookup(partition, q) is not None)
+        return [predicted_work(work, option.question, n) for n, option in enumerate(chosen)]
+
     def fill(self, work: Work, decision: Decision, switches) -> None:
         value = decision.to_representation()
         entry = Entry(value, dict(self.versions.current), tokens=decision.input_tokens + decision.output_tokens)
+        if work.predictive:
+            if self.semantic is not None:
+                self.semantic.insert(partition_of(work.request), question_of(work.request), value,
+                                     tokens=entry.tokens, predictive=True)
+            return
         if switches["cache.l1"]:
             self.table[work.cache_key] = entry.to_dict()
             while len(self.table) > self.max_l1:
@@ -90,3 +116,18 @@ class CacheStage:
         if self.semantic is not None and switches["cache.l2"] and vector is not None:
             self.semantic.insert(partition_of(work.request), question_of(work.request), value,
                                  tokens=entry.tokens, vector=vector)
+
+
+def predicted_work(work: Work, question: str, n: int) -> Work:
+    """The follow-up `question` asked over the same candidates, as a predictive work with its own request id."""
+    state = work.request.state
+    state = {**state, next(f for f in QUESTION_FIELDS if isinstance(state.get(f), str)): question} \
+        if isinstance(state, dict) else question
+    request = Request.from_data({**work.request.to_representation(), "state": state, "history": [],
+                                 "request_id": f"{work.request.request_id}~l3~{n}"})
+    context = render_context(request)
+    predicted = Work(request=request, admitted_at=work.admitted_at, model=work.model, context=context,
+                     context_tokens=tokens.count(context, work.model), candidate_tokens=work.candidate_tokens,
+                     refresh=True, predictive=True)
+    predicted.cache_key = cache_key(predicted)
+    return predicted

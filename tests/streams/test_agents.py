@@ -129,3 +129,30 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
         await eventually(lambda: len(captured.sent["score"]) == 2 and "scored" in captured.sent)
     hits = {w.request.request_id: w.decision.tier for b in captured.sent["scored"] for w in b.items}
     assert hits == {"r2": "cache_l2"}
+
+
+async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
+    app, captured = app_and_sent
+
+    def asking(rid, session, question):
+        req = Request.from_data({**REQUEST, "request_id": rid, "session_id": session, "state": question})
+        return Work(request=req, admitted_at=0.0, model="gpt-4o-mini", context=question, cache_key=rid,
+                    candidate_tokens=[2, 1])
+
+    first, follow_up = "which trail shoes grip wet rock", "are they waterproof for river crossings"
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[asking("a1", "s1", first), asking("a2", "s1", follow_up)]))
+        await agent.put(WorkBatch(items=[asking("b1", "s2", first)]))
+        await eventually(lambda: any(w.predictive for b in captured.sent.get("score", []) for w in b.items))
+    predicted = [w for b in captured.sent["score"] for w in b.items if w.predictive]
+    assert [(w.request.request_id, w.request.state, w.refresh) for w in predicted] == \
+        [("b1~l3~0", follow_up, True)]
+    async with app.agents["format_decision"].test_context() as agent:
+        predicted[0].decision = Decision(request_id="b1~l3~0", tier="fine", action_id="b", nominal_tokens=5)
+        await agent.put(WorkBatch(items=predicted))
+    assert "decisions" not in captured.sent, "a pre-answer is cached, never sent to a caller"
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[asking("c2", "s3", follow_up)]))
+        await eventually(lambda: "scored" in captured.sent)
+    hits = [(w.request.request_id, w.decision.tier, w.decision.action_id) for b in captured.sent["scored"] for w in b.items]
+    assert hits == [("c2", "cache_l3", "b")]
