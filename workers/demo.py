@@ -29,6 +29,12 @@ async def run_demo(settings, n: int, progress) -> dict:
         rows = await pipe.wait_usage_rows(at_least=USAGE_PER_DECISION * len(decisions))
         actual, nominal = pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL").result_rows[0]
+        cache = {level: {"hits": int(hits), "tokens_saved": int(saved)} for level, hits, saved in pipe.ch.query(
+            "SELECT section, count(), sum(nominal_tokens) FROM usage_events FINAL WHERE stage = 'cache' "
+            "GROUP BY section ORDER BY section").result_rows}
+        cache["l3_prefetch_tokens"] = int(pipe.ch.query(
+            "SELECT sum(input_tokens + output_tokens) FROM usage_events FINAL "
+            "WHERE position(request_id, '~l3~') > 0").result_rows[0][0])
     tiers: dict[str, int] = {}
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
@@ -36,5 +42,6 @@ async def run_demo(settings, n: int, progress) -> dict:
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
+            "cache": cache,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1)}

@@ -47,20 +47,22 @@ class FollowupModel:
             live = set(self.followups) | {q for c in self.followups.data.values() for q in c}
             self.text = {k: v for k, v in self.text.items() if k in live}
 
-    def likely_next(self, question: str, k: int = 3) -> list[tuple[str, float]]:
-        """Up to k follow-ups with their observed probability P(next | question), most likely first."""
+    def likely_next(self, question: str, k: int = 3, min_count: int = 1) -> list[tuple[str, float]]:
+        """Up to k follow-ups seen at least `min_count` times, with their observed probability
+        P(next | question), most likely first."""
         counts = self.followups.get(self._key(question))
         if not counts:
             return []
         total = sum(counts.values())
-        return [(self.text.get(q, q), n / total) for q, n in counts.most_common(k)]
+        return [(self.text.get(q, q), n / total) for q, n in counts.most_common(k) if n >= min_count]
 
 
 def plan(model: FollowupModel, question: str, budget_tokens: int, cost: Callable[[str], int],
-         cached: Callable[[str], bool] = lambda q: False, k: int = 5, min_probability: float = 0.2) -> list[Prefetch]:
-    """Follow-ups worth pre-answering: likely enough, not cached yet, best expected hits per token first,
-    within `budget_tokens` in all."""
-    options = [Prefetch(q, p, cost(q)) for q, p in model.likely_next(question, k)
+         cached: Callable[[str], bool] = lambda q: False, k: int = 5, min_probability: float = 0.2,
+         min_count: int = 1) -> list[Prefetch]:
+    """Follow-ups worth pre-answering: seen `min_count` times, likely enough, not cached yet, best expected hits
+    per token first, within `budget_tokens` in all."""
+    options = [Prefetch(q, p, cost(q)) for q, p in model.likely_next(question, k, min_count)
                if p >= min_probability and not cached(q)]
     options.sort(key=lambda o: o.probability / max(o.tokens, 1), reverse=True)
     chosen, spent = [], 0

@@ -19,6 +19,7 @@ from streams.cache.semantic import QUESTION_FIELDS, SemanticCache, asks_in_words
 from streams.ingest.prompt import render_context
 
 PENDING_VECTORS = 10_000
+PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), not a pattern worth tokens
 
 
 class CacheStage:
@@ -96,7 +97,7 @@ class CacheStage:
         partition = partition_of(req)
         chosen = plan(self.followups, question, self.prefetch_tokens,
                       cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
-                      cached=lambda q: self.semantic.lookup(partition, q) is not None)
+                      cached=lambda q: self.semantic.lookup(partition, q) is not None, min_count=PREFETCH_MIN_SEEN)
         return [predicted_work(work, option.question, n) for n, option in enumerate(chosen)]
 
     def fill(self, work: Work, decision: Decision, switches) -> None:

@@ -141,8 +141,11 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
 
     first, follow_up = "which trail shoes grip wet rock", "are they waterproof for river crossings"
     async with app.agents["lookup_cache"].test_context() as agent:
-        await agent.put(WorkBatch(items=[asking("a1", "s1", first), asking("a2", "s1", follow_up)]))
-        await agent.put(WorkBatch(items=[asking("b1", "s2", first)]))
+        for session in ("s1", "s2"):  # the pattern must be seen twice before it is worth tokens
+            await agent.put(WorkBatch(items=[asking(f"{session}a", session, first),
+                                             asking(f"{session}b", session, follow_up)]))
+        assert not any(w.predictive for b in captured.sent.get("score", []) for w in b.items)
+        await agent.put(WorkBatch(items=[asking("b1", "s3", first)]))
         await eventually(lambda: any(w.predictive for b in captured.sent.get("score", []) for w in b.items))
     predicted = [w for b in captured.sent["score"] for w in b.items if w.predictive]
     assert [(w.request.request_id, w.request.state, w.refresh) for w in predicted] == \
@@ -152,7 +155,7 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
         await agent.put(WorkBatch(items=predicted))
     assert "decisions" not in captured.sent, "a pre-answer is cached, never sent to a caller"
     async with app.agents["lookup_cache"].test_context() as agent:
-        await agent.put(WorkBatch(items=[asking("c2", "s3", follow_up)]))
+        await agent.put(WorkBatch(items=[asking("c2", "s4", follow_up)]))
         await eventually(lambda: "scored" in captured.sent)
     hits = [(w.request.request_id, w.decision.tier, w.decision.action_id) for b in captured.sent["scored"] for w in b.items]
     assert hits == [("c2", "cache_l3", "b")]

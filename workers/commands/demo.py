@@ -46,6 +46,9 @@ def print_report(r: dict) -> None:
         ("rejected (bad input)", f"{r['rejected']}  {', '.join(r['rejected_reasons'])}"),
         ("decisions by tier", ", ".join(f"{k} {v}" for k, v in r["tiers"].items())),
         ("tokens actual / nominal", f"{r['tokens']['actual']:,} / {r['tokens']['nominal']:,}  ({saved:.1%} saved)"),
+        ("cache hits (tokens saved)", ", ".join(f"{k.removeprefix('cache_')} {v['hits']} ({v['tokens_saved']:,})"
+                                                 for k, v in r["cache"].items() if isinstance(v, dict)) or "none"),
+        ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
         ("latency p50 / p95", f"{r['latency_ms']['p50']} ms / {r['latency_ms']['p95']} ms"),
         ("usage rows in ClickHouse", r["clickhouse_rows"]), ("wall time", f"{r['wall_s']} s")]:
         t.add_row(label, str(value))
