@@ -32,6 +32,7 @@ async def test_replay_with_the_same_configuration_agrees(settings, clickhouse_ds
     recorded = {d.request_id: d for d in (Decision.loads(m.value) for m in decisions)}
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_decision_types()))
     summary = compare(build_engine(settings), admission, [m.value for m in requests], recorded)
-    assert summary["replayed"] == 40 and summary["compared"] == 40
+    answered_by_models = sum(not d.tier.startswith("cache") for d in recorded.values())
+    assert summary["replayed"] == 40 and summary["compared"] == answered_by_models >= 20
     assert summary["agreement"] >= 0.9
     assert summary["tokens_replayed"] == summary["tokens_recorded"] == 0, "the lexical tier spends no model tokens"
