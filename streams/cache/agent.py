@@ -11,17 +11,20 @@ def register(app, topics, settings, stage, controls) -> None:
     async def lookup_cache(stream):
         async for batch in stream:
             works = batch.items
-            vectors = [None] * len(works)
-            if stage.semantic is not None and controls.on("cache.l2") and works:
-                vectors = await asyncio.to_thread(stage.embed, works)
+            found = {i: stage.lookup_exact(w, controls.switches) for i, w in enumerate(works)}
+            asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
+            if asking:
+                vectors = await asyncio.to_thread(stage.embed, [works[i] for i in asking])
+                for i, vector in zip(asking, vectors):
+                    found[i] = stage.lookup_semantic(works[i], vector)
             hits, misses = [], []
-            for work, vector in zip(works, vectors):
-                hit = stage.lookup(work, controls.switches, vector)
+            for i, work in enumerate(works):
+                hit = found[i]
+                observe_cache(hit.level if hit else "miss", hit is not None)
                 if hit is None:
                     misses.append(work)
                 else:
                     hits.append(stage.answer(work, hit))
-                observe_cache(hit.level if hit else "miss", hit is not None)
                 misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
             await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)

@@ -152,5 +152,10 @@ class SemanticCache:
         if new_texts:
             part.index.add(self.embedder.embed(new_texts) if vectors is None else vectors[new_rows])
 
+    def holds(self, partition: tuple, text: str) -> bool:
+        """An entry for this very question (up to case and spacing) exists: no embedding needed."""
+        part = self.partitions.get(partition)
+        return part is not None and _same_question(text) in part.rows
+
     def __len__(self) -> int:
         return sum(len(p.texts) for p in self.partitions.values())

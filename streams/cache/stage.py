@@ -15,7 +15,8 @@ from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import cache_key
 from streams.cache.predictive import FollowupModel, plan
-from streams.cache.semantic import QUESTION_FIELDS, SemanticCache, asks_in_words, partition_of, question_of
+from streams.cache.semantic import (QUESTION_FIELDS, SemanticCache, asks_in_words, entry_key, partition_of,
+                                    question_of)
 from streams.ingest.prompt import render_context
 
 PENDING_VECTORS = 10_000
@@ -36,7 +37,9 @@ class CacheStage:
             self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
                                           book=self.versions, refresh=self.refresh)
         self.vectors: OrderedDict[str, object] = OrderedDict()  # L2 vectors of misses, reused at fill
+        self.embedded: OrderedDict[str, object] = OrderedDict()  # question -> vector, recent questions
         self.followups = FollowupModel()
+        self.prefetching: OrderedDict[str, None] = OrderedDict()  # entry keys of pre-answers being scored
         self.prefetch_tokens = settings.cache_prefetch_tokens
 
     def on_control(self, control) -> None:
@@ -44,27 +47,34 @@ class CacheStage:
             self.versions.bump(control.key, str(control.value))
 
     def embed(self, works: list[Work]) -> list:
-        """L2 vectors for the works that ask a question in words; None for the others."""
-        asking = [i for i, w in enumerate(works) if asks_in_words(w.request)]
-        vectors = [None] * len(works)
-        if asking:
-            for i, vector in zip(asking, self.semantic.embedder.embed([question_of(works[i].request) for i in asking])):
-                vectors[i] = vector
-        return vectors
+        """L2 vectors of the works' questions, each distinct question embedded once (and remembered)."""
+        questions = [question_of(w.request) for w in works]
+        missing = list(dict.fromkeys(q for q in questions if q not in self.embedded))
+        if missing:
+            for question, vector in zip(missing, self.semantic.embedder.embed(missing)):
+                self.embedded[question] = vector
+        while len(self.embedded) > PENDING_VECTORS:
+            self.embedded.popitem(last=False)
+        return [self.embedded[q] for q in questions]
 
-    def lookup(self, work: Work, switches, vector=None) -> Hit | None:
-        hit = None
-        if switches["cache.l1"]:
-            raw = self.table.get(work.cache_key)
-            hit = serve(work.cache_key, Entry.from_dict(raw) if raw else None, self.versions, self.refresh, work)
-            if hit is not None and hit.stale:
-                self.table[work.cache_key] = hit.entry.to_dict()  # remember it was served stale once
-        if hit is None and self.semantic is not None and switches["cache.l2"] and vector is not None:
-            hit = self.semantic.lookup(partition_of(work.request), question_of(work.request), vector)
-            if hit is None:
-                self.vectors[work.cache_key] = vector
-                while len(self.vectors) > PENDING_VECTORS:
-                    self.vectors.popitem(last=False)
+    def wants_semantic(self, work: Work, switches) -> bool:
+        return self.semantic is not None and switches["cache.l2"] and asks_in_words(work.request)
+
+    def lookup_exact(self, work: Work, switches) -> Hit | None:
+        if not switches["cache.l1"]:
+            return None
+        raw = self.table.get(work.cache_key)
+        hit = serve(work.cache_key, Entry.from_dict(raw) if raw else None, self.versions, self.refresh, work)
+        if hit is not None and hit.stale:
+            self.table[work.cache_key] = hit.entry.to_dict()  # remember it was served stale once
+        return hit
+
+    def lookup_semantic(self, work: Work, vector) -> Hit | None:
+        hit = self.semantic.lookup(partition_of(work.request), question_of(work.request), vector)
+        if hit is None:
+            self.vectors[work.cache_key] = vector
+            while len(self.vectors) > PENDING_VECTORS:
+                self.vectors.popitem(last=False)
         return hit
 
     def answer(self, work: Work, hit: Hit) -> Work:
@@ -97,13 +107,19 @@ class CacheStage:
         partition = partition_of(req)
         chosen = plan(self.followups, question, self.prefetch_tokens,
                       cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
-                      cached=lambda q: self.semantic.lookup(partition, q) is not None, min_count=PREFETCH_MIN_SEEN)
+                      cached=lambda q: self.semantic.holds(partition, q) or entry_key(partition, q) in self.prefetching,
+                      min_count=PREFETCH_MIN_SEEN)
+        for option in chosen:
+            self.prefetching[entry_key(partition, option.question)] = None
+        while len(self.prefetching) > PENDING_VECTORS:
+            self.prefetching.popitem(last=False)
         return [predicted_work(work, option.question, n) for n, option in enumerate(chosen)]
 
     def fill(self, work: Work, decision: Decision, switches) -> None:
         value = decision.to_representation()
         entry = Entry(value, dict(self.versions.current), tokens=decision.input_tokens + decision.output_tokens)
         if work.predictive:
+            self.prefetching.pop(entry_key(partition_of(work.request), question_of(work.request)), None)
             if self.semantic is not None:
                 self.semantic.insert(partition_of(work.request), question_of(work.request), value,
                                      tokens=entry.tokens, predictive=True)
