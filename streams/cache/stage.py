@@ -6,14 +6,12 @@ of it is queued (never two for the same key), and the refreshed answer replaces 
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from schemas.records import Decision, Request, Work
 from streams import tokens
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
-from streams.cache.exact import cache_key
+from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.predictive import FollowupModel, plan
 from streams.cache.semantic import (QUESTION_FIELDS, SemanticCache, asks_in_words, entry_key, partition_of,
                                     question_of)
@@ -36,10 +34,10 @@ class CacheStage:
             threshold = ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
             self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
                                           book=self.versions, refresh=self.refresh)
-        self.vectors: OrderedDict[str, object] = OrderedDict()  # L2 vectors of misses, reused at fill
-        self.embedded: OrderedDict[str, object] = OrderedDict()  # question -> vector, recent questions
+        self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
+        self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = FollowupModel()
-        self.prefetching: OrderedDict[str, None] = OrderedDict()  # entry keys of pre-answers being scored
+        self.prefetching = BoundedLRU(PENDING_VECTORS)  # entry keys of pre-answers being scored
         self.prefetch_tokens = settings.cache_prefetch_tokens
 
     def on_control(self, control) -> None:
@@ -50,12 +48,12 @@ class CacheStage:
         """L2 vectors of the works' questions, each distinct question embedded once (and remembered)."""
         questions = [question_of(w.request) for w in works]
         missing = list(dict.fromkeys(q for q in questions if q not in self.embedded))
-        if missing:
-            for question, vector in zip(missing, self.semantic.embedder.embed(missing)):
-                self.embedded[question] = vector
-        while len(self.embedded) > PENDING_VECTORS:
-            self.embedded.popitem(last=False)
-        return [self.embedded[q] for q in questions]
+        vectors = dict(zip(missing, self.semantic.embedder.embed(missing))) if missing else {}
+        for question in questions:
+            if question not in vectors:
+                vectors[question] = self.embedded.get(question)
+            self.embedded[question] = vectors[question]
+        return [vectors[q] for q in questions]
 
     def wants_semantic(self, work: Work, switches) -> bool:
         return self.semantic is not None and switches["cache.l2"] and asks_in_words(work.request)
@@ -73,8 +71,6 @@ class CacheStage:
         hit = self.semantic.lookup(partition_of(work.request), question_of(work.request), vector)
         if hit is None:
             self.vectors[work.cache_key] = vector
-            while len(self.vectors) > PENDING_VECTORS:
-                self.vectors.popitem(last=False)
         return hit
 
     def answer(self, work: Work, hit: Hit) -> Work:
@@ -111,8 +107,6 @@ class CacheStage:
                       min_count=PREFETCH_MIN_SEEN)
         for option in chosen:
             self.prefetching[entry_key(partition, option.question)] = None
-        while len(self.prefetching) > PENDING_VECTORS:
-            self.prefetching.popitem(last=False)
         return [predicted_work(work, option.question, n) for n, option in enumerate(chosen)]
 
     def fill(self, work: Work, decision: Decision, switches) -> None:
