@@ -90,9 +90,9 @@ def main() -> int:
     print(f"building {args.limit} decisions of {args.candidates} candidates", file=sys.stderr)
     pairs = read_pairs(sts)
     pool = sorted({b for _, b in pairs})
-    vectors = minilm.embed(pool)
-    # The pool's embeddings serve the fine tier's candidate cache too (cache reads still count as input).
-    minilm.cache.update(zip(pool, vectors))
+    # Encoded through the state cache: the pool's embeddings then serve the fine tier's candidates too
+    # (cache reads still count as input).
+    vectors = [encoded.value for encoded in minilm.states.get_many(pool)]
     decisions = build_decisions(pairs, args.limit, args.candidates, pool, vectors)
     config = load_policy(settings.decision_types)
     results = {}

@@ -33,7 +33,6 @@ SWITCHES = {
     "score.cascade": "coarse-to-fine cascade (off: fine tier scores every candidate)",
     "postprocess.cleanup": "strip preambles, closers, debug markers",
     "postprocess.scan": "sensitive-word scan routing hits to review",
-    "postprocess.throttle": "streaming token throttle per client class",
 }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
+from streams.postprocess.format import http_headers
 from streams.usage.events import usage_event
 
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
@@ -14,7 +15,7 @@ def register(app, topics, settings, cache, controls, book) -> None:
         async for batch in stream:
             usage = []
             for work in batch.items:
-                done = finalize(work, config=settings.postprocess_patterns or None)
+                done = finalize(work, config=settings.postprocess_patterns or None, switches=controls.switches)
                 decision = done.decision
                 usage.extend(done.usage)
                 observe_decision(decision, work.request.decision_type)
@@ -31,5 +32,6 @@ def register(app, topics, settings, cache, controls, book) -> None:
                 if decision.tier in CACHEABLE and done.cacheable:
                     cache.fill(work, decision, controls.switches)
                 if not work.refresh:
-                    await topics.decisions.send(key=decision.request_id, value=decision)
+                    await topics.decisions.send(key=decision.request_id, value=decision,
+                                                headers={k: v.encode() for k, v in http_headers(decision).items()})
             await topics.send_usage(usage)

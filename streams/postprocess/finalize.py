@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from schemas.records import Decision, UsageEvent, Work
 from streams.postprocess.contracts import enforce
-from streams.postprocess.patterns import Patterns
+from streams.postprocess.patterns import Patterns, resolve
 from streams.usage.events import usage_event
 
 
@@ -15,17 +15,18 @@ from streams.usage.events import usage_event
 class Finalized:
     decision: Decision
     review: bool = False  # True: route to the review topic instead of the caller
+    flagged: bool = False  # sensitive words found
     usage: list[UsageEvent] = field(default_factory=list)
     patterns_version: str = ""  # cleanup patterns a generated text went through ("" = no text)
 
     @property
     def cacheable(self) -> bool:
         """Flagged or failed output never goes into a cache."""
-        return not self.review and not self.decision.error
+        return not self.flagged and not self.decision.error
 
 
 def finalize(work: Work, now: float | None = None, *, config: Patterns | str | None = None,
-             regenerate: Callable[[str], str] | None = None) -> Finalized:
+             regenerate: Callable[[str], str] | None = None, switches: Mapping[str, bool] | None = None) -> Finalized:
     """Stamp latency; for a generated answer, clean it under the request's output contracts.
 
     `regenerate(instruction) -> str` (optional) is the generation backend, asked once for a longer
@@ -36,9 +37,20 @@ def finalize(work: Work, now: float | None = None, *, config: Patterns | str | N
     decision.latency_ms = round((now - work.admitted_at) * 1000, 3)
     done = Finalized(decision, usage=[usage_event(work.request, "postprocess", latency_ms=decision.latency_ms,
                                                   outcome=decision.tier)])
-    if decision.text:
+    switches = switches or {}
+    if decision.text and switches.get("postprocess.cleanup", True):
         _clean_text(work, done, config, regenerate)
+    elif decision.text and switches.get("postprocess.scan", True) and resolve(config).scanner.scan(decision.text):
+        _flag(done)
+    if done.flagged and not switches.get("postprocess.scan", True):
+        done.review = False  # the scan is switched off: the caller gets it; it still never enters a cache
+        decision.chain.append("review:skipped")
     return done
+
+
+def _flag(done: Finalized) -> None:
+    done.flagged = done.review = True
+    done.decision.chain.append("review:sensitive")
 
 
 def _clean_text(work: Work, done: Finalized, config, regenerate) -> None:
@@ -50,8 +62,7 @@ def _clean_text(work: Work, done: Finalized, config, regenerate) -> None:
     decision.text = cleaned.text
     decision.chain = [*decision.chain, f"postprocess:{result.outcome}"]
     if cleaned.flagged:
-        done.review = True
-        decision.chain.append("review:sensitive")
+        _flag(done)
     done.patterns_version = cleaned.version
     # Each event's nominal − actual is the saving of its stage: cleanup spends no model tokens and saves
     # the tokens it removed from what the caller would otherwise receive (and re-send).

@@ -57,3 +57,24 @@ def test_short_answer_is_retried_through_the_backend():
 def test_sensitive_hit_goes_to_review_and_is_never_cached():
     done = finalize(work("The file is marked strictly confidential: do not share."), now=100.0)
     assert done.review and not done.cacheable and done.decision.chain[-1] == "review:sensitive"
+
+
+def test_switches_turn_cleanup_and_the_review_route_off_but_flagged_text_is_never_cached():
+    from schemas.records import Decision, Request, Work
+
+    request = Request(request_id="r9", tenant="t", service="s", decision_type="customer_service", state="q")
+    text = "Sure! Here is the key: -----BEGIN RSA PRIVATE KEY----- abc"
+
+    def run(switches):
+        work = Work(request=request, admitted_at=0.0, model="gpt-4o",
+                    decision=Decision(request_id="r9", tier="llm", text=text))
+        return finalize(work, now=1.0, switches=switches)
+
+    on = run({})
+    assert on.review and not on.cacheable and not on.decision.text.startswith("Sure")
+    raw = run({"postprocess.cleanup": False})
+    assert raw.review and raw.decision.text == text
+    unscanned = run({"postprocess.cleanup": False, "postprocess.scan": False})
+    assert not unscanned.review and unscanned.cacheable and unscanned.decision.text == text
+    skipped = run({"postprocess.scan": False})
+    assert not skipped.review and not skipped.cacheable and "review:skipped" in skipped.decision.chain
