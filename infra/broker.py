@@ -29,7 +29,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """preexec_fn for children: the kernel sends them SIGTERM when this process dies."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
@@ -51,7 +52,7 @@ class LocalBroker:
         self.proc = subprocess.Popen(
             [str(tansu_path()), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
              "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         wait_ready("127.0.0.1", self.port, timeout, self.proc)
         return self
 

@@ -19,7 +19,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from infra import clickhouse
-from infra.broker import LocalBroker, _die_with_parent as die_with_parent, create_topics
+from infra.broker import LocalBroker, create_topics, die_with_parent
 from schemas.records import Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
