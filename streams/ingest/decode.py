@@ -49,10 +49,10 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
             kept, _ = fit_history(request, model)
             context = render_context(request, kept)
             context_tokens = tokens.count(context, model)
-        return Work(request=request, admitted_at=now, model=model,
-                    sections=count_sections(request, model, template=instruction), context=context,
-                    context_tokens=context_tokens, candidate_tokens=[tokens.count(c.text, model)
-                                                                     for c in request.candidates])
+        candidate_tokens = [tokens.count(c.text, model) for c in request.candidates]
+        return Work(request=request, admitted_at=now, model=model, context=context, context_tokens=context_tokens,
+                    sections=count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens),
+                    candidate_tokens=candidate_tokens)
     except (Invalid, ContractError) as exc:
         return reject(raw, exc.reason, str(exc), "ingest", now, request_id)
     except tokens.UnknownModel as exc:

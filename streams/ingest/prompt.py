@@ -22,9 +22,11 @@ def render_context(request: Request, lines: list[str] | None = None) -> str:
     return f"{history}\n\nState: {state_text(request.state)}" if history else f"State: {state_text(request.state)}"
 
 
-def count_sections(request: Request, model: str, *, system: str = "", template: str = "") -> dict[str, int]:
+def count_sections(request: Request, model: str, *, system: str = "", template: str = "",
+                   candidate_tokens: list[int] | None = None) -> dict[str, int]:
     """Exact tokens per prompt section (system, template, history, state, candidates): what usage can later be
-    broken down by. `system` is the system prompt and `template` the rendered template's instruction text."""
+    broken down by. `system` is the system prompt and `template` the rendered template's instruction text;
+    `candidate_tokens`, when the caller counted them already, are not encoded again."""
     encode = tokens.for_model(model).encode_ordinary
 
     def n(text: str) -> int:
@@ -35,5 +37,5 @@ def count_sections(request: Request, model: str, *, system: str = "", template: 
         "template": n(template),
         "history": sum(n(line) for line in history_lines(request)),
         "state": n(state_text(request.state)),
-        "candidates": sum(n(c.text) for c in request.candidates),
+        "candidates": sum(candidate_tokens if candidate_tokens is not None else map(n, (c.text for c in request.candidates))),
     }
