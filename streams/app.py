@@ -73,7 +73,6 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
     app.jev_topics = topics
-    app.jev_state = state
     app.jev_controls = controls
     app.jev_budgets = book
     return app

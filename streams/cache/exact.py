@@ -1,12 +1,9 @@
-"""L1 exact cache: a hash of the canonical request, and a bounded LRU to hold entries in memory.
+"""L1 exact cache key: a hash of the canonical request; and the bounded LRU the caches use.
 
 The key covers what makes two requests the same question: model, normalized context (history kept by
-distill + state), candidates, the context constraints, the template the request pins, and the versions
-passed in. Two ways to handle template/prompt/model versions announced on the control topic:
-- pass them to `cache_key`: a bump changes every key, so old entries are never read again (they age out
-  of the LRU) - simple, but every request misses at once after a bump;
-- pass none, and record them in each Entry (entry.py `serve`): a bump makes entries stale one by one,
-  each served once while its refresh is queued - no mass expiry, no stampede. Preferred.
+distill + state), candidates, the context constraints and the template the request pins. Prompt, model and
+template versions stay out of the key: each Entry records them (entry.py `serve`), so a bump makes entries
+stale one by one, each served once while its refresh is queued - no mass expiry, no stampede.
 """
 from __future__ import annotations
 
@@ -14,12 +11,11 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import orjson
 
 from schemas.records import Work
-from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.ingest.prompt import render_context
 
 _SPACE = re.compile(r"\s+")
@@ -43,9 +39,8 @@ def canonical(work: Work) -> dict:
     }
 
 
-def cache_key(work: Work, versions: Mapping[str, str] | None = None) -> str:
-    data = orjson.dumps({**canonical(work), "versions": dict(versions or {})},
-                        option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+def cache_key(work: Work) -> str:
+    data = orjson.dumps(canonical(work), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -83,21 +78,3 @@ class BoundedLRU:
 
     def __iter__(self) -> Iterator:
         return iter(self.data)
-
-
-class ExactCache:
-    """In-memory L1 (the stream stage keeps the same Entry dicts in a Faust table)."""
-
-    def __init__(self, max_entries: int, book: VersionBook | None = None, refresh: RefreshQueue | None = None):
-        self.entries = BoundedLRU(max_entries)
-        self.book = VersionBook() if book is None else book
-        self.refresh = RefreshQueue() if refresh is None else refresh
-
-    def lookup(self, key: str) -> Hit | None:
-        return serve(key, self.entries.get(key), self.book, self.refresh)
-
-    def insert(self, key: str, value: Any, tokens: int = 0) -> Entry:
-        entry = Entry(value, dict(self.book.current), tokens=tokens, level="l1")
-        self.entries[key] = entry
-        self.refresh.done(key)
-        return entry

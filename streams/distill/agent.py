@@ -19,7 +19,7 @@ def register(app, topics, settings, controls) -> None:
             now = time.time()
             for work in batch.items:
                 work, events = distill_work(work, policy_for(work.request.decision_type), controls.switches, now)
-                work.cache_key = cache_key(work)  # versions mark entries stale (cache stage), not new keys
+                work.cache_key = cache_key(work)
                 works.append(work)
                 usage.extend(events)
             await topics.send_work(topics.distilled, works, key=lambda w: w.cache_key)

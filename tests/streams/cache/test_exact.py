@@ -1,8 +1,11 @@
 import pytest
 
-from schemas.records import Candidate, Request, TemplateRef, Turn, Work
-from streams.cache.entry import RefreshQueue, VersionBook
-from streams.cache.exact import BoundedLRU, ExactCache, cache_key
+from schemas.records import Candidate, Decision, Request, TemplateRef, Turn, Work
+from streams.cache.exact import BoundedLRU, cache_key
+from streams.cache.stage import CacheStage
+from streams.control import SWITCHES
+
+ALL_ON = dict.fromkeys(SWITCHES, True)
 
 
 def work(**changes) -> Work:
@@ -30,12 +33,6 @@ def test_key_changes_with_what_changes_the_answer(changes):
     assert cache_key(work(**changes)) != cache_key(work())
 
 
-def test_versions_passed_to_the_key_are_part_of_it():
-    assert cache_key(work(), {}) == cache_key(work())
-    assert cache_key(work(), {"prompt": "1"}) == cache_key(work(), {"prompt": "1"})
-    assert cache_key(work(), {"prompt": "2"}) != cache_key(work(), {"prompt": "1"})
-
-
 def test_lru_evicts_least_recently_used():
     lru = BoundedLRU(2)
     lru["a"], lru["b"] = 1, 2
@@ -44,25 +41,34 @@ def test_lru_evicts_least_recently_used():
     assert "b" not in lru and "a" in lru and "c" in lru and lru.evictions == 1
 
 
-def test_version_bump_serves_stale_once_and_queues_one_refresh():
-    book, refresh = VersionBook({"prompt": "1"}), RefreshQueue()
-    cache = ExactCache(10, book, refresh)
-    cache.insert("k", "answer", tokens=50)
-    assert not cache.lookup("k").stale
-    book.bump("prompt", "2")
-    first = cache.lookup("k")
-    assert first.stale and first.value == "answer"
-    assert cache.lookup("k") is None
-    assert refresh.take(10) == [("k", None)]
-    assert refresh.put("k") is False  # in flight: no second refresh
-    cache.insert("k", "new answer")
-    hit = cache.lookup("k")
-    assert not hit.stale and hit.value == "new answer" and hit.entry.versions == {"prompt": "2"}
+def stage_with_one_entry(tmp_path, versions: dict):
+    """The stream's L1 (CacheStage over a plain dict in place of the Faust table), holding one answer."""
+    from streams import settings as settings_mod
+
+    stage = CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="none"))
+    for kind, version in versions.items():
+        stage.versions.bump(kind, version)
+    entry = work()
+    entry.cache_key = "k"
+    stage.fill(entry, Decision(request_id="r1", tier="fine", action_id="a"), ALL_ON)
+    return stage, entry
 
 
-def test_bump_of_an_unrelated_kind_leaves_others_fresh_only_if_recorded():
-    book = VersionBook({"model": "a"})
-    cache = ExactCache(10, book)
-    cache.insert("k", "v")
-    book.bump("template:risk", "3")
-    assert cache.lookup("k").stale  # entry predates the template version: refreshed, not expired
+def test_version_bump_serves_stale_once_and_queues_one_refresh(tmp_path):
+    stage, entry = stage_with_one_entry(tmp_path, {"prompt": "1"})
+    assert not stage.lookup_exact(entry, ALL_ON).stale
+    stage.versions.bump("prompt", "2")
+    first = stage.lookup_exact(entry, ALL_ON)
+    assert first.stale and first.value["action_id"] == "a"
+    assert stage.lookup_exact(entry, ALL_ON) is None
+    assert [w.refresh for w in stage.refreshes()] == [True]
+    assert stage.refresh.put("k") is False  # in flight: no second refresh
+    stage.fill(entry, Decision(request_id="r1", tier="fine", action_id="b"), ALL_ON)
+    hit = stage.lookup_exact(entry, ALL_ON)
+    assert not hit.stale and hit.value["action_id"] == "b" and hit.entry.versions == {"prompt": "2"}
+
+
+def test_bump_of_an_unrelated_kind_leaves_others_fresh_only_if_recorded(tmp_path):
+    stage, entry = stage_with_one_entry(tmp_path, {"model": "a"})
+    stage.versions.bump("template:risk", "3")
+    assert stage.lookup_exact(entry, ALL_ON).stale  # entry predates the template version: refreshed, not expired
