@@ -61,6 +61,9 @@ class Settings:
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")
+    query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
+                                 "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
+                                 "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     log_level: str = _doc("warning", "Log level of workers.")
 
     @property

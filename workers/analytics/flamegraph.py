@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import zlib
 from html import escape
-from pathlib import Path
 
 WEIGHTS = {"tokens": "toFloat64(sum(input_tokens) + sum(output_tokens))", "cost": "sum(cost)",
            "nominal": "toFloat64(sum(nominal_tokens))"}
@@ -98,11 +97,3 @@ def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit:
             f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#555">{escape(subtitle)} · click a frame '
             f'to zoom, the root to reset</text>\n' + "\n".join(body) + "\n"
             + ZOOM_JS.replace("WIDTH", str(WIDTH)) + "\n</svg>\n")
-
-
-def write_svg(client, path, since: dt.datetime, tenant: str = "", service: str = "", weight: str = "tokens",
-              title: str = "") -> dict[str, float]:
-    """Fold the window's usage and write the flame graph to `path`; returns the folded stacks."""
-    stacks = folded(client, since, tenant, service, weight)
-    Path(path).write_text(render_svg(stacks, title or f"Jev {weight} flame graph", weight))
-    return stacks

@@ -8,7 +8,7 @@ def register(sub) -> None:
     p = sub.add_parser("flamegraph", help="token flame graph (tenant;service;decision_type;stage;section) as SVG",
                        description="Folds usage from ClickHouse into stacks and renders an SVG: hover a frame "
                                    "for its tokens, click to zoom.")
-    p.add_argument("--tenant", default="", help="only this tenant")
+    p.add_argument("--tenant", default="", help="only this tenant's rows")
     p.add_argument("--service", default="", help="only this service")
     p.add_argument("--since", default="24h", help="window: 90m, 24h, 7d or all (default 24h)")
     p.add_argument("--weight", choices=["tokens", "cost", "nominal"], default="tokens",
@@ -18,16 +18,18 @@ def register(sub) -> None:
 
 
 def run(args, settings) -> int:
-    from workers.analytics import flamegraph, source
+    from pathlib import Path
+
+    from workers.analytics import flamegraph, owner
 
     scope = " ".join(f"{k}={v}" for k, v in (("tenant", args.tenant), ("service", args.service)) if v)
     title = f"Jev {args.weight} flame graph, last {args.since}" + (f" ({scope})" if scope else "")
+    body = {"since": args.since, "tenant": args.tenant, "service": args.service, "weight": args.weight}
     try:
-        since = source.now() - source.parse_since(args.since)
-        stacks = flamegraph.write_svg(source.open_client(settings), args.output, since, args.tenant, args.service,
-                                      args.weight, title)
+        stacks = owner.answer(settings, "flamegraph", body)[0]["stacks"]
     except (ValueError, RuntimeError) as e:
         print(f"jev flamegraph: {e}", file=sys.stderr)
         return 2
+    Path(args.output).write_text(flamegraph.render_svg(stacks, title, args.weight))
     print(f"wrote {args.output}: {len(stacks)} stacks, {sum(stacks.values()):,.6g} {args.weight}", file=sys.stderr)
     return 0

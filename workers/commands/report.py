@@ -16,6 +16,7 @@ def register(sub) -> None:
                                    "efficiency indices.")
     p.add_argument("--by", choices=list(BY_SOURCES), default="service", help="breakdown dimension (default service)")
     p.add_argument("--since", default="7d", help="window: 90m, 24h, 7d, 2w or all (default 7d)")
+    p.add_argument("--tenant", default="", help="only this tenant's rows")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON line per breakdown row, then the report")
     out.add_argument("--html", metavar="OUT.html", help="write an HTML report with plots")
@@ -23,12 +24,10 @@ def register(sub) -> None:
 
 
 def run(args, settings) -> int:
-    from workers.analytics import report, source
+    from workers.analytics import owner, report
 
-    now = source.now()
     try:
-        since = now - source.parse_since(args.since)
-        data = report.collect(source.open_client(settings), since, now, args.by)
+        data, _ = owner.answer(settings, "report", {"since": args.since, "by": args.by, "tenant": args.tenant})
     except (ValueError, RuntimeError) as e:
         print(f"jev report: {e}", file=sys.stderr)
         return 2

@@ -12,29 +12,24 @@ def register(sub) -> None:
                        description="Runs on settings.clickhouse. With the embedded engine, when a running "
                                    "pipeline owns the data directory, the query goes to that process.")
     p.add_argument("query", help='e.g. "SELECT sum(input_tokens + output_tokens) FROM usage_events"')
+    p.add_argument("--tenant", default="", help="read only this tenant's rows (one SELECT on the tables with a "
+                                                "tenant column; no SETTINGS, table functions or system tables)")
     p.add_argument("--json", action="store_true", help="one JSON object per row, then a summary line")
     p.set_defaults(func=run)
 
 
-def query(settings, sql: str) -> dict:
+def query(settings, sql: str, tenant: str = "") -> dict:
     """{"columns", "rows", "via"}: in this process when the data directory is free, else in its owner."""
-    from infra.clickhouse import DataDirBusy
-    from workers.analytics import owner, source
+    from workers.analytics import owner
 
-    try:
-        client = source.open_client(settings)
-    except DataDirBusy:
-        answer = owner.ask_owner(settings.clickhouse, sql)
-        if answer is None:
-            raise
-        return {**answer, "via": "owner"}
-    return {**owner.run_query(client, sql), "via": "embedded" if settings.clickhouse.startswith("chdb") else "server"}
+    result, via = owner.answer(settings, "query", {"sql": sql, "tenant": tenant})
+    return {**result, "via": via}
 
 
 def run(args, settings) -> int:
     started = time.perf_counter()
     try:
-        result = query(settings, args.query)
+        result = query(settings, args.query, args.tenant)
     except Exception as e:
         print(f"jev sql: {e}", file=sys.stderr)
         return 2

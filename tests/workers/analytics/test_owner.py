@@ -11,6 +11,11 @@ def test_writes_and_multiple_statements_are_refused(sql):
         check_read_only(sql)
 
 
+def test_into_outfile_is_refused():
+    with pytest.raises(ValueError, match="would write a file"):
+        check_read_only("SELECT 1 INTO  OUTFILE '/tmp/x.csv'")
+
+
 def test_a_refused_write_leaves_the_owner_able_to_write(usage_db):
     with pytest.raises(ValueError):
         run_query(usage_db, "TRUNCATE TABLE usage_events")

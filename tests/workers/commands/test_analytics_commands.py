@@ -75,7 +75,8 @@ def test_owner_serves_queries_with_its_token(filled, clickhouse_dsn):
     async def scenario():
         async with QueryServer(filled, clickhouse_dsn):
             owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
-            answer = await asyncio.to_thread(ask_owner, clickhouse_dsn, "SELECT count() AS n FROM usage_events")
+            answer = await asyncio.to_thread(ask_owner, clickhouse_dsn, "query",
+                                           {"sql": "SELECT count() AS n FROM usage_events"})
             return owner, answer
 
     owner, answer = asyncio.run(scenario())
