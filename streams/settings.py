@@ -64,6 +64,8 @@ class Settings:
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
+    raw_text_days: int = _doc(0, "Days raw request text (state, history, candidates) is kept in ClickHouse table "
+                                 "request_texts, deleted by its TTL after that (0 = raw text is never stored).")
     log_level: str = _doc("warning", "Log level of workers.")
 
     @property

@@ -73,6 +73,35 @@ def set_ttl(client, days: int) -> None:
         client.command("ALTER TABLE usage_events REMOVE TTL")
 
 
+REQUEST_TEXTS = """CREATE TABLE IF NOT EXISTS request_texts
+(
+    request_id String,
+    ts DateTime64(3),
+    tenant LowCardinality(String),
+    service LowCardinality(String),
+    decision_type LowCardinality(String),
+    session_id String,
+    state String,
+    history String,
+    candidates String,
+    variables String
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toDate(ts)
+ORDER BY (tenant, request_id)
+TTL toDateTime(ts) + INTERVAL {days} DAY"""
+
+
+def keep_request_texts(client, days: int) -> None:
+    """Opt-in raw request text (JEV_RAW_TEXT_DAYS): create request_texts with a TTL of `days` days, or move an
+    existing table's TTL to `days`. Never called with 0: then no table is made and nothing is stored (rows an
+    earlier opt-in stored still expire under the TTL they were written with)."""
+    if days <= 0:
+        raise ValueError(f"raw text retention of {days} days: set JEV_RAW_TEXT_DAYS to 1 or more, or leave it 0")
+    client.command(REQUEST_TEXTS.format(days=int(days)))
+    client.command(f"ALTER TABLE request_texts MODIFY TTL toDateTime(ts) + INTERVAL {int(days)} DAY")
+
+
 def open_migrated(dsn: str, ttl_days: int = 0):
     client = connect(dsn)
     migrate(client)
