@@ -4,9 +4,11 @@ Vectors are random normalized 384-d rows (MiniLM's width); each query is a store
 (cosine ~0.93), so the true neighbour is known. Random 384-d data is the worst case for HNSW recall
 (full intrinsic dimension); a missed neighbour costs a cache miss, never a wrong answer.
 Last stdout line: one JSON object; `p99_ms` is SemanticCache.lookup (index + threshold + verification)
-with the default exact-index limit, i.e. HNSW beyond it.
+with the default exact-index limit, i.e. HNSW beyond it. Then churn at the size cap (= --entries): --churn
+times the entries are filled anew, evicting the least recently used (HNSW tombstones, rebuilt past a quarter);
+`churn_p99_ms` is the lookup latency after that, `evicted_hits` must be 0.
 
-    .venv/bin/python bench/cache_lookup.py [--entries 100000] [--queries 1000]
+    .venv/bin/python bench/cache_lookup.py [--entries 100000] [--queries 1000] [--churn 0.4]
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--exact-queries", type=int, default=200, help="queries timed on the exact index")
     ap.add_argument("--max-exact", type=int, default=10_000, help="exact-index limit of the cache under test")
+    ap.add_argument("--churn", type=float, default=0.4, help="new entries filled at the cap, as a fraction of it")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((args.entries, 384), dtype=np.float32)
@@ -68,7 +71,7 @@ def main() -> None:
     exact_lat, _ = _timed_search(exact, queries[:n], picks[:n])
 
     print("semantic cache (HNSW beyond the exact limit): building", file=sys.stderr)
-    cache = SemanticCache(_Precomputed(), threshold=0.8, max_exact=args.max_exact)
+    cache = SemanticCache(_Precomputed(), threshold=0.8, max_exact=args.max_exact, max_entries=args.entries)
     partition = ("tenant", "decision", "", "latin", "generate:256")
     texts = [f"question number {i} about topic {i % 97}" for i in range(args.entries)]
     start = time.perf_counter()
@@ -85,13 +88,45 @@ def main() -> None:
         latencies.append(time.perf_counter() - start)
         hits += int(hit is not None and hit.value == p)
     index_lat, index_recall = _timed_search(index, queries, picks)
+    churn = _churn(cache, partition, rng, int(args.entries * args.churn), vectors, queries, picks)
     print(orjson.dumps({
         "entries": args.entries, "queries": args.queries, "index": index.kind, "build_s": round(build_s, 1),
         **_percentiles(latencies), "hit_rate": hits / args.queries,
         "index_p50_ms": index_lat["p50_ms"], "index_p99_ms": index_lat["p99_ms"], "index_recall_at_1": index_recall,
         "exact_p50_ms": exact_lat["p50_ms"], "exact_p99_ms": exact_lat["p99_ms"],
-        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4),
+        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4), **churn,
     }).decode())
+
+
+def _churn(cache: SemanticCache, partition: tuple, rng, n: int, vectors: np.ndarray, queries: np.ndarray,
+           picks: np.ndarray) -> dict:
+    """Fill n new entries at the cap one at a time, as a stream does; then look up the queried (recently hit)
+    entries, which must survive, and the oldest entries, which must have been evicted."""
+    print(f"churn: filling {n} new entries at the cap", file=sys.stderr)
+    fresh = rng.standard_normal((n, vectors.shape[1]), dtype=np.float32)
+    fresh /= np.linalg.norm(fresh, axis=1, keepdims=True)
+    index = cache.partitions[partition].index
+    start, slowest = time.perf_counter(), 0.0
+    for i, vector in enumerate(fresh):
+        one = time.perf_counter()
+        cache.insert(partition, f"new question {i}", -1 - i, vector=vector)
+        slowest = max(slowest, time.perf_counter() - one)
+    churn_s = time.perf_counter() - start
+    index.settle()
+    latencies, kept = [], 0
+    for q, p in zip(queries, picks):
+        start = time.perf_counter()
+        hit = cache.lookup(partition, f"question number {p} about topic {p % 97}", vector=q)
+        latencies.append(time.perf_counter() - start)
+        kept += int(hit is not None and hit.value == p)
+    queried = set(picks.tolist())
+    evicted = [i for i in range(n) if i not in queried][:len(picks)]
+    evicted_hits = sum(bool((hit := cache.lookup(partition, "x", vector=vectors[i]))) and hit.value == i
+                       for i in evicted)
+    return {"churn_entries": n, "churn_s": round(churn_s, 1), "churn_slowest_fill_s": round(slowest, 2),
+            "rebuilds": index.rebuilds, "size_after": len(cache), "index_rows_after": index.size,
+            "churn_p99_ms": _percentiles(latencies)["p99_ms"], "churn_hit_rate": kept / len(picks),
+            "evicted_hits": evicted_hits}
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ class Settings:
                                                 "for the embedder, else its built-in default.")
     cache_exact_index_max: int = _doc(10_000, "Entries per L2 partition searched exactly (numpy); "
                                               "beyond, a faiss HNSW index (ann extra).")
+    cache_semantic_max_entries: int = _doc(100_000, "Max entries of the L2/L3 semantic cache over all partitions; "
+                                                    "the least recently hit or filled is evicted first (HNSW "
+                                                    "rows become tombstones, rebuilt away past a quarter).")
     cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
                                             "question (0 = no pre-answers).")
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "

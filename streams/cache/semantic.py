@@ -3,13 +3,14 @@
 A partition is the tuple of context constraints (tenant, decision type, user segment, language, output
 format); each has its own index, so a hit can never cross them. A neighbour must pass the calibrated
 cosine threshold AND the verification checks (verify.py); the first of the top-k that passes both is the
-hit. Entries filled ahead of time by L3 are marked predictive and reported apart.
+hit. Entries filled ahead of time by L3 are marked predictive and reported apart. The cache holds at most
+`max_entries` over all partitions; the least recently hit or filled entry is evicted first.
 """
 from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -84,22 +85,29 @@ def entry_key(partition: tuple, text: str) -> str:
 @dataclass
 class _Partition:
     index: VectorIndex
-    texts: list[str] = field(default_factory=list)
-    entries: list[Entry] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)  # _same_question(text) -> row
+    texts: dict[int, str] = field(default_factory=dict)  # index id -> cached question
+    entries: dict[int, Entry] = field(default_factory=dict)  # index id -> answer
+    ids: dict[str, int] = field(default_factory=dict)  # _same_question(text) -> index id
 
 
 class SemanticCache:
     def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
-                 k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None):
+                 k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
+                 max_entries: int = 100_000):
+        """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first."""
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
         self.max_exact = max_exact
         self.k = k
+        self.max_entries = max_entries
         self.book = VersionBook() if book is None else book
         self.refresh = RefreshQueue() if refresh is None else refresh
         self.partitions: dict[tuple, _Partition] = {}
+        self.recency: OrderedDict[tuple[tuple, int], None] = OrderedDict()  # (partition, id), oldest first
+        self.evictions = 0
         self.refusals: Counter[str] = Counter()  # why near neighbours above the threshold were not served
 
     def embed(self, text: str) -> np.ndarray:
@@ -110,16 +118,17 @@ class SemanticCache:
         if part is None:
             return None
         vector = self.embed(text) if vector is None else vector
-        for row, score in part.index.search(vector, self.k):
+        for id_, score in part.index.search(vector, self.k):
             if score < self.threshold:
                 break
-            cached = part.texts[row]
+            cached = part.texts[id_]
             if self.verify:
                 verdict = verify_pair(text, cached)
                 if not verdict.ok:
                     self.refusals[verdict.reason] += 1
                     continue
-            return serve(entry_key(partition, cached), part.entries[row], self.book, self.refresh,
+            self.recency.move_to_end((partition, id_))
+            return serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
                          payload=(partition, cached), score=score, matched=cached)
         return None
 
@@ -137,25 +146,41 @@ class SemanticCache:
         part = self.partitions.get(partition)
         if part is None:
             part = self.partitions[partition] = _Partition(VectorIndex(self.embedder.dim, self.max_exact))
-        new_texts, new_rows = [], []
+        new: dict[str, tuple[int, str, Entry]] = {}  # question -> (position in texts, text, entry)
         for i, (text, entry) in enumerate(zip(texts, entries)):
             norm = _same_question(text)
-            if norm in part.rows:
-                part.entries[part.rows[norm]] = entry
+            if norm in part.ids:
+                part.entries[part.ids[norm]] = entry
+                self.recency.move_to_end((partition, part.ids[norm]))
                 self.refresh.done(entry_key(partition, text))
             else:
-                part.rows[norm] = len(part.texts)
-                part.texts.append(text)
-                part.entries.append(entry)
-                new_texts.append(text)
-                new_rows.append(i)
-        if new_texts:
-            part.index.add(self.embedder.embed(new_texts) if vectors is None else vectors[new_rows])
+                new[norm] = (new[norm][0] if norm in new else i, text, entry)
+        if not new:
+            return
+        added = list(new.values())
+        if vectors is None:
+            vectors = self.embedder.embed([text for _, text, _ in added])
+        else:
+            vectors = vectors[[i for i, _, _ in added]]
+        for id_, norm, (_, text, entry) in zip(part.index.add(vectors), new, added):
+            part.ids[norm], part.texts[id_], part.entries[id_] = id_, text, entry
+            self.recency[(partition, id_)] = None
+        while len(self.recency) > self.max_entries:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        (partition, id_), _ = self.recency.popitem(last=False)
+        part = self.partitions[partition]
+        part.index.remove(id_)
+        del part.ids[_same_question(part.texts.pop(id_))], part.entries[id_]
+        if not part.texts:
+            del self.partitions[partition]
+        self.evictions += 1
 
     def holds(self, partition: tuple, text: str) -> bool:
         """An entry for this very question (up to case and spacing) exists: no embedding needed."""
         part = self.partitions.get(partition)
-        return part is not None and _same_question(text) in part.rows
+        return part is not None and _same_question(text) in part.ids
 
     def __len__(self) -> int:
-        return sum(len(p.texts) for p in self.partitions.values())
+        return len(self.recency)

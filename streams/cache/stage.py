@@ -33,7 +33,8 @@ class CacheStage:
             embedder = load_embedder(settings.cache_embedder)
             threshold = ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
             self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
-                                          book=self.versions, refresh=self.refresh)
+                                          book=self.versions, refresh=self.refresh,
+                                          max_entries=settings.cache_semantic_max_entries)
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = FollowupModel()

@@ -1,9 +1,12 @@
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 
 from schemas.records import Candidate, Request
 from streams.cache.embedders import HashingEmbedder
 from streams.cache.entry import VersionBook
+from streams.cache import index as index_module
 from streams.cache.index import VectorIndex
 from streams.cache.semantic import SemanticCache, language_of, partition_of
 
@@ -82,3 +85,91 @@ def test_partition_of_keeps_constraints_apart():
     ("hello", "latin"), ("你好", "zh"), ("こんにちは世界", "ja"), ("привет", "cyrillic"), ("안녕하세요", "ko")])
 def test_language_of(text, lang):
     assert language_of(text) == lang
+
+
+@pytest.mark.parametrize("max_exact", [1000, 20])
+def test_index_removes_rows_and_rebuilds_hnsw_past_the_tombstone_fraction(max_exact):
+    pytest.importorskip("faiss", reason="the ann extra is not installed") if max_exact == 20 else None
+    rows = unit(np.random.default_rng(2).standard_normal((60, 16)))
+    index = VectorIndex(16, max_exact=max_exact)
+    ids = list(index.add(rows))
+    for id_ in ids[:30]:
+        index.remove(id_)
+        assert all(found != id_ for found, _ in index.search(rows[id_], 5))
+    index.settle()
+    assert len(index) == 30 and (index.rebuilds > 0) == (max_exact == 20)
+    assert index.size < 60 and len(index.dead) == index.size - 30  # removed rows freed, the rest tombstoned
+    for id_ in ids[30:]:
+        best, score = index.search(rows[id_], 3)[0]
+        assert best == id_ and score == pytest.approx(1.0, abs=1e-5)
+
+
+class HeldRebuilds:
+    """An executor that runs a rebuild only when released: what the index does while one is in progress."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, fn, *args):
+        future = Future()
+        self.jobs.append((future, fn, args))
+        return future
+
+    def release(self):
+        for future, fn, args in self.jobs:
+            future.set_result(fn(*args))
+
+
+def test_rows_added_and_removed_during_a_rebuild_carry_over(monkeypatch):
+    pytest.importorskip("faiss", reason="the ann extra is not installed")
+    held = HeldRebuilds()
+    monkeypatch.setattr(index_module, "_REBUILDER", held)
+    rows = unit(np.random.default_rng(4).standard_normal((45, 16)))
+    index = VectorIndex(16, max_exact=10)
+    ids = list(index.add(rows[:40]))
+    for id_ in ids[:11]:
+        index.remove(id_)
+    assert index.building is not None and index.kind == "hnsw"
+    ids += list(index.add(rows[40:]))
+    removed = set(ids[:11]) | {ids[20], ids[21], ids[42]}
+    for id_ in (ids[20], ids[21], ids[42]):
+        index.remove(id_)
+    held.release()
+    assert [index.search(rows[i], 1)[0][0] for i in (30, 41)] == [ids[30], ids[41]]  # swapped in by this call
+    assert index.building is None and index.rebuilds == 1 and index.size == 29 + 5 and len(index) == 31
+    for i, id_ in enumerate(ids):
+        found = [f for f, _ in index.search(rows[i], 3)]
+        assert (id_ in found) == (id_ not in removed)
+
+
+@pytest.mark.parametrize("max_exact", [1000, 8])
+def test_size_cap_evicts_least_recently_hit(max_exact):
+    pytest.importorskip("faiss", reason="the ann extra is not installed") if max_exact == 8 else None
+    rows = unit(np.random.default_rng(3).standard_normal((200, 32)))
+    embedder = HashingEmbedder(32)
+    cache = SemanticCache(embedder, threshold=0.9, verify=False, max_exact=max_exact, max_entries=20)
+    other = ("other-tenant",) + P[1:]
+    texts = [f"question {i}" for i in range(200)]
+    cache.insert(P, texts[0], 0, vector=rows[0])
+    for i in range(1, 200):
+        cache.insert(other if i % 3 else P, texts[i], i, vector=rows[i])
+        assert cache.lookup(P, texts[0], rows[0]).value == 0  # hit every time: never the least recent
+        assert len(cache) <= 20
+    assert len(cache) == 20 and cache.evictions == 180
+    survivors = {entry.value for part in cache.partitions.values() for entry in part.entries.values()}
+    assert 0 in survivors and set(range(181, 200)) <= survivors  # the hit one and the 19 newest
+    for i in range(200):
+        hit = cache.lookup(P if i % 3 == 0 else other, texts[i], rows[i])
+        assert (hit is not None and hit.value == i) == (i in survivors)
+    for part in cache.partitions.values():
+        part.index.settle()
+    if max_exact == 8:
+        assert any(p.index.rebuilds for p in cache.partitions.values())
+    assert all(cache.lookup(P if i % 3 == 0 else other, texts[i], rows[i]).value == i for i in survivors)
+
+
+def test_emptied_partition_is_dropped():
+    cache = SemanticCache(HashingEmbedder(), threshold=0.5, max_entries=1)
+    cache.insert(P, "What is jev?", "a")
+    cache.insert(("other",) + P[1:], "What is jev?", "b")
+    assert list(cache.partitions) == [("other",) + P[1:]] and cache.lookup(P, "What is jev?") is None
