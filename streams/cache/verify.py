@@ -2,55 +2,52 @@
 
 Near-duplicate questions that mean something else usually differ by one word: a number or year, a
 negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
-rare word). Word-level checks run on Latin-script text; other scripts get the number check only.
+rare word). The number, negation, ordinal and antonym checks read English and Chinese; the word-order and
+key-term checks need words, so they run on Latin-script text only. The word lists are in words.yaml.
 """
 from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from streams import tokens
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_]+", re.UNICODE)
 _LATIN = re.compile(r"[A-Za-z]")
+_HAN = re.compile(r"[\u4e00-\u9fff]")
 
-STOPWORDS = frozenset("""a an the is are was were be been being am do does did doing have has had having i me my
-mine we our you your he him his she her it its they them their what which who whom whose why how when where
-this that these those there here of to in on at by for with from into onto about as and or but if so than
-then too very can could should would will shall may might must get got getting any some such just also
-really way ways best good one s vs versus thing things someone something anyone anything else ever
-possible like much many well make using use used""".split())
-NEGATIONS = frozenset("not no never none nobody nothing neither nor without cannot cant dont doesnt didnt "
-                      "isnt arent wasnt werent wont wouldnt shouldnt couldnt hasnt havent unable".split())
-NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())} | {"hundred": "100", "thousand": "1000",
-                                                     "million": "1000000", "billion": "1000000000"}
-ORDINALS = {w: str(i) for i, w in enumerate(
-    "zeroth first second third fourth fifth sixth seventh eighth ninth tenth".split())} | {"last": "last"}
-_ANTONYM_PAIRS = [tuple(p.split("/")) for p in """gain/lose gain/loss increase/decrease increase/reduce
-positive/negative buy/sell best/worst advantage/disadvantage pro/con before/after up/down more/less more/fewer
-maximum/minimum max/min male/female man/woman men/women boy/girl start/stop begin/end open/close win/lose rich/poor
-good/bad old/new old/young cheap/expensive fast/slow high/low easy/hard easy/difficult hot/cold love/hate like/dislike
-true/false success/failure accept/reject import/export input/output upload/download enable/disable
-add/remove include/exclude legal/illegal safe/dangerous healthy/unhealthy strong/weak big/small large/small
-long/short early/late right/left north/south east/west inside/outside internal/external private/public
-top/bottom first/last past/future day/night white/black light/dark heavy/light happy/sad
-benefit/risk agree/disagree pass/fail rise/fall above/below over/under with/without higher/lower raise/lower
-morning/evening morning/afternoon morning/night enter/leave arrive/depart admit/release taken/released
-start/close start/finish attack/defend allow/forbid allow/ban remember/forget push/pull send/receive
-borrow/lend""".split()]
-# Words of one kind that exclude each other: "the gate is blue" is not "the gate is yellow".
-_EXCLUSIVE_GROUPS = [group.split() for group in (
-    "red orange yellow green blue purple pink brown black white grey gray silver gold",
-    "monday tuesday wednesday thursday friday saturday sunday",
-    "january february april june july august september october november december",
-    "spring summer autumn winter")]
-SCOPE = frozenset("in for with at on from of under during within".split())  # "MBA" vs "MBA in IT"
+WORDS = yaml.safe_load(Path(__file__).with_name("words.yaml").read_text(encoding="utf-8"))
+_EN, _ZH = WORDS["en"], WORDS["zh"]
+STOPWORDS = frozenset(_EN["stopwords"].split())
+NEGATIONS = frozenset(_EN["negations"].split())
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(_EN["number_words"].split())} | {
+    w: str(n) for w, n in _EN["big_numbers"].items()}
+ORDINALS = {w: str(i) for i, w in enumerate(_EN["ordinals"].split())} | _EN["ordinal_words"]
+SCOPE = frozenset(_EN["scope"].split())
+SYMMETRIC = frozenset(_EN["symmetric"])
 MAX_ROLE_SPAN = 3  # words between two swapped roles; farther apart it is clause order, not roles
-SYMMETRIC = frozenset({"and", "or", "vs", "versus", ","})
 RARE_RANK = 20_000  # a word that is one cl100k token with a lower rank is common English
+
+
+def _alternation(words) -> re.Pattern:
+    """A regex matching any of `words`, longest first (没有 before 没)."""
+    return re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))
+
+
+_ZH_DIGITS, _ZH_UNITS = _ZH["numerals"], _ZH["units"]
+_ZH_NUMERALS = "".join(_ZH_DIGITS) + "".join(_ZH_UNITS)
+_ZH_NUMBER = re.compile(f"({re.escape(_ZH['percent'])})?([{_ZH_NUMERALS}]+)")
+_ZH_ORDINAL = re.compile(f"{re.escape(_ZH['ordinal_prefix'])}\\s*([0-9]+|[{_ZH_NUMERALS}]+)")
+_ZH_CLASSIFIER = _alternation(_ZH["classifiers"].split())
+_ZH_NOT_NUMBER = _alternation(_ZH["not_numbers"].split())
+_ZH_NOT_NEGATION = _alternation(_ZH["not_negations"].split())
+_ZH_A_NOT_A = re.compile(f"(.)[{''.join(n for n in _ZH['negations'] if len(n) == 1)}]\\1")  # 是不是, 有没有
+_ZH_NEGATION = _alternation(_ZH["negations"])
 
 
 @dataclass(frozen=True)
@@ -77,8 +74,13 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("e") else word
 
 
-ANTONYMS = [(_stem(x), _stem(y)) for x, y in _ANTONYM_PAIRS]
-EXCLUSIVE = [frozenset(map(_stem, group)) for group in _EXCLUSIVE_GROUPS]
+# English pairs and groups compare stemmed words; Chinese ones are found as substrings (_Chinese.terms).
+ANTONYMS = [(_stem(x), _stem(y)) for x, y in (p.split("/") for p in _EN["antonyms"].split())] + [
+    tuple(p.split("/")) for p in _ZH["antonyms"].split()]
+EXCLUSIVE = [frozenset(map(_stem, group.split())) for group in _EN["exclusive"]] + [
+    frozenset(group.split()) for group in _ZH["exclusive"]]
+_ZH_TERMS = frozenset({w for pair in _ZH["antonyms"].split() for w in pair.split("/")}
+                      | {w for group in _ZH["exclusive"] for w in group.split()})
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -87,9 +89,48 @@ def _rare(word: str) -> bool:
     return len(ids) > 1 or ids[0] > RARE_RANK
 
 
+def _zh_value(run: str) -> str:
+    """The number a run of digits or Chinese numerals writes: 十五 → 15, 二零一五 → 2015, 三万五千 → 35000."""
+    if run.isascii():
+        return str(int(run))
+    if not any(c in _ZH_UNITS for c in run):
+        return str(int("".join(str(_ZH_DIGITS[c]) for c in run)))
+    high = myriads = section = digit = 0  # 亿 and above, 万 up to 亿, below 万, the pending digit
+    for c in run:
+        unit = _ZH_UNITS.get(c)
+        if unit is None:
+            digit = _ZH_DIGITS[c]
+        elif unit >= 10 ** 8:
+            high, myriads, section, digit = (high + myriads + section + digit) * unit, 0, 0, 0
+        elif unit >= 10 ** 4:
+            myriads, section, digit = (myriads + section + digit) * unit, 0, 0
+        else:
+            section, digit = section + (digit or 1) * unit, 0
+    return str(high + myriads + section + digit)
+
+
+class _Chinese:
+    """The numbers, ordinals, negations and antonym/exclusive terms of the Chinese in a text."""
+
+    def __init__(self, text: str):
+        self.ordinals = {_zh_value(m[1]) for m in _ZH_ORDINAL.finditer(text)}
+        self.ordinals |= {value for word, value in _ZH["ordinal_words"].items() if word in text}
+        self.rest = _ZH_ORDINAL.sub(" ", text)  # 第2 is an ordinal, not also the number 2
+        self.numbers = set()
+        for m in _ZH_NUMBER.finditer(_ZH_NOT_NUMBER.sub(" ", self.rest)):
+            percent, run = m.groups()
+            counted = _ZH_CLASSIFIER.match(m.string, m.end()) is not None and run != "一"  # 一个: "a", not 1
+            if percent or len(run) > 1 or counted:
+                self.numbers.add(_zh_value(run))
+        self.negations = len(_ZH_NEGATION.findall(_ZH_A_NOT_A.sub(" ", _ZH_NOT_NEGATION.sub(" ", text))))
+        self.terms = {w for w in _ZH_TERMS if w in text}
+
+
 class _Parsed:
     def __init__(self, text: str):
-        raw = _TOKEN.findall(text)
+        text = unicodedata.normalize("NFKC", text)
+        zh = _Chinese(text) if _HAN.search(text) else None
+        raw = _TOKEN.findall(zh.rest if zh else text)
         self.latin = bool(_LATIN.search(text))
         # An acronym keeps its case: "IT" is a field, "it" a stop word.
         self.words = [t if t.isupper() and len(t) > 1 and t.isalpha() else _stem(t) for t in raw]
@@ -105,6 +146,12 @@ class _Parsed:
             t.isupper() and len(t) > 1 or i > 0 and t[0].isupper())}
         self.key = self.names | {w for w in self.content if _rare(w)}
         self.scoped = {w for prev, w in zip(self.words, self.words[1:]) if prev in SCOPE and w in self.content}
+        self.terms = set(self.words)  # what the antonym and exclusive-group checks compare
+        if zh:
+            self.numbers |= zh.numbers
+            self.ordinals |= zh.ordinals
+            self.negations += zh.negations
+            self.terms |= zh.terms
 
     @staticmethod
     def _ordinal(word: str) -> bool:
@@ -134,7 +181,7 @@ def _swapped(a: _Parsed, b: _Parsed) -> bool:
 
 def _opposite(a: _Parsed, b: _Parsed) -> bool:
     """An antonym on each side ("gain" vs "lose"), or two different members of an exclusive group (colours)."""
-    sa, sb = set(a.words), set(b.words)
+    sa, sb = a.terms, b.terms
     if any((x in sa and y in sb and y not in sa and x not in sb) or
            (y in sa and x in sb and x not in sa and y not in sb) for x, y in ANTONYMS):
         return True
@@ -146,14 +193,14 @@ def verify(query: str, cached: str) -> Verdict:
     a, b = _Parsed(query), _Parsed(cached)
     if a.numbers != b.numbers:
         return Verdict(False, "number")
-    if not (a.latin and b.latin):
-        return Verdict(True)
     if a.negations != b.negations:
         return Verdict(False, "negation")
     if a.ordinals != b.ordinals:
         return Verdict(False, "ordinal")
     if _opposite(a, b):
         return Verdict(False, "antonym")
+    if not (a.latin and b.latin):
+        return Verdict(True)
     if _swapped(a, b):
         return Verdict(False, "swapped_roles")
     extra_a, extra_b = set(a.content) - set(b.content), set(b.content) - set(a.content)

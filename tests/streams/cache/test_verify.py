@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from streams.cache.calibration import read_pairs
-from streams.cache.verify import verify
+from streams.cache.verify import _zh_value, verify
 
 QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
 
@@ -24,6 +24,21 @@ QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
     ("The gate is blue.", "The gate is yellow.", "antonym"),
     ("How many calories are in one banana?", "How many calories are in two bananas?", "number"),
     ("如何在2015年减肥", "如何在2016年减肥", "number"),
+    ("三个苹果多少钱", "两个苹果多少钱", "number"),
+    ("二零一五年发生了什么", "二零一六年发生了什么", "number"),
+    ("百分之五十的人会失业吗", "百分之六十的人会失业吗", "number"),
+    ("为什么我没有朋友", "为什么我有朋友", "negation"),
+    ("他不喜欢咖啡", "他喜欢咖啡", "negation"),
+    ("这个药能吃", "这个药别吃", "negation"),
+    ("无糖饮料健康吗", "含糖饮料健康吗", "negation"),
+    ("第一次世界大战的原因是什么", "第二次世界大战的原因是什么", "ordinal"),
+    ("第2章讲了什么", "第3章讲了什么", "ordinal"),
+    ("如何快速增重", "如何快速减重", "antonym"),
+    ("怎样增肥", "怎样减肥", "antonym"),
+    ("咖啡有哪些正面影响", "咖啡有哪些负面影响", "antonym"),
+    ("股票为什么上涨", "股票为什么下跌", "antonym"),
+    ("如何增加销量", "如何减少销量", "antonym"),
+    ("周一营业吗", "周二营业吗", "antonym"),
 ])
 def test_near_misses_are_refused_with_their_reason(a, b, reason):
     assert verify(a, b).reason == reason
@@ -38,6 +53,16 @@ def test_near_misses_are_refused_with_their_reason(a, b, reason):
     ("A woman peels a potato.", "A woman is peeling a potato."),
     ("How do I learn Python?", "How do I learn Python quickly?"),
     ("如何减肥", "怎样减肥"),
+    ("我是不是怀孕了", "我怀孕了吗"),
+    ("能不能退款", "可以退款吗"),
+    ("这件衣服非常好看", "这件衣服很好看"),
+    ("别人怎么看我", "他人怎么看我"),
+    ("第2章讲了什么", "第二章讲了什么"),
+    ("首次登录要注意什么", "第一次登录要注意什么"),
+    ("二零一五年发生了什么", "2015年发生了什么"),
+    ("一个人怎么学做饭", "一个人如何学做饭"),
+    ("为什么我没有朋友", "为什么我没朋友"),
+    ("不同的咖啡有什么区别", "各种咖啡有什么差别"),
 ])
 def test_paraphrases_pass(a, b):
     assert verify(a, b).ok and verify(b, a).ok
@@ -50,3 +75,10 @@ def test_hand_labeled_question_pairs():
     assert [p for p in negatives if verify(p.text_a, p.text_b).ok] == []
     passed = sum(verify(p.text_a, p.text_b).ok for p in positives)
     assert passed >= 0.9 * len(positives)
+
+
+@pytest.mark.parametrize("run,value", [
+    ("2", "2"), ("两", "2"), ("十五", "15"), ("二十", "20"), ("一百零五", "105"), ("二零一五", "2015"),
+    ("三万五千", "35000"), ("一亿两千万", "120000000")])
+def test_chinese_numbers(run, value):
+    assert _zh_value(run) == value
