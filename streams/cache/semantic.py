@@ -2,9 +2,10 @@
 
 A partition is the tuple of context constraints (tenant, decision type, user segment, language, output
 format); each has its own index, so a hit can never cross them. A neighbour must pass the calibrated
-cosine threshold AND the verification checks (verify.py); the first of the top-k that passes both is the
-hit. Entries filled ahead of time by L3 are marked predictive and reported apart. The cache holds at most
-`max_entries` over all partitions; the least recently hit or filled entry is evicted first.
+cosine threshold AND the verification checks (verify.py), then the model check if one is configured
+(modelcheck.py); the first of the top-k that passes them all is the hit. Entries filled ahead of time by
+L3 are marked predictive and reported apart. The cache holds at most `max_entries` over all partitions;
+the least recently hit or filled entry is evicted first.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from streams.cache.embedders import Embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import normalize
 from streams.cache.index import VectorIndex
+from streams.cache.modelcheck import ModelCheck
 from streams.cache.verify import verify as verify_pair
 
 SCRIPTS = [("zh", re.compile(r"[\u4e00-\u9fff]")), ("ja", re.compile(r"[\u3040-\u30ff]")),
@@ -93,13 +95,14 @@ class _Partition:
 class SemanticCache:
     def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
                  k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
-                 max_entries: int = 100_000):
+                 max_entries: int = 100_000, check: ModelCheck | None = None):
         """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
+        self.check = check
         self.max_exact = max_exact
         self.k = k
         self.max_entries = max_entries
@@ -127,6 +130,9 @@ class SemanticCache:
                 if not verdict.ok:
                     self.refusals[verdict.reason] += 1
                     continue
+            if self.check is not None and not self.check.agrees(text, cached):
+                self.refusals["model"] += 1
+                continue
             self.recency.move_to_end((partition, id_))
             return serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
                          payload=(partition, cached), score=score, matched=cached)

@@ -12,6 +12,7 @@ from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import BoundedLRU, cache_key
+from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.predictive import FollowupModel, plan
 from streams.cache.semantic import (QUESTION_FIELDS, SemanticCache, asks_in_words, entry_key, partition_of,
                                     question_of)
@@ -23,7 +24,8 @@ PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), no
 
 class CacheStage:
     def __init__(self, table, settings):
-        """L2 uses settings.cache_embedder (`none` turns L2 off) at its calibrated threshold."""
+        """L2 uses settings.cache_embedder (`none` turns L2 off) at its calibrated threshold, and the model check
+        settings.cache_model_check names, if any."""
         self.table = table
         self.versions = VersionBook()
         self.refresh = RefreshQueue()
@@ -31,10 +33,12 @@ class CacheStage:
         self.semantic = None
         if settings.cache_embedder != "none":
             embedder = load_embedder(settings.cache_embedder)
-            threshold = ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
-            self.semantic = SemanticCache(embedder, threshold, max_exact=settings.cache_exact_index_max,
-                                          book=self.versions, refresh=self.refresh,
-                                          max_entries=settings.cache_semantic_max_entries)
+            check = check_name(settings.cache_model_check, embedder.name)
+            decision, store = decision_name(embedder.name, check), ThresholdStore(settings.data_dir)
+            self.semantic = SemanticCache(embedder, store.threshold(decision, settings.cache_semantic_threshold),
+                                          max_exact=settings.cache_exact_index_max, book=self.versions,
+                                          refresh=self.refresh, max_entries=settings.cache_semantic_max_entries,
+                                          check=load_model_check(check, store.check_threshold(decision)))
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = FollowupModel()

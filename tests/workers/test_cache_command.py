@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import orjson
+import pytest
 
 from workers.cli import main
 
@@ -22,6 +23,25 @@ def test_calibrate_then_evaluate_with_json(tmp_path, monkeypatch, capsys):
     assert len(lines) == 41 and summary["threshold"] == saved["threshold"]
     assert {"precision", "recall", "hit_rate", "pairs", "latency_p99_ms"} <= summary.keys()
     assert summary["pairs"] == 40 and summary["precision"] == saved["precision"]
+
+
+def test_calibrate_then_evaluate_with_a_model_check(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("sentence_transformers", reason="the embed extra is not installed")
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr("streams.cache.calibration.MIN_HITS", 5)
+    args = ["--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--model-check", "minilm", "--json"]
+    assert main(["cache", "calibrate", "--target-precision", "0.95", *args]) == 0
+    saved = orjson.loads(capsys.readouterr().out.strip())
+    assert saved["model_check"] == "minilm" and saved["precision"] >= 0.95
+    stored = orjson.loads((tmp_path / "cache_thresholds.json").read_bytes())["hashing+minilm"]
+    assert stored["check_threshold"] == saved["check_threshold"]
+
+    assert main(["cache", "evaluate", *args]) == 0
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    summary = lines[-1]
+    assert (summary["threshold"], summary["check_threshold"]) == (saved["threshold"], saved["check_threshold"])
+    assert summary["precision"] == saved["precision"] and summary["hits"] == saved["hits"]
+    assert all("check_cosine" in r for r in lines[:-1] if r["hit"])
 
 
 def test_evaluate_table(tmp_path, monkeypatch, capsys):

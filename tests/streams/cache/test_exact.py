@@ -72,3 +72,18 @@ def test_bump_of_an_unrelated_kind_leaves_others_fresh_only_if_recorded(tmp_path
     stage, entry = stage_with_one_entry(tmp_path, {"model": "a"})
     stage.versions.bump("template:risk", "3")
     assert stage.lookup_exact(entry, ALL_ON).stale  # entry predates the template version: refreshed, not expired
+
+
+def test_stage_takes_the_model_check_and_its_calibrated_thresholds(tmp_path):
+    pytest.importorskip("sentence_transformers", reason="the embed extra is not installed")
+    from streams import settings as settings_mod
+    from streams.cache.calibration import ThresholdStore
+
+    ThresholdStore(tmp_path).save("hashing+minilm", {"threshold": 0.61, "check_threshold": 0.87})
+    settings = settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing")
+    stage = CacheStage({}, settings.replace(cache_model_check="minilm"))
+    assert stage.semantic.check.name == "minilm" and stage.semantic.check.threshold == 0.87
+    assert stage.semantic.threshold == 0.61
+    assert CacheStage({}, settings.replace(cache_model_check="none")).semantic.check is None
+    with pytest.raises(ValueError, match="primary embedder itself"):
+        CacheStage({}, settings.replace(cache_model_check="hashing"))

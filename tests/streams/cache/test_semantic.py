@@ -8,6 +8,7 @@ from streams.cache.embedders import HashingEmbedder
 from streams.cache.entry import VersionBook
 from streams.cache import index as index_module
 from streams.cache.index import VectorIndex
+from streams.cache.modelcheck import ModelCheck
 from streams.cache.semantic import SemanticCache, language_of, partition_of
 
 P = ("acme", "faq", "", "latin", "generate:256")
@@ -40,6 +41,21 @@ def test_hit_needs_threshold_and_verification(embedder):
     hit = cache.lookup(P, "how do I gain weight")
     assert hit.value == "eat more" and hit.level == "l2" and hit.score > 0.9
     assert SemanticCache(embedder, threshold=0.5, verify=False).lookup(P, "x") is None
+
+
+def test_model_check_refuses_what_the_second_model_doubts():
+    cache = SemanticCache(HashingEmbedder(), threshold=0.3, check=ModelCheck(HashingEmbedder(64), threshold=0.99))
+    cache.insert(P, "How do I reset my password?", "steps")
+    assert cache.lookup(P, "How can I reset my password?") is None and cache.refusals["model"] == 1
+    assert cache.lookup(P, "how do I reset my password").value == "steps"  # same question: the check agrees
+
+
+def test_chinese_paraphrase_hits_with_the_multilingual_embedder(e5):
+    cache = SemanticCache(e5, threshold=0.85)  # low enough for the near miss to reach verification
+    partition = ("acme", "faq", "", "zh", "generate:256")
+    cache.insert(partition, "如何减肥", "少吃多动")
+    assert cache.lookup(partition, "怎样减肥").value == "少吃多动"
+    assert cache.lookup(partition, "如何增肥") is None and cache.refusals["antonym"] == 1
 
 
 def test_a_hit_never_crosses_partitions():
@@ -116,7 +132,8 @@ class HeldRebuilds:
         return future
 
     def release(self):
-        for future, fn, args in self.jobs:
+        jobs, self.jobs = self.jobs, []
+        for future, fn, args in jobs:
             future.set_result(fn(*args))
 
 
@@ -124,6 +141,7 @@ def test_rows_added_and_removed_during_a_rebuild_carry_over(monkeypatch):
     pytest.importorskip("faiss", reason="the ann extra is not installed")
     held = HeldRebuilds()
     monkeypatch.setattr(index_module, "_REBUILDER", held)
+    monkeypatch.setattr(index_module, "CATCH_UP", 2)
     rows = unit(np.random.default_rng(4).standard_normal((45, 16)))
     index = VectorIndex(16, max_exact=10)
     ids = list(index.add(rows[:40]))
@@ -134,6 +152,9 @@ def test_rows_added_and_removed_during_a_rebuild_carry_over(monkeypatch):
     removed = set(ids[:11]) | {ids[20], ids[21], ids[42]}
     for id_ in (ids[20], ids[21], ids[42]):
         index.remove(id_)
+    held.release()
+    assert [index.search(rows[i], 1)[0][0] for i in (30, 41)] == [ids[30], ids[41]]  # still the old index:
+    assert index.rebuilds == 0 and len(held.jobs) == 1  # 5 rows added meanwhile go in a catch-up round first
     held.release()
     assert [index.search(rows[i], 1)[0][0] for i in (30, 41)] == [ids[30], ids[41]]  # swapped in by this call
     assert index.building is None and index.rebuilds == 1 and index.size == 29 + 5 and len(index) == 31
