@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
 from streams.control import publish as publish_controls
 from workers import workload
+from workers.lag import consumer_lag
 from workers.pipeline import Pipeline, known_decision_types
 
 WAVES = 10
@@ -89,36 +90,6 @@ class Collector:
                         self.first_seen.setdefault(d.request_id, time.monotonic())
         finally:
             await consumer.stop()
-
-
-async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict[str, int]:
-    """Messages not yet committed by `group`, per topic: end offset − committed offset.
-
-    tansu's ListOffsets(LATEST) answers with the last batch's base offset + 1 (wrong whenever a batch holds
-    more than one record), so end offsets come from the high watermark of a Fetch response instead, which
-    tansu reports correctly (measured); committed offsets come from OffsetFetch through a group consumer
-    (tansu's admin ListConsumerGroupOffsets response does not parse in aiokafka 0.14).
-    """
-    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-    group_view = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                              max_partition_fetch_bytes=1024)
-    await group_view.start()
-    await reader.start()
-    try:
-        committed = {tp: (await group_view.committed(tp)) or 0 for tp in tps}
-        reader.assign(tps)
-        for tp in tps:
-            reader.seek(tp, max(0, committed[tp] - 1))
-        await reader.getmany(timeout_ms=500)
-        lag = {t: 0 for t in topics}
-        for tp in tps:
-            end = reader.highwater(tp)
-            lag[tp.topic] += max(0, (end if end is not None else committed[tp]) - committed[tp])
-        return lag
-    finally:
-        await group_view.stop()
-        await reader.stop()
 
 
 async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int]:
