@@ -1,6 +1,7 @@
 """Decode and validate input bytes into a record; every failure names the field and the fix."""
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Any
 
@@ -16,8 +17,13 @@ class Invalid(ValueError):
         self.reason = reason
 
 
+@functools.lru_cache(maxsize=None)
+def _shape(tp: Any) -> tuple:
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def _check(value: Any, tp: Any, path: str) -> None:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    origin, args = _shape(tp)
     if tp is Any:
         return
     if origin is typing.Union:
@@ -85,7 +91,7 @@ def decode(raw: bytes, record: type[faust.Record], max_bytes: int):
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise Invalid("bad_json", f"not valid UTF-8 JSON: {exc}") from None
-    if depth_exceeds(data):
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_exceeds(data):  # fewer brackets cannot nest deeper
         raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state")
     check_fields(data, record)
     return record.from_data(data)

@@ -42,14 +42,13 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     controls.listeners.append(apply_budget_controls(book))
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir())
-    saved = {"snapshot": None}
+    saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)
     async def save_budgets():
-        snapshot = book.snapshot()
-        if snapshot != saved["snapshot"]:
+        if book.revision != saved["revision"]:
+            saved["revision"] = book.revision
             save_book(book, budget_file)
-            saved["snapshot"] = snapshot
 
     @app.task
     async def follow_control():

@@ -1,15 +1,17 @@
 """Topic handles and partition-grouped sends shared by every stage."""
 from __future__ import annotations
 
-import functools
+import asyncio
 import time
-import typing
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import faust
+import mode
+import orjson
+from aiokafka import AIOKafkaProducer
 from faust.exceptions import ValueDecodeError
 
 from schemas import records
@@ -24,39 +26,13 @@ VALUE_TYPES = {"admitted": records.WorkBatch, "distilled": records.WorkBatch, "s
 DEAD_LETTER_ORIGINAL_MAX = 65_536  # bytes of a poison message kept in its dead letter (bounded, fits any broker)
 
 
-def _holds_records(tp) -> bool:
-    return (isinstance(tp, type) and issubclass(tp, faust.Record)) or any(map(_holds_records, typing.get_args(tp)))
-
-
-@functools.lru_cache(maxsize=None)
-def _record_fields(record: type) -> tuple[str, ...]:
-    """The fields of `record` that hold records (directly, in a list or optional): the ones Faust converts lazily."""
-    return tuple(field for field, tp in record._options.fields.items() if _holds_records(tp))
-
-
-def _touch(value) -> None:
-    """Faust converts nested record fields lazily, on first access; convert them all now so a malformed one
-    raises here, in decoding, instead of later inside an agent."""
-    if isinstance(value, faust.Record):
-        for field in _record_fields(type(value)):
-            _touch(getattr(value, field))
-    elif isinstance(value, list):
-        for item in value:
-            _touch(item)
-
-
 def well_formed(value) -> bool:
-    """The envelope shapes the stage agents iterate over, every nested record converted."""
-    try:
-        _touch(value)
-        if isinstance(value, records.WorkBatch):
-            return isinstance(value.items, list) and all(
-                isinstance(w, records.Work) and isinstance(w.request, records.Request) for w in value.items)
-        if isinstance(value, records.UsageBatch):
-            return isinstance(value.events, list) and all(isinstance(e, records.UsageEvent) for e in value.events)
-        return isinstance(value, faust.Record)
-    except Exception:
-        return False
+    """The envelope shapes the stage agents iterate over (records decode eagerly, so nested ones are built)."""
+    if isinstance(value, records.WorkBatch):
+        return all(isinstance(w, records.Work) for w in value.items)
+    if isinstance(value, records.UsageBatch):
+        return all(isinstance(e, records.UsageEvent) for e in value.events)
+    return isinstance(value, faust.Record)
 
 
 class DeadLetterTopic(faust.Topic):
@@ -97,6 +73,13 @@ class DeadLetterTopic(faust.Topic):
         return await super().send(value=value, **kwargs)
 
 
+async def take_work(stream, settings):
+    """The Work items of every WorkBatch that arrived within one micro-batch window: under load a stage
+    handles many upstream messages per iteration and sends fewer, larger batches downstream."""
+    async for batches in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
+        yield [work for batch in batches for work in batch.items]
+
+
 def partition_for(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
@@ -108,6 +91,32 @@ def group_by_partition(items: Iterable, key: Callable[[object], str], partitions
     return groups
 
 
+class RecordProducer(mode.Service):
+    """Per-request output (decisions) through a plain aiokafka producer that groups records into batches.
+    Faust's producer sends every record as a batch of its own (producer_max_batch_size=1, for tansu's end
+    offsets and table recovery), which made one send per decision the costliest step of postprocess.
+    `send_all` returns once the broker has every record, so the input is acknowledged only after that."""
+
+    def __init__(self, bootstrap: str, **kwargs):
+        super().__init__(**kwargs)
+        self.bootstrap = bootstrap
+        self.producer: AIOKafkaProducer | None = None
+
+    async def on_start(self) -> None:
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all")
+        await self.producer.start()
+
+    async def on_stop(self) -> None:
+        await self.producer.stop()
+
+    async def send_all(self, topic: str, records: Iterable[tuple[str, faust.Record, dict[str, str]]]) -> None:
+        await self.maybe_start()  # agents can run before the app starts its services
+        pending = [await self.producer.send(topic, orjson.dumps(value.to_representation()), key=key.encode(),
+                                            headers=[(k, v.encode()) for k, v in headers.items()])
+                   for key, value, headers in records]
+        await asyncio.gather(*pending)
+
+
 @dataclass
 class Topics:
     """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder."""
@@ -115,6 +124,8 @@ class Topics:
     partitions: int
 
     def __post_init__(self):
+        bootstrap = ",".join(f"{url.host}:{url.port}" for url in self.app.conf.broker)
+        self.records = self.app.service(RecordProducer(bootstrap))
         for short, spec in TOPICS.items():
             if short in VALUE_TYPES:
                 topic = DeadLetterTopic(self.app, topics=[spec.name], value_type=VALUE_TYPES[short],
@@ -128,6 +139,12 @@ class Topics:
         """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order)."""
         for partition, group in group_by_partition(works, key, self.partitions).items():
             await topic.send(value=records.WorkBatch(items=group), partition=partition)
+
+    async def send_decisions(self, decisions: list[records.Decision], headers: Callable[[records.Decision], dict]) -> None:
+        """The caller-facing output, one record per message keyed by request id, batched by RecordProducer."""
+        if decisions:
+            await self.records.send_all(self.decisions.get_topic_name(),
+                                        ((d.request_id, d, headers(d)) for d in decisions))
 
     async def send_usage(self, events: list) -> None:
         if events:

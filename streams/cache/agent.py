@@ -9,7 +9,7 @@ from streams.metrics import observe_cache
 def register(app, topics, settings, stage, controls) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
-        async for batch in stream:
+        async for batch in stream:  # per message: an L1 write needs the event (its table partition)
             works = batch.items
             found = {i: stage.lookup_exact(w, controls.switches) for i, w in enumerate(works)}
             asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]

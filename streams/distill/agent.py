@@ -6,6 +6,7 @@ import time
 
 from streams.cache.exact import cache_key
 from streams.distill import distill_work, load_policy
+from streams.wire import take_work
 
 
 def register(app, topics, settings, controls) -> None:
@@ -14,10 +15,10 @@ def register(app, topics, settings, controls) -> None:
 
     @app.agent(topics.admitted, name="distill_context")
     async def distill_context(stream):
-        async for batch in stream:
+        async for items in take_work(stream, settings):
             works, usage = [], []
             now = time.time()
-            for work in batch.items:
+            for work in items:
                 work, events = distill_work(work, policy_for(work.request.decision_type), controls.switches, now)
                 work.cache_key = cache_key(work)
                 works.append(work)

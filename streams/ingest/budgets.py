@@ -131,6 +131,7 @@ class BudgetBook:
         self.by_scope: dict[str, list[Budget]] = {}
         self.usage: dict[str, Usage] = {}
         self.open: dict[str, Reservation] = {}
+        self.revision = 0  # bumped by every change worth a snapshot
         self._lock = threading.Lock()
 
     def apply(self, control: Control) -> None:
@@ -147,6 +148,7 @@ class BudgetBook:
             self.by_scope = {}
             for b in self.budgets.values():
                 self.by_scope.setdefault(b.scope, []).append(b)
+            self.revision += 1
 
     def _usage(self, b: Budget, now: float) -> Usage:
         window = time.strftime(PERIODS[b.period], time.gmtime(now))
@@ -157,7 +159,8 @@ class BudgetBook:
 
     def reserve(self, scopes: list[str], tokens: int, cost: float, *,
                 reservation_id: str | None = None) -> Reservation | Refused:
-        """Hold `tokens` and `cost` against every budget of `scopes`, or refuse without holding anything."""
+        """Hold `tokens` and `cost` against every budget of `scopes`, or refuse without holding anything.
+        A request no budget covers holds nothing: its reservation is not kept open."""
         if tokens < 0 or not 0 <= cost < math.inf:
             raise ValueError(f"reserve: tokens ({tokens}) and cost ({cost}) must be non-negative and finite")
         with self._lock:
@@ -178,7 +181,9 @@ class BudgetBook:
                 alerts += self._soft_alerts(b, u, now)
             r = Reservation(reservation_id or uuid.uuid4().hex, tuple(b.key for b, _ in held),
                             tuple(u.window for _, u in held), tokens, cost, now, tuple(alerts))
-            self.open[r.id] = r
+            if held:
+                self.open[r.id] = r
+                self.revision += 1
             return r
 
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float) -> list[Alert]:
@@ -186,6 +191,7 @@ class BudgetBook:
         with self._lock:
             if self.open.pop(reservation.id, None) is None:
                 return []
+            self.revision += 1
             now = self.clock()
             alerts = []
             for key, window in zip(reservation.keys, reservation.windows):

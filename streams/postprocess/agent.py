@@ -12,8 +12,8 @@ CACHEABLE = {"rules", "coarse", "fine", "llm"}
 def register(app, topics, settings, cache, controls, book) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
-        async for batch in stream:
-            usage = []
+        async for batch in stream:  # per message: an L1 fill needs the event (its table partition)
+            usage, decisions = [], []
             for work in batch.items:
                 done = finalize(work, config=settings.postprocess_patterns or None, switches=controls.switches)
                 decision = done.decision
@@ -32,6 +32,6 @@ def register(app, topics, settings, cache, controls, book) -> None:
                 if decision.tier in CACHEABLE and done.cacheable:
                     cache.fill(work, decision, controls.switches)
                 if not work.refresh:
-                    await topics.decisions.send(key=decision.request_id, value=decision,
-                                                headers={k: v.encode() for k, v in http_headers(decision).items()})
+                    decisions.append(decision)
+            await topics.send_decisions(decisions, http_headers)
             await topics.send_usage(usage)

@@ -38,6 +38,11 @@ def app_and_sent(settings, monkeypatch):
     topics = app.jev_topics
     for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
         monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
+
+    async def send_decisions(decisions, headers):
+        if decisions:
+            captured.sent.setdefault("decisions", []).extend(decisions)
+    monkeypatch.setattr(topics, "send_decisions", send_decisions)
     return app, captured
 
 
