@@ -29,7 +29,8 @@ from aiokafka import AIOKafkaProducer
 from schemas.topics import name
 from streams import settings as settings_mod
 from workers import workload
-from workers.chaos import Collector, consumer_lag
+from workers.chaos import Collector
+from workers.lag import consumer_lag
 from workers.pipeline import Pipeline, known_decision_types, percentile
 
 BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
