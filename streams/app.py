@@ -17,6 +17,7 @@ from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
+from streams.usage.texts import request_texts
 from streams.control import ControlReader, Controls
 from streams.threads import limit_model_threads
 from streams.wire import Topics
@@ -60,10 +61,16 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
             controls.listeners.append(state["sink"].on_control)
         return state["sink"]
 
+    def get_texts():
+        """The opt-in raw-text store (JEV_RAW_TEXT_DAYS), beside the usage tables; None when off."""
+        if "texts" not in state:
+            state["texts"] = request_texts(settings, get_sink().inner.client) if settings.raw_text_days else None
+        return state["texts"]
+
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
-    ingest_agent.register(app, topics, settings, admission, book, controls)
+    ingest_agent.register(app, topics, settings, admission, book, controls, get_texts)
     distill_agent.register(app, topics, settings, controls)
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from faust.transport.drivers import aiokafka as driver
 
-FETCH_MAX_WAIT_MS = 20
+FETCH_MAX_WAIT_MS = 5
 
 
 class ShortWaitConsumerThread(driver.AIOKafkaConsumerThread):

@@ -8,10 +8,17 @@ response does not parse in aiokafka 0.14), so reading lag never disturbs the gro
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from streams.metrics import set_consumer_lag
+
+log = logging.getLogger("jev.lag")
 
 
 async def groups(bootstrap: str) -> list[str]:
@@ -76,3 +83,25 @@ async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions
     for row in await partition_lag(bootstrap, [group], topics, partitions):
         lag[row["topic"]] += row["lag"] or 0
     return lag
+
+
+async def export_lag(bootstrap: str) -> dict[tuple[str, str], int]:
+    """Every group's lag per topic into the jev_consumer_lag_messages gauge; returns {(group, topic): lag}."""
+    totals: dict[tuple[str, str], int] = {}
+    for row in await partition_lag(bootstrap):
+        key = (row["group"], row["topic"])
+        totals[key] = totals.get(key, 0) + (row["lag"] or 0)
+    for (group, topic), lag in totals.items():
+        set_consumer_lag(group, topic, lag)
+    return totals
+
+
+async def export_lag_forever(bootstrap: str, interval_s: float = 15.0) -> None:
+    """The scoring worker's background task: lag stays visible in Prometheus while the broker is up; a broker
+    that is down or restarting is logged and tried again next round."""
+    while True:
+        try:
+            await export_lag(bootstrap)
+        except (KafkaError, OSError) as exc:
+            log.warning("consumer lag not read (%s); retrying in %.0f s", exc, interval_s)
+        await asyncio.sleep(interval_s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
@@ -23,7 +23,7 @@ class Entry:
     stale_served: bool = False
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(self.__dict__)  # shallow: dataclasses.asdict deep-copied every cached answer on each fill
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Entry":

@@ -2,6 +2,7 @@
 One Kafka message per request in; one WorkBatch per partition out."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from schemas.records import Rejection, Work
@@ -22,7 +23,7 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls) -> None:
+def register(app, topics, settings, admission, book, controls, texts_ref) -> None:
     @app.agent(topics.requests, name="count_tokens")
     async def count_tokens(stream):
         async for raws in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
@@ -49,3 +50,6 @@ def register(app, topics, settings, admission, book, controls) -> None:
                 await topics.alerts.send(key=alert.scope, value=alert)
             await topics.send_work(topics.admitted, admitted, key=lambda w: w.request.session_id or w.request.request_id)
             await topics.send_usage(usage)
+            texts = texts_ref()
+            if texts is not None and admitted:
+                await asyncio.to_thread(texts.store, [w.request for w in admitted])

@@ -33,3 +33,19 @@ async def test_every_request_decided_once_and_metered(settings, clickhouse_dsn, 
     for rid, d in decisions.items():
         assert metered[rid][:3] == (d.input_tokens, d.cache_read_tokens, d.output_tokens), rid
         assert metered[rid][3] == 1
+
+
+async def test_raw_text_opt_in_stores_each_admitted_request_apart(settings, clickhouse_dsn, usage_db):
+    payloads = workload.generate(10, seed=5)
+    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn, raw_text_days=2)
+    try:
+        async with Pipeline(settings, known_decision_types()) as pipe:
+            await pipe.publish(payloads + workload.BAD_INPUTS[:1])
+            await pipe.collect(10, 1, timeout=120)
+            rows = pipe.ch.query("SELECT request_id, state FROM request_texts ORDER BY request_id").result_rows
+            ttl = pipe.ch.query("SHOW CREATE TABLE request_texts").result_rows[0][0]
+    finally:
+        usage_db.command("DROP TABLE IF EXISTS request_texts")
+    assert sorted(r[0] for r in rows) == sorted(f"r-5-{i}" for i in range(10))
+    assert all(r[1] for r in rows)
+    assert "toIntervalDay(2)" in ttl

@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.broker import create_topics, free_port
 from workers.cli import main
-from workers.lag import consumer_lag, partition_lag
+from workers.lag import consumer_lag, export_lag, partition_lag
 
 pytestmark = pytest.mark.integration
 PER_PARTITION, COMMITTED = 30, [10, 20, 30]
@@ -74,3 +74,11 @@ def test_lag_help_says_what_the_figures_mean(capsys):
         main(["lag", "--help"])
     text = capsys.readouterr().out
     assert "high watermark" in text and "ListOffsets" in text and "end - committed" in text
+
+
+async def test_export_lag_sets_the_prometheus_gauge_per_group_and_topic(lagging):
+    from prometheus_client import REGISTRY
+
+    bootstrap, topic, group = lagging
+    assert (await export_lag(bootstrap))[(group, topic)] == 30
+    assert REGISTRY.get_sample_value("jev_consumer_lag_messages", {"group": group, "topic": topic}) == 30

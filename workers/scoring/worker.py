@@ -16,8 +16,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
+from streams import kafka_tuning
 from streams.control import ControlReader, Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, well_formed
+from workers.lag import export_lag_forever
 from workers.scoring.engine import build_engine
 
 log = logging.getLogger("jev.scoring")
@@ -41,12 +43,13 @@ class ScoringWorker:
         s = self.settings
         consumer = AIOKafkaConsumer(
             name("score"), bootstrap_servers=s.bootstrap, group_id=f"{s.app_id}-scoring",
-            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000, fetch_max_wait_ms=20,
-            heartbeat_interval_ms=1000)
+            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
+            fetch_max_wait_ms=kafka_tuning.FETCH_MAX_WAIT_MS, heartbeat_interval_ms=1000)
         producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all")
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
+        lag = asyncio.create_task(export_lag_forever(s.bootstrap))
         await consumer.start()
         await producer.start()
         ready_file(s).touch()
@@ -58,6 +61,7 @@ class ScoringWorker:
                     await consumer.commit()
         finally:
             follow.cancel()
+            lag.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await producer.stop()
