@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import zlib
 from collections import defaultdict
@@ -12,10 +13,13 @@ import faust
 import mode
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from faust.exceptions import ValueDecodeError
 
 from schemas import records
 from schemas.topics import TOPICS, name
+
+log = logging.getLogger("jev.wire")
 
 VALUE_TYPES = {"admitted": records.WorkBatch, "distilled": records.WorkBatch, "score": records.WorkBatch,
                "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
@@ -110,11 +114,22 @@ class RecordProducer(mode.Service):
         await self.producer.stop()
 
     async def send_all(self, topic: str, records: Iterable[tuple[str, faust.Record, dict[str, str]]]) -> None:
+        """Deliver every record; while the broker is unreachable, retry with backoff instead of crashing the
+        agent (a crashed Faust agent stalls every later rebalance). A retried batch may repeat records that
+        had already landed: at-least-once, identified by key."""
         await self.maybe_start()  # agents can run before the app starts its services
-        pending = [await self.producer.send(topic, orjson.dumps(value.to_representation()), key=key.encode(),
-                                            headers=[(k, v.encode()) for k, v in headers.items()])
+        encoded = [(key.encode(), orjson.dumps(value.to_representation()), [(k, v.encode()) for k, v in headers.items()])
                    for key, value, headers in records]
-        await asyncio.gather(*pending)
+        delay = 0.5
+        while True:
+            try:
+                await asyncio.gather(*[await self.producer.send(topic, value, key=key, headers=headers)
+                                       for key, value, headers in encoded])
+                return
+            except KafkaError as exc:
+                log.warning("%d records to %s not delivered (%s); retrying in %.1f s", len(encoded), topic, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
 
 @dataclass
