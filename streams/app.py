@@ -20,7 +20,7 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader, Controls
 from streams.threads import limit_model_threads
-from streams.wire import Topics
+from streams.wire import MAX_MESSAGE_BYTES, Topics
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
@@ -33,6 +33,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
         settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
         datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
         broker_session_timeout=6, broker_heartbeat_interval=1, producer_max_batch_size=1,
+        producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_auto_offset_reset="earliest", topic_allow_declare=True)
     topics = Topics(app, settings.partitions)
     l1 = app.Table("l1_cache", default=None, partitions=settings.partitions)

@@ -28,6 +28,24 @@ VALUE_TYPES = {"admitted": records.WorkBatch, "distilled": records.WorkBatch, "s
 
 
 DEAD_LETTER_ORIGINAL_MAX = 65_536  # bytes of a poison message kept in its dead letter (bounded, fits any broker)
+BATCH_TARGET_BYTES = 512 * 1024  # an internal envelope holds items up to this size (one larger item goes alone)
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # producers' max_request_size: a Work carries a request of up to 1 MiB twice
+
+
+def encode_batches(field: str, items: list) -> list[bytes]:
+    """`{field: [...]}` envelopes of at most BATCH_TARGET_BYTES each (each item encoded once): a stage that
+    takes many upstream batches must not emit one message past the broker's size limit."""
+    envelopes, chunk, size = [], [], 0
+    for item in items:
+        raw = orjson.dumps(item.to_representation())
+        if chunk and size + len(raw) > BATCH_TARGET_BYTES:
+            envelopes.append(chunk)
+            chunk, size = [], 0
+        chunk.append(raw)
+        size += len(raw) + 1
+    if chunk:
+        envelopes.append(chunk)
+    return [b'{"%s":[%s]}' % (field.encode(), b",".join(chunk)) for chunk in envelopes]
 
 
 def well_formed(value) -> bool:
@@ -107,7 +125,8 @@ class RecordProducer(mode.Service):
         self.producer: AIOKafkaProducer | None = None
 
     async def on_start(self) -> None:
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all")
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all",
+                                         max_request_size=MAX_MESSAGE_BYTES)
         await self.producer.start()
 
     async def on_stop(self) -> None:
@@ -153,7 +172,8 @@ class Topics:
     async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> None:
         """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order)."""
         for partition, group in group_by_partition(works, key, self.partitions).items():
-            await topic.send(value=records.WorkBatch(items=group), partition=partition)
+            for envelope in encode_batches("items", group):
+                await topic.send(value=envelope, partition=partition, value_serializer="raw")
 
     async def send_decisions(self, decisions: list[records.Decision], headers: Callable[[records.Decision], dict]) -> None:
         """The caller-facing output, one record per message keyed by request id, batched by RecordProducer."""

@@ -49,3 +49,21 @@ async def test_raw_text_opt_in_stores_each_admitted_request_apart(settings, clic
     assert sorted(r[0] for r in rows) == sorted(f"r-5-{i}" for i in range(10))
     assert all(r[1] for r in rows)
     assert "toIntervalDay(2)" in ttl
+
+
+async def test_a_request_near_the_size_limit_is_decided(settings, clickhouse_dsn, usage_db):
+    """A ~1 MB request makes a Work over 1 MB on every internal hop (the request travels whole): the
+    producers' message limit must take it, and envelopes around it stay bounded."""
+    import orjson
+
+    small = workload.generate(20, seed=6)
+    big = orjson.loads(small[0]) | {"request_id": "big", "history": [
+        {"role": "user", "content": f"turn {i}: " + "the order arrived late and the box was damaged " * 40}
+        for i in range(500)]}
+    raw = orjson.dumps(big)
+    assert 900_000 < len(raw) < settings.max_request_bytes
+    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn)
+    async with Pipeline(settings, known_decision_types()) as pipe:
+        await pipe.publish([raw] + small[1:])
+        decisions, _ = await pipe.collect(20, 0, timeout=120)
+    assert "big" in decisions and decisions["big"].tier != "fallback"

@@ -18,7 +18,7 @@ from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams import kafka_tuning
 from streams.control import ControlReader, Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, well_formed
+from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, encode_batches, well_formed
 from workers.lag import export_lag_forever
 from workers.scoring.engine import build_engine
 
@@ -45,7 +45,8 @@ class ScoringWorker:
             name("score"), bootstrap_servers=s.bootstrap, group_id=f"{s.app_id}-scoring",
             enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
             fetch_max_wait_ms=kafka_tuning.FETCH_MAX_WAIT_MS, heartbeat_interval_ms=1000)
-        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
+                                    max_request_size=MAX_MESSAGE_BYTES)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
@@ -82,8 +83,8 @@ class ScoringWorker:
         for work, (decision, events) in zip(works, results):
             work.decision = decision
             usage.extend(events)
-        sends += [await producer.send(name("scored"), WorkBatch(items=ws).dumps(), partition=p)
-                  for p, ws in by_partition.items() if ws]
+        sends += [await producer.send(name("scored"), envelope, partition=p)
+                  for p, ws in by_partition.items() for envelope in encode_batches("items", ws)]
         if usage:
             sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
         await asyncio.gather(*sends)
