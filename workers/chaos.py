@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
 from streams.control import publish as publish_controls
+from streams.kafka_tuning import FETCH_MAX_WAIT_MS
 from workers import workload
 from workers.lag import consumer_lag
 from workers.pipeline import Pipeline, known_decision_types
@@ -74,7 +75,7 @@ class Collector:
     async def run(self) -> None:
         consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), name("review"), group_id=None,
                                     bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=50, max_partition_fetch_bytes=16 << 20)
+                                    fetch_max_wait_ms=FETCH_MAX_WAIT_MS, max_partition_fetch_bytes=16 << 20)
         await consumer.start()
         try:
             while not self.stopping.is_set():
