@@ -20,7 +20,7 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader, Controls
 from streams.threads import limit_model_threads
-from streams.wire import MAX_MESSAGE_BYTES, Topics
+from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
@@ -36,7 +36,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_auto_offset_reset="earliest", topic_allow_declare=True)
     topics = Topics(app, settings.partitions)
-    l1 = app.Table("l1_cache", default=None, partitions=settings.partitions)
+    l1 = app.tables.add(KeyPartitionedTable(app, name="l1_cache", default=None, beacon=app.tables.beacon,
+                                            partitions=settings.partitions))  # keyed by cache_key, as scored is
     state = {"sink": sink}
     controls = Controls()
     budget_file = Path(settings.data_dir) / "budgets.json"

@@ -113,6 +113,15 @@ def group_by_partition(items: Iterable, key: Callable[[object], str], partitions
     return groups
 
 
+class KeyPartitionedTable(faust.Table):
+    """A table whose changelog partition is its key's partition on the stage topics (partition_for), not the
+    current event's: stages can write it from micro-batches (stream.take, where no single event is current),
+    and it stays co-partitioned with the topics they key by the same value."""
+
+    def partition_for_key(self, key) -> int:
+        return partition_for(key, self.partitions)
+
+
 class RecordProducer(mode.Service):
     """Per-request output (decisions) through a plain aiokafka producer that groups records into batches.
     Faust's producer sends every record as a batch of its own (producer_max_batch_size=1, for tansu's end

@@ -4,13 +4,13 @@ from __future__ import annotations
 import asyncio
 
 from streams.metrics import observe_cache
+from streams.wire import take_work
 
 
 def register(app, topics, settings, stage, controls) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
-        async for batch in stream:  # per message: an L1 write needs the event (its table partition)
-            works = batch.items
+        async for works in take_work(stream, settings):
             found = {i: stage.lookup_exact(w, controls.switches) for i, w in enumerate(works)}
             asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
             if asking:

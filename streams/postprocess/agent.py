@@ -5,6 +5,7 @@ from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
 from streams.usage.events import usage_event
+from streams.wire import take_work
 
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
@@ -12,9 +13,9 @@ CACHEABLE = {"rules", "coarse", "fine", "llm"}
 def register(app, topics, settings, cache, controls, book) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
-        async for batch in stream:  # per message: an L1 fill needs the event (its table partition)
+        async for items in take_work(stream, settings):
             usage, decisions = [], []
-            for work in batch.items:
+            for work in items:
                 done = finalize(work, config=settings.postprocess_patterns or None, switches=controls.switches)
                 decision = done.decision
                 usage.extend(done.usage)

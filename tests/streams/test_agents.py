@@ -72,6 +72,7 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
+        await eventually(lambda: "usage" in captured.sent)  # the stage takes micro-batches: wait for its output
         assert app.tables["l1_cache"]["k1"]["value"]["action_id"] == "a"
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
     async with app.agents["lookup_cache"].test_context() as agent:
@@ -106,6 +107,7 @@ async def test_version_bump_serves_a_stale_entry_once_and_queues_one_refresh(app
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9)
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
+        await eventually(lambda: "usage" in captured.sent)
     app.jev_controls.apply(Control(kind="version", key="prompt", value="2"))
     async with app.agents["lookup_cache"].test_context() as agent:
         for _ in range(3):
@@ -127,6 +129,7 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
     async with app.agents["format_decision"].test_context() as agent:
         original.decision = scored
         await agent.put(WorkBatch(items=[original]))
+        await eventually(lambda: "usage" in captured.sent)
     rephrased = Request.from_data({**REQUEST, "request_id": "r2", "state": "trail shoes!"})
     other_tenant = Request.from_data({**REQUEST, "request_id": "r3", "tenant": "globex", "state": "trail shoes!"})
     async with app.agents["lookup_cache"].test_context() as agent:
@@ -160,6 +163,7 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     async with app.agents["format_decision"].test_context() as agent:
         predicted[0].decision = Decision(request_id="b1~l3~0", tier="fine", action_id="b", nominal_tokens=5)
         await agent.put(WorkBatch(items=predicted))
+        await eventually(lambda: "usage" in captured.sent)
     assert "decisions" not in captured.sent, "a pre-answer is cached, never sent to a caller"
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[asking("c2", "s4", follow_up)]))
