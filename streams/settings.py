@@ -24,7 +24,8 @@ class Settings:
     app_id: str = _doc("jev", "Faust application id (consumer group and changelog prefix).")
     partitions: int = _doc(4, "Partitions of every Jev topic (the local broker also auto-creates 4).")
     stage_batch_max: int = _doc(500, "Max records a stage takes from its topic per micro-batch.")
-    stage_batch_wait_ms: int = _doc(5, "Max wait to fill a stage micro-batch (each stage adds at most this to latency).")
+    stage_batch_wait_ms: int = _doc(5, "Max wait to fill a stage micro-batch (each stage adds at most this to "
+                                       "latency).")
     score_batch_max: int = _doc(64, "Max score requests per scoring-worker micro-batch.")
     score_batch_wait_ms: int = _doc(10, "Max wait to fill a scoring micro-batch.")
     sink_batch_max: int = _doc(5000, "Max usage rows per ClickHouse insert.")

@@ -146,8 +146,8 @@ class RecordProducer(mode.Service):
         agent (a crashed Faust agent stalls every later rebalance). A retried batch may repeat records that
         had already landed: at-least-once, identified by key."""
         await self.maybe_start()  # agents can run before the app starts its services
-        encoded = [(key.encode(), orjson.dumps(value.to_representation()), [(k, v.encode()) for k, v in headers.items()])
-                   for key, value, headers in records]
+        encoded = [(key.encode(), orjson.dumps(value.to_representation()),
+                    [(k, v.encode()) for k, v in headers.items()]) for key, value, headers in records]
         delay = 0.5
         while True:
             try:
@@ -184,7 +184,8 @@ class Topics:
             for envelope in encode_batches("items", group):
                 await topic.send(value=envelope, partition=partition, value_serializer="raw")
 
-    async def send_decisions(self, decisions: list[records.Decision], headers: Callable[[records.Decision], dict]) -> None:
+    async def send_decisions(self, decisions: list[records.Decision],
+                             headers: Callable[[records.Decision], dict]) -> None:
         """The caller-facing output, one record per message keyed by request id, batched by RecordProducer."""
         if decisions:
             await self.records.send_all(self.decisions.get_topic_name(),

@@ -1,5 +1,5 @@
 """ingest: decode, validate, count tokens, reserve budget, admit or dead-letter.
-One Kafka message per request in; one WorkBatch per partition out."""
+One Kafka message per request in; WorkBatch envelopes per partition out."""
 from __future__ import annotations
 
 import asyncio
