@@ -8,7 +8,8 @@ the burst size over the time to decide it all (the saturated throughput; the pip
 Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory; the same
 burst size of the same requests, pre-published, timed from its first micro-batch to the last row inserted.
-Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}.
+Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...};
+cpu_ms_per_decision is the CPU each process (stages, scoring worker) spent per decision during the burst.
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 2000] [--backend lexical]
 """
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaProducer
@@ -94,6 +96,13 @@ async def wait_for(collector: Collector, ids: set[str], timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (all its threads), from /proc: a cost per request that a busy,
+    shared machine distorts far less than a rate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
     return [orjson.dumps({**orjson.loads(p), "request_id": f"{tag}-{i}"}) for i, p in enumerate(payloads)]
 
@@ -131,11 +140,15 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
         burst = tagged(base[:args.burst], "burst")
         ids = {orjson.loads(p)["request_id"] for p in burst}
         published |= ids
+        processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid}
+        cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
         t0 = time.monotonic()
         await paced_publish(bootstrap, burst, 1e9, sent_at)
         await wait_for(collector, ids, timeout=max(60.0, args.burst / 20))
         done = [i for i in ids if i in collector.first_seen]
         burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
+        cpu_ms = {role: round((cpu_seconds(pid) - cpu_before[role]) * 1000 / max(len(done), 1), 3)
+                  for role, pid in processes.items()}
         log(f"burst {len(done)}/{len(ids)} decided in {burst_s:.1f} s")
         hops = await hop_latencies(bootstrap, {i for i in ids if i in collector.first_seen})
         log(f"median hop delays (ms): {hops}")
@@ -154,7 +167,7 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
               "sustained_rate_per_s": max((s["offered_per_s"] for s in kept_up), default=0),
               "p99_ms": max((s["p99_ms"] for s in kept_up), default=steps[-1]["p99_ms"] if steps else 0.0),
               "lost": len(published - collector.decisions.keys()), "burst_tiers": tiers,
-              "hop_median_ms": hops, "lag_after": lag, "steps": steps}
+              "cpu_ms_per_decision": cpu_ms, "hop_median_ms": hops, "lag_after": lag, "steps": steps}
     return report, bare
 
 
