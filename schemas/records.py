@@ -231,7 +231,8 @@ class Alert(Record):
 
 
 class Work(Record):
-    """A request on its way through the internal stages, with what each stage learned."""
+    """A request on its way through the internal stages, with what each stage learned. After distill the
+    request's history is emptied: `context` holds what is kept of it, and later hops do not carry it again."""
     request: Request
     admitted_at: float
     model: str

@@ -21,6 +21,7 @@ def register(app, topics, settings, controls) -> None:
             for work in items:
                 work, events = distill_work(work, policy_for(work.request.decision_type), controls.switches, now)
                 work.cache_key = cache_key(work)
+                work.request = work.request.derive(history=[])  # the distilled context carries it from here
                 works.append(work)
                 usage.extend(events)
             await topics.send_work(topics.distilled, works, key=lambda w: w.cache_key)

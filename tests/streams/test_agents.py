@@ -170,3 +170,16 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
         await eventually(lambda: "scored" in captured.sent)
     hits = [(w.request.request_id, w.decision.tier, w.decision.action_id) for b in captured.sent["scored"] for w in b.items]
     assert hits == [("c2", "cache_l3", "b")]
+
+
+async def test_distill_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
+    from schemas.records import Turn
+
+    app, captured = app_and_sent
+    req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
+    async with app.agents["distill_context"].test_context() as agent:
+        await agent.put(WorkBatch(items=[Work(request=req, admitted_at=0.0, model="gpt-4o-mini")]))
+        await eventually(lambda: "distilled" in captured.sent)
+    [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
+    assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
