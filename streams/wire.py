@@ -14,7 +14,6 @@ import mode
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from faust.exceptions import ValueDecodeError
 
 from schemas import records
 from schemas.topics import TOPICS, name
@@ -32,12 +31,12 @@ BATCH_TARGET_BYTES = 512 * 1024  # an internal envelope holds items up to this s
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # producers' max_request_size: a Work carries a request of up to 1 MiB twice
 
 
-def encode_batches(field: str, items: list) -> list[bytes]:
-    """`{field: [...]}` envelopes of at most BATCH_TARGET_BYTES each (each item encoded once): a stage that
-    takes many upstream batches must not emit one message past the broker's size limit."""
+def encode_batches(works: list) -> list[bytes]:
+    """WorkBatch envelopes of at most BATCH_TARGET_BYTES each (each Work encoded once): a stage that takes
+    many upstream batches must not emit one message past the broker's size limit."""
     envelopes, chunk, size = [], [], 0
-    for item in items:
-        raw = orjson.dumps(item.to_representation())
+    for work in works:
+        raw = orjson.dumps(work.to_representation())
         if chunk and size + len(raw) > BATCH_TARGET_BYTES:
             envelopes.append(chunk)
             chunk, size = [], 0
@@ -45,37 +44,13 @@ def encode_batches(field: str, items: list) -> list[bytes]:
         size += len(raw) + 1
     if chunk:
         envelopes.append(chunk)
-    return [b'{"%s":[%s]}' % (field.encode(), b",".join(chunk)) for chunk in envelopes]
-
-
-def well_formed(value) -> bool:
-    """The envelope shapes the stage agents iterate over (records decode eagerly, so nested ones are built)."""
-    if isinstance(value, records.WorkBatch):
-        return all(isinstance(w, records.Work) for w in value.items)
-    if isinstance(value, records.UsageBatch):
-        return all(isinstance(e, records.UsageEvent) for e in value.events)
-    return isinstance(value, faust.Record)
+    return [b'{"items":[%s]}' % b",".join(chunk) for chunk in envelopes]
 
 
 class DeadLetterTopic(faust.Topic):
     """A topic whose undecodable or malformed messages go to the rejected topic instead of crashing the agent
-    (Faust's default throws the decode error into the agent, which crashes and restarts it)."""
-
-    def _compile_decode(self) -> None:
-        super()._compile_decode()
-        decode = self.decode
-
-        async def checked(message, *, propagate: bool = False):
-            event = await decode(message, propagate=propagate)
-            if event is not None and not well_formed(event.value):
-                exc = ValueDecodeError(f"{type(event.value).__name__} has fields of the wrong type")
-                if propagate:
-                    raise exc
-                await self.on_value_decode_error(exc, message)
-                return None
-            return event
-
-        self.decode = checked
+    (Faust's default throws the decode error into the agent, which crashes and restarts it). Records decode
+    eagerly (schemas.records.Record.from_data), so a malformed nested record is a decode error too."""
 
     async def on_value_decode_error(self, exc: Exception, message) -> None:
         raw = message.value or b""
@@ -181,7 +156,7 @@ class Topics:
     async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> None:
         """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order)."""
         for partition, group in group_by_partition(works, key, self.partitions).items():
-            for envelope in encode_batches("items", group):
+            for envelope in encode_batches(group):
                 await topic.send(value=envelope, partition=partition, value_serializer="raw")
 
     async def send_decisions(self, decisions: list[records.Decision],

@@ -18,7 +18,7 @@ from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams import kafka_tuning
 from streams.control import ControlReader, Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, encode_batches, well_formed
+from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, encode_batches
 from workers.lag import export_lag_forever
 from workers.scoring.engine import build_engine
 
@@ -84,7 +84,7 @@ class ScoringWorker:
             work.decision = decision
             usage.extend(events)
         sends += [await producer.send(name("scored"), envelope, partition=p)
-                  for p, ws in by_partition.items() for envelope in encode_batches("items", ws)]
+                  for p, ws in by_partition.items() for envelope in encode_batches(ws)]
         if usage:
             sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
         await asyncio.gather(*sends)
@@ -109,10 +109,7 @@ class ScoringWorker:
 
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:
     try:
-        batch = WorkBatch.loads(raw)
-        if well_formed(batch):
-            return batch
-        detail = "WorkBatch has fields of the wrong type"
+        return WorkBatch.loads(raw)  # eager: a malformed nested record raises here
     except Exception as exc:
         detail = f"undecodable WorkBatch: {exc}"
     return Rejection(reason="bad_internal_message", detail=detail, stage="score",
