@@ -58,12 +58,13 @@ async def paced_publish(bootstrap: str, payloads: list[bytes], rate: float, sent
         await producer.stop()
 
 
-HOPS = ("requests", "admitted", "distilled", "score", "scored", "decisions")
+HOPS = ("requests", "distilled", "score", "scored", "decisions")
 
 
 async def hop_latencies(bootstrap: str, ids: set[str]) -> dict[str, float]:
     """Median delay between a request's message on one topic and the next (Kafka CreateTime), in ms:
-    where the time goes, stage by stage (score → scored is the scoring worker; cache hits skip it)."""
+    where the time goes, stage by stage (score → scored is the scoring worker; cache hits go from distilled
+    straight to decisions)."""
     from aiokafka import AIOKafkaConsumer
 
     seen: dict[str, dict[str, int]] = {hop: {} for hop in HOPS}
@@ -83,10 +84,12 @@ async def hop_latencies(bootstrap: str, ids: set[str]) -> dict[str, float]:
         finally:
             await consumer.stop()
     out = {}
-    for a, b in (("requests", "admitted"), ("admitted", "distilled"), ("distilled", "score"), ("score", "scored"),
-                 ("distilled", "scored"), ("scored", "decisions")):
+    for a, b in (("requests", "distilled"), ("distilled", "score"), ("score", "scored"), ("scored", "decisions")):
         deltas = [seen[b][r] - seen[a][r] for r in seen[b] if r in seen[a]]
         out[f"{a}->{b}"] = percentile(deltas, 0.5)
+    hits = [seen["decisions"][r] - seen["distilled"][r] for r in seen["decisions"]
+            if r in seen["distilled"] and r not in seen["score"]]
+    out["distilled->decisions (cache hits)"] = percentile(hits, 0.5)
     return out
 
 
@@ -153,7 +156,7 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
         hops = await hop_latencies(bootstrap, {i for i in ids if i in collector.first_seen})
         log(f"median hop delays (ms): {hops}")
         lag = await consumer_lag(bootstrap, pipe.settings.app_id,
-                                 [name(t) for t in ("requests", "admitted", "distilled", "scored", "usage")],
+                                 [name(t) for t in ("requests", "distilled", "scored", "usage")],
                                  pipe.settings.partitions)
         bare = await asyncio.to_thread(run_bare_child, pipe.settings, burst)
         collector.stopping.set()

@@ -14,10 +14,9 @@ class TopicSpec:
 
 TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.requests.v1", "session_id", "Request (one per message, from upstream)", external=True),
-    TopicSpec("jev.admitted.v1", "session_id", "WorkBatch after ingest"),
-    TopicSpec("jev.distilled.v1", "cache_key", "WorkBatch after distill"),
+    TopicSpec("jev.distilled.v1", "cache_key", "WorkBatch after ingest and distill"),
     TopicSpec("jev.score.v1", "cache_key", "WorkBatch of cache misses for the scoring workers"),
-    TopicSpec("jev.scored.v1", "cache_key", "WorkBatch with decisions (scored or cache hits)"),
+    TopicSpec("jev.scored.v1", "cache_key", "WorkBatch decided by the scoring workers"),
     TopicSpec("jev.decisions.v1", "request_id", "Decision (one per message, to upstream)", external=True),
     TopicSpec("jev.usage.v1", "request_id", "UsageBatch"),
     TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters)", external=True),

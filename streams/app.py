@@ -9,12 +9,13 @@ from streams import kafka_tuning, tokens
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
-from streams.distill import agent as distill_agent
+from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
 from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.postprocess import agent as postprocess_agent
+from streams.postprocess.agent import Postprocess
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
@@ -72,12 +73,13 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
-    ingest_agent.register(app, topics, settings, admission, book, controls, get_texts)
-    distill_agent.register(app, topics, settings, controls)
+    ingest_agent.register(app, topics, settings, admission, book, controls, get_texts,
+                          Distiller(settings.distill_policies))
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
-    cache_agent.register(app, topics, settings, cache, controls)
-    postprocess_agent.register(app, topics, settings, cache, controls, book)
+    postprocess = Postprocess(topics, settings, cache, controls, book)
+    cache_agent.register(app, topics, settings, cache, controls, postprocess)
+    postprocess_agent.register(app, topics, settings, postprocess)
     usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
     app.jev_topics = topics

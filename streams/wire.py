@@ -20,7 +20,7 @@ from schemas.topics import TOPICS, name
 
 log = logging.getLogger("jev.wire")
 
-VALUE_TYPES = {"admitted": records.WorkBatch, "distilled": records.WorkBatch, "score": records.WorkBatch,
+VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
                "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
                "rejected": records.Rejection, "control": records.Control, "alerts": records.Alert,
                "review": records.Decision}

@@ -43,7 +43,7 @@ def hostile_inputs() -> list[bytes]:
 
 
 POISON = [b"\xff\xfe not utf-8", b"{truncated", b'{"items": 5}', b'{"items": [{"request": 5}]}']
-POISONED_TOPICS = ("admitted", "distilled", "scored")  # every Faust stage input; score belongs to the scoring worker
+POISONED_TOPICS = ("distilled", "scored")  # every Faust stage input; score belongs to the scoring worker
 
 
 def internal_poison() -> list[tuple[str, bytes]]:

@@ -1,4 +1,5 @@
-"""cache: answer from L1 (exact, a Faust table) or L2 (semantic), or pass the miss on to the scoring workers."""
+"""cache: answer from L1 (exact, a Faust table) or L2 (semantic) through the postprocess step, or pass the miss on
+to the scoring workers."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,7 @@ from streams.metrics import observe_cache
 from streams.wire import take_work
 
 
-def register(app, topics, settings, stage, controls) -> None:
+def register(app, topics, settings, stage, controls, postprocess) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
         async for works in take_work(stream, settings):
@@ -28,4 +29,5 @@ def register(app, topics, settings, stage, controls) -> None:
                 misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
             await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)
-            await topics.send_work(topics.scored, hits, key=lambda w: w.cache_key)
+            if hits:
+                await postprocess(hits)

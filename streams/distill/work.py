@@ -1,12 +1,15 @@
-"""distill_work(): the distill stage on one Work item: kept history as context, savings as UsageEvents."""
+"""The distill stage: distill_work() on one Work item (kept history as context, savings as UsageEvents), and
+Distiller, the stage as a step of the ingest agent."""
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from schemas.records import UsageEvent, Work
 from streams import tokens
+from streams.cache.exact import cache_key
 from streams.distill.core import distill
-from streams.distill.policy import Policy
+from streams.distill.policy import Policy, load_policy
 from streams.ingest.prompt import render_context
 from streams.usage.events import usage_event
 
@@ -29,8 +32,7 @@ def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool],
     re-sends the context with each)."""
     request = work.request
     if not switches.get(SWITCH, True) or not request.history:
-        context = render_context(request)
-        return work.derive(context=context, context_tokens=tokens.count(context, work.model)), []
+        return work, []  # ingest rendered and counted this context (template and contract truncation included)
     messages = [{"role": t.role, "content": t.content, "ts": t.ts} for t in request.history]
     distilled = distill(messages, model=work.model, budget=history_budget(work, policy), policy=policy,
                         switches=switches, now=now)
@@ -42,3 +44,24 @@ def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool],
                           nominal_tokens=saved * copies, candidates=len(request.candidates))
               for layer, saved in distilled.saved_by_layer.items() if saved > 0]
     return result, events
+
+
+class Distiller:
+    """Distill, then key each Work for the cache, inside the ingest agent. Distill is a pure function of one
+    request with no state keyed by session, so a topic between ingest and distill bought nothing but one more
+    encode, decode and Faust per-message cost per request."""
+
+    def __init__(self, policies: str):
+        self.policy_for = functools.lru_cache(maxsize=256)(lambda decision_type: load_policy(decision_type, policies))
+
+    def __call__(self, works: list[Work], switches: Mapping[str, bool],
+                 now: float) -> tuple[list[Work], list[UsageEvent]]:
+        out, usage = [], []
+        for work in works:
+            work, events = distill_work(work, self.policy_for(work.request.decision_type), switches, now)
+            work.cache_key = cache_key(work)
+            if work.request.history:
+                work.request = work.request.derive(history=[])  # the distilled context carries it from here
+            out.append(work)
+            usage.extend(events)
+        return out, usage

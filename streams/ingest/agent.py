@@ -1,9 +1,11 @@
-"""ingest: decode, validate, count tokens, reserve budget, admit or dead-letter.
-One Kafka message per request in; WorkBatch envelopes per partition out."""
+"""ingest: decode, validate, count tokens, reserve budget, admit or dead-letter, then distill (a pure step, see
+streams.distill.work.Distiller). One Kafka message per request in; WorkBatch envelopes per cache-key partition
+out."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from schemas.records import Rejection, Work
 from streams import pricing
@@ -23,7 +25,7 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref) -> None:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill) -> None:
     @app.agent(topics.requests, name="count_tokens")
     async def count_tokens(stream):
         async for raws in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
@@ -48,8 +50,9 @@ def register(app, topics, settings, admission, book, controls, texts_ref) -> Non
                                          outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
             for alert in alerts:
                 await topics.alerts.send(key=alert.scope, value=alert)
-            await topics.send_work(topics.admitted, admitted, key=lambda w: w.request.session_id or w.request.request_id)
-            await topics.send_usage(usage)
             texts = texts_ref()
             if texts is not None and admitted:
                 await asyncio.to_thread(texts.store, [w.request for w in admitted])
+            distilled, saved = distill(admitted, controls.switches, time.time())
+            await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
+            await topics.send_usage(usage + saved)

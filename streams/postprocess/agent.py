@@ -10,29 +10,43 @@ from streams.wire import take_work
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
 
-def register(app, topics, settings, cache, controls, book) -> None:
+class Postprocess:
+    """The stage's step on a list of decided Work: run by its own agent on what the scoring workers decided,
+    and by the cache agent on its hits (same process, same cache-key partition), so a cache hit is answered
+    without another topic hop."""
+
+    def __init__(self, topics, settings, cache, controls, book):
+        self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
+
+    async def __call__(self, items: list) -> None:
+        topics, controls = self.topics, self.controls
+        usage, decisions = [], []
+        for work in items:
+            done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
+            decision = done.decision
+            usage.extend(done.usage)
+            observe_decision(decision, work.request.decision_type)
+            reservation = self.book.open.get(decision.request_id)
+            if reservation is not None:
+                for alert in self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
+                                              decision.cost):
+                    await topics.alerts.send(key=alert.scope, value=alert)
+            if decision.tier.startswith("cache"):
+                usage.append(usage_event(work.request, "cache", section=decision.tier,
+                                         nominal_tokens=decision.nominal_tokens, outcome="hit"))
+            if done.review:
+                await topics.review.send(key=decision.request_id, value=decision)
+                continue
+            if decision.tier in CACHEABLE and done.cacheable:
+                self.cache.fill(work, decision, controls.switches)
+            if not work.refresh:
+                decisions.append(decision)
+        await topics.send_decisions(decisions, http_headers)
+        await topics.send_usage(usage)
+
+
+def register(app, topics, settings, postprocess: Postprocess) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
         async for items in take_work(stream, settings):
-            usage, decisions = [], []
-            for work in items:
-                done = finalize(work, config=settings.postprocess_patterns or None, switches=controls.switches)
-                decision = done.decision
-                usage.extend(done.usage)
-                observe_decision(decision, work.request.decision_type)
-                reservation = book.open.get(decision.request_id)
-                if reservation is not None:
-                    for alert in book.settle(reservation, decision.input_tokens + decision.output_tokens, decision.cost):
-                        await topics.alerts.send(key=alert.scope, value=alert)
-                if decision.tier.startswith("cache"):
-                    usage.append(usage_event(work.request, "cache", section=decision.tier,
-                                             nominal_tokens=decision.nominal_tokens, outcome="hit"))
-                if done.review:
-                    await topics.review.send(key=decision.request_id, value=decision)
-                    continue
-                if decision.tier in CACHEABLE and done.cacheable:
-                    cache.fill(work, decision, controls.switches)
-                if not work.refresh:
-                    decisions.append(decision)
-            await topics.send_decisions(decisions, http_headers)
-            await topics.send_usage(usage)
+            await postprocess(items)

@@ -38,7 +38,7 @@ def app_and_sent(settings, monkeypatch):
                                       cache_embedder="hashing"), {"ranking"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
-    for short in ("admitted", "distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
+    for short in ("distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
         monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
 
     async def send_decisions(decisions, headers):
@@ -55,9 +55,9 @@ async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
         await agent.put(b"{broken")
     rejected = captured.sent["rejected"]
     assert [r.reason for r in rejected] == ["bad_json"]
-    admitted = [w for batch in captured.sent["admitted"] for w in batch.items]
+    admitted = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert [w.request.request_id for w in admitted] == ["r1"]
-    assert admitted[0].context_tokens > 0
+    assert admitted[0].context_tokens > 0 and admitted[0].cache_key
     usage = [e for batch in captured.sent["usage"] for e in batch.events]
     assert [(e.stage, e.event_id) for e in usage] == [("ingest", "r1:ingest")]
 
@@ -77,9 +77,10 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[work()]))
-        await eventually(lambda: "scored" in captured.sent)
-    hits = [w for batch in captured.sent["scored"] for w in batch.items]
-    assert [(w.decision.tier, w.decision.action_id) for w in hits] == [("cache_l1", "a")]
+        await eventually(lambda: len(captured.sent["decisions"]) == 2)
+    hit = captured.sent["decisions"][1]
+    assert (hit.request_id, hit.tier, hit.action_id) == ("r1", "cache_l1", "a"), "a hit is answered by the cache agent"
+    assert ("cache", "hit") in [(e.stage, e.outcome) for b in captured.sent["usage"] for e in b.events]
     assert captured.sent.get("score", []) == [] or all(not b.items for b in captured.sent["score"])
 
 
@@ -91,7 +92,7 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
     async with app.agents["count_tokens"].test_context() as agent:
         for i in range(3):
             await agent.put(orjson.dumps({**REQUEST, "request_id": f"r{i}"}))
-    admitted = [w.request.request_id for batch in captured.sent["admitted"] for w in batch.items]
+    admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
     assert [(r.reason, r.request_id) for r in rejected] == [("over_budget", "r2")]
@@ -113,7 +114,7 @@ async def test_version_bump_serves_a_stale_entry_once_and_queues_one_refresh(app
         for _ in range(3):
             await agent.put(WorkBatch(items=[work()]))
         await eventually(lambda: sum(len(b.items) for b in captured.sent.get("score", [])) == 3)
-    served = [w.decision.chain[0] for b in captured.sent["scored"] for w in b.items]
+    served = [d.chain[0] for d in captured.sent["decisions"][1:]]
     to_score = [w for b in captured.sent["score"] for w in b.items]
     assert served == ["cache_l1:stale"], "a stale entry is served exactly once"
     assert sorted(w.refresh for w in to_score) == [False, False, True], "one refresh, then plain misses"
@@ -136,8 +137,8 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
         for req in (rephrased, other_tenant):
             await agent.put(WorkBatch(items=[Work(request=req, admitted_at=0.0, model="gpt-4o-mini",
                                                   context=req.state, cache_key=req.request_id)]))
-        await eventually(lambda: len(captured.sent["score"]) == 2 and "scored" in captured.sent)
-    hits = {w.request.request_id: w.decision.tier for b in captured.sent["scored"] for w in b.items}
+        await eventually(lambda: len(captured.sent["score"]) == 2 and len(captured.sent["decisions"]) == 2)
+    hits = {d.request_id: d.tier for d in captured.sent["decisions"][1:]}
     assert hits == {"r2": "cache_l2"}
 
 
@@ -167,18 +168,18 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     assert "decisions" not in captured.sent, "a pre-answer is cached, never sent to a caller"
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[asking("c2", "s4", follow_up)]))
-        await eventually(lambda: "scored" in captured.sent)
-    hits = [(w.request.request_id, w.decision.tier, w.decision.action_id) for b in captured.sent["scored"] for w in b.items]
+        await eventually(lambda: "decisions" in captured.sent)
+    hits = [(d.request_id, d.tier, d.action_id) for d in captured.sent["decisions"]]
     assert hits == [("c2", "cache_l3", "b")]
 
 
-async def test_distill_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
+async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
     from schemas.records import Turn
 
     app, captured = app_and_sent
     req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
-    async with app.agents["distill_context"].test_context() as agent:
-        await agent.put(WorkBatch(items=[Work(request=req, admitted_at=0.0, model="gpt-4o-mini")]))
+    async with app.agents["count_tokens"].test_context() as agent:
+        await agent.put(orjson.dumps(req.to_representation()))
         await eventually(lambda: "distilled" in captured.sent)
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context

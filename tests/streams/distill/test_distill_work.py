@@ -48,11 +48,13 @@ def test_context_and_usage_events(candidates):
     assert event.nominal_tokens == saved * max(1, candidates)
 
 
-def test_kill_switch_passes_the_history_through():
+def test_kill_switch_passes_ingests_context_through():
+    """Off, the context is what ingest rendered and counted: its template text and contract truncation stay."""
     work = make_work(HISTORY)
+    work.context = f"Answer briefly.\n\n{render_context(work.request, ['user: Where is order 558812 now?'])}"
+    work.context_tokens = tokens.count(work.context, MODEL)
     out, events = distill_work(work, load_policy("customer_service"), {"distill": False}, NOW)
-    assert out.context == render_context(work.request) and events == []
-    assert out.context_tokens == tokens.count(out.context, MODEL)
+    assert (out.context, out.context_tokens, events) == (work.context, work.context_tokens, [])
 
 
 def test_contract_tightens_the_budget():
