@@ -109,7 +109,7 @@ class RecordProducer(mode.Service):
         self.producer: AIOKafkaProducer | None = None
 
     async def on_start(self) -> None:
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1, acks="all",
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", max_batch_size=BATCH_TARGET_BYTES,
                                          max_request_size=MAX_MESSAGE_BYTES)
         await self.producer.start()
 
@@ -121,18 +121,33 @@ class RecordProducer(mode.Service):
         agent (a crashed Faust agent stalls every later rebalance). A retried batch may repeat records that
         had already landed: at-least-once, identified by key."""
         await self.maybe_start()  # agents can run before the app starts its services
-        encoded = [(key.encode(), orjson.dumps(value.to_representation()),
-                    [(k, v.encode()) for k, v in headers.items()]) for key, value, headers in records]
+        encoded = [(key, orjson.dumps(value.to_representation()), [(k, v.encode()) for k, v in headers.items()])
+                   for key, value, headers in records]
         delay = 0.5
         while True:
             try:
-                await asyncio.gather(*[await self.producer.send(topic, value, key=key, headers=headers)
-                                       for key, value, headers in encoded])
+                await asyncio.gather(*await self.send_batches(topic, encoded))
                 return
             except KafkaError as exc:
                 log.warning("%d records to %s not delivered (%s); retrying in %.1f s", len(encoded), topic, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+    async def send_batches(self, topic: str, encoded: list[tuple[str, bytes, list]]) -> list[asyncio.Future]:
+        """One record batch per partition (partition_for of the key, as the stages key their topics), built
+        directly: aiokafka's per-record send() (a future, a pure-Python murmur2 and an accumulator lookup each)
+        cost about 90 µs per decision."""
+        partitions = len(await self.producer.partitions_for(topic))
+        futures = []
+        for partition, group in group_by_partition(encoded, lambda record: record[0], partitions).items():
+            batch = self.producer.create_batch()
+            for key, value, headers in group:
+                if batch.append(key=key.encode(), value=value, timestamp=None, headers=headers) is None:
+                    futures.append(await self.producer.send_batch(batch, topic, partition=partition))
+                    batch = self.producer.create_batch()
+                    batch.append(key=key.encode(), value=value, timestamp=None, headers=headers)
+            futures.append(await self.producer.send_batch(batch, topic, partition=partition))
+        return futures
 
 
 @dataclass

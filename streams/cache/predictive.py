@@ -62,8 +62,8 @@ def plan(model: FollowupModel, question: str, budget_tokens: int, cost: Callable
          min_count: int = 1) -> list[Prefetch]:
     """Follow-ups worth pre-answering: seen `min_count` times, likely enough, not cached yet, best expected hits
     per token first, within `budget_tokens` in all."""
-    options = [Prefetch(q, p, cost(q)) for q, p in model.likely_next(question, k, min_count)
-               if p >= min_probability and not cached(q)]
+    wanted = [(q, p) for q, p in model.likely_next(question, k, min_count) if p >= min_probability and not cached(q)]
+    options = [Prefetch(q, p, cost(q)) for q, p in wanted]  # priced only when not cached: a count is not free
     options.sort(key=lambda o: o.probability / max(o.tokens, 1), reverse=True)
     chosen, spent = [], 0
     for option in options:
