@@ -133,9 +133,23 @@ def for_model(model: str):
     return encoding(encoding_name(model))
 
 
+COUNT_CACHE_CHARS = 512  # texts up to this long have their counts remembered (65,536 of them at most)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _count_short(text: str, encoding_key: str) -> int:
+    return len(encoding(encoding_key).encode_ordinary(text))
+
+
 def count(text: str, model: str) -> int:
-    """Tokens of `text` as ordinary text (special-token strings count as text, as providers bill them)."""
-    return len(for_model(model).encode_ordinary(text)) if text else 0
+    """Tokens of `text` as ordinary text (special-token strings count as text, as providers bill them).
+    Decision traffic repeats its short texts (candidate catalogues, states, turns, role markers): their counts
+    come from a bounded LRU, the same number BPE would give, without encoding the text again."""
+    if not text:
+        return 0
+    if len(text) <= COUNT_CACHE_CHARS:
+        return _count_short(text, encoding_name(model))
+    return len(for_model(model).encode_ordinary(text))
 
 
 def count_chat(messages, model: str) -> int:

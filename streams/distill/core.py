@@ -90,8 +90,7 @@ def distill(messages: list[dict], *, model: str, budget: int | None, policy: Pol
     contents = [m["content"] for m in messages]
     stamps = [float(m["ts"]) if m.get("ts") is not None else None for m in messages]
     originals = [_line(r, c) for r, c in zip(roles, contents)]
-    encode = tokens.for_model(model).encode_ordinary
-    costs = [len(encode(line)) for line in originals]
+    costs = [tokens.count(line, model) for line in originals]
     before = sum(costs)
     protected = protected_turns(messages)
     reasons: dict[int, str] = {}

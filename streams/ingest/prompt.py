@@ -27,10 +27,8 @@ def count_sections(request: Request, model: str, *, system: str = "", template: 
     """Exact tokens per prompt section (system, template, history, state, candidates): what usage can later be
     broken down by. `system` is the system prompt and `template` the rendered template's instruction text;
     `candidate_tokens`, when the caller counted them already, are not encoded again."""
-    encode = tokens.for_model(model).encode_ordinary
-
     def n(text: str) -> int:
-        return len(encode(text)) if text else 0
+        return tokens.count(text, model)
 
     return {
         "system": n(system),

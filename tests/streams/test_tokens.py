@@ -115,3 +115,18 @@ def test_counts_equal_arena_hard_token_len(file):
     wrong = [(i, r["token_len"], tokens.count(r["content"], "gpt-3.5-turbo")) for i, r in enumerate(rows)
              if tokens.count(r["content"], "gpt-3.5-turbo") != r["token_len"]]
     assert len(rows) == 500 and wrong == []
+
+
+def test_remembered_counts_are_bpe_counts_and_follow_a_remapping(registry):
+    """Short texts' counts come from the LRU: the same as encoding them, on either side of the length limit,
+    and a model remapped to another encoding is counted in the new one."""
+    enc = tokens.encoding("o200k_base")
+    for n in (tokens.COUNT_CACHE_CHARS - 1, tokens.COUNT_CACHE_CHARS, tokens.COUNT_CACHE_CHARS + 1):
+        text = ("naïve café 東京 " * 100)[:n]
+        assert tokens.count(text, "gpt-4o") == tokens.count(text, "gpt-4o") == len(enc.encode_ordinary(text))
+    text = "Überprüfung der Lieferkette 2024"
+    tokens.configure("my-model=o200k_base")
+    before = tokens.count(text, "my-model-x")
+    tokens.configure("my-model=cl100k_base")
+    assert before == len(enc.encode_ordinary(text))
+    assert tokens.count(text, "my-model-x") == len(tokens.encoding("cl100k_base").encode_ordinary(text)) != before
