@@ -20,7 +20,7 @@ from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader, Controls
-from streams.threads import limit_model_threads
+from streams.process import limit_model_threads
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
 
 

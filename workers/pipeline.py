@@ -212,6 +212,7 @@ def serve_stages() -> None:
     """
     from streams import logsafe, settings as settings_mod
     from streams.metrics import start_metrics_server
+    from streams.process import freeze_heap
 
     logsafe.install()
     settings = settings_mod.load()
@@ -225,6 +226,7 @@ def serve_stages() -> None:
     @app.task
     async def mark_ready():
         await query_server.__aenter__()
+        freeze_heap()
         ready.touch()
 
     worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True)

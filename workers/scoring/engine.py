@@ -16,7 +16,7 @@ from streams.ingest.prompt import render_context
 from workers.scoring import backends, cascade, policy as policy_mod, rules as rules_mod
 from streams.control import SWITCHES
 from streams.metrics import observe_fallback
-from streams.threads import limit_model_threads
+from streams.process import limit_model_threads
 from workers.scoring.backends import Backend, Scored
 from workers.scoring.ledger import Ledger
 

@@ -119,12 +119,14 @@ def decode_batch(raw: bytes) -> WorkBatch | Rejection:
 def main() -> None:
     from streams import logsafe, settings as settings_mod
     from streams.metrics import start_metrics_server
+    from streams.process import freeze_heap
 
     logsafe.install()
     settings = settings_mod.load()
     logging.basicConfig(level=settings.log_level.upper())
     start_metrics_server(settings)
     worker = ScoringWorker(settings)
+    freeze_heap()  # the engine and its models are loaded
 
     async def serve():
         loop = asyncio.get_running_loop()
