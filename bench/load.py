@@ -3,15 +3,16 @@
 Pipeline: the Faust stages in their own process (as deployed), one scoring worker, ClickHouse sink. Each step
 publishes at a fixed rate for --step-s seconds; a request's latency is the time from publishing it to reading
 its decision. The rate rises until the pipeline falls behind (decisions < 90% of the offered rate, or p99 over
---p99-ms), or --max-total-s is spent. Then a burst of --burst requests is published at once: decisions_per_s is
-the burst size over the time to decide it all (the saturated throughput; the pipeline is already running).
+--p99-ms), or --max-total-s is spent. Then a burst of --burst requests is published at once: the ramp's requests
+again under new ids, cycled (the rules/cache path), long enough that micro-batch windows do not dominate either
+side. decisions_per_s is the burst size over the time to decide it all (saturated; the pipeline is already running).
 Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory; the same
 burst size of the same requests, pre-published, timed from its first micro-batch to the last row inserted.
 Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...};
 cpu_ms_per_decision is the CPU each process (stages, scoring worker) spent per decision during the burst.
 
-    .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 2000] [--backend lexical]
+    .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--backend lexical]
 """
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
 
 
 async def run_pipeline(settings, args) -> tuple[dict, str]:
-    base = workload.generate(max(args.burst, int(max(args.rates) * args.step_s)), seed=21)
+    base = workload.generate(int(max(args.rates) * args.step_s), seed=21)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
         bootstrap = pipe.settings.bootstrap
         collector = Collector(bootstrap)
@@ -142,7 +143,8 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
             log(f"rate {rate}/s: {step}")
             if len(done) < len(ids) or step["decisions_per_s"] < 0.9 * rate or step["p99_ms"] > args.p99_ms:
                 break
-        burst = tagged(base[:args.burst], "burst")
+        ramp = base[:max((s["of"] for s in steps), default=len(warm))]
+        burst = tagged([ramp[i % len(ramp)] for i in range(args.burst)], "burst")
         ids = {orjson.loads(p)["request_id"] for p in burst}
         published |= ids
         processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid}
@@ -252,7 +254,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="50,100,200,400", help="offered request rates per second, rising")
     p.add_argument("--step-s", type=float, default=6.0, help="seconds per rate step")
-    p.add_argument("--burst", type=int, default=2000, help="requests in the saturation burst (and the bare run)")
+    p.add_argument("--burst", type=int, default=8000, help="requests in the saturation burst (and the bare run)")
     p.add_argument("--p99-ms", type=float, default=1000.0, help="a step whose p99 exceeds this ends the ramp")
     p.add_argument("--max-total-s", type=float, default=60.0, help="stop starting rate steps after this")
     p.add_argument("--backend", default="lexical", help="scoring backend (default lexical: the rules/cache path)")
