@@ -73,8 +73,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
-    ingest_agent.register(app, topics, settings, admission, book, controls, get_texts,
-                          Distiller(settings.distill_policies))
+    app.jev_ingest = ingest_agent.register(app, topics, settings, admission, book, controls, get_texts,
+                                           Distiller(settings.distill_policies))
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(topics, settings, cache, controls, book)

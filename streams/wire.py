@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import faust
 import mode
 import orjson
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas import records
@@ -150,6 +150,42 @@ class RecordProducer(mode.Service):
         return futures
 
 
+class BatchConsumer(mode.Service):
+    """An external topic (one record per message) read in micro-batches straight from aiokafka: Faust's
+    per-message path (conductor, stream, take buffer, one ack per event) measured ~100 µs of CPU per message
+    here, where getmany spends ~1 µs. `handle(values)` must return only once everything it sent is
+    acknowledged; offsets are committed after it: at-least-once, like the stages' agents."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.bootstrap, self.topic, self.group, self.handle = bootstrap, topic, group, handle
+        self.max_records, self.wait_ms = max_records, wait_ms
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def on_start(self) -> None:
+        self.consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                         enable_auto_commit=False, auto_offset_reset="earliest",
+                                         session_timeout_ms=6000, heartbeat_interval_ms=1000,
+                                         fetch_max_wait_ms=self.wait_ms)
+        await self.consumer.start()
+
+    async def on_stop(self) -> None:
+        await self.consumer.stop()
+
+    @mode.Service.task
+    async def _consume(self) -> None:
+        while not self.should_stop:
+            polled = await self.consumer.getmany(timeout_ms=self.wait_ms, max_records=self.max_records)
+            if not polled:
+                continue
+            await self.handle([msg.value or b"" for msgs in polled.values() for msg in msgs])  # no value: invalid
+            try:
+                await self.consumer.commit()
+            except KafkaError as exc:  # a rebalance or the broker restarting: these records may come again
+                log.warning("offsets of %s not committed (%s); the batch may be redelivered", self.topic, exc)
+
+
 @dataclass
 class Topics:
     """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder."""
@@ -168,11 +204,12 @@ class Topics:
                                        partitions=self.partitions)
             setattr(self, short, topic)
 
-    async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> None:
-        """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order)."""
-        for partition, group in group_by_partition(works, key, self.partitions).items():
-            for envelope in encode_batches(group):
-                await topic.send(value=envelope, partition=partition, value_serializer="raw")
+    async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> list:
+        """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order); returns the
+        futures of their delivery."""
+        return [await topic.send(value=envelope, partition=partition, value_serializer="raw")
+                for partition, group in group_by_partition(works, key, self.partitions).items()
+                for envelope in encode_batches(group)]
 
     async def send_decisions(self, decisions: list[records.Decision],
                              headers: Callable[[records.Decision], dict]) -> None:
@@ -181,6 +218,5 @@ class Topics:
             await self.records.send_all(self.decisions.get_topic_name(),
                                         ((d.request_id, d, headers(d)) for d in decisions))
 
-    async def send_usage(self, events: list) -> None:
-        if events:
-            await self.usage.send(value=records.UsageBatch(events=events))
+    async def send_usage(self, events: list) -> list:
+        return [await self.usage.send(value=records.UsageBatch(events=events))] if events else []

@@ -1,6 +1,7 @@
 """ingest: decode, validate, count tokens, reserve budget, admit or dead-letter, then distill (a pure step, see
-streams.distill.work.Distiller). One Kafka message per request in; WorkBatch envelopes per cache-key partition
-out."""
+streams.distill.work.Distiller). One Kafka message per request in, read in micro-batches by a BatchConsumer
+(not a Faust agent: Faust's per-message cost was the largest single cost of a cache hit); WorkBatch envelopes
+per cache-key partition out."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +13,7 @@ from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.ingest.decode import admit, reject
 from streams.usage.events import usage_event
+from streams.wire import BatchConsumer
 
 log = logging.getLogger("jev.ingest")
 
@@ -25,34 +27,36 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill) -> None:
-    @app.agent(topics.requests, name="count_tokens")
-    async def count_tokens(stream):
-        async for raws in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
-            admitted, usage, alerts = [], [], []
-            for raw in raws:
-                raw = raw if isinstance(raw, bytes) else bytes(raw)
-                result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
-                if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                    held = reserve(book, result)
-                    alerts.extend(held.alerts)
-                    if isinstance(held, Refused) and held.policy == "degrade":
-                        result.tier_cap = held.degrade_to
-                    elif isinstance(held, Refused):
-                        result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
-                                        result.request.request_id)
-                if isinstance(result, Rejection):
-                    await topics.rejected.send(key=result.request_id or None, value=result)
-                    continue
-                admitted.append(result)
-                usage.append(usage_event(result.request, "ingest", model=result.model,
-                                         candidates=len(result.request.candidates),
-                                         outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
-            for alert in alerts:
-                await topics.alerts.send(key=alert.scope, value=alert)
-            texts = texts_ref()
-            if texts is not None and admitted:
-                await asyncio.to_thread(texts.store, [w.request for w in admitted])
-            distilled, saved = distill(admitted, controls.switches, time.time())
-            await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
-            await topics.send_usage(usage + saved)
+def register(app, topics, settings, admission, book, controls, texts_ref, distill) -> BatchConsumer:
+    async def count_tokens(raws: list[bytes]) -> None:
+        """One micro-batch of requests: everything it sends is acknowledged when it returns."""
+        admitted, usage, alerts, sent = [], [], [], []
+        for raw in raws:
+            result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
+            if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
+                held = reserve(book, result)
+                alerts.extend(held.alerts)
+                if isinstance(held, Refused) and held.policy == "degrade":
+                    result.tier_cap = held.degrade_to
+                elif isinstance(held, Refused):
+                    result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
+                                    result.request.request_id)
+            if isinstance(result, Rejection):
+                sent.append(await topics.rejected.send(key=result.request_id or None, value=result))
+                continue
+            admitted.append(result)
+            usage.append(usage_event(result.request, "ingest", model=result.model,
+                                     candidates=len(result.request.candidates),
+                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
+        for alert in alerts:
+            sent.append(await topics.alerts.send(key=alert.scope, value=alert))
+        texts = texts_ref()
+        if texts is not None and admitted:
+            await asyncio.to_thread(texts.store, [w.request for w in admitted])
+        distilled, saved = distill(admitted, controls.switches, time.time())
+        sent += await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
+        sent += await topics.send_usage(usage + saved)
+        await asyncio.gather(*sent)
+
+    return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), f"{settings.app_id}-ingest",
+                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms))

@@ -21,6 +21,9 @@ class Captured:
             if isinstance(value, bytes):  # work envelopes are encoded by the stage (size-bounded)
                 value = WorkBatch.loads(value)
             self.sent.setdefault(topic_name, []).append(value)
+            delivered = asyncio.get_running_loop().create_future()
+            delivered.set_result(None)
+            return delivered
         return send
 
 
@@ -50,9 +53,7 @@ def app_and_sent(settings, monkeypatch):
 
 async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     app, captured = app_and_sent
-    async with app.agents["count_tokens"].test_context() as agent:
-        await agent.put(orjson.dumps(REQUEST))
-        await agent.put(b"{broken")
+    await app.jev_ingest.handle([orjson.dumps(REQUEST), b"{broken"])
     rejected = captured.sent["rejected"]
     assert [r.reason for r in rejected] == ["bad_json"]
     admitted = [w for batch in captured.sent["distilled"] for w in batch.items]
@@ -89,9 +90,7 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
 
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
-    async with app.agents["count_tokens"].test_context() as agent:
-        for i in range(3):
-            await agent.put(orjson.dumps({**REQUEST, "request_id": f"r{i}"}))
+    await app.jev_ingest.handle([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)])
     admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
@@ -178,9 +177,7 @@ async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_int
 
     app, captured = app_and_sent
     req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
-    async with app.agents["count_tokens"].test_context() as agent:
-        await agent.put(orjson.dumps(req.to_representation()))
-        await eventually(lambda: "distilled" in captured.sent)
+    await app.jev_ingest.handle([orjson.dumps(req.to_representation())])
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
     assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
