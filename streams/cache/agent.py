@@ -12,19 +12,23 @@ def register(app, topics, settings, stage, controls, postprocess) -> None:
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
         async for works in take_work(stream, settings):
-            found = {i: stage.lookup_exact(w, controls.switches) for i, w in enumerate(works)}
+            found = [stage.lookup_exact(w, controls.switches) for w in works]
+            exact = [stage.answer(w, hit) for w, hit in zip(works, found) if hit is not None]
+            if exact:
+                await postprocess(exact)  # first: an exact hit never waits for the embedding of a miss beside it
             asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
+            semantic = {}
             if asking:
                 vectors = await asyncio.to_thread(stage.embed, [works[i] for i in asking])
-                for i, vector in zip(asking, vectors):
-                    found[i] = stage.lookup_semantic(works[i], vector)
+                semantic = {i: hit for i, vector in zip(asking, vectors)
+                            if (hit := stage.lookup_semantic(works[i], vector)) is not None}
             hits, misses = [], []
             for i, work in enumerate(works):
-                hit = found[i]
+                hit = found[i] or semantic.get(i)
                 observe_cache(hit.level if hit else "miss", hit is not None)
                 if hit is None:
                     misses.append(work)
-                else:
+                elif i in semantic:
                     hits.append(stage.answer(work, hit))
                 misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
