@@ -98,10 +98,11 @@ class KeyPartitionedTable(faust.Table):
 
 
 class RecordProducer(mode.Service):
-    """Per-request output (decisions) through a plain aiokafka producer that groups records into batches.
-    Faust's producer sends every record as a batch of its own (producer_max_batch_size=1, for tansu's end
-    offsets and table recovery), which made one send per decision the costliest step of postprocess.
-    `send_all` returns once the broker has every record, so the input is acknowledged only after that."""
+    """What the stages send downstream (decisions, work envelopes, usage) through a plain aiokafka producer that
+    batches. Faust's producer sends every record as a batch of its own (producer_max_batch_size=1, for tansu's
+    end offsets and table recovery), one in flight per partition: under load its queue grew to hundreds of
+    messages, adding tens of ms per hop. It now carries only the L1 table's changelog and rare records.
+    Every method returns once the broker has all of it, so a stage acknowledges its input only after that."""
 
     def __init__(self, bootstrap: str, **kwargs):
         super().__init__(**kwargs)
@@ -117,19 +118,29 @@ class RecordProducer(mode.Service):
         await self.producer.stop()
 
     async def send_all(self, topic: str, records: Iterable[tuple[str, faust.Record, dict[str, str]]]) -> None:
-        """Deliver every record; while the broker is unreachable, retry with backoff instead of crashing the
-        agent (a crashed Faust agent stalls every later rebalance). A retried batch may repeat records that
-        had already landed: at-least-once, identified by key."""
-        await self.maybe_start()  # agents can run before the app starts its services
+        """Keyed records with headers, one record batch per partition."""
         encoded = [(key, orjson.dumps(value.to_representation()), [(k, v.encode()) for k, v in headers.items()])
                    for key, value, headers in records]
+        await self.deliver(topic, len(encoded), lambda: self.send_batches(topic, encoded))
+
+    async def send_values(self, topic: str, values: list[tuple[int | None, bytes]]) -> None:
+        """Unkeyed values, each to its partition (None: the producer's choice)."""
+        async def send_each():
+            return [await self.producer.send(topic, value, partition=partition) for partition, value in values]
+        await self.deliver(topic, len(values), send_each)
+
+    async def deliver(self, topic: str, count: int, attempt: Callable) -> None:
+        """Run `attempt` (returns delivery futures) until the broker has everything; while it is unreachable,
+        retry with backoff instead of crashing the agent (a crashed Faust agent stalls every later rebalance).
+        A retry may repeat records that had already landed: at-least-once, identified by key or event id."""
+        await self.maybe_start()  # agents can run before the app starts its services
         delay = 0.5
         while True:
             try:
-                await asyncio.gather(*await self.send_batches(topic, encoded))
+                await asyncio.gather(*await attempt())
                 return
             except KafkaError as exc:
-                log.warning("%d records to %s not delivered (%s); retrying in %.1f s", len(encoded), topic, exc, delay)
+                log.warning("%d records to %s not delivered (%s); retrying in %.1f s", count, topic, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
@@ -204,12 +215,12 @@ class Topics:
                                        partitions=self.partitions)
             setattr(self, short, topic)
 
-    async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> list:
-        """Send `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order); returns the
-        futures of their delivery."""
-        return [await topic.send(value=envelope, partition=partition, value_serializer="raw")
-                for partition, group in group_by_partition(works, key, self.partitions).items()
-                for envelope in encode_batches(group)]
+    async def send_work(self, topic: faust.TopicT, works: list, key: Callable[[object], str]) -> None:
+        """Deliver `works` as WorkBatch envelopes, one per partition of `key` (keeps per-key order)."""
+        if works:
+            await self.records.send_values(topic.get_topic_name(), [
+                (partition, envelope) for partition, group in group_by_partition(works, key, self.partitions).items()
+                for envelope in encode_batches(group)])
 
     async def send_decisions(self, decisions: list[records.Decision],
                              headers: Callable[[records.Decision], dict]) -> None:
@@ -218,5 +229,6 @@ class Topics:
             await self.records.send_all(self.decisions.get_topic_name(),
                                         ((d.request_id, d, headers(d)) for d in decisions))
 
-    async def send_usage(self, events: list) -> list:
-        return [await self.usage.send(value=records.UsageBatch(events=events))] if events else []
+    async def send_usage(self, events: list) -> None:
+        if events:
+            await self.records.send_values(self.usage.get_topic_name(), [(None, records.UsageBatch(events=events).dumps())])

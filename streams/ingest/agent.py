@@ -54,8 +54,8 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        sent += await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
-        sent += await topics.send_usage(usage + saved)
+        await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
+        await topics.send_usage(usage + saved)
         await asyncio.gather(*sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), f"{settings.app_id}-ingest",

@@ -5,7 +5,7 @@ import time
 import orjson
 import pytest
 
-from schemas.records import Decision, Request, Work, WorkBatch
+from schemas.records import Decision, Request, UsageBatch, Work, WorkBatch
 from streams.app import create_app
 
 REQUEST = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
@@ -18,8 +18,6 @@ class Captured:
 
     def recorder(self, topic_name):
         async def send(*args, value=None, **kwargs):
-            if isinstance(value, bytes):  # work envelopes are encoded by the stage (size-bounded)
-                value = WorkBatch.loads(value)
             self.sent.setdefault(topic_name, []).append(value)
             delivered = asyncio.get_running_loop().create_future()
             delivered.set_result(None)
@@ -41,13 +39,19 @@ def app_and_sent(settings, monkeypatch):
                                       cache_embedder="hashing"), {"ranking"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
-    for short in ("distilled", "score", "scored", "decisions", "usage", "rejected", "review", "alerts"):
+    for short in ("rejected", "review", "alerts"):  # what still goes through Faust's producer
         monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
 
     async def send_decisions(decisions, headers):
         if decisions:
             captured.sent.setdefault("decisions", []).extend(decisions)
+
+    async def send_values(topic, values):  # work envelopes and usage, through the batching producer
+        short = topic.split(".")[1]
+        decode = UsageBatch.loads if short == "usage" else WorkBatch.loads
+        captured.sent.setdefault(short, []).extend(decode(value) for _, value in values)
     monkeypatch.setattr(topics, "send_decisions", send_decisions)
+    monkeypatch.setattr(topics.records, "send_values", send_values)
     return app, captured
 
 
