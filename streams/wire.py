@@ -190,7 +190,14 @@ class BatchConsumer(mode.Service):
             polled = await self.consumer.getmany(timeout_ms=self.wait_ms, max_records=self.max_records)
             if not polled:
                 continue
-            await self.handle([msg.value or b"" for msgs in polled.values() for msg in msgs])  # no value: invalid
+            try:
+                await self.handle([msg.value or b"" for msgs in polled.values() for msg in msgs])  # no value: invalid
+            except Exception:  # the handler isolates bad records; this is the infrastructure failing: read it again
+                log.exception("a micro-batch of %s failed; reading it again in 1 s", self.topic)
+                for tp, msgs in polled.items():
+                    self.consumer.seek(tp, msgs[0].offset)
+                await asyncio.sleep(1.0)
+                continue
             try:
                 await self.consumer.commit()
             except KafkaError as exc:  # a rebalance or the broker restarting: these records may come again

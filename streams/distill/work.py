@@ -3,6 +3,7 @@ Distiller, the stage as a step of the ingest agent."""
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Mapping
 
 from schemas.records import UsageEvent, Work
@@ -12,6 +13,8 @@ from streams.distill.core import distill
 from streams.distill.policy import Policy, load_policy
 from streams.ingest.prompt import render_context
 from streams.usage.events import usage_event
+
+log = logging.getLogger("jev.distill")
 
 SWITCH = "distill"  # the whole stage; each layer has its own `distill.<layer>` switch
 
@@ -58,7 +61,11 @@ class Distiller:
                  now: float) -> tuple[list[Work], list[UsageEvent]]:
         out, usage = [], []
         for work in works:
-            work, events = distill_work(work, self.policy_for(work.request.decision_type), switches, now)
+            try:
+                work, events = distill_work(work, self.policy_for(work.request.decision_type), switches, now)
+            except Exception:  # distill only saves tokens: on a defect the request goes on with ingest's context
+                log.exception("distill failed on %s; its context is passed on undistilled", work.request.request_id)
+                events = []
             work.cache_key = cache_key(work)
             if work.request.history:
                 work.request = work.request.derive(history=[])  # the distilled context carries it from here

@@ -32,7 +32,12 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
         for raw in raws:
-            result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
+            try:
+                result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
+            except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
+                log.exception("ingest failed on a request")
+                result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
+                                                       f"to be replayed once fixed", "ingest", time.time())
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = reserve(book, result)
                 alerts.extend(held.alerts)

@@ -185,3 +185,30 @@ async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_int
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
     assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
+
+
+async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app_and_sent, monkeypatch):
+    from streams.ingest import agent as ingest_agent
+
+    app, captured = app_and_sent
+    real_admit = ingest_agent.admit
+
+    def admit(raw, *args, **kwargs):
+        if b'"boom"' in raw:
+            raise KeyError("a bug")
+        return real_admit(raw, *args, **kwargs)
+    monkeypatch.setattr(ingest_agent, "admit", admit)
+    await app.jev_ingest.handle([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)])
+    [rejection] = captured.sent["rejected"]
+    assert rejection.reason == "internal_error" and "KeyError" in rejection.detail and b"boom" in rejection.original.encode()
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1"]
+
+
+def test_a_distill_defect_passes_the_request_on_with_ingests_context(monkeypatch):
+    from streams.distill import work as distill_mod
+
+    work = Work(request=Request.from_data({**REQUEST, "history": [{"role": "user", "content": "hi"}]}),
+                admitted_at=0.0, model="gpt-4o-mini", context="user: hi\n\nState: trail shoes", context_tokens=9)
+    monkeypatch.setattr(distill_mod, "distill_work", lambda *a: 1 / 0)
+    [out], events = distill_mod.Distiller("")([work], {}, 0.0)
+    assert out.context == "user: hi\n\nState: trail shoes" and out.cache_key and events == []

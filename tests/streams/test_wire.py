@@ -97,3 +97,31 @@ async def test_record_producer_batches_per_partition_with_keys_and_headers(broke
     assert sorted(key for _, key, _, _ in got) == sorted(f"r{i}" for i in range(200))
     assert all(p == partition_for(key, 4) and rid == key and headers == {"x-tier": b"rules"}
                for p, key, rid, headers in got)
+
+
+async def test_batch_consumer_reads_a_failed_batch_again(broker):
+    from aiokafka import AIOKafkaProducer
+
+    from infra.broker import create_topics
+    from streams.wire import BatchConsumer
+
+    topic = "test.batch_consumer_retry"
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [topic], 1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    for i in range(5):
+        await producer.send(topic, b"m%d" % i)
+    await producer.stop()
+    calls = []
+
+    async def handle(values):
+        calls.append(list(values))
+        if len(calls) == 1:
+            raise ConnectionError("the broker went away mid-batch")
+
+    consumer = BatchConsumer(bootstrap, topic, "test-retry", handle, max_records=500, wait_ms=5)
+    await consumer.start()
+    await until(lambda: len(calls) >= 2)
+    await consumer.stop()
+    assert calls[0][0] == b"m0" and calls[1][:len(calls[0])] == calls[0], "the failed batch came again, from its start"
