@@ -163,9 +163,10 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
         log(f"burst {len(done)}/{len(ids)} decided in {burst_s:.1f} s")
         hops = await hop_latencies(bootstrap, {i for i in ids if i in collector.first_seen})
         log(f"median hop delays (ms): {hops}")
-        lag = await consumer_lag(bootstrap, pipe.settings.app_id,
-                                 [name(t) for t in ("requests", "distilled", "scored", "usage")],
-                                 pipe.settings.partitions)
+        live = pipe.settings
+        lag = {**await consumer_lag(bootstrap, live.ingest_group, [name("requests")], live.partitions),
+               **await consumer_lag(bootstrap, live.app_id, [name(t) for t in ("distilled", "scored", "usage")],
+                                    live.partitions)}
         bare = await asyncio.to_thread(run_bare_child, pipe.settings, burst)
         collector.stopping.set()
         await following

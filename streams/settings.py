@@ -84,6 +84,11 @@ class Settings:
         return self.broker.removeprefix("kafka://")
 
     @property
+    def ingest_group(self) -> str:
+        """The consumer group reading the requests topic (ingest's own consumer; the other stages are app_id)."""
+        return f"{self.app_id}-ingest"
+
+    @property
     def clickhouse(self) -> str:
         return self.clickhouse_dsn or f"chdb:///{Path(self.data_dir).resolve() / 'clickhouse'}"
 

@@ -110,8 +110,8 @@ class RecordProducer(mode.Service):
         self.producer: AIOKafkaProducer | None = None
 
     async def on_start(self) -> None:
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", max_batch_size=BATCH_TARGET_BYTES,
-                                         max_request_size=MAX_MESSAGE_BYTES)
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
+                                         max_batch_size=BATCH_TARGET_BYTES, max_request_size=MAX_MESSAGE_BYTES)
         await self.producer.start()
 
     async def on_stop(self) -> None:
@@ -238,4 +238,5 @@ class Topics:
 
     async def send_usage(self, events: list) -> None:
         if events:
-            await self.records.send_values(self.usage.get_topic_name(), [(None, records.UsageBatch(events=events).dumps())])
+            await self.records.send_values(self.usage.get_topic_name(),
+                                           [(None, records.UsageBatch(events=events).dumps())])

@@ -63,5 +63,5 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         await topics.send_usage(usage + saved)
         await asyncio.gather(*sent)
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), f"{settings.app_id}-ingest",
+    return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms))

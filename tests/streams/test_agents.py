@@ -200,7 +200,8 @@ async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app
     monkeypatch.setattr(ingest_agent, "admit", admit)
     await app.jev_ingest.handle([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)])
     [rejection] = captured.sent["rejected"]
-    assert rejection.reason == "internal_error" and "KeyError" in rejection.detail and b"boom" in rejection.original.encode()
+    assert rejection.reason == "internal_error" and "KeyError" in rejection.detail
+    assert '"boom"' in rejection.original
     assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1"]
 
 
