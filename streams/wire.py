@@ -186,6 +186,7 @@ class BatchConsumer(mode.Service):
 
     @mode.Service.task
     async def _consume(self) -> None:
+        committing = None
         while not self.should_stop:
             polled = await self.consumer.getmany(timeout_ms=self.wait_ms, max_records=self.max_records)
             if not polled:
@@ -198,10 +199,18 @@ class BatchConsumer(mode.Service):
                     self.consumer.seek(tp, msgs[0].offset)
                 await asyncio.sleep(1.0)
                 continue
-            try:
-                await self.consumer.commit()
-            except KafkaError as exc:  # a rebalance or the broker restarting: these records may come again
-                log.warning("offsets of %s not committed (%s); the batch may be redelivered", self.topic, exc)
+            if committing is not None:
+                await committing  # commits land in order
+            # this batch's offsets, committed while the next batch is fetched (a round trip off the hot path)
+            committing = asyncio.ensure_future(self.commit({tp: msgs[-1].offset + 1 for tp, msgs in polled.items()}))
+        if committing is not None:
+            await committing
+
+    async def commit(self, offsets: dict) -> None:
+        try:
+            await self.consumer.commit(offsets)
+        except KafkaError as exc:  # a rebalance or the broker restarting: these records may come again
+            log.warning("offsets of %s not committed (%s); the batch may be redelivered", self.topic, exc)
 
 
 @dataclass

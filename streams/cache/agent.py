@@ -14,8 +14,9 @@ def register(app, topics, settings, stage, controls, postprocess) -> None:
         async for works in take_work(stream, settings):
             found = [stage.lookup_exact(w, controls.switches) for w in works]
             exact = [stage.answer(w, hit) for w, hit in zip(works, found) if hit is not None]
-            if exact:
-                await postprocess(exact)  # first: an exact hit never waits for the embedding of a miss beside it
+            # exact hits go out while the misses beside them are embedded; every delivery is awaited below,
+            # before this micro-batch is acknowledged
+            delivering = [asyncio.ensure_future(postprocess(exact))] if exact else []
             asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
             semantic = {}
             if asking:
@@ -32,6 +33,5 @@ def register(app, topics, settings, stage, controls, postprocess) -> None:
                     hits.append(stage.answer(work, hit))
                 misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
-            await topics.send_work(topics.score, misses, key=lambda w: w.cache_key)
-            if hits:
-                await postprocess(hits)
+            await asyncio.gather(*delivering, topics.send_work(topics.score, misses, key=lambda w: w.cache_key),
+                                 postprocess(hits))

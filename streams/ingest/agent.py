@@ -59,9 +59,8 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        await topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key)
-        await topics.send_usage(usage + saved)
-        await asyncio.gather(*sent)
+        await asyncio.gather(topics.send_work(topics.distilled, distilled, key=lambda w: w.cache_key),
+                             topics.send_usage(usage + saved), *sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms))

@@ -1,6 +1,8 @@
 """postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
 from __future__ import annotations
 
+import asyncio
+
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
@@ -41,8 +43,7 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
-        await topics.send_decisions(decisions, http_headers)
-        await topics.send_usage(usage)
+        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
 
 
 def register(app, topics, settings, postprocess: Postprocess) -> None:
