@@ -1,6 +1,13 @@
-"""Internal envelopes stay under the broker's message size however many upstream batches a stage takes."""
-from schemas.records import Request, Work, WorkBatch
-from streams.wire import BATCH_TARGET_BYTES, encode_batches
+"""Internal envelopes stay under the broker's message size however many upstream batches a stage takes; the
+batching consumer and producer against the real broker."""
+import asyncio
+import time
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from infra.broker import create_topics
+from schemas.records import Decision, Request, Work, WorkBatch
+from streams.wire import BATCH_TARGET_BYTES, BatchConsumer, RecordProducer, encode_batches, partition_for
 
 
 def work(i: int, state: str) -> Work:
@@ -23,10 +30,14 @@ def test_an_item_larger_than_the_target_travels_alone():
     assert [[w.request.request_id for w in WorkBatch.loads(e).items] for e in envelopes] == [["r0"], ["r1"], ["r2"]]
 
 
-async def until(condition, timeout: float = 30.0) -> None:
-    import asyncio
-    import time
+async def fresh_topic(broker, topic: str, partitions: int) -> str:
+    """Create `topic` on the session's broker; returns the bootstrap address."""
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [topic], partitions)
+    return bootstrap
 
+
+async def until(condition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "nothing arrived in time"
@@ -36,14 +47,8 @@ async def until(condition, timeout: float = 30.0) -> None:
 async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_commits(broker):
     """Real broker: every record reaches `handle` once per group (a record without a value as b""); a second
     consumer of the group starts after the first one's committed offsets."""
-    from aiokafka import AIOKafkaProducer
-
-    from infra.broker import create_topics
-    from streams.wire import BatchConsumer
-
     topic = "test.batch_consumer"
-    bootstrap = broker.url.removeprefix("kafka://")
-    await create_topics(bootstrap, [topic], 4)
+    bootstrap = await fresh_topic(broker, topic, 4)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     for i in range(30):
@@ -73,15 +78,8 @@ async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_com
 
 
 async def test_record_producer_batches_per_partition_with_keys_and_headers(broker):
-    from aiokafka import AIOKafkaConsumer
-
-    from infra.broker import create_topics
-    from schemas.records import Decision
-    from streams.wire import RecordProducer, partition_for
-
     topic = "test.record_producer"
-    bootstrap = broker.url.removeprefix("kafka://")
-    await create_topics(bootstrap, [topic], 4)
+    bootstrap = await fresh_topic(broker, topic, 4)
     producer = RecordProducer(bootstrap)
     await producer.start()
     await producer.send_all(topic, [(f"r{i}", Decision(request_id=f"r{i}", tier="rules"), {"x-tier": "rules"})
@@ -100,14 +98,8 @@ async def test_record_producer_batches_per_partition_with_keys_and_headers(broke
 
 
 async def test_batch_consumer_reads_a_failed_batch_again(broker):
-    from aiokafka import AIOKafkaProducer
-
-    from infra.broker import create_topics
-    from streams.wire import BatchConsumer
-
     topic = "test.batch_consumer_retry"
-    bootstrap = broker.url.removeprefix("kafka://")
-    await create_topics(bootstrap, [topic], 1)
+    bootstrap = await fresh_topic(broker, topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     for i in range(5):
