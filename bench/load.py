@@ -165,8 +165,8 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
         log(f"median hop delays (ms): {hops}")
         live = pipe.settings
         lag = {**await consumer_lag(bootstrap, live.ingest_group, [name("requests")], live.partitions),
-               **await consumer_lag(bootstrap, live.app_id, [name(t) for t in ("distilled", "scored", "usage")],
-                                    live.partitions)}
+               **await consumer_lag(bootstrap, live.app_id, [name("distilled"), name("scored")], live.partitions),
+               **await consumer_lag(bootstrap, live.usage_group, [name("usage")], live.partitions)}
         bare = await asyncio.to_thread(run_bare_child, pipe.settings, burst)
         collector.stopping.set()
         await following

@@ -80,7 +80,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     postprocess = Postprocess(topics, settings, cache, controls, book)
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
-    usage_sink.register(app, topics, settings, get_sink)
+    app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
     app.jev_topics = topics
     app.jev_controls = controls

@@ -85,8 +85,14 @@ class Settings:
 
     @property
     def ingest_group(self) -> str:
-        """The consumer group reading the requests topic (ingest's own consumer; the other stages are app_id)."""
+        """The consumer group reading the requests topic (ingest's own consumer; the Faust stages are app_id)."""
         return f"{self.app_id}-ingest"
+
+    @property
+    def usage_group(self) -> str:
+        """The consumer group of the usage sink (its own consumer, committing only what ClickHouse or the spill
+        holds)."""
+        return f"{self.app_id}-usage"
 
     @property
     def clickhouse(self) -> str:

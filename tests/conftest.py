@@ -54,3 +54,22 @@ def usage_db(clickhouse_session):
 
     truncate_usage(clickhouse_session)
     return clickhouse_session
+
+
+def consumed(topic: str, values: list) -> list:
+    """Messages as a BatchConsumer hands them to its handler, to call a stage's handler without a broker."""
+    from aiokafka.structs import ConsumerRecord
+
+    return [ConsumerRecord(topic=topic, partition=0, offset=offset, timestamp=0, timestamp_type=0, key=None,
+                           value=value, checksum=None, serialized_key_size=0,
+                           serialized_value_size=len(value or b""), headers=())
+            for offset, value in enumerate(values)]
+
+
+async def fresh_topic(broker, topic: str, partitions: int) -> str:
+    """Create `topic` on the session's broker; returns the bootstrap address."""
+    from infra.broker import create_topics
+
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [topic], partitions)
+    return bootstrap

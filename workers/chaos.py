@@ -94,14 +94,16 @@ class Collector:
 
 
 async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int]:
-    """Wait until the usage sink committed everything and nothing is left spilled; returns the last lag."""
+    """Wait until the usage sink committed everything (every partition's lag read and 0) and nothing is left
+    spilled; returns the last lag."""
     s = pipe.settings
     spill = Path(s.data_dir) / "spill"
     deadline = time.monotonic() + timeout
     while True:
-        lag = await consumer_lag(s.bootstrap, s.app_id, [name("usage"), name("scored")], s.partitions)
+        lag = {**await consumer_lag(s.bootstrap, s.usage_group, [name("usage")], s.partitions),
+               **await consumer_lag(s.bootstrap, s.app_id, [name("scored")], s.partitions)}
         spilled = len(list(spill.glob("*.jsonl"))) if spill.exists() else 0
-        if (not any(lag.values()) and not spilled) or time.monotonic() > deadline:
+        if (all(v == 0 for v in lag.values()) and not spilled) or time.monotonic() > deadline:
             return {**lag, "spilled_segments": spilled}
         await asyncio.sleep(1.0)
 

@@ -76,12 +76,13 @@ async def partition_lag(bootstrap: str, only_groups: list[str] | None = None, to
             for group, tp, offset in rows]
 
 
-async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict[str, int]:
-    """{topic: messages `group` has not committed yet} over `partitions` partitions per topic (a partition
-    whose end offset could not be read counts 0)."""
-    lag = {t: 0 for t in topics}
+async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict[str, int | None]:
+    """{topic: messages `group` has not committed yet} over `partitions` partitions per topic; None where the end
+    offset of one of its partitions could not be read (unknown, not zero: callers wait on "drained")."""
+    lag: dict[str, int | None] = {t: 0 for t in topics}
     for row in await partition_lag(bootstrap, [group], topics, partitions):
-        lag[row["topic"]] += row["lag"] or 0
+        topic = row["topic"]
+        lag[topic] = None if row["lag"] is None or lag[topic] is None else lag[topic] + row["lag"]
     return lag
 
 

@@ -28,10 +28,11 @@ def reserve(book, work: Work):
 
 
 def register(app, topics, settings, admission, book, controls, texts_ref, distill) -> BatchConsumer:
-    async def count_tokens(raws: list[bytes]) -> None:
+    async def count_tokens(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
-        for raw in raws:
+        for message in messages:
+            raw = message.value or b""  # a message without a value is invalid input
             try:
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on

@@ -1,12 +1,12 @@
 """usage sink: UsageBatch envelopes → column inserts into ClickHouse, off the event loop.
 
-Exactly once under at-least-once delivery: before inserting, the sink drops events whose event_id is in the
-batch already or in usage_event_ids (every id stored in the last 2 days, a RocksDB key-value table fed by a
-materialized view), so plain sums and the aggregates count each event once. Offsets advance only after the
-insert returned. Two sinks racing on the same events (a rebalance) can
-both insert; ReplacingMergeTree on event_id then collapses usage_events (read with FINAL), not the aggregates.
-Measured on chdb 26.9: `insert_deduplication_token` drops a repeated block from usage_events but its
-materialized views still receive it, so it is not used here.
+Read by its own BatchConsumer (group `<app_id>-usage`), which commits a micro-batch's offsets only after
+insert() returned. Exactly once under that at-least-once delivery: before inserting, the sink drops events
+whose event_id is in the batch already or in usage_event_ids (every id stored in the last 2 days, a RocksDB
+key-value table fed by a materialized view), so plain sums and the aggregates count each event once. Two sinks
+racing on the same events (a rebalance) can both insert; ReplacingMergeTree on event_id then collapses
+usage_events (read with FINAL), not the aggregates. Measured on chdb 26.9: `insert_deduplication_token` drops a
+repeated block from usage_events but its materialized views still receive it, so it is not used here.
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import threading
 import time
 
 from infra.clickhouse import USAGE_COLUMNS
+from schemas.records import UsageBatch
 from streams import metrics
+from streams.wire import BatchConsumer, dead_letter
 
 TS = USAGE_COLUMNS.index("ts")
 # the batch's ids go into a session-local Memory table: a native insert + `IN table` is ~3x faster than
@@ -69,9 +71,26 @@ class UsageSink:
         return len(fresh)
 
 
-def register(app, topics, settings, sink_ref) -> None:
-    @app.agent(topics.usage, name="sink_usage")
-    async def sink_usage(stream):
-        async for batches in stream.take(settings.sink_batch_max, within=settings.sink_flush_ms / 1000):
-            events = [e for batch in batches for e in batch.events]
-            await asyncio.to_thread(sink_ref().insert, events)
+def read_envelopes(messages: list) -> tuple[list, list]:
+    """The usage events of a micro-batch of UsageBatch messages, and a dead letter for each that does not decode."""
+    events, rejected = [], []
+    for message in messages:
+        try:
+            events.extend(UsageBatch.loads(message.value).events)
+        except Exception as exc:  # anything that is not a UsageBatch, however malformed
+            rejected.append(dead_letter(message, exc))
+    return events, rejected
+
+
+def register(app, topics, settings, sink_ref) -> BatchConsumer:
+    async def sink_usage(messages: list) -> None:
+        """One micro-batch: inserted, or spilled to disk, and its dead letters delivered before its offsets are
+        committed."""
+        events, rejected = read_envelopes(messages)
+        sent = [await topics.rejected.send(value=r) for r in rejected]
+        for i in range(0, len(events), settings.sink_batch_max):
+            await asyncio.to_thread(sink_ref().insert, events[i:i + settings.sink_batch_max])
+        await asyncio.gather(*sent)
+
+    return app.service(BatchConsumer(settings.bootstrap, topics.usage.get_topic_name(), settings.usage_group,
+                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms))

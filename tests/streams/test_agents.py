@@ -6,10 +6,16 @@ import orjson
 import pytest
 
 from schemas.records import Decision, Request, UsageBatch, Work, WorkBatch
+from schemas.topics import name
 from streams.app import create_app
+from tests.conftest import consumed
 
 REQUEST = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
            "state": "trail shoes", "candidates": [{"id": "a", "text": "trail shoe"}, {"id": "b", "text": "loafer"}]}
+
+
+def requests(values: list[bytes]) -> list:
+    return consumed(name("requests"), values)
 
 
 class Captured:
@@ -57,7 +63,7 @@ def app_and_sent(settings, monkeypatch):
 
 async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     app, captured = app_and_sent
-    await app.jev_ingest.handle([orjson.dumps(REQUEST), b"{broken"])
+    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), b"{broken"]))
     rejected = captured.sent["rejected"]
     assert [r.reason for r in rejected] == ["bad_json"]
     admitted = [w for batch in captured.sent["distilled"] for w in batch.items]
@@ -94,7 +100,7 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
 
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
-    await app.jev_ingest.handle([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)])
+    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
     admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
@@ -181,7 +187,7 @@ async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_int
 
     app, captured = app_and_sent
     req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
-    await app.jev_ingest.handle([orjson.dumps(req.to_representation())])
+    await app.jev_ingest.handle(requests([orjson.dumps(req.to_representation())]))
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
     assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
@@ -198,7 +204,7 @@ async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app
             raise KeyError("a bug")
         return real_admit(raw, *args, **kwargs)
     monkeypatch.setattr(ingest_agent, "admit", admit)
-    await app.jev_ingest.handle([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)])
+    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
     [rejection] = captured.sent["rejected"]
     assert rejection.reason == "internal_error" and "KeyError" in rejection.detail
     assert '"boom"' in rejection.original
@@ -213,3 +219,27 @@ def test_a_distill_defect_passes_the_request_on_with_ingests_context(monkeypatch
     monkeypatch.setattr(distill_mod, "distill_work", lambda *a: 1 / 0)
     [out], events = distill_mod.Distiller("")([work], {}, 0.0)
     assert out.context == "user: hi\n\nState: trail shoes" and out.cache_key and events == []
+
+
+class RecordingSink:
+    def __init__(self):
+        self.inserts: list[list] = []
+
+    def insert(self, events: list) -> int:
+        self.inserts.append(events)
+        return len(events)
+
+
+async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_malformed_one(settings, monkeypatch):
+    from streams.usage.events import usage_event
+
+    sink = RecordingSink()
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", sink_batch_max=2), {"ranking"}, sink=sink)
+    captured = Captured()
+    monkeypatch.setattr(app.jev_topics.rejected, "send", captured.recorder("rejected"))
+    req = Request.from_data(REQUEST)
+    good = UsageBatch(events=[usage_event(req, stage) for stage in ("ingest", "distill", "postprocess")]).dumps()
+    await app.jev_usage.handle(consumed(name("usage"), [good, b'{"events": "x"}', None]))
+    assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [["r1:ingest", "r1:distill"], ["r1:postprocess"]]
+    assert [(r.reason, r.stage) for r in captured.sent["rejected"]] == [("bad_internal_message", name("usage"))] * 2
+    assert captured.sent["rejected"][0].detail.startswith(f"{name('usage')}[0]@1: ")

@@ -12,10 +12,12 @@ from faust.exceptions import ValueDecodeError
 from faust.types.tuples import Message
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from schemas.records import Rejection, Request, UsageBatch, Work, WorkBatch
+from schemas.records import Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
 from schemas.validate import Invalid, decode
 from streams.ingest.decode import Admission, admit
+from streams.usage.sink import read_envelopes
 from streams.wire import DeadLetterTopic
+from tests.conftest import consumed
 
 MAX_BYTES = 1_048_576
 POLICY = Admission(max_bytes=MAX_BYTES, default_model="gpt-4o-mini",
@@ -107,21 +109,31 @@ def test_decoder_raises_only_invalid(raw):
         assert exc.reason in {"bad_json", "wrong_type", "missing_field", "unknown_field", "too_large"}
 
 
-# Internal topics: every stage's input is a WorkBatch or UsageBatch envelope decoded by Faust.
+# Internal topics: the Faust stages read WorkBatch envelopes through a DeadLetterTopic; the usage sink reads
+# UsageBatch envelopes with read_envelopes (its own consumer).
 
 @pytest.fixture(scope="module")
-def stage_topics():
+def work_topic():
     app = faust.App("fuzz", broker="memory://", store="memory://", web_enabled=False)
-    return {t.__name__: DeadLetterTopic(app, topics=[f"fuzz.{t.__name__}"], value_type=t, key_type=str)
-            for t in (WorkBatch, UsageBatch)}
+    return DeadLetterTopic(app, topics=["fuzz.WorkBatch"], value_type=WorkBatch, key_type=str)
 
 
-def decode_internal(topic, raw: bytes):
-    message = Message(topic.get_topic_name(), 0, 0, 0.0, 0, [], None, raw, None)
+def decode_internal(work_topic, record: str, raw: bytes):
+    """The envelope as its stage decodes it, or what the stage makes of a malformed one: Faust's decode error
+    (the DeadLetterTopic dead-letters it) or the usage sink's dead letter."""
+    if record == "UsageBatch":
+        events, rejected = read_envelopes(consumed("fuzz.usage", [raw]))
+        return rejected[0] if rejected else UsageBatch(events=events)
+    message = Message(work_topic.get_topic_name(), 0, 0, 0.0, 0, [], None, raw, None)
     try:
-        return asyncio.run(topic.decode(message, propagate=True)).value
+        return asyncio.run(work_topic.decode(message, propagate=True)).value
     except ValueDecodeError as exc:
         return exc
+
+
+def dead_lettered(value) -> bool:
+    return isinstance(value, ValueDecodeError) or (isinstance(value, Rejection) and
+                                                   value.reason == "bad_internal_message")
 
 
 GOOD_WORK = {"request": GOOD, "admitted_at": 1.0, "model": "gpt-4o-mini"}
@@ -135,28 +147,28 @@ GOOD_EVENT = {"event_id": "e", "request_id": "r", "ts": 1.0, "tenant": "t", "ser
     ("WorkBatch", b"null"), ("UsageBatch", b'{"events": "x"}'), ("UsageBatch", b'{"events": [1, 2]}'),
     ("UsageBatch", b"\x00" * 1000), ("UsageBatch", b"[" * 5000 + b"]" * 5000),
 ])
-def test_malformed_internal_messages_fail_decoding_so_they_are_dead_lettered(stage_topics, record, raw):
-    assert isinstance(decode_internal(stage_topics[record], raw), ValueDecodeError)
+def test_malformed_internal_messages_are_dead_lettered(work_topic, record, raw):
+    assert dead_lettered(decode_internal(work_topic, record, raw))
 
 
 @pytest.mark.parametrize("record, raw", [
     ("WorkBatch", orjson.dumps({"items": [GOOD_WORK]})), ("WorkBatch", orjson.dumps({"items": []})),
     ("UsageBatch", orjson.dumps({"events": [GOOD_EVENT]})),
 ])
-def test_well_formed_internal_messages_decode(stage_topics, record, raw):
-    value = decode_internal(stage_topics[record], raw)
-    assert not isinstance(value, Exception), value
+def test_well_formed_internal_messages_decode(work_topic, record, raw):
+    value = decode_internal(work_topic, record, raw)
+    assert not dead_lettered(value), value
 
 
 @hsettings(max_examples=200, deadline=None)
 @given(st.one_of(st.binary(max_size=300), json_values.map(orjson.dumps),
                  st.dictionaries(st.sampled_from(["items", "events"]), json_values).map(orjson.dumps)))
-def test_any_internal_message_decodes_well_formed_or_fails_cleanly(stage_topics, raw):
-    for topic in stage_topics.values():
-        value = decode_internal(topic, raw)
+def test_any_internal_message_decodes_well_formed_or_is_dead_lettered(work_topic, raw):
+    for record in ("WorkBatch", "UsageBatch"):
+        value = decode_internal(work_topic, record, raw)
         if isinstance(value, WorkBatch):
             assert all(isinstance(w.request, Request) for w in value.items)
         elif isinstance(value, UsageBatch):
-            assert isinstance(value.events, list)
+            assert all(isinstance(e, UsageEvent) for e in value.events)
         else:
-            assert isinstance(value, ValueDecodeError)
+            assert dead_lettered(value), value

@@ -5,9 +5,9 @@ import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from infra.broker import create_topics
 from schemas.records import Decision, Request, Work, WorkBatch
 from streams.wire import BATCH_TARGET_BYTES, BatchConsumer, RecordProducer, encode_batches, partition_for
+from tests.conftest import fresh_topic
 
 
 def work(i: int, state: str) -> Work:
@@ -30,13 +30,6 @@ def test_an_item_larger_than_the_target_travels_alone():
     assert [[w.request.request_id for w in WorkBatch.loads(e).items] for e in envelopes] == [["r0"], ["r1"], ["r2"]]
 
 
-async def fresh_topic(broker, topic: str, partitions: int) -> str:
-    """Create `topic` on the session's broker; returns the bootstrap address."""
-    bootstrap = broker.url.removeprefix("kafka://")
-    await create_topics(bootstrap, [topic], partitions)
-    return bootstrap
-
-
 async def until(condition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -45,8 +38,8 @@ async def until(condition, timeout: float = 30.0) -> None:
 
 
 async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_commits(broker):
-    """Real broker: every record reaches `handle` once per group (a record without a value as b""); a second
-    consumer of the group starts after the first one's committed offsets."""
+    """Real broker: every record reaches `handle` once per group, as the consumed message; a second consumer of
+    the group starts after the first one's committed offsets."""
     topic = "test.batch_consumer"
     bootstrap = await fresh_topic(broker, topic, 4)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
@@ -56,15 +49,15 @@ async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_com
     await producer.flush()
     seen, batches = [], []
 
-    async def handle(values):
-        batches.append(len(values))
-        seen.extend(values)
+    async def handle(messages):
+        batches.append(len(messages))
+        seen.extend(m.value for m in messages)
 
     first = BatchConsumer(bootstrap, topic, "test-group", handle, max_records=500, wait_ms=5)
     await first.start()
     await until(lambda: len(seen) == 30)
     await first.stop()
-    assert sorted(seen) == sorted([b""] + [b"m%d" % i for i in range(30) if i != 7])
+    assert sorted(seen, key=str) == sorted([None] + [b"m%d" % i for i in range(30) if i != 7], key=str)
     assert len(batches) < 30, "records arrive in micro-batches"
     second = BatchConsumer(bootstrap, topic, "test-group", handle, max_records=500, wait_ms=5)
     await second.start()
@@ -107,8 +100,8 @@ async def test_batch_consumer_reads_a_failed_batch_again(broker):
     await producer.stop()
     calls = []
 
-    async def handle(values):
-        calls.append(list(values))
+    async def handle(messages):
+        calls.append([m.value for m in messages])
         if len(calls) == 1:
             raise ConnectionError("the broker went away mid-batch")
 

@@ -82,3 +82,14 @@ async def test_export_lag_sets_the_prometheus_gauge_per_group_and_topic(lagging)
     bootstrap, topic, group = lagging
     assert (await export_lag(bootstrap))[(group, topic)] == 30
     assert REGISTRY.get_sample_value("jev_consumer_lag_messages", {"group": group, "topic": topic}) == 30
+
+
+async def test_a_partition_whose_end_was_not_read_makes_its_topic_unknown_not_drained(monkeypatch):
+    from workers import lag
+
+    async def rows(*args):
+        return [{"group": "g", "topic": "a", "partition": 0, "committed": 5, "end": 5, "lag": 0},
+                {"group": "g", "topic": "a", "partition": 1, "committed": 5, "end": None, "lag": None},
+                {"group": "g", "topic": "b", "partition": 0, "committed": 1, "end": 3, "lag": 2}]
+    monkeypatch.setattr(lag, "partition_lag", rows)
+    assert await lag.consumer_lag("broker:9092", "g", ["a", "b"], 2) == {"a": None, "b": 2}

@@ -1,0 +1,33 @@
+"""Faust's consumer as Jev installs it, on the real local broker."""
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from streams.kafka_tuning import seek_to_committed_or_beginning
+from tests.conftest import fresh_topic
+
+
+async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning(broker):
+    """What Faust drops at a rebalance or recovery is read again: from the committed offset where the group
+    has one, from the beginning where it has none (aiokafka alone leaves that partition where it was)."""
+    topic = "test.seek_to_committed"
+    bootstrap = await fresh_topic(broker, topic, 2)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    for i in range(20):
+        await producer.send(topic, b"m%d" % i, partition=i % 2)
+    await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="test-seek", enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        consumer.assign(tps)
+        read = 0
+        while read < 20:
+            read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+        await consumer.commit({tps[0]: 4})
+        assert [await consumer.position(tp) for tp in tps] == [10, 10]
+        committed = await seek_to_committed_or_beginning(consumer)
+        assert committed == {tps[0]: 4, tps[1]: None}
+        assert [await consumer.position(tp) for tp in tps] == [4, 0]
+    finally:
+        await consumer.stop()
