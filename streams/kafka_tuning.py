@@ -1,16 +1,27 @@
-"""Two changes to Faust's aiokafka consumer, installed by create_app.
+"""Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that
+never pass a message no agent has handled.
 
 Short fetch wait: Faust hard-codes fetch_max_wait_ms=1500 for its consumers. Brokers that hold a fetch open
 for the full wait even when data arrives (tansu does) then add up to 1.5 s per pipeline hop, so Jev's stages
 fetch with a short wait instead: an idle poll costs one cheap round trip, a busy stage pays no wait at all.
 
-Seeking partitions that have no committed offset: after a rebalance or a table recovery Faust drops the
-messages it had fetched but not handled, and calls seek_to_committed to read them again. aiokafka's
-seek_to_committed seeks only partitions whose committed offset is above 0 and leaves the others where the
-fetcher got to, so the dropped messages of a partition the group never committed were never read again. A
-stage process killed before its first commit (every 2.8 s) and restarted lost them: chaos runs ended with
-requests that had no decision. Such partitions now go back to their beginning, as auto_offset_reset=earliest
-says; what is read twice is at-least-once, and the stages are idempotent by request and event id.
+Commits (faust-streaming 0.15.3, aiokafka 0.14). Faust acknowledges each message once its agent is done with
+it and commits, per partition, up to the end of the first run of consecutive acknowledged offsets. Two things
+let that run start past a message that was never handled (one Faust dropped while it paused the flow for a
+rebalance or a table recovery, or delivered when no stream was subscribed yet):
+- `Consumer._new_offset` checks the head of the run only when the partition has a committed offset, and then
+  lets it start one past it (`min(acked) - committed > 1`);
+- aiokafka's `seek_to_committed`, which Faust calls to read dropped messages again, does not move a partition
+  whose committed offset is missing or 0.
+- the fetch loop records a message as read even when the flow was suspended before it was delivered, and
+  drops any later message below that read offset, so a message dropped while a stale fetch was being walked
+  was dropped again when the seek brought it back.
+Chaos runs that SIGKILL the stage process and restart it lost usage events and decisions this way, without an
+error anywhere. Here a partition without a committed offset is sought to its beginning (auto_offset_reset is
+earliest); a commit covers only a run of acknowledged offsets that starts where the partition was committed,
+or where it was sought to; and the fetch loop delivers every message it fetches (a message read twice after a
+seek is handled twice: at-least-once, idempotent by request and event id). Faust's gap intervals (offsets it
+infers were compacted away) are not counted as acknowledged: the stage topics are not compacted.
 """
 from __future__ import annotations
 
@@ -26,19 +37,64 @@ class JevConsumerThread(driver.AIOKafkaConsumerThread):
         return consumer
 
     async def seek_to_committed(self):
-        return await self.call_thread(seek_to_committed_or_beginning, self._ensure_consumer())
+        committed, positions = await self.call_thread(seek_to_committed_or_beginning, self._ensure_consumer())
+        self.consumer.jev_sought = positions
+        return committed
 
 
-async def seek_to_committed_or_beginning(consumer) -> dict:
-    """Every assigned partition to its committed offset, or to its beginning where there is none; returns
-    aiokafka's {partition: committed offset or None}."""
+async def seek_to_committed_or_beginning(consumer) -> tuple[dict, dict]:
+    """Every assigned partition to its committed offset, or to its beginning where there is none. Returns
+    aiokafka's {partition: committed offset or None} and {partition: the offset it will read next}."""
     committed = await consumer.seek_to_committed()
     uncommitted = [tp for tp, offset in committed.items() if not offset or offset < 0]
     if uncommitted:
         await consumer.seek_to_beginning(*uncommitted)
-    return committed
+    return committed, {tp: await consumer.position(tp) for tp in committed}
+
+
+def committable(acked: list[int], start: int | None) -> int | None:
+    """The offset to commit for a partition whose next unhandled message is `start`, given its acknowledged
+    offsets (sorted in place; the run committed is removed): one past the run of consecutive offsets that
+    begins at `start`, or None while `start` itself is not acknowledged (or unknown)."""
+    acked.sort()
+    while acked and start is not None and acked[0] < start:
+        acked.pop(0)
+    if not acked or start is None or acked[0] != start:
+        return None
+    end = 0
+    while end + 1 < len(acked) and acked[end + 1] == acked[end] + 1:
+        end += 1
+    last = acked[end]
+    del acked[:end + 1]
+    return last + 1
+
+
+def _new_offset(self, tp):
+    committed = self._committed_offset[tp]
+    acked = self._acked[tp]
+    before = list(acked)
+    offset = committable(acked, committed if committed is not None else getattr(self, "jev_sought", {}).get(tp))
+    self._acked_index[tp].difference_update(set(before) - set(acked))
+    return offset
+
+
+class ReadOffsets(dict):
+    """Faust's per-partition read offsets as its fetch loop sees them: never known, so it drops nothing."""
+
+    def __getitem__(self, tp):
+        return None
+
+
+faust_reset_state = driver.Consumer._reset_state
+
+
+def _reset_state(self):
+    faust_reset_state(self)
+    self._read_offset = ReadOffsets()
 
 
 def install() -> None:
     driver.Consumer._new_consumer_thread = lambda self: JevConsumerThread(
         self, loop=self.loop, beacon=self.beacon)
+    driver.Consumer._new_offset = _new_offset
+    driver.Consumer._reset_state = _reset_state

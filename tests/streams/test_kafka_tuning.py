@@ -1,7 +1,8 @@
-"""Faust's consumer as Jev installs it, on the real local broker."""
+"""Faust's consumer as Jev installs it: seeks on the real local broker, and which offsets a commit covers."""
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.kafka_tuning import seek_to_committed_or_beginning
+from streams.kafka_tuning import committable, seek_to_committed_or_beginning
 from tests.conftest import fresh_topic
 
 
@@ -26,8 +27,23 @@ async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning
             read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
         await consumer.commit({tps[0]: 4})
         assert [await consumer.position(tp) for tp in tps] == [10, 10]
-        committed = await seek_to_committed_or_beginning(consumer)
+        committed, next_offsets = await seek_to_committed_or_beginning(consumer)
         assert committed == {tps[0]: 4, tps[1]: None}
+        assert next_offsets == {tps[0]: 4, tps[1]: 0}
         assert [await consumer.position(tp) for tp in tps] == [4, 0]
     finally:
         await consumer.stop()
+
+
+@pytest.mark.parametrize("acked, start, offset, left", [
+    ([3, 4, 5], 3, 6, []),  # a run from the next unhandled message: commit past it
+    ([5, 3, 4, 8, 9], 3, 6, [8, 9]),  # only the first run; the rest waits for 6 and 7
+    ([3], 2, None, [3]),  # 2 was never handled: Faust's check let a run start one past it
+    ([4, 5], 2, None, [4, 5]),
+    ([0, 1, 2], None, None, [0, 1, 2]),  # where the partition starts is unknown: commit nothing yet
+    ([1, 2, 3], 2, 4, []),  # offsets below the committed one are dropped
+    ([], 0, None, []),
+])
+def test_a_commit_covers_only_a_run_of_handled_offsets_from_the_next_unhandled_one(acked, start, offset, left):
+    assert committable(acked, start) == offset
+    assert acked == left
