@@ -6,13 +6,13 @@ for the full wait even when data arrives (tansu does) then add up to 1.5 s per p
 fetch with a short wait instead: an idle poll costs one cheap round trip, a busy stage pays no wait at all.
 
 Commits (faust-streaming 0.15.3, aiokafka 0.14). Faust acknowledges each message once its agent is done with
-it and commits, per partition, up to the end of the first run of consecutive acknowledged offsets. Two things
-let that run start past a message that was never handled (one Faust dropped while it paused the flow for a
-rebalance or a table recovery, or delivered when no stream was subscribed yet):
+it and commits, per partition, up to the end of the first run of consecutive acknowledged offsets. Three
+things let that run start past a message that was never handled (one Faust dropped while it paused the flow
+for a rebalance or a table recovery):
 - `Consumer._new_offset` checks the head of the run only when the partition has a committed offset, and then
   lets it start one past it (`min(acked) - committed > 1`);
 - aiokafka's `seek_to_committed`, which Faust calls to read dropped messages again, does not move a partition
-  whose committed offset is missing or 0.
+  whose committed offset is missing or 0;
 - the fetch loop records a message as read even when the flow was suspended before it was delivered, and
   drops any later message below that read offset, so a message dropped while a stale fetch was being walked
   was dropped again when the seek brought it back.

@@ -170,10 +170,8 @@ class BatchConsumer(mode.Service):
     """A topic read in micro-batches straight from aiokafka, with offsets committed explicitly.
 
     Faust's per-message path (conductor, stream, take buffer, one ack per event) measured ~100 µs of CPU per
-    message here, where getmany spends ~1 µs. And its offset bookkeeping is not what accounting should rest on:
-    `Consumer._new_offset` (faust-streaming 0.15.3) checks for unacknowledged offsets at the head of a
-    partition only once it has committed there, and chaos runs with the usage sink as a Faust agent lost the
-    usage events of requests decided before the stage process was killed. Here `handle(messages)` (aiokafka
+    message here, where getmany spends ~1 µs; and its offset bookkeeping needed the corrections in
+    streams.kafka_tuning before it stopped losing messages in chaos runs. Here `handle(messages)` (aiokafka
     ConsumerRecords) must return only once its work is durable and everything it sent is acknowledged; then
     exactly that batch's offsets are committed: at-least-once."""
 
