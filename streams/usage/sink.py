@@ -93,4 +93,5 @@ def register(app, topics, settings, sink_ref) -> BatchConsumer:
         await asyncio.gather(*sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.usage.get_topic_name(), settings.usage_group,
-                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms))
+                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms,
+                                     linger_ms=settings.sink_flush_ms))

@@ -110,3 +110,23 @@ async def test_batch_consumer_reads_a_failed_batch_again(broker):
     await until(lambda: len(calls) >= 2)
     await consumer.stop()
     assert calls[0][0] == b"m0" and calls[1][:len(calls[0])] == calls[0], "the failed batch came again, from its start"
+
+
+async def test_batch_consumer_lingers_until_it_holds_max_records(broker):
+    topic = "test.batch_consumer_linger"
+    bootstrap = await fresh_topic(broker, topic, 4)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    for i in range(10):
+        await producer.send(topic, b"m%d" % i, partition=i % 4)
+    await producer.stop()
+    batches = []
+
+    async def handle(messages):
+        batches.append(sorted(m.value for m in messages))
+
+    consumer = BatchConsumer(bootstrap, topic, "test-linger", handle, max_records=10, wait_ms=5, linger_ms=20_000)
+    await consumer.start()
+    await until(lambda: batches)
+    await consumer.stop()
+    assert batches == [sorted(b"m%d" % i for i in range(10))], "one batch: it kept polling until it held 10"
