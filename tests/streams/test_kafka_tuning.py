@@ -47,3 +47,20 @@ async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning
 def test_a_commit_covers_only_a_run_of_handled_offsets_from_the_next_unhandled_one(acked, start, offset, left):
     assert committable(acked, start) == offset
     assert acked == left
+
+
+def test_the_stage_apps_consumer_commits_no_run_past_an_unhandled_offset_and_drops_nothing(settings):
+    from faust.types import TP
+
+    from streams.app import create_app
+
+    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).consumer
+    tp = TP("jev.scored.v1", 0)
+    consumer._committed_offset[tp] = 2
+    consumer._acked[tp], consumer._acked_index[tp] = [3], {3}
+    assert consumer._new_offset(tp) is None, "offset 2 was never handled"
+    consumer._acked[tp].append(2)
+    consumer._acked_index[tp].add(2)
+    assert consumer._new_offset(tp) == 4 and consumer._acked_index[tp] == set()
+    consumer._read_offset[tp] = 9
+    assert consumer._read_offset[tp] is None, "the fetch loop drops messages below a read offset it remembers"
