@@ -93,7 +93,7 @@ class Collector:
             await consumer.stop()
 
 
-async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int]:
+async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
     """Wait until the usage sink committed everything (every partition's lag read and 0) and nothing is left
     spilled; returns the last lag."""
     s = pipe.settings
