@@ -66,10 +66,21 @@ def consumed(topic: str, values: list) -> list:
             for offset, value in enumerate(values)]
 
 
-async def fresh_topic(broker, topic: str, partitions: int) -> str:
-    """Create `topic` on the session's broker; returns the bootstrap address."""
+async def fresh_topic(broker, topic: str, partitions: int, values: list[bytes] = ()) -> str:
+    """Create `topic` on the session's broker with `values` on it, the i-th on partition i % partitions;
+    returns the bootstrap address."""
+    from aiokafka import AIOKafkaProducer
+
     from infra.broker import create_topics
 
     bootstrap = broker.url.removeprefix("kafka://")
     await create_topics(bootstrap, [topic], partitions)
+    if values:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for i, value in enumerate(values):
+                await producer.send(topic, value, partition=i % partitions)
+        finally:
+            await producer.stop()
     return bootstrap

@@ -1,6 +1,6 @@
 """Faust's consumer as Jev installs it: seeks on the real local broker, and which offsets a commit covers."""
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.kafka_tuning import committable, seek_to_committed_or_beginning
 from tests.conftest import fresh_topic
@@ -10,12 +10,7 @@ async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning
     """What Faust drops at a rebalance or recovery is read again: from the committed offset where the group
     has one, from the beginning where it has none (aiokafka alone leaves that partition where it was)."""
     topic = "test.seek_to_committed"
-    bootstrap = await fresh_topic(broker, topic, 2)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    for i in range(20):
-        await producer.send(topic, b"m%d" % i, partition=i % 2)
-    await producer.stop()
+    bootstrap = await fresh_topic(broker, topic, 2, [b"m%d" % i for i in range(20)])
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="test-seek", enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()

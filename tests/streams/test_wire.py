@@ -92,12 +92,7 @@ async def test_record_producer_batches_per_partition_with_keys_and_headers(broke
 
 async def test_batch_consumer_reads_a_failed_batch_again(broker):
     topic = "test.batch_consumer_retry"
-    bootstrap = await fresh_topic(broker, topic, 1)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    for i in range(5):
-        await producer.send(topic, b"m%d" % i)
-    await producer.stop()
+    bootstrap = await fresh_topic(broker, topic, 1, [b"m%d" % i for i in range(5)])
     calls = []
 
     async def handle(messages):
@@ -114,12 +109,7 @@ async def test_batch_consumer_reads_a_failed_batch_again(broker):
 
 async def test_batch_consumer_lingers_until_it_holds_max_records(broker):
     topic = "test.batch_consumer_linger"
-    bootstrap = await fresh_topic(broker, topic, 4)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    for i in range(10):
-        await producer.send(topic, b"m%d" % i, partition=i % 4)
-    await producer.stop()
+    bootstrap = await fresh_topic(broker, topic, 4, [b"m%d" % i for i in range(10)])
     batches = []
 
     async def handle(messages):
