@@ -73,11 +73,12 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
-    app.jev_ingest = ingest_agent.register(app, topics, settings, admission, book, controls, get_texts,
-                                           Distiller(settings.distill_policies))
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(topics, settings, cache, controls, book)
+    app.jev_ingest = ingest_agent.register(
+        app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
+        cache_agent.LocalHits(app, topics, settings.partitions, cache, controls, postprocess))
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)

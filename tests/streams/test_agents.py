@@ -182,6 +182,34 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     assert hits == [("c2", "cache_l3", "b")]
 
 
+async def test_ingest_answers_an_l1_hit_itself_only_where_this_worker_holds_its_partition(app_and_sent,
+                                                                                         monkeypatch):
+    from faust.types import TP
+
+    app, captured = app_and_sent
+    held: set = set()
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST)]))
+    [miss] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
+    async with app.agents["format_decision"].test_context() as agent:
+        await agent.put(WorkBatch(items=[miss.derive(decision=scored)]))
+        await eventually(lambda: "decisions" in captured.sent)
+
+    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r2"})]))
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "r2"], \
+        "no partition held: the hit goes on to the cache agent"
+
+    distilled = app.jev_topics.distilled.get_topic_name()
+    held.update(TP(distilled, p) for p in range(app.conf.topic_partitions))
+    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r3"})]))
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "r2"]
+    assert [(d.request_id, d.tier, d.action_id) for d in captured.sent["decisions"]] == [
+        ("r1", "fine", "a"), ("r3", "cache_l1", "a")]
+    stages = [(e.request_id, e.stage) for b in captured.sent["usage"] for e in b.events if e.request_id == "r3"]
+    assert sorted(stages) == [("r3", "cache"), ("r3", "ingest"), ("r3", "postprocess")]
+
+
 async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
     from schemas.records import Turn
 
