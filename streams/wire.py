@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -176,13 +176,16 @@ class BatchConsumer(mode.Service):
     exactly that batch's offsets are committed: at-least-once."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 linger_ms: int = 0, **kwargs):
+                 linger_ms: int = 0, depth: int = 1, **kwargs):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
-        fewer, larger batches, as Faust's take(max, within) did."""
+        fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,
+        the next batch is worked on while the one before waits for the broker to acknowledge what it sent.
+        Offsets are committed in order either way, each batch's only once it and every batch before it were
+        handled."""
         super().__init__(**kwargs)
         self.bootstrap, self.topic, self.group, self.handle = bootstrap, topic, group, handle
-        self.max_records, self.wait_ms, self.linger_ms = max_records, wait_ms, linger_ms
+        self.max_records, self.wait_ms, self.linger_ms, self.depth = max_records, wait_ms, linger_ms, depth
         self.consumer: AIOKafkaConsumer | None = None
 
     async def on_start(self) -> None:
@@ -197,18 +200,23 @@ class BatchConsumer(mode.Service):
 
     @mode.Service.task
     async def _consume(self) -> None:
+        handling: deque[tuple[asyncio.Future, dict]] = deque()  # (handle(batch), the batch), oldest first
         committing = None
-        while not self.should_stop:
-            polled = await self.poll()
-            if not polled:
+        while not self.should_stop or handling:
+            if len(handling) < self.depth and not self.should_stop:
+                if polled := await self.poll():
+                    handling.append((asyncio.ensure_future(self.handle([m for ms in polled.values() for m in ms])),
+                                     polled))
+                    continue
+            if not handling or (len(handling) < self.depth and not handling[0][0].done() and not self.should_stop):
                 continue
+            task, polled = handling.popleft()
             try:
-                await self.handle([msg for msgs in polled.values() for msg in msgs])
+                await task
             except Exception:  # the handler isolates bad records; this is the infrastructure failing: read it again
                 log.exception("a micro-batch of %s failed; reading it again in 1 s", self.topic)
-                for tp, msgs in polled.items():
-                    self.consumer.seek(tp, msgs[0].offset)
-                await asyncio.sleep(1.0)
+                await self.rewind([polled, *(batch for _, batch in handling)], [t for t, _ in handling])
+                handling.clear()
                 continue
             if committing is not None:
                 await committing  # commits land in order
@@ -216,6 +224,18 @@ class BatchConsumer(mode.Service):
             committing = asyncio.ensure_future(self.commit({tp: msgs[-1].offset + 1 for tp, msgs in polled.items()}))
         if committing is not None:
             await committing
+
+    async def rewind(self, batches: list[dict], later: list[asyncio.Future]) -> None:
+        """Back to the first message of every uncommitted batch, once the later ones have finished (what they sent
+        may come again: at-least-once)."""
+        await asyncio.gather(*later, return_exceptions=True)
+        first: dict = {}
+        for batch in batches:
+            for tp, msgs in batch.items():
+                first.setdefault(tp, msgs[0].offset)
+        for tp, offset in first.items():
+            self.consumer.seek(tp, offset)
+        await asyncio.sleep(1.0)
 
     async def poll(self) -> dict:
         polled = await self.consumer.getmany(timeout_ms=self.wait_ms, max_records=self.max_records)

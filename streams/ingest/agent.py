@@ -66,4 +66,4 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                              topics.send_usage(usage + saved), answered, *sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
-                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms))
+                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))

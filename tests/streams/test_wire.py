@@ -120,3 +120,29 @@ async def test_batch_consumer_lingers_until_it_holds_max_records(broker):
     await until(lambda: batches)
     await consumer.stop()
     assert batches == [sorted(b"m%d" % i for i in range(10))], "one batch: it kept polling until it held 10"
+
+
+async def test_batch_consumer_works_on_the_next_batch_while_one_waits_and_commits_in_order(broker):
+    topic = "test.batch_consumer_depth"
+    bootstrap = await fresh_topic(broker, topic, 1, [b"m%d" % i for i in range(20)])
+    second_started = asyncio.Event()
+    calls = []
+
+    async def handle(messages):
+        calls.append([m.offset for m in messages])
+        if len(calls) == 1:
+            await second_started.wait()  # the first batch waits on its deliveries until the second is under way
+        elif len(calls) == 2:
+            second_started.set()
+        if len(calls) == 3:
+            raise ConnectionError("the broker went away mid-batch")
+
+    consumer = BatchConsumer(bootstrap, topic, "test-depth", handle, max_records=5, wait_ms=5, depth=2)
+    await consumer.start()
+    await until(lambda: sum(map(len, calls)) >= 25)
+    await consumer.stop()
+    assert calls[:2] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]], "the second batch started before the first finished"
+    read = [offset for batch in calls for offset in batch]
+    assert calls[2] == [10, 11, 12, 13, 14] and calls[2] in calls[3:], "the failed batch came again from its start"
+    assert all(read.count(offset) == 1 for offset in range(10)), "the two batches before it were committed"
+    assert set(read) == set(range(20))
