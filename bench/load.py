@@ -10,8 +10,8 @@ Bare reference (a child process, same broker): `count_tokens` (take(1000, within
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory; the same
 burst size of the same requests, pre-published, timed from its first micro-batch to the last row inserted.
 Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}: p99_ms is every
-decision's p99 at the highest rate sustained; each step also has p99_rules_cache_ms, over the decisions the rules
-tier or a cache made (the rest went through the model tiers, after an L2 embedding of the question);
+decision's p99 at the highest rate sustained, p99_rules_cache_ms the p99 there over the decisions the rules tier or
+a cache made (the rest went through the model tiers, after an L2 embedding of the question); each step has both;
 cpu_ms_per_decision is the CPU each process (stages, scoring worker) spent per decision during the burst.
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--backend lexical]
@@ -178,6 +178,8 @@ async def run_pipeline(settings, args) -> tuple[dict, str]:
     report = {"decisions_per_s": round(len(done) / burst_s, 1), "burst": args.burst,
               "sustained_rate_per_s": max((s["offered_per_s"] for s in kept_up), default=0),
               "p99_ms": max((s["p99_ms"] for s in kept_up), default=steps[-1]["p99_ms"] if steps else 0.0),
+              "p99_rules_cache_ms": max((s["p99_rules_cache_ms"] for s in kept_up),
+                                        default=steps[-1]["p99_rules_cache_ms"] if steps else 0.0),
               "lost": len(published - collector.decisions.keys()), "burst_tiers": tiers,
               "cpu_ms_per_decision": cpu_ms, "hop_median_ms": hops, "lag_after": lag, "steps": steps}
     return report, bare

@@ -14,6 +14,7 @@ from streams.ingest import agent as ingest_agent
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
 from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
+from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
 from streams.postprocess.agent import Postprocess
 from streams.usage import sink as usage_sink
@@ -22,6 +23,7 @@ from streams.usage.texts import request_texts
 from streams.control import ControlReader, Controls
 from streams.process import limit_model_threads
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
+from workers.scoring import rules
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
@@ -78,7 +80,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     postprocess = Postprocess(topics, settings, cache, controls, book)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        cache_agent.LocalHits(app, topics, settings.partitions, cache, controls, postprocess))
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)

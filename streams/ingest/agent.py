@@ -1,8 +1,8 @@
 """ingest: decode, validate, count tokens, reserve budget, admit or dead-letter, then distill (a pure step, see
 streams.distill.work.Distiller). One Kafka message per request in, read in micro-batches by a BatchConsumer
-(not a Faust agent: Faust's per-message cost was the largest single cost of a cache hit); the L1 hits this
-worker holds are answered here (streams.cache.agent.LocalHits), the rest go out as WorkBatch envelopes per
-cache-key partition."""
+(not a Faust agent: Faust's per-message cost was the largest single cost of a cache hit); the L1 hits and rule
+matches on partitions this worker holds are answered here (streams.local), the rest go out as WorkBatch
+envelopes per cache-key partition."""
 from __future__ import annotations
 
 import asyncio
@@ -28,7 +28,7 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local_hits) -> BatchConsumer:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
     async def count_tokens(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
@@ -61,7 +61,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        onward, answered = local_hits.split(distilled)
+        onward, answered = local.split(distilled)
         await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
                              topics.send_usage(usage + saved), answered, *sent)
 

@@ -86,7 +86,9 @@ def register(app, topics, settings, sink_ref) -> BatchConsumer:
     async def sink_usage(messages: list) -> None:
         """One micro-batch: inserted, or spilled to disk, and its dead letters delivered before its offsets are
         committed."""
-        events, rejected = read_envelopes(messages)
+        # decoded in a thread, as the insert is: thousands of events at once on the event loop would hold every
+        # other stage of this process for tens of ms (the GIL is handed over every few ms instead)
+        events, rejected = await asyncio.to_thread(read_envelopes, messages)
         sent = [await topics.rejected.send(value=r) for r in rejected]
         for i in range(0, len(events), settings.sink_batch_max):
             await asyncio.to_thread(sink_ref().insert, events[i:i + settings.sink_batch_max])

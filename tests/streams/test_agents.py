@@ -42,7 +42,7 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 @pytest.fixture
 def app_and_sent(settings, monkeypatch):
     app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing"), {"ranking"}, sink=object())
+                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
     for short in ("rejected", "review", "alerts"):  # what still goes through Faust's producer
@@ -182,32 +182,37 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     assert hits == [("c2", "cache_l3", "b")]
 
 
-async def test_ingest_answers_an_l1_hit_itself_only_where_this_worker_holds_its_partition(app_and_sent,
-                                                                                         monkeypatch):
+async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_worker_holds_the_partition(
+        app_and_sent, monkeypatch):
     from faust.types import TP
 
     app, captured = app_and_sent
     held: set = set()
     monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
-    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST)]))
-    [miss] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    risky = {"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+             "state": {"risk_score": 0.99, "amount": 5000},
+             "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]}
+    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), orjson.dumps(risky)]))
+    [miss, ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    assert "decisions" not in captured.sent, "no partition held: both go on to the cache agent"
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[miss.derive(decision=scored)]))
         await eventually(lambda: "decisions" in captured.sent)
 
-    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r2"})]))
-    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "r2"], \
-        "no partition held: the hit goes on to the cache agent"
-
     distilled = app.jev_topics.distilled.get_topic_name()
     held.update(TP(distilled, p) for p in range(app.conf.topic_partitions))
-    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r3"})]))
-    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "r2"]
-    assert [(d.request_id, d.tier, d.action_id) for d in captured.sent["decisions"]] == [
-        ("r1", "fine", "a"), ("r3", "cache_l1", "a")]
-    stages = [(e.request_id, e.stage) for b in captured.sent["usage"] for e in b.events if e.request_id == "r3"]
-    assert sorted(stages) == [("r3", "cache"), ("r3", "ingest"), ("r3", "postprocess")]
+    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r3"}),
+                                          orjson.dumps({**risky, "request_id": "x2"})]))
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "x1"]
+    decided = {d.request_id: d for d in captured.sent["decisions"]}
+    assert (decided["r3"].tier, decided["r3"].action_id) == ("cache_l1", "a")
+    assert (decided["x2"].tier, decided["x2"].action_id, decided["x2"].chain) == (
+        "rules", "block", ["rules:block-known-fraud"])
+    assert decided["x2"].nominal_tokens == ruled.context_tokens * 2 + sum(ruled.candidate_tokens)
+    events = sorted(e.event_id for b in captured.sent["usage"] for e in b.events if e.request_id in ("r3", "x2"))
+    assert events == ["r3:cache:cache_l1", "r3:ingest", "r3:postprocess", "x2:ingest", "x2:postprocess",
+                      "x2:score:rules"], "the same usage as on the way through the cache agent and a scoring worker"
 
 
 async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):

@@ -59,19 +59,17 @@ class Engine:
         return [self.decide(work) for work in works]
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
+        if self.switches["score.rules"] and (ruled := rule_decision(self.rules, work)) is not None:
+            self.counters["rules"] += 1
+            return ruled
         start = time.perf_counter()
         req = work.request
         pol = self.config.policy(req.decision_type)
         ids = [c.id for c in req.candidates]
-        lengths = work.candidate_tokens or [tokens.count(c.text, work.model) for c in req.candidates]
-        nominal = sum(work.context_tokens + n for n in lengths) or work.context_tokens
+        lengths = candidate_lengths(work)
+        nominal = nominal_tokens(work, lengths)
         ledger, outcome, iterations = Ledger(), "ok", 1
-        rule = rules_mod.match(self.rules, req.decision_type, req.state, ids) if self.switches["score.rules"] else None
-        if rule is not None:
-            ledger.add("rules", nominal, candidates=len(ids))
-            ranking = Ranking([ids.index(rule.action)], {ids.index(rule.action): 1.0}, "rules", 1.0,
-                              [f"rules:{rule.name}"])
-        elif not ids and self.generator is not None:
+        if not ids and self.generator is not None:
             return self.generate(work, ledger, start)
         elif not ids:
             ledger.add("fallback", nominal)
@@ -230,6 +228,34 @@ class Engine:
             chain.append(f"explore:second-best:model={model_action}")
             return ids[ranking.order[1]], chain
         return model_action, chain
+
+
+def candidate_lengths(work: Work) -> list[int]:
+    return work.candidate_tokens or [tokens.count(c.text, work.model) for c in work.request.candidates]
+
+
+def nominal_tokens(work: Work, lengths: list[int]) -> int:
+    """What a naive system sends: the context once per candidate, Σ_i (context + candidate_i)."""
+    return sum(work.context_tokens + n for n in lengths) or work.context_tokens
+
+
+def rule_decision(rules: list, work: Work) -> tuple[Decision, list[UsageEvent]] | None:
+    """The rules tier on its own, zero tokens: the decision and usage of the first rule that matches, or None.
+    The engine tries it first; the stage process tries it too, before a work would leave it for the scoring
+    workers (streams.local.LocalAnswers). No rollout, shadow or exploration applies to a rule."""
+    start = time.perf_counter()
+    req = work.request
+    ids = [c.id for c in req.candidates]
+    rule = rules_mod.match(rules, req.decision_type, req.state, ids)
+    if rule is None:
+        return None
+    nominal, ledger = nominal_tokens(work, candidate_lengths(work)), Ledger()
+    ledger.add("rules", nominal, candidates=len(ids))
+    latency = round((time.perf_counter() - start) * 1000, 3)
+    decision = Decision(request_id=req.request_id, tier="rules", action_id=rule.action,
+                        ranking=[Ranked(id=rule.action, score=1.0)], confidence=1.0, chain=[f"rules:{rule.name}"],
+                        nominal_tokens=nominal, latency_ms=latency)
+    return decision, ledger.events(req, latency, "ok", 1)
 
 
 @dataclass
