@@ -14,8 +14,8 @@ CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
 class Postprocess:
     """The stage's step on a list of decided Work: run by its own agent on what the scoring workers decided,
-    and by the cache agent on its hits (same process, same cache-key partition), so a cache hit is answered
-    without another topic hop."""
+    by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
+    same process, same cache-key partition), so none of those takes another topic hop."""
 
     def __init__(self, topics, settings, cache, controls, book):
         self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
