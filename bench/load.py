@@ -120,7 +120,7 @@ def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
     return [orjson.dumps({**orjson.loads(p), "request_id": f"{tag}-{i}"}) for i, p in enumerate(payloads)]
 
 
-async def run_pipeline(settings, args) -> tuple[dict, str]:
+async def run_pipeline(settings, args) -> dict:
     base = workload.generate(int(max(args.rates) * args.step_s), seed=21)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
         bootstrap = pipe.settings.bootstrap
@@ -290,6 +290,8 @@ def main() -> None:
             payloads = f.read().split(b"\n")
         print(orjson.dumps(asyncio.run(bare_reference(settings, payloads))).decode(), flush=True)
         os._exit(0)  # chdb's threads can hold interpreter exit
+    if args.trials < 1:
+        p.error("--trials must be at least 1 (each trial is one burst and one bare run)")
     args.rates = [float(r) for r in args.rates.split(",")]
     settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-load-"), clickhouse_dsn="", backend=args.backend)
     started = time.monotonic()
