@@ -39,7 +39,7 @@ from streams import settings as settings_mod
 from streams.process import freeze_heap
 from workers import workload
 from workers.chaos import Collector
-from workers.lag import consumer_lag
+from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types, percentile
 
 BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
@@ -178,10 +178,7 @@ async def run_pipeline(settings, args) -> dict:
         cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
         hops = await hop_latencies(bootstrap, step_ids)
         log(f"median hop delays (ms): {hops}")
-        live = pipe.settings
-        lag = {**await consumer_lag(bootstrap, live.ingest_group, [name("requests")], live.partitions),
-               **await consumer_lag(bootstrap, live.app_id, [name("distilled"), name("scored")], live.partitions),
-               **await consumer_lag(bootstrap, live.usage_group, [name("usage")], live.partitions)}
+        lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
         collector.stopping.set()
         await following
     kept_up = [s for s in steps if s["decided"] == s["of"] and s["p99_ms"] <= args.p99_ms]

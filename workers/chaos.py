@@ -26,7 +26,7 @@ from schemas.topics import name
 from streams.control import publish as publish_controls
 from streams.kafka_tuning import FETCH_MAX_WAIT_MS
 from workers import workload
-from workers.lag import consumer_lag
+from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types
 
 WAVES = 10
@@ -100,8 +100,7 @@ async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
     spill = Path(s.data_dir) / "spill"
     deadline = time.monotonic() + timeout
     while True:
-        lag = {**await consumer_lag(s.bootstrap, s.usage_group, [name("usage")], s.partitions),
-               **await consumer_lag(s.bootstrap, s.app_id, [name("scored")], s.partitions)}
+        lag = await stage_lag(s, [name("usage"), name("scored")])
         spilled = len(list(spill.glob("*.jsonl"))) if spill.exists() else 0
         if (all(v == 0 for v in lag.values()) and not spilled) or time.monotonic() > deadline:
             return {**lag, "spilled_segments": spilled}

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from schemas.topics import name
 from streams.metrics import set_consumer_lag
 
 log = logging.getLogger("jev.lag")
@@ -83,6 +84,19 @@ async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions
     for row in await partition_lag(bootstrap, [group], topics, partitions):
         topic = row["topic"]
         lag[topic] = None if row["lag"] is None or lag[topic] is None else lag[topic] + row["lag"]
+    return lag
+
+def reading_group(settings, topic: str) -> str:
+    """The group that reads `topic` in the stages process: ingest and the usage sink have their own consumers,
+    the Faust stages share app_id."""
+    return {name("requests"): settings.ingest_group, name("usage"): settings.usage_group}.get(topic, settings.app_id)
+
+
+async def stage_lag(settings, topics: list[str]) -> dict[str, int | None]:
+    """consumer_lag of each of `topics` (full names) in the group of the stage that reads it."""
+    lag: dict[str, int | None] = {}
+    for topic in topics:
+        lag.update(await consumer_lag(settings.bootstrap, reading_group(settings, topic), [topic], settings.partitions))
     return lag
 
 

@@ -93,3 +93,11 @@ async def test_a_partition_whose_end_was_not_read_makes_its_topic_unknown_not_dr
                 {"group": "g", "topic": "b", "partition": 0, "committed": 1, "end": 3, "lag": 2}]
     monkeypatch.setattr(lag, "partition_lag", rows)
     assert await lag.consumer_lag("broker:9092", "g", ["a", "b"], 2) == {"a": None, "b": 2}
+
+
+def test_each_stage_topic_is_read_by_the_group_of_its_consumer(settings):
+    from workers import lag
+
+    assert lag.reading_group(settings, "jev.requests.v1") == settings.ingest_group
+    assert lag.reading_group(settings, "jev.usage.v1") == settings.usage_group
+    assert {lag.reading_group(settings, f"jev.{t}.v1") for t in ("distilled", "scored")} == {settings.app_id}
