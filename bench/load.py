@@ -7,8 +7,10 @@ its decision. The rate rises until the pipeline falls behind (decisions < 90% of
 again under new ids, cycled (the rules/cache path), long enough that micro-batch windows do not dominate either
 side. decisions_per_s is the burst size over the time to decide it all (saturated; the pipeline is already running).
 Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
-UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory; the same
-burst size of the same requests, pre-published, timed from its first micro-batch to the last row inserted.
+UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory. Both sides are
+timed alike: warmed first (the pipeline by the ramp; the bare child by 500 requests of its own, so its tokenizer
+load and first inserts fall outside the timing), then the same burst is published at once from this process,
+timed from its first send to the last decision read (pipeline) or the last row inserted (bare).
 Burst and bare run alternate --trials times (the machines are shared and noisy): decisions_per_s, bare_events_per_s
 and ratio_to_bare are the pair with the median ratio; `trials` lists every pair.
 Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}: p99_ms is every
@@ -49,7 +51,8 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-async def paced_publish(bootstrap: str, payloads: list[bytes], rate: float, sent_at: dict[str, float]) -> None:
+async def paced_publish(bootstrap: str, payloads: list[bytes], rate: float, sent_at: dict[str, float],
+                        topic: str = name("requests")) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
     await producer.start()
     try:
@@ -59,7 +62,7 @@ async def paced_publish(bootstrap: str, payloads: list[bytes], rate: float, sent
             if delay > 0:
                 await asyncio.sleep(delay)
             sent_at[orjson.loads(raw)["request_id"]] = time.monotonic()
-            await producer.send(name("requests"), raw)
+            await producer.send(topic, raw)
         await producer.flush()
     finally:
         await producer.stop()
@@ -171,7 +174,7 @@ async def run_pipeline(settings, args) -> dict:
             done = [i for i in ids if i in collector.first_seen]
             decided.update(done)
             burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
-            bare = await asyncio.to_thread(run_bare_child, pipe.settings, burst)
+            bare = await run_bare(pipe.settings, burst)
             trials.append({"decisions_per_s": round(len(done) / burst_s, 1), **bare,
                            "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
             log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
@@ -197,23 +200,40 @@ async def run_pipeline(settings, args) -> dict:
     return report
 
 
-def run_bare_child(settings, payloads: list[bytes]) -> dict:
-    """The bare reference in its own process (one ClickHouse directory per process), on the same broker."""
+async def run_bare(settings, payloads: list[bytes]) -> dict:
+    """The bare reference in a child process (one ClickHouse directory per process), on the same broker: once it
+    says it is warm, `payloads` are published from here, timed as the pipeline's burst is."""
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
         f.write(b"\n".join(payloads))
     data_dir = tempfile.mkdtemp(prefix="jev-bare-")
     env = {**os.environ, "JEV_BROKER": settings.broker, "JEV_DATA_DIR": data_dir, "JEV_CLICKHOUSE_DSN": ""}
-    proc = subprocess.run([sys.executable, __file__, "--bare-child", f.name], env=env, capture_output=True,
-                          timeout=600)
-    os.unlink(f.name)
-    shutil.rmtree(data_dir, ignore_errors=True)
+    proc = subprocess.Popen([sys.executable, __file__, "--bare-child", f.name], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        while (line := await asyncio.to_thread(proc.stdout.readline)) and line.strip() != b"warm":
+            pass
+        if not line:
+            raise RuntimeError(f"bare reference did not start: {proc.stderr.read().decode()[-2000:]}")
+        t0 = time.monotonic()
+        await paced_publish(settings.bootstrap, payloads, 1e9, {}, BARE_IN)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.unlink(f.name)
+        shutil.rmtree(data_dir, ignore_errors=True)
     if proc.returncode:
-        raise RuntimeError(f"bare reference failed: {proc.stderr.decode()[-2000:]}")
-    return orjson.loads(proc.stdout.splitlines()[-1])
+        raise RuntimeError(f"bare reference failed: {err.decode()[-2000:]}")
+    done = orjson.loads(out.splitlines()[-1])
+    elapsed = done["done_at"] - t0  # CLOCK_MONOTONIC: one clock for every process on this machine
+    return {"bare_events_per_s": round(done["rows"] / elapsed, 1), "bare_events": done["rows"],
+            "bare_s": round(elapsed, 2)}
 
 
-async def bare_reference(settings, payloads: list[bytes]) -> dict:
-    """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as DESIGN.md measured."""
+async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> dict:
+    """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as DESIGN.md measured. Warms
+    on `warm_n` of `payloads` under other ids, prints `warm`, then counts the len(payloads) the parent publishes;
+    returns when the last of them was inserted."""
     import faust
 
     from infra import clickhouse
@@ -224,12 +244,6 @@ async def bare_reference(settings, payloads: list[bytes]) -> dict:
     from streams.usage.sink import UsageSink
 
     await create_topics(settings.bootstrap, [BARE_IN, BARE_USAGE], settings.partitions)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
-    await producer.start()
-    for raw in payloads:
-        await producer.send(BARE_IN, raw)
-    await producer.flush()
-    await producer.stop()
     sink = UsageSink(clickhouse.open_migrated(settings.clickhouse))
     kafka_tuning.install()
     app = faust.App("jev-bare", broker=settings.broker, store="memory://", web_enabled=False,
@@ -237,13 +251,12 @@ async def bare_reference(settings, payloads: list[bytes]) -> dict:
                     broker_heartbeat_interval=1, consumer_auto_offset_reset="earliest")
     requests = app.topic(BARE_IN, value_serializer="raw")
     usage = app.topic(BARE_USAGE, value_type=UsageBatch)
-    done = asyncio.Event()
-    first: list[float] = []
+    warm = tagged(payloads[:warm_n], "bare-warm")
+    inserted = {len(warm): asyncio.Event(), len(warm) + len(payloads): asyncio.Event()}
 
     @app.agent(requests)
     async def count_tokens(stream):
         async for raws in stream.take(1000, within=0.05):
-            first.append(time.monotonic())
             events = []
             for raw in raws:
                 request = Request.from_data(orjson.loads(raw))
@@ -256,17 +269,21 @@ async def bare_reference(settings, payloads: list[bytes]) -> dict:
     async def sink_usage(stream):
         async for batches in stream.take(5000, within=0.2):
             await asyncio.to_thread(sink.insert, [e for b in batches for e in b.events])
-            if sink.rows >= len(payloads):
-                done.set()
+            for rows, event in inserted.items():
+                if sink.rows >= rows:
+                    event.set()
 
     worker = faust.Worker(app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False,
                           redirect_stdouts=False, quiet=True)
     worker.spinner = None
     await worker.start()
-    await asyncio.wait_for(done.wait(), timeout=300)
-    elapsed = time.monotonic() - first[0]  # from the first micro-batch: group join and startup excluded
+    await paced_publish(settings.bootstrap, warm, 1e9, {}, BARE_IN)
+    await asyncio.wait_for(inserted[len(warm)].wait(), timeout=300)
+    print("warm", flush=True)
+    await asyncio.wait_for(inserted[len(warm) + len(payloads)].wait(), timeout=300)
+    done = {"done_at": time.monotonic(), "rows": sink.rows - len(warm)}
     await worker.stop()
-    return {"bare_events_per_s": round(sink.rows / elapsed, 1), "bare_events": sink.rows, "bare_s": round(elapsed, 2)}
+    return done
 
 
 def main() -> None:
