@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.records import Control
 from schemas.topics import name
+from streams.kafka_tuning import back_off_when_idle
 
 log = logging.getLogger("jev.control")
 
@@ -96,6 +97,7 @@ class ControlReader:
         consumer = AIOKafkaConsumer(name("control"), bootstrap_servers=self.bootstrap, group_id=None,
                                     auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=50)
         await consumer.start()
+        back_off_when_idle(consumer)
         try:
             while not self.stopping.is_set():
                 for msgs in (await consumer.getmany(timeout_ms=self.poll_ms)).values():

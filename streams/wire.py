@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 
 from schemas import records
 from schemas.topics import TOPICS, name
+from streams.kafka_tuning import back_off_when_idle
 
 log = logging.getLogger("jev.wire")
 
@@ -194,6 +195,7 @@ class BatchConsumer(mode.Service):
                                          session_timeout_ms=6000, heartbeat_interval_ms=1000,
                                          fetch_max_wait_ms=self.wait_ms)
         await self.consumer.start()
+        back_off_when_idle(self.consumer)
 
     async def on_stop(self) -> None:
         await self.consumer.stop()

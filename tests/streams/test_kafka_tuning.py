@@ -2,7 +2,7 @@
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.kafka_tuning import committable, seek_to_committed_or_beginning
+from streams.kafka_tuning import back_off_when_idle, committable, seek_to_committed_or_beginning
 from tests.conftest import fresh_topic
 
 
@@ -26,6 +26,33 @@ async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning
         assert committed == {tps[0]: 4, tps[1]: None}
         assert next_offsets == {tps[0]: 4, tps[1]: 0}
         assert [await consumer.position(tp) for tp in tps] == [4, 0]
+    finally:
+        await consumer.stop()
+
+
+async def test_an_idle_consumer_backs_its_fetch_wait_off_and_a_record_brings_it_back(broker):
+    """Fetches that bring nothing double the wait up to the longest; the first fetch with records restores the
+    consumer's own short wait, and every record is still delivered."""
+    topic = "test.idle_backoff"
+    bootstrap = await fresh_topic(broker, topic, 2, [b"m%d" % i for i in range(4)])
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=5)
+    await consumer.start()
+    try:
+        back_off_when_idle(consumer, longest_ms=80)
+        waits, read = [], 0
+        while read < 4:
+            read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+        for _ in range(10):  # idle: each empty fetch doubles the wait
+            await consumer.getmany(timeout_ms=100)
+            waits.append(consumer._fetcher._fetch_max_wait_ms)
+        assert waits == sorted(waits) and waits[-1] == 80
+        await fresh_topic(broker, topic, 2, [b"late"])
+        late = []
+        while not late:
+            late = [m.value for msgs in (await consumer.getmany(timeout_ms=1000)).values() for m in msgs]
+        assert late == [b"late"]
+        assert consumer._fetcher._fetch_max_wait_ms == 5
     finally:
         await consumer.stop()
 

@@ -52,6 +52,7 @@ class ScoringWorker:
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap))
         await consumer.start()
+        kafka_tuning.back_off_when_idle(consumer)
         await producer.start()
         ready_file(s).touch()
         try:
