@@ -28,8 +28,10 @@ class Settings:
                                        "latency).")
     score_batch_max: int = _doc(64, "Max score requests per scoring-worker micro-batch.")
     score_batch_wait_ms: int = _doc(10, "Max wait to fill a scoring micro-batch.")
-    sink_batch_max: int = _doc(5000, "Max usage rows per ClickHouse insert.")
-    sink_flush_ms: int = _doc(200, "Max delay before buffered usage rows are inserted.")
+    sink_batch_max: int = _doc(10_000, "Max usage rows per ClickHouse insert.")
+    sink_flush_ms: int = _doc(1000, "Max delay before buffered usage rows are inserted. Each insert has a fixed "
+                                    "cost (embedded engine: ~55 ms of CPU for its parts and materialized "
+                                    "views, measured), so a longer window means fewer, cheaper rows.")
     max_request_bytes: int = _doc(1_048_576, "Requests larger than this are rejected (reason too_large).")
     default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
     tokenizers: str = _doc("", "Extra model→tokenizer mappings for self-hosted models: "
