@@ -1,4 +1,5 @@
-"""The scoring worker process: pulls micro-batches from the score topic, decides, commits after producing.
+"""The scoring worker process: reads micro-batches of the score topic (a streams.wire.BatchConsumer), decides,
+commits after producing.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
@@ -12,13 +13,12 @@ import signal
 import time
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
-from streams import kafka_tuning
 from streams.control import ControlReader, Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, encode_batches
+from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
 from workers.scoring.engine import build_engine
 
@@ -41,43 +41,38 @@ class ScoringWorker:
 
     async def run(self) -> None:
         s = self.settings
-        consumer = AIOKafkaConsumer(
-            name("score"), bootstrap_servers=s.bootstrap, group_id=f"{s.app_id}-scoring",
-            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
-            fetch_max_wait_ms=kafka_tuning.FETCH_MAX_WAIT_MS, heartbeat_interval_ms=1000)
-        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
-                                    max_request_size=MAX_MESSAGE_BYTES)
+        self.producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
+                                         max_request_size=MAX_MESSAGE_BYTES)
+        consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
+                                 s.score_batch_wait_ms)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap))
+        await self.producer.start()
         await consumer.start()
-        kafka_tuning.back_off_when_idle(consumer)
-        await producer.start()
         ready_file(s).touch()
         try:
-            while not self.stopping.is_set():
-                polled = await consumer.getmany(timeout_ms=s.score_batch_wait_ms, max_records=s.score_batch_max)
-                if polled:
-                    await self.handle(polled, producer)
-                    await consumer.commit()
+            await self.stopping.wait()
         finally:
             follow.cancel()
             lag.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
-            await producer.stop()
+            await self.producer.stop()
 
-    async def handle(self, polled: dict, producer: AIOKafkaProducer) -> None:
+    async def handle(self, messages: list) -> None:
+        """One micro-batch of score envelopes: decided, and the scored envelopes, usage and dead letters
+        acknowledged by the broker before it returns (then BatchConsumer commits its offsets)."""
+        producer = self.producer
         by_partition: dict[int, list[Work]] = {}
         sends = []
-        for tp, msgs in polled.items():
-            for msg in msgs:
-                batch = decode_batch(msg.value)
-                if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
-                    sends.append(await producer.send(name("rejected"), batch.dumps()))
-                    continue
-                by_partition.setdefault(tp.partition, []).extend(batch.items)
+        for msg in messages:
+            batch = decode_batch(msg.value)
+            if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
+                sends.append(await producer.send(name("rejected"), batch.dumps()))
+                continue
+            by_partition.setdefault(msg.partition, []).extend(batch.items)
         works = [w for ws in by_partition.values() for w in ws]
         results = await asyncio.to_thread(self.decide_each, works)
         usage = []
