@@ -2,10 +2,11 @@
 never pass a message no agent has handled.
 
 Short fetch wait: Faust hard-codes fetch_max_wait_ms=1500 for its consumers. Brokers that hold a fetch open
-well past the arrival of data (tansu notices new data only every fraction of the wait: measured ~10 ms late
-on a 100 ms wait, 0.2-0.5 s on 1 s) then add up to that per pipeline hop, so Jev's stages fetch with a short
-wait while data flows, and back off to IDLE_FETCH_WAIT_MS while it does not: at 5 ms an idle consumer made
-tansu spend 9-18% of a core, and an idle pipeline (stages, scoring worker, one reader) ~90% of a core in all.
+well past the arrival of data (tansu notices new data only every fraction of the wait: a median 13 ms late,
+up to 49, on a 100 ms wait; 0.2-0.5 s late on 1 s) then add up to that per pipeline hop, so Jev's stages
+fetch with a short wait while data flows, and back off to IDLE_FETCH_WAIT_MS while it does not: at 5 ms an
+idle consumer made tansu spend 9-18% of a core, and an idle pipeline (stages, scoring worker, one reader)
+~90% of a core in all (55% with the back-off).
 
 Commits (faust-streaming 0.15.3, aiokafka 0.14). Faust acknowledges each message once its agent is done with
 it and commits, per partition, up to the end of the first run of consecutive acknowledged offsets. Three

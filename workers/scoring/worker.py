@@ -38,6 +38,7 @@ class ScoringWorker:
         self.engine = engine or build_engine(settings)
         self.stopping = asyncio.Event()
         self.decided = 0
+        self.producer: AIOKafkaProducer | None = None  # started by run()
 
     async def run(self) -> None:
         s = self.settings
