@@ -10,7 +10,9 @@ Bare reference (a child process, same broker): `count_tokens` (take(1000, within
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory. Both sides are
 timed alike: warmed first (the pipeline by the ramp; the bare child by 500 requests of its own, so its tokenizer
 load and first inserts fall outside the timing), then the same burst is published at once from this process,
-timed from its first send to the last decision read (pipeline) or the last row inserted (bare).
+timed from its first send to the last decision read (pipeline) or the last row inserted (bare). The pipeline
+stays up, idle, while the bare reference runs (measured idle, in % of a core: stages 17, scoring worker 4, the
+broker 24 serving every reader's polls).
 Burst and bare run alternate --trials times (the machines are shared and noisy): decisions_per_s, bare_events_per_s
 and ratio_to_bare are the pair with the median ratio; `trials` lists every pair.
 Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}: p99_ms is every
