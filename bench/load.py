@@ -209,23 +209,24 @@ async def run_bare(settings, payloads: list[bytes]) -> dict:
         f.write(b"\n".join(payloads))
     data_dir = tempfile.mkdtemp(prefix="jev-bare-")
     env = {**os.environ, "JEV_BROKER": settings.broker, "JEV_DATA_DIR": data_dir, "JEV_CLICKHOUSE_DSN": ""}
-    proc = subprocess.Popen([sys.executable, __file__, "--bare-child", f.name], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        while (line := await asyncio.to_thread(proc.stdout.readline)) and line.strip() != b"warm":
-            pass
-        if not line:
-            raise RuntimeError(f"bare reference did not start: {proc.stderr.read().decode()[-2000:]}")
-        t0 = time.monotonic()
-        await paced_publish(settings.bootstrap, payloads, 1e9, {}, BARE_IN)
-        out, err = await asyncio.to_thread(proc.communicate, timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.unlink(f.name)
-        shutil.rmtree(data_dir, ignore_errors=True)
-    if proc.returncode:
-        raise RuntimeError(f"bare reference failed: {err.decode()[-2000:]}")
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: nobody reads stderr while the child runs
+        proc = subprocess.Popen([sys.executable, __file__, "--bare-child", f.name], env=env, stdout=subprocess.PIPE,
+                                stderr=errors)
+        try:
+            while (line := await asyncio.to_thread(proc.stdout.readline)) and line.strip() != b"warm":
+                pass
+            if line:
+                t0 = time.monotonic()
+                await paced_publish(settings.bootstrap, payloads, 1e9, {}, BARE_IN)
+            out = (await asyncio.to_thread(proc.communicate, timeout=600))[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.unlink(f.name)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        if proc.returncode or not line:
+            errors.seek(0)
+            raise RuntimeError(f"bare reference failed: {errors.read().decode()[-2000:]}")
     done = orjson.loads(out.splitlines()[-1])
     elapsed = done["done_at"] - t0  # CLOCK_MONOTONIC: one clock for every process on this machine
     return {"bare_events_per_s": round(done["rows"] / elapsed, 1), "bare_events": done["rows"],
