@@ -18,7 +18,8 @@ and ratio_to_bare are the pair with the median ratio; `trials` lists every pair.
 Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}: p99_ms is every
 decision's p99 at the highest rate sustained, p99_rules_cache_ms the p99 there over the decisions the rules tier or
 a cache made (the rest went through the model tiers, after an L2 embedding of the question); each step has both;
-cpu_ms_per_decision is the CPU each process (stages, scoring worker) spent per decision during the bursts;
+cpu_ms_per_decision is the CPU each process (stages, scoring worker, broker) spent per decision during the bursts,
+bare_cpu_ms_per_event the same for the bare child and the broker during the bare runs;
 hop_median_ms splits the latency of the highest rate step by topic.
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
@@ -160,7 +161,7 @@ async def run_pipeline(settings, args) -> dict:
             if len(done) < len(ids) or step["decisions_per_s"] < 0.9 * rate or step["p99_ms"] > args.p99_ms:
                 break
         ramp = base[:max((s["of"] for s in steps), default=len(warm))]
-        processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid}
+        processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid, "broker": pipe.broker.proc.pid}
         cpu = dict.fromkeys(processes, 0.0)
         trials, decided = [], set()
         for trial in range(args.trials):
@@ -176,7 +177,7 @@ async def run_pipeline(settings, args) -> dict:
             done = [i for i in ids if i in collector.first_seen]
             decided.update(done)
             burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
-            bare = await run_bare(pipe.settings, burst)
+            bare = await run_bare(pipe.settings, burst, pipe.broker.proc.pid)
             trials.append({"decisions_per_s": round(len(done) / burst_s, 1), **bare,
                            "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
             log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
@@ -202,7 +203,7 @@ async def run_pipeline(settings, args) -> dict:
     return report
 
 
-async def run_bare(settings, payloads: list[bytes]) -> dict:
+async def run_bare(settings, payloads: list[bytes], broker_pid: int) -> dict:
     """The bare reference in a child process (one ClickHouse directory per process), on the same broker: once it
     says it is warm, `payloads` are published from here, timed as the pipeline's burst is."""
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
@@ -216,9 +217,11 @@ async def run_bare(settings, payloads: list[bytes]) -> dict:
             while (line := await asyncio.to_thread(proc.stdout.readline)) and line.strip() != b"warm":
                 pass
             if line:
-                t0 = time.monotonic()
+                t0, broker_cpu = time.monotonic(), cpu_seconds(broker_pid)
                 await paced_publish(settings.bootstrap, payloads, 1e9, {}, BARE_IN)
-            out = (await asyncio.to_thread(proc.communicate, timeout=600))[0]
+                line = await asyncio.to_thread(proc.stdout.readline)  # printed as the last row is inserted
+                broker_cpu = cpu_seconds(broker_pid) - broker_cpu
+            await asyncio.to_thread(proc.communicate, timeout=600)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -227,16 +230,18 @@ async def run_bare(settings, payloads: list[bytes]) -> dict:
         if proc.returncode or not line:
             errors.seek(0)
             raise RuntimeError(f"bare reference failed: {errors.read().decode()[-2000:]}")
-    done = orjson.loads(out.splitlines()[-1])
+    done = orjson.loads(line)
     elapsed = done["done_at"] - t0  # CLOCK_MONOTONIC: one clock for every process on this machine
     return {"bare_events_per_s": round(done["rows"] / elapsed, 1), "bare_events": done["rows"],
-            "bare_s": round(elapsed, 2)}
+            "bare_s": round(elapsed, 2), "bare_cpu_ms_per_event": {
+                "bare": round(done["cpu_s"] * 1000 / done["rows"], 3),
+                "broker": round(broker_cpu * 1000 / done["rows"], 3)}}
 
 
-async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> dict:
+async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> None:
     """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as DESIGN.md measured. Warms
     on `warm_n` of `payloads` under other ids, prints `warm`, then counts the len(payloads) the parent publishes;
-    returns when the last of them was inserted."""
+    prints when the last of them was inserted, with its CPU since it was warm."""
     import faust
 
     from infra import clickhouse
@@ -283,10 +288,11 @@ async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> 
     await paced_publish(settings.bootstrap, warm, 1e9, {}, BARE_IN)
     await asyncio.wait_for(inserted[len(warm)].wait(), timeout=300)
     print("warm", flush=True)
+    cpu = time.process_time()  # every thread of this process
     await asyncio.wait_for(inserted[len(warm) + len(payloads)].wait(), timeout=300)
-    done = {"done_at": time.monotonic(), "rows": sink.rows - len(warm)}
+    print(orjson.dumps({"done_at": time.monotonic(), "rows": sink.rows - len(warm),
+                        "cpu_s": time.process_time() - cpu}).decode(), flush=True)
     await worker.stop()
-    return done
 
 
 def main() -> None:
@@ -305,7 +311,7 @@ def main() -> None:
     if args.bare_child:
         with open(args.bare_child, "rb") as f:
             payloads = f.read().split(b"\n")
-        print(orjson.dumps(asyncio.run(bare_reference(settings, payloads))).decode(), flush=True)
+        asyncio.run(bare_reference(settings, payloads))
         os._exit(0)  # chdb's threads can hold interpreter exit
     if args.trials < 1:
         p.error("--trials must be at least 1 (each trial is one burst and one bare run)")
