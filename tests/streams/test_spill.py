@@ -91,10 +91,10 @@ def test_a_segment_replayed_twice_is_not_double_counted(tmp_path, store):
     copy = segment.read_bytes()
     store.down = False
     assert sink.drain(timeout=5)
+    sink.close()  # the process died; a drainer still running could take the segment written back below
     segment.write_bytes(copy)  # crash after the insert, before the delete
     again = SpillingSink(store, tmp_path, retry_initial_s=0.01)
     assert again.drain(timeout=5)
-    sink.close()
     again.close()
     assert store.writes == 40 and len(store.rows) == 20
 
