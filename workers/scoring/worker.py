@@ -54,7 +54,10 @@ class ScoringWorker:
         await consumer.start()
         ready_file(s).touch()
         try:
-            await self.stopping.wait()
+            await consumer.wait(self.stopping.wait())  # until asked to stop, or the consumer crashed
+            if consumer.crashed:
+                raise RuntimeError(f"the score consumer crashed ({consumer.crash_reason!r}); exiting so that a "
+                                   f"supervisor restarts this worker")
         finally:
             follow.cancel()
             lag.cancel()
