@@ -26,6 +26,7 @@ from streams.app import create_app
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.analytics.tenancy import load_tokens
+from workers.lag import stage_lag
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -179,14 +180,14 @@ class Pipeline:
         return decisions, rejections
 
     async def wait_usage_rows(self, at_least: int, timeout: float = 30.0) -> int:
-        """Rows land in ClickHouse shortly after decisions; wait for `at_least`, then until they stop arriving."""
-        deadline, last = time.monotonic() + timeout, -1
+        """Rows land in ClickHouse shortly after decisions: wait for `at_least`, then until the usage sink has
+        committed everything on the usage topic (it commits only what it inserted). Waiting for the count to stop
+        growing read too early once the sink gathered a second of usage per insert."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            rows = self.usage_rows()
-            if rows >= at_least and rows == last:
-                return rows
-            last = rows
-            await asyncio.sleep(1.0)
+            if self.usage_rows() >= at_least and (await stage_lag(self.settings, [name("usage")]))[name("usage")] == 0:
+                break
+            await asyncio.sleep(0.5)
         return self.usage_rows()
 
     def usage_rows(self) -> int:
