@@ -28,15 +28,15 @@ class LocalAnswers:
         topic = self.topics.distilled.get_topic_name()
         return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
 
-    def answer(self, work: Work, switches) -> tuple[list[Work], list] | None:
-        """`work` answered here, then the pre-answers an L1 hit queues for the scoring workers; and the usage of a
-        rule match. None when neither answers it."""
+    def answer(self, work: Work, switches) -> tuple[Work, list[Work], list] | None:
+        """(`work` answered here, the pre-answers an L1 hit queues for the scoring workers, the usage of a rule
+        match), or None when neither answers it."""
         if switches["cache.l1"] and (hit := self.stage.lookup_exact(work, switches)) is not None:
             observe_cache(hit.level, True)
-            return [self.stage.answer(work, hit), *self.stage.prefetches(work, switches)], []
+            return self.stage.answer(work, hit), self.stage.prefetches(work, switches), []
         if switches["score.rules"] and (ruled := rule_decision(self.rules, work)) is not None:
-            work.decision = ruled[0]
-            return [work], ruled[1]
+            work.decision, usage = ruled
+            return work, [], usage
         return None
 
     def split(self, works: list[Work]) -> tuple[list[Work], Awaitable]:
@@ -49,9 +49,9 @@ class LocalAnswers:
             if done is None:
                 onward.append(work)
                 continue
-            answered.append(done[0][0])
-            to_score.extend(done[0][1:])
-            usage.extend(done[1])
+            answered.append(done[0])
+            to_score.extend(done[1])
+            usage.extend(done[2])
         to_score.extend(self.stage.refreshes())
         return onward, asyncio.gather(self.postprocess(answered), self.topics.send_usage(usage),
                                       self.topics.send_work(self.topics.score, to_score, key=lambda w: w.cache_key))
