@@ -23,10 +23,10 @@ import orjson
 from schemas.records import Candidate, Request
 from streams import settings as settings_mod
 from workers.commands.score import score
-from workers.scoring import backends
-from workers.scoring.cascade import jaccard
-from workers.scoring.engine import MODES, Engine
-from workers.scoring.policy import load as load_policy
+from streams.scoring import backends
+from streams.scoring.cascade import jaccard
+from streams.scoring.engine import MODES, Engine
+from streams.scoring.policy import load as load_policy
 
 
 def read_pairs(sts_dir: Path) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from streams import settings as settings_mod
-from workers.scoring.backends import available
+from streams.scoring.backends import available
 
 
 def read_items(sts_dir: Path, limit: int, n_candidates: int, seed: int = 3) -> list[tuple[str, list[str]]]:
@@ -51,7 +51,7 @@ def main() -> int:
         return 2
     import torch
 
-    from workers.scoring.causal_lm import CausalLMBackend
+    from streams.scoring.causal_lm import CausalLMBackend
 
     torch.set_num_threads(args.threads)
     backend = CausalLMBackend()

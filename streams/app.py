@@ -20,10 +20,11 @@ from streams.postprocess.agent import Postprocess
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
-from streams.control import ControlReader, Controls
+from streams.control import ControlReader
+from streams.switches import Controls
 from streams.process import limit_model_threads
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
-from workers.scoring import rules
+from streams.scoring import rules
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:

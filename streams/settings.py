@@ -68,7 +68,7 @@ class Settings:
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "
-                                    "workers/batch/templates.yaml.")
+                                    "streams/batch/templates.yaml.")
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")

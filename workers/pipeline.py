@@ -98,7 +98,7 @@ class Pipeline:
         return proc
 
     def start_scoring(self) -> None:
-        self.scoring = self.spawn("workers.scoring.worker", "scoring")
+        self.scoring = self.spawn("workers.scoring_worker", "scoring")
 
     def start_stages(self) -> None:
         self.stages = self.spawn("workers.pipeline", "stages")
@@ -199,7 +199,7 @@ class Pipeline:
 
 def known_decision_types(path: str = "") -> set[str]:
     """The decision types ingest admits: those of the scoring engine's configuration (JEV_DECISION_TYPES)."""
-    from workers.scoring.engine import known_decision_types as configured
+    from streams.scoring.engine import known_decision_types as configured
 
     return configured(path)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for workers.scoring
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for streams.scoring
 
 WORDS = ("order stock warehouse customer delivery region price demand supply route late early refund "
          "transfer risk payment account review priority carrier parcel invoice forecast season").split()
@@ -105,7 +105,7 @@ def main() -> int:
         import vllm
         import torch
 
-        from workers.scoring.vllm_backend import VLLMBackend
+        from streams.scoring.vllm_backend import VLLMBackend
 
         model_dir = export_smollm2(Path(args.model_dir))
         print(f"vllm {vllm.__version__}: loading {model_dir}", file=sys.stderr)

@@ -13,8 +13,8 @@ import orjson
 from schemas.batch import BatchMember, BatchResult, MergedCall
 from schemas.records import Rejection, Request
 from streams.usage.events import usage_event
-from workers.batch import aggregate, config, split
-from workers.generation import load_generator
+from streams.batch import aggregate, config, split
+from streams.generation import load_generator
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
 

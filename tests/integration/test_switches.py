@@ -4,7 +4,8 @@ import asyncio
 import orjson
 import pytest
 
-from streams.control import SWITCHES, publish, switch_record
+from streams.control import publish
+from streams.switches import SWITCHES, switch_record
 from workers import workload
 from workers.chaos import Collector
 from workers.pipeline import Pipeline, known_decision_types

@@ -31,7 +31,7 @@ def run_submit(args, settings) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from workers.batch import runner
+    from workers import batch_runner as runner
 
     err = Console(stderr=True)
     if args.generator:
@@ -62,8 +62,8 @@ def run_submit(args, settings) -> int:
 
 
 def run_status(args, settings) -> int:
-    from workers.batch import runner
-    from workers.batch.report import summarize
+    from workers import batch_runner as runner
+    from streams.batch.report import summarize
 
     if runner.broker_reachable(settings.bootstrap):
         submitted, found = asyncio.run(runner.read_topics(settings.bootstrap, args.job, None, 30.0))

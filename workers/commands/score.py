@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from schemas.records import Candidate, Request
-from workers.scoring.engine import MODES, build_engine, work_for
+from streams.scoring.engine import MODES, build_engine, work_for
 
 
 def register(sub) -> None:

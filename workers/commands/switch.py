@@ -21,7 +21,8 @@ def register(sub) -> None:
 
 
 def run_set(args, settings) -> int:
-    from streams.control import UnknownSwitch, publish, switch_record
+    from streams.control import publish
+    from streams.switches import UnknownSwitch, switch_record
 
     try:
         record = switch_record(args.switch, args.state == "on")
@@ -34,7 +35,8 @@ def run_set(args, settings) -> int:
 
 
 def run_list(args, settings) -> int:
-    from streams.control import SWITCHES, ControlReader, Controls
+    from streams.control import ControlReader
+    from streams.switches import SWITCHES, Controls
 
     controls = Controls()
 

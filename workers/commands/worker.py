@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 def run(args, settings) -> int:
     if args.role == "score":
-        from workers.scoring.worker import main
+        from workers.scoring_worker import main
     else:
         from workers.pipeline import serve_stages as main
     main()

@@ -14,10 +14,10 @@ from schemas.records import UsageBatch
 from schemas.topics import TOPICS, name
 from streams.batch import agent as batch_agent
 from streams.wire import Topics
-from workers.batch import runner
+from workers import batch_runner as runner
 
 pytestmark = pytest.mark.integration
-SAMPLE = Path(__file__).parents[3] / "workers" / "batch" / "sample_weekly_reports.jsonl"
+SAMPLE = Path(__file__).parents[3] / "streams" / "batch" / "sample_weekly_reports.jsonl"
 
 
 @pytest.fixture

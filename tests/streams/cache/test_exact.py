@@ -3,7 +3,7 @@ import pytest
 from schemas.records import Candidate, Decision, Request, TemplateRef, Turn, Work
 from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.stage import CacheStage
-from streams.control import SWITCHES
+from streams.switches import SWITCHES
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 

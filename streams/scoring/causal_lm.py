@@ -16,7 +16,7 @@ import importlib.util
 import os
 from collections import OrderedDict
 
-from workers.scoring.backends import Scored
+from streams.scoring.backends import Scored
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -16,7 +16,7 @@ from infra.broker import wait_ready
 from schemas.batch import BatchMember, BatchResult
 from schemas.topics import name
 from streams.batch.agent import decode_member
-from workers.batch.report import summarize
+from streams.batch.report import summarize
 
 
 class JobFileError(ValueError):

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from workers.scoring import vllm_backend
+from streams.scoring import vllm_backend
 
 pytestmark = pytest.mark.gpu
 

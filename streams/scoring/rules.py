@@ -53,7 +53,7 @@ class Rule:
 
 
 def load(path: str = "") -> list[Rule]:
-    text = Path(path).read_text() if path else resources.files("workers.scoring").joinpath("rules.yaml").read_text()
+    text = Path(path).read_text() if path else resources.files("streams.scoring").joinpath("rules.yaml").read_text()
     rules = []
     for i, raw in enumerate(yaml.safe_load(text) or []):
         name = raw.get("name", f"rule-{i}")

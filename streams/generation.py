@@ -115,7 +115,7 @@ class SmolLM2Generator:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from workers.scoring.causal_lm import GGUF_FILE, gguf_dir
+        from streams.scoring.causal_lm import GGUF_FILE, gguf_dir
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from streams.cache.state import StateEncodingCache
-from workers.scoring.backends import Scored
+from streams.scoring.backends import Scored
 
 
 class MiniLMBackend:

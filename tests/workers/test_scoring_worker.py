@@ -5,8 +5,8 @@ import asyncio
 from schemas.records import Rejection, Request, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
-from workers.scoring.engine import build_engine
-from workers.scoring.worker import ScoringWorker
+from streams.scoring.engine import build_engine
+from workers.scoring_worker import ScoringWorker
 
 
 class Producer:

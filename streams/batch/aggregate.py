@@ -10,9 +10,9 @@ from collections import defaultdict
 
 from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
 from streams import tokens
-from workers.batch import render
-from workers.batch.config import BatchConfig
-from workers.generation import Generator
+from streams.batch import render
+from streams.batch.config import BatchConfig
+from streams.generation import Generator
 
 
 def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember]]:

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, Request, UsageEvent, Work
 from streams import tokens
 from streams.ingest.prompt import render_context
-from workers.scoring import backends, cascade, policy as policy_mod, rules as rules_mod
-from streams.control import SWITCHES
+from streams.scoring import backends, cascade, policy as policy_mod, rules as rules_mod
+from streams.switches import SWITCHES
 from streams.metrics import observe_fallback
 from streams.process import limit_model_threads
-from workers.scoring.backends import Backend, Scored
-from workers.scoring.ledger import Ledger
+from streams.scoring.backends import Backend, Scored
+from streams.scoring.ledger import Ledger
 
 MODES = ("cascade", "fine-only", "coarse-only")
 
@@ -47,7 +47,7 @@ class Engine:
     top_n: int = 5
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
-    generator: object | None = None  # answers generate requests (no candidates); workers/generation.py
+    generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -304,7 +304,7 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
-    from workers.generation import load_generator
+    from streams.generation import load_generator
 
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
                   escalation=None if escalation in ("", "none") else backends.load(escalation),

@@ -5,13 +5,13 @@ import pytest
 
 from schemas.batch import BatchMember
 from streams import tokens
-from workers.batch import aggregate, config, report, split
-from workers.generation import ExtractiveGenerator, Generated
+from streams.batch import aggregate, config, report, split
+from streams.generation import ExtractiveGenerator, Generated
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()
 TEMPLATE = CFG.template("weekly_report")
-SAMPLE = Path("workers/batch/sample_weekly_reports.jsonl")
+SAMPLE = Path("streams/batch/sample_weekly_reports.jsonl")
 
 
 def sample_members(n: int = 12) -> list[BatchMember]:

@@ -67,7 +67,7 @@ def load(path: str = "") -> Config:
     """The bundled decision_types.yaml, or the file at `path` (settings.decision_types)."""
     if path:
         return parse(Path(path).read_text())
-    return parse(resources.files("workers.scoring").joinpath("decision_types.yaml").read_text())
+    return parse(resources.files("streams.scoring").joinpath("decision_types.yaml").read_text())
 
 
 def known_decision_types(path: str = "") -> set[str]:

@@ -11,9 +11,9 @@ import re
 
 from schemas.batch import BatchResult, MemberShare, MergedCall
 from streams import pricing, tokens
-from workers.batch import render
-from workers.batch.config import BatchTemplate
-from workers.generation import Generator
+from streams.batch import render
+from streams.batch.config import BatchTemplate
+from streams.generation import Generator
 
 ANSWER_HEAD = re.compile(r"^\s*=+\s*(.+?)\s*=+\s*$", re.MULTILINE)
 

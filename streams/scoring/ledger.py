@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from schemas.records import Request, UsageEvent
 from streams import pricing
 from streams.usage.events import usage_event
-from workers.scoring.backends import Scored
+from streams.scoring.backends import Scored
 
 
 @dataclass

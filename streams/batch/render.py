@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.batch import BatchMember
 from streams import tokens
-from workers.batch.config import BatchTemplate
+from streams.batch.config import BatchTemplate
 
 MIN_BLOCK_TOKENS = 24  # a block smaller than this cannot carry a member's essentials
 

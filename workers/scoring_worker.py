@@ -17,10 +17,11 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
-from streams.control import ControlReader, Controls
+from streams.control import ControlReader
+from streams.switches import Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
-from workers.scoring.engine import build_engine
+from streams.scoring.engine import build_engine
 
 log = logging.getLogger("jev.scoring")
 

@@ -1,8 +1,8 @@
 import pytest
 
 from schemas.records import Candidate, Request
-from workers.scoring import backends, policy, rules
-from workers.scoring.engine import Engine, bucket, children, work_for
+from streams.scoring import backends, policy, rules
+from streams.scoring.engine import Engine, bucket, children, work_for
 
 MODEL = "gpt-4o-mini"
 CANDIDATES = [

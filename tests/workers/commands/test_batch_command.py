@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.batch import runner
+from workers import batch_runner as runner
 from workers.cli import main
 
-SAMPLE = Path(__file__).parents[3] / "workers" / "batch" / "sample_weekly_reports.jsonl"
+SAMPLE = Path(__file__).parents[3] / "streams" / "batch" / "sample_weekly_reports.jsonl"
 
 
 @pytest.mark.parametrize("lines, message", [

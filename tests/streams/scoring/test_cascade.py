@@ -1,6 +1,6 @@
 import pytest
 
-from workers.scoring import cascade
+from streams.scoring import cascade
 
 
 @pytest.mark.parametrize("scores,temperature,expected", [

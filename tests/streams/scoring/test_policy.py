@@ -1,7 +1,7 @@
 import pytest
 
-from workers.scoring import policy
-from workers.scoring.engine import known_decision_types
+from streams.scoring import policy
+from streams.scoring.engine import known_decision_types
 
 
 def test_bundled_file_lists_the_pipeline_decision_types():

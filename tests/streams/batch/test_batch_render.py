@@ -2,7 +2,7 @@ import pytest
 
 from schemas.batch import BatchMember
 from streams import tokens
-from workers.batch import config, render
+from streams.batch import config, render
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()

@@ -1,0 +1,88 @@
+"""The layers of DESIGN.md "Layout and style", enforced on every import in the tree (an AST walk).
+
+From the ground up: schemas/ and infra/ (records, topics, DDL, the broker launcher: nothing of Jev), streams/
+stage logic (pure: records in, records out), the streams/ runtime (Kafka I/O, Faust agents), workers/
+(processes and tools), bench/. A module may import its own layer and the ones below, never one above.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("schemas", "infra", "streams", "workers", "bench")
+# streams/ modules that do Kafka I/O or wire agents: the runtime layer above the stage logic
+RUNTIME = {"streams.app", "streams.wire", "streams.kafka_tuning", "streams.control", "streams.local",
+           "streams.usage.sink", "streams.usage.spill"}
+LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    if top in ("schemas", "infra"):
+        return 0
+    if top == "streams":
+        return 2 if module in RUNTIME or module.endswith(".agent") else 1
+    return {"workers": 3, "bench": 4}[top]
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(name: str, root: Path) -> bool:
+    path = root.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def imported(tree: ast.AST, module: str, root: Path) -> list[tuple[int, str]]:
+    """(line, module) for every Jev import in `tree`, relative imports resolved against `module`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
+            # `from streams import wire` names a module; `from streams.wire import X` names a member
+            found += [(node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base)
+                      for alias in node.names]
+    return [(line, name) for line, name in found if name.split(".")[0] in PACKAGES]
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    out = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            module = module_name(path, root)
+            own = layer(module)
+            for line, target in imported(ast.parse(path.read_text(), str(path)), module, root):
+                if layer(target) > own:
+                    out.append(f"{path.relative_to(root)}:{line} imports {target} "
+                               f"({LAYER_NAMES[own]} must not import {LAYER_NAMES[layer(target)]})")
+    return out
+
+
+def test_layers_import_only_downward():
+    assert violations() == []
+
+
+@pytest.mark.parametrize("module, target", [
+    ("streams/ingest/planted.py", "workers.pipeline"),
+    ("streams/distill/planted.py", "streams.wire"),
+    ("schemas/planted.py", "streams.tokens"),
+])
+def test_layer_check_catches_a_planted_upward_import(tmp_path, module, target):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    planted = tmp_path / module
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(f"import {target}\n")
+    found = violations(tmp_path)
+    assert len(found) == 1 and target in found[0], found
