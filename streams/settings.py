@@ -77,6 +77,15 @@ class Settings:
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
+    query_time_s: float = _doc(30.0, "Most seconds one analytics query (`jev sql`, a report, a flame graph, the "
+                                     "alerts) may run in its query sandbox before it is stopped.")
+    query_memory_mb: int = _doc(1024, "Most memory one analytics query may use in its sandbox, in MiB.")
+    query_threads: int = _doc(1, "Threads one analytics query may use in its sandbox (the pipeline keeps the rest).")
+    query_concurrency: int = _doc(2, "Analytics calls one bearer token may have running on the owner's endpoints "
+                                     "at once; more are refused with 429.")
+    metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
+    metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
+                                  "`authorization: {credentials: …}`.")
     raw_text_days: int = _doc(0, "Days raw request text (state, history, candidates) is kept in ClickHouse table "
                                  "request_texts, deleted by its TTL after that (0 = raw text is never stored).")
     log_level: str = _doc("warning", "Log level of workers.")

@@ -25,6 +25,7 @@ from schemas.topics import TOPICS, name
 from streams.app import create_app
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
+from workers.analytics.sandbox import Limits
 from workers.analytics.tenancy import load_tokens
 from workers.lag import stage_lag
 
@@ -70,7 +71,8 @@ class Pipeline:
         if self.fresh:
             clickhouse.truncate_usage(self.ch)
         self.query_server = await QueryServer(self.ch, self.settings.clickhouse,
-                                              load_tokens(self.settings.query_tokens)).__aenter__()
+                                              load_tokens(self.settings.query_tokens), Limits.of(self.settings),
+                                              self.settings.query_concurrency).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
                                    daemon=False, redirect_stdouts=False, quiet=True)
@@ -222,7 +224,8 @@ def serve_stages() -> None:
     sink = durable_sink(settings)
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens))
+    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens),
+                               Limits.of(settings), settings.query_concurrency)
 
     @app.task
     async def mark_ready():

@@ -5,6 +5,8 @@ so applying twice is a no-op.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -24,13 +26,32 @@ class DataDirBusy(RuntimeError):
     """Another process owns the embedded engine's data directory."""
 
 
+def data_dir_locked(dsn: str) -> bool:
+    """True when another process holds the embedded engine's data directory: its `status` file is locked
+    (ClickHouse takes an exclusive flock on it for as long as it runs). A server DSN is never locked."""
+    if not dsn.startswith("chdb://"):
+        return False
+    status = Path(dsn.removeprefix("chdb://")) / "status"
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
 def connect(dsn: str):
     if dsn.startswith("chdb://"):
         Path(dsn.removeprefix("chdb://")).mkdir(parents=True, exist_ok=True)
     try:
         return clickhouse_connect.get_client(dsn=dsn)
-    except Exception as e:
-        if "Cannot lock file" in str(e) or "Another server instance" in str(e):
+    except Exception:
+        if data_dir_locked(dsn):
             raise DataDirBusy(f"{dsn} is owned by another running process (a `jev demo` or worker): stop it, "
                               f"or set JEV_CLICKHOUSE_DSN to a ClickHouse server both can reach") from None
         raise

@@ -118,7 +118,7 @@ def raw_text_table(usage_db):
 
 def test_raw_text_opt_in_stores_it_apart_under_a_ttl(stored, raw_text_table, settings):
     from streams.usage.texts import request_texts
-    from workers.analytics import tenancy
+    from workers.analytics import sandbox
 
     texts = request_texts(settings.replace(raw_text_days=3), stored)
     assert texts.store([request(tenant, i) for tenant in ("acme", "globex") for i in range(5)]) == 10
@@ -126,8 +126,9 @@ def test_raw_text_opt_in_stores_it_apart_under_a_ttl(stored, raw_text_table, set
     hits = prompt_text_hits(stored, ["request_texts"])
     assert hits["request_texts.state"] == hits["request_texts.history"] == hits["request_texts.candidates"] == 10
     assert not any(prompt_text_hits(stored, USAGE_TABLES).values())  # never in the usage tables
-    acme = tenancy.scoped(stored, "acme").query("SELECT DISTINCT tenant FROM request_texts").result_rows
-    assert acme == [("acme",)]  # a tenant reads its own raw text only
+    acme = sandbox.run(stored, "query", {"sql": "SELECT DISTINCT tenant FROM request_texts"}, "acme",
+                       sandbox.Limits())["rows"]
+    assert acme == [["acme"]]  # a tenant reads its own raw text only
     request_texts(settings.replace(raw_text_days=7), stored)  # a new retention moves the TTL
     assert "toIntervalDay(7)" in stored.query("SHOW CREATE TABLE request_texts").result_rows[0][0]
 

@@ -1,24 +1,31 @@
-"""Queries for the embedded engine's owner: one process may hold a chdb data directory at a time, so the
-process that writes (the pipeline) serves read-only queries to the others (`jev sql`, `jev report`,
-`jev flamegraph`) and to tenants.
+"""The query endpoints of the embedded engine's owner, and how other processes reach them.
 
-The owner starts a QueryServer on 127.0.0.1 (ephemeral port) and writes `<dir>.owner.json` (mode 0600) with
-its URL and a random bearer token that reads every tenant; readers find it next to the data directory.
-JEV_QUERY_TOKENS adds tokens that each read one tenant (tenancy.load_tokens). Every endpoint takes a JSON
-body and answers JSON; an admin token may narrow a call to one tenant with "tenant", a tenant token reads
-its own tenant only:
+One process may hold a chdb data directory at a time, so the process that writes (the pipeline) serves the
+analytics surfaces to the others (`jev sql`, `jev report`, `jev flamegraph`, `jev alerts`) and to tenants.
+Every call, local or served, runs through sandbox.run: a child engine holding only the caller's rows, under the
+query limits (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS), never on the pipeline's threads.
+
+The owner starts a QueryServer on 127.0.0.1 (ephemeral port) and writes `<dir>.owner.json` (mode 0600, set on
+the file whatever existed before) with its URL and a random bearer token that reads every tenant; readers find
+it next to the data directory. JEV_QUERY_TOKENS adds tokens that each read one tenant (tenancy.load_tokens).
+Every endpoint takes a JSON body and answers JSON; an admin token may narrow a call to one tenant with
+"tenant", a tenant token reads its own tenant only; each token has at most JEV_QUERY_CONCURRENCY calls running
+(more get 429), and a call whose client goes away is cancelled (its sandbox killed):
   POST /query      {"sql"}                             → {"columns", "rows"}
   POST /report     {"since", "by"}                     → the report of `jev report --json`
   POST /flamegraph {"since", "service", "weight"}      → {"stacks": {folded stack: weight}}
+  POST /alerts     {"set", "budgets"}                  → {"alerts": [alert records]}
 Server DSNs (http://) need no owner: every process connects to the server itself.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import hmac
 import os
-import re
 import secrets
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,10 +33,9 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from workers.analytics import flamegraph, report, source, tenancy
+from workers.analytics import sandbox, source, tenancy
 
-READ_ONLY = {"readonly": 2}  # no writes or DDL; per-query settings still allowed
-READ_STATEMENTS = ("select", "with", "show", "describe", "desc", "explain", "exists")
+ENDPOINTS = sandbox.ENDPOINTS
 
 
 def owner_file(dsn: str) -> Path | None:
@@ -39,79 +45,52 @@ def owner_file(dsn: str) -> Path | None:
     return folder.parent / f"{folder.name}.owner.json"
 
 
-def check_read_only(sql: str) -> None:
-    """One read statement only, writing no file. The embedded engine keeps a refused query's `readonly` setting
-    for the whole process (its usage sink included), so there the statement is checked here instead of by the
-    server; `INTO OUTFILE` would write a file as the owning process."""
-    body = sql.strip().rstrip(";").strip()
-    if not body or ";" in body or body.split(None, 1)[0].lower() not in READ_STATEMENTS:
-        raise ValueError("only one read-only statement is allowed (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, EXISTS)")
-    if re.search(r"\boutfile\b", body, flags=re.I):
-        raise ValueError("INTO OUTFILE is not allowed: the query would write a file; fetch rows with --json instead")
-
-
-def run_query(client, sql: str) -> dict:
-    """A read-only statement on `client` (a TenantClient keeps it to one tenant's rows)."""
-    check_read_only(sql)
-    engine = client.client if isinstance(client, tenancy.TenantClient) else client
-    embedded = type(engine).__name__ == "ChdbClient"
-    result = client.query(sql, settings=None if embedded else READ_ONLY)
-    return {"columns": list(result.column_names), "rows": [list(r) for r in result.result_rows]}
-
-
-def report_of(client, body: dict) -> dict:
-    now = source.now()
-    return report.collect(client, now - source.parse_since(body.get("since", "7d")), now, body.get("by", "service"))
-
-
-def stacks_of(client, body: dict) -> dict:
-    since = source.now() - source.parse_since(body.get("since", "24h"))
-    return {"stacks": flamegraph.folded(client, since, body.get("tenant") or "", body.get("service", ""),
-                                        body.get("weight", "tokens"))}
-
-
-ENDPOINTS = {"query": lambda client, body: run_query(client, body.get("sql", "")), "report": report_of,
-             "flamegraph": stacks_of}
-
-
 def answer(settings, endpoint: str, body: dict) -> tuple[dict, str]:
-    """(result, where it ran): here when the data directory is free, else in the process that owns it.
-    body["tenant"] limits the call to that tenant's rows."""
+    """(result, where it ran): the owner's endpoint when a process owns the data directory and serves it (tried
+    first), else a sandbox fed from this process's own connection. body["tenant"] limits the call to that
+    tenant's rows."""
     from infra.clickhouse import DataDirBusy
 
+    found = ask_owner(settings.clickhouse, endpoint, body)
+    if found is not None:
+        return found, "owner"
     try:
         client = source.open_client(settings)
-    except DataDirBusy:
-        found = ask_owner(settings.clickhouse, endpoint, body)
-        if found is None:
-            raise
-        return found, "owner"
+    except DataDirBusy as e:  # the lock is held and no owner answered
+        raise DataDirBusy(f"{e}; it answers no query endpoint at {owner_file(settings.clickhouse)} (still "
+                          f"starting?)") from None
     via = "embedded" if settings.clickhouse.startswith("chdb") else "server"
-    return ENDPOINTS[endpoint](tenancy.scoped(client, body.get("tenant")), body), via
+    return sandbox.run(client, endpoint, body, body.get("tenant") or None, sandbox.Limits.of(settings)), via
 
 
 class QueryServer:
-    """`async with QueryServer(client, dsn, tokens):` serves ENDPOINTS to bearer-token holders: the owner
-    file's token reads every tenant, `tokens` ({token: tenant or "*"}, tenancy.load_tokens) add more."""
+    """`async with QueryServer(client, dsn, tokens, limits, concurrency):` serves ENDPOINTS to bearer-token
+    holders: the owner file's token reads every tenant, `tokens` ({token: tenant or "*"}, tenancy.load_tokens)
+    add more. Each call exports its rows from `client` on this server's own threads and runs in a sandbox."""
 
-    def __init__(self, client, dsn: str, tokens: dict[str, str] | None = None):
+    def __init__(self, client, dsn: str, tokens: dict[str, str] | None = None,
+                 limits: sandbox.Limits | None = None, concurrency: int = 2):
         self.client, self.path, self.token = client, owner_file(dsn), secrets.token_urlsafe(24)
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
+        self.limits, self.concurrency = limits or sandbox.Limits(), max(1, concurrency)
+        self.running: collections.Counter = collections.Counter()  # calls in flight per token
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
 
-    def scope_of(self, request: web.Request) -> str | None:
-        """The tenant (or "*") the request's bearer token reads; None for a missing or unknown token."""
+    def token_of(self, request: web.Request) -> str | None:
+        """The known bearer token the request carries; None for a missing or unknown one."""
         header = request.headers.get("Authorization", "")
         given = header.removeprefix("Bearer ").encode() if header.startswith("Bearer ") else b""
-        found = [scope for token, scope in self.tokens.items() if hmac.compare_digest(given, token.encode())]
+        found = [token for token in self.tokens if hmac.compare_digest(given, token.encode())]
         return found[0] if given and found else None
 
     async def handle(self, request: web.Request) -> web.Response:
-        scope = self.scope_of(request)
-        if scope is None:
+        token = self.token_of(request)
+        if token is None:
             return web.json_response({"error": f"missing or wrong bearer token: send 'Authorization: Bearer "
                                                f"<token>' (the owner's token is in {self.path}; tenant tokens "
                                                f"come from JEV_QUERY_TOKENS)"}, status=401)
+        scope = self.tokens[token]
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -121,12 +100,27 @@ class QueryServer:
         wanted = body.get("tenant") or ""
         if scope != tenancy.ADMIN and wanted not in ("", scope):
             return web.json_response({"error": f"this token reads tenant {scope!r} only"}, status=403)
+        if self.running[token] >= self.concurrency:
+            return web.json_response({"error": f"this token already has {self.running[token]} calls running "
+                                               f"(JEV_QUERY_CONCURRENCY={self.concurrency}): wait for one to "
+                                               f"finish"}, status=429)
         tenant = wanted if scope == tenancy.ADMIN else scope
-        work = ENDPOINTS[request.match_info["endpoint"]]
+        cancelled = threading.Event()
+        self.running[token] += 1
         try:
-            result = await asyncio.to_thread(work, tenancy.scoped(self.client, tenant), {**body, "tenant": tenant})
-        except Exception as e:
+            call = asyncio.get_running_loop().run_in_executor(
+                self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
+                tenant or None, self.limits, cancelled)
+            result = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            cancelled.set()  # the client went away: the sandbox is killed, its thread returns
+            raise
+        except (sandbox.QueryFailed, ValueError) as e:
             return web.json_response({"error": str(e)}, status=400)
+        except Exception as e:
+            return web.json_response({"error": sandbox.public_error(e)}, status=500)
+        finally:
+            self.running[token] -= 1
         return web.Response(body=orjson.dumps(result, default=str), content_type="application/json")
 
     async def __aenter__(self) -> "QueryServer":
@@ -134,23 +128,33 @@ class QueryServer:
             return self
         app = web.Application()
         app.router.add_post("/{endpoint:" + "|".join(ENDPOINTS) + "}", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
+        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps({"url": f"http://127.0.0.1:{port}/query", "token": self.token, "pid": os.getpid()}))
+        write_private(self.path, orjson.dumps({"url": f"http://127.0.0.1:{port}/query", "token": self.token,
+                                               "pid": os.getpid()}))
         return self
 
     async def __aexit__(self, *exc) -> None:
         if self.runner:
             self.path.unlink(missing_ok=True)
             await self.runner.cleanup()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def ask_owner(dsn: str, endpoint: str, body: dict, timeout: float = 60.0) -> dict | None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write `data` to a file only its owner can read: a file (or link) already there is replaced, not reused,
+    so neither its mode nor a link target carries over."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def ask_owner(dsn: str, endpoint: str, body: dict, timeout: float = 300.0) -> dict | None:
     """POST `body` to the owner's `endpoint` with the owner's token; None when no owner is serving."""
     path = owner_file(dsn)
     if path is None or not path.exists():

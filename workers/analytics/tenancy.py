@@ -1,19 +1,14 @@
-"""Tenant isolation for every query surface (`jev sql`, `jev report`, `jev flamegraph` and the owner's endpoints).
+"""Who reads what on the query surfaces, and the parse gate every caller's own SQL passes.
 
-A tenant-scoped caller queries through TenantClient. Every query it runs, the caller's own SQL and the
-report's and flame graph's, passes three gates before it reads a row:
-1. ClickHouse's parser (EXPLAIN AST, which reads nothing): one SELECT, no SETTINGS or FORMAT clause, no table
-   function, no function that reads outside the tables (file, dictGet, joinGet), and every table or identifier
-   that names a table names one with a tenant column (usage_events, usage_by_*; no system or other database).
-2. ClickHouse's analyzer (EXPLAIN QUERY TREE, run with the filter of step 3): every table the query resolves
-   to, through CTEs, subqueries, UNION, JOIN and `IN table`, is one with a tenant column.
-3. The query runs with `additional_table_filters` = {table: tenant = <the tenant>} for every such table, so
-   ClickHouse itself drops other tenants' rows wherever the table is read. Step 1 refusing SETTINGS is what
-   keeps the query text from replacing this filter (chdb has no per-query readonly; see owner.check_read_only).
+Isolation itself is by construction (workers/analytics/sandbox.py): a caller's work runs in a child engine that
+holds only the rows its scope may read. Before a caller's SQL runs there, check_query parses it with ClickHouse
+(EXPLAIN AST, which reads nothing) and refuses, for every scope: more than one SELECT, a SETTINGS or FORMAT
+clause, any table function (file, url, remote, numbers, merge, …), scalar functions that read outside the tables
+(file, dictGet, joinGet), and any table that is not one of Jev's usage tables (system, information_schema, other
+databases). The sandbox's readonly=1 refuses table functions a second time.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 import stat
@@ -76,54 +71,17 @@ def check_ast(ast: str, current: str, databases: set[str], tables: set[str], ten
                               f"readable tables: {', '.join(sorted(tenant_tables))}")
 
 
-def check_tree(tree: str, current: str, tenant_tables: set[str]) -> None:
-    """Gate 2 on EXPLAIN QUERY TREE output: every resolved table is a tenant table (or system.one, the
-    one-row table a SELECT without FROM reads)."""
-    if "TABLE_FUNCTION" in tree:
-        raise Refused("a tenant's query may not use table functions")
-    allowed = {f"{current}.{t}" for t in tenant_tables} | {"system.one"}
-    for name in re.findall(r"\btable_name: (.+?)(?:, |$)", tree, flags=re.M):
-        if name not in allowed:
-            raise Refused(f"a tenant's query may not read {name}: only tables with a tenant column")
-
-
-def filters(tenant: str, tenant_tables: set[str]) -> str:
-    """The additional_table_filters value. The tenant travels as byte codes, char(116, 48) for 't0': no quote
-    in the condition, so no tenant name can break out of it, and the map's own quoting stays one level deep."""
-    condition = f"tenant = char({', '.join(str(b) for b in tenant.encode())})"
-    return "{" + ", ".join(f"'{t}': '{condition}'" for t in sorted(tenant_tables)) + "}"
-
-
-class TenantClient:
-    """The client of one tenant: `query` as clickhouse-connect's, on that tenant's rows only."""
-
-    def __init__(self, client, tenant: str):
-        if not tenant or tenant == ADMIN:
-            raise ValueError(f"tenant {tenant!r}: name one tenant")
-        self.client, self.tenant = client, tenant
-
-    @functools.cached_property
-    def catalog(self) -> tuple:
-        """What the checks compare names with, read once per TenantClient (one call: one request or report)."""
-        return *catalog(self.client), table_functions(self.client)
-
-    def query(self, sql: str, parameters: dict | None = None, settings: dict | None = None):
-        current, databases, tables, tenant_tables, functions = self.catalog
-        check_ast(self.explain("AST", sql, parameters), current, databases, tables, tenant_tables, functions)
-        scoped = {**(settings or {}), "additional_table_filters": filters(self.tenant, tenant_tables)}
-        check_tree(self.explain("QUERY TREE", sql, parameters, scoped), current, tenant_tables)
-        return self.client.query(sql, parameters=parameters, settings=scoped)
-
-    def explain(self, kind: str, sql: str, parameters: dict | None, settings: dict | None = None) -> str:
-        """EXPLAIN's text. A command, not a query: a query's appended FORMAT clause would join the explained
-        SELECT; a command's output comes back as TabSeparated text (a list where a name holds a tab)."""
-        out = self.client.command(f"EXPLAIN {kind} {sql}", parameters=parameters, settings=settings)
-        return "\t".join(out) if isinstance(out, list) else str(out)
-
-
-def scoped(client, tenant: str | None):
-    """`client` itself for the admin scope (no tenant), else a TenantClient."""
-    return TenantClient(client, tenant) if tenant and tenant != ADMIN else client
+def check_query(client, sql: str, parameters: dict | None = None) -> None:
+    """The parse gate on `client` (the sandbox's engine): raises Refused naming what the query may not do."""
+    current, databases, tables, tenant_tables = catalog(client)
+    try:
+        out = client.command(f"EXPLAIN AST {sql}", parameters=parameters)
+    except Exception as e:
+        if "(READONLY)" in str(e):  # the engine's readonly=1 refused a SETTINGS clause while parsing
+            raise Refused("a query may not change settings (SETTINGS clause)") from None
+        raise
+    ast = "\t".join(out) if isinstance(out, list) else str(out)
+    check_ast(ast, current, databases, tables, tenant_tables, table_functions(client))
 
 
 def load_tokens(path: str) -> dict[str, str]:

@@ -51,11 +51,14 @@ async def publish(settings, alerts) -> None:
 
 
 def run(args, settings) -> int:
-    from workers.analytics import alerts as alerts_mod, source
+    from schemas.records import Alert
+    from workers.analytics import alerts as alerts_mod, owner
 
     try:
-        found = alerts_mod.evaluate_alerts(source.open_client(settings), thresholds(args.set, args.budget),
-                                           source.now())
+        chosen = thresholds(args.set, args.budget)
+        body = {"set": {k: getattr(chosen, k) for k in (i.partition("=")[0] for i in args.set)},
+                "budgets": chosen.daily_budgets}
+        found = [Alert(**a) for a in owner.answer(settings, "alerts", body)[0]["alerts"]]
         if args.publish and found:
             asyncio.run(publish(settings, found))
         if args.webhook and found:

@@ -1,0 +1,255 @@
+"""Where every analytics query runs: a child process with its own engine that holds only the rows its caller may
+read.
+
+Tenant isolation by construction: the owner copies the caller's rows out of its engine with one fixed query per
+table (`SELECT * FROM t WHERE tenant = {tenant}`, the tenant a query parameter; every tenant for the admin scope)
+in ClickHouse's Native format, and a fresh child process (`python -m workers.analytics.sandbox DIR`) loads them
+into the same table definitions in its own engine under a private temporary directory, then runs the caller's
+work there: `jev sql`'s query, the report, the flame graph or the alerts. Another tenant's rows are not in that
+engine, so no query text, PREWHERE, throwIf oracle or error message can reach them.
+
+The child also keeps the caller away from the pipeline and the machine:
+- every query runs with readonly=1 (no writes, no table functions such as file(), url(), remote(); no SETTINGS
+  clause can lift the limits) and with max_execution_time, max_memory_usage and max_threads from the settings
+  (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS);
+- a caller's own SQL passes tenancy.check_ast first (one SELECT; Jev's tables only; no scalar file());
+- the child runs at a lower CPU priority (nice 10) with a minimal environment (no JEV_* secrets), dies with its
+  parent, and is killed when its time is up or its caller goes away (`cancelled`);
+- errors come back as the ClickHouse error name and the message with every quoted value and everything after the
+  first colon removed, so an error never carries row data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from workers.analytics import tenancy
+
+JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
+              "usage_by_business_day", "request_texts")  # the tables a query may read (those that exist)
+READ_STATEMENTS = ("select", "with")
+LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed on top of the query limit
+CODE = re.compile(r"Code: (\d+)\.")
+NAME = re.compile(r"\s*\(([A-Z][A-Z_]+)\)")
+VERSION = re.compile(r"\s*\(version [^)]*\)")
+QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`\\]|\\.)*`")
+
+
+class QueryFailed(RuntimeError):
+    """The caller's work failed in its sandbox; the message is safe to return to the caller."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    time_s: float = 30.0
+    memory_mb: int = 1024
+    threads: int = 1
+
+    @classmethod
+    def of(cls, settings) -> "Limits":
+        return cls(settings.query_time_s, settings.query_memory_mb, settings.query_threads)
+
+    def query_settings(self) -> dict:
+        """Readonly comes last: the engine applies settings in order and refuses any change after readonly=1."""
+        return {"max_execution_time": self.time_s, "max_memory_usage": self.memory_mb << 20,
+                "max_threads": self.threads, "readonly": 1}
+
+
+def check_read_only(sql: str) -> None:
+    """One SELECT (or WITH … SELECT), writing no file; the statement kind is checked before any parse."""
+    body = sql.strip().rstrip(";").strip()
+    if not body or ";" in body or body.split(None, 1)[0].lower() not in READ_STATEMENTS:
+        raise ValueError("only one read-only statement is allowed: a SELECT (or WITH … SELECT)")
+    if re.search(r"\boutfile\b", body, flags=re.I):
+        raise ValueError("INTO OUTFILE is not allowed: the query would write a file; fetch rows with --json instead")
+
+
+def public_error(e: BaseException) -> str:
+    """An error as the caller may see it: ClickHouse's error name and the head of its message, quoted values
+    and everything after the first colon removed (that is where ClickHouse quotes rows and values)."""
+    text = str(e).strip()
+    code = CODE.search(text)
+    if not code:
+        return QUOTED.sub("'…'", text.split("\n", 1)[0]).split(": ", 1)[0][:300]
+    names = NAME.findall(text)
+    message = QUOTED.sub("'…'", text.rsplit("DB::Exception:", 1)[-1]).strip()
+    head = NAME.sub("", VERSION.sub("", message.split(": ", 1)[0])).strip().rstrip(".")
+    return f"{names[-1] if names else 'ERROR'} (ClickHouse code {code.group(1)}): {head[:200]}"
+
+
+class Limited:
+    """The sandbox engine's client, every query under the caller's limits and read-only."""
+
+    def __init__(self, client, limits: Limits):
+        self.client, self.limits = client, limits
+
+    def query(self, sql: str, parameters: dict | None = None, settings: dict | None = None):
+        return self.client.query(sql, parameters=parameters, settings={**(settings or {}),
+                                                                       **self.limits.query_settings()})
+
+    def command(self, sql: str, parameters: dict | None = None, settings: dict | None = None):
+        return self.client.command(sql, parameters=parameters, settings={**(settings or {}),
+                                                                         **self.limits.query_settings()})
+
+
+def run_query(client, sql: str) -> dict:
+    """The caller's own SQL: read-only, Jev's tables only (checked on ClickHouse's parse), rows as JSON lists."""
+    check_read_only(sql)
+    tenancy.check_query(client, sql)
+    result = client.query(sql)
+    return {"columns": list(result.column_names), "rows": [list(r) for r in result.result_rows]}
+
+
+def window(body: dict, default: str) -> tuple[dt.datetime, dt.datetime]:
+    from workers.analytics import source
+
+    now = source.now()
+    return now - source.parse_since(body.get("since") or default), now
+
+
+def report_of(client, body: dict) -> dict:
+    from workers.analytics import report
+
+    since, now = window(body, "7d")
+    return report.collect(client, since, now, body.get("by", "service"))
+
+
+def stacks_of(client, body: dict) -> dict:
+    from workers.analytics import flamegraph
+
+    since, _ = window(body, "24h")
+    return {"stacks": flamegraph.folded(client, since, "", body.get("service", ""), body.get("weight", "tokens"))}
+
+
+def alerts_of(client, body: dict) -> dict:
+    from workers.analytics import alerts, source
+
+    base = alerts.Thresholds()
+    changes = {k: type(getattr(base, k))(v) for k, v in (body.get("set") or {}).items()
+               if k in alerts.Thresholds.__dataclass_fields__ and k != "daily_budgets"}
+    thresholds = base.replace(**changes, daily_budgets={k: int(v) for k, v in (body.get("budgets") or {}).items()})
+    return {"alerts": [a.asdict() for a in alerts.evaluate_alerts(client, thresholds, source.now())]}
+
+
+ENDPOINTS = {"query": lambda client, body: run_query(client, body.get("sql", "")), "report": report_of,
+             "flamegraph": stacks_of, "alerts": alerts_of}
+
+
+def readable_tables(client) -> list[str]:
+    """Jev's tables in `client`'s current database that hold rows (MergeTree family) and have a tenant column."""
+    rows = client.query(
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree' "
+        "AND name IN {names:Array(String)} AND name IN (SELECT table FROM system.columns "
+        "WHERE database = currentDatabase() AND name = 'tenant')", parameters={"names": list(JEV_TABLES)})
+    return sorted(r[0] for r in rows.result_rows)
+
+
+def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str]:
+    """Write <table>.sql (its definition) and <table>.native (the caller's rows) for every readable table;
+    `tenant` None = every tenant (the admin scope). The only queries that touch the owner's engine for a
+    caller, fixed text with the tenant as a parameter, on one thread."""
+    tables = readable_tables(client)
+    definitions = dict(client.query(
+        "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() "
+        "AND name IN {names:Array(String)}", parameters={"names": tables}).result_rows)
+    for table in tables:
+        ddl = re.sub(r"^CREATE TABLE \S+?\.", "CREATE TABLE ", definitions[table])
+        (folder / f"{table}.sql").write_text(ddl)
+        where, params = ("WHERE tenant = {tenant:String}", {"tenant": tenant}) if tenant is not None else ("", {})
+        data = client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
+                                settings={"max_threads": 1, "max_memory_usage": limits.memory_mb << 20})
+        (folder / f"{table}.native").write_bytes(data)
+    return tables
+
+
+def child_setup() -> None:
+    """In the child before exec: a lower CPU priority than the pipeline, and death with the parent."""
+    from infra.broker import die_with_parent
+
+    os.nice(10)
+    die_with_parent()
+
+
+def scratch() -> str | None:
+    """Where sandboxes keep their engine: memory-backed /dev/shm when there is one."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
+        cancelled: threading.Event | None = None) -> dict:
+    """`endpoint`'s answer to `body`, computed in a fresh sandbox that holds `tenant`'s rows of `client` (every
+    tenant's for None or "*"). Raises QueryFailed with a message safe for the caller."""
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
+    tenant = None if tenant in (None, "", tenancy.ADMIN) else tenant
+    with tempfile.TemporaryDirectory(prefix="jev-sandbox-", dir=scratch()) as work:
+        folder = Path(work)
+        folder.chmod(0o700)
+        tables = export(client, tenant, folder, limits)
+        (folder / "spec.json").write_bytes(orjson.dumps({"endpoint": endpoint, "body": body, "tables": tables,
+                                                         "limits": dataclasses.asdict(limits)}))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "LANG": "C.UTF-8",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.Popen([sys.executable, "-m", "workers.analytics.sandbox", work], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work,
+                                preexec_fn=child_setup)
+        deadline = time.monotonic() + limits.time_s + LOAD_ALLOWANCE_S
+        try:
+            while proc.poll() is None:
+                if cancelled is not None and cancelled.is_set():
+                    raise QueryFailed("cancelled: the caller went away")
+                if time.monotonic() > deadline:
+                    raise QueryFailed(f"stopped after {limits.time_s + LOAD_ALLOWANCE_S:.0f} s (JEV_QUERY_TIME_S="
+                                      f"{limits.time_s:g} plus loading); narrow --since or the query")
+                time.sleep(0.02)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            out, err = proc.communicate()
+    lines = out.strip().splitlines()
+    if not lines:
+        raise QueryFailed(f"the query sandbox exited with code {proc.returncode} and no answer"
+                          + (f" ({public_error(RuntimeError(err.decode(errors='replace').strip().splitlines()[-1]))})"
+                             if err.strip() else ""))
+    answer = orjson.loads(lines[-1])
+    if "error" in answer:
+        raise QueryFailed(answer["error"])
+    return answer["result"]
+
+
+def serve(work: Path) -> dict:
+    """The child: load the exported tables into a private engine, run the endpoint, return its answer."""
+    import clickhouse_connect
+
+    spec = orjson.loads((work / "spec.json").read_bytes())
+    limits = Limits(**spec["limits"])
+    client = clickhouse_connect.get_client(dsn=f"chdb://{work / 'engine'}")
+    for table in spec["tables"]:
+        client.command((work / f"{table}.sql").read_text())
+        native = work / f"{table}.native"
+        data = native.read_bytes()
+        native.unlink()
+        if data:
+            client.raw_insert(table, insert_block=data, fmt="Native", settings={"max_partitions_per_insert_block": 0})
+    try:
+        return {"result": ENDPOINTS[spec["endpoint"]](Limited(client, limits), spec["body"])}
+    except tenancy.Refused as e:
+        return {"error": str(e)}
+    except ValueError as e:
+        return {"error": str(e) if "DB::Exception" not in str(e) else public_error(e)}
+    except Exception as e:
+        return {"error": public_error(e)}
+
+
+if __name__ == "__main__":
+    sys.stdout.buffer.write(orjson.dumps(serve(Path(sys.argv[1])), default=str) + b"\n")
