@@ -114,6 +114,7 @@ class QueryServer:
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
             cancelled.set()  # the client went away: the sandbox is killed, its thread returns
+            call.add_done_callback(lambda done: done.exception())  # its QueryFailed is expected, not lost
             raise
         except (sandbox.QueryFailed, ValueError) as e:
             return web.json_response({"error": str(e)}, status=400)

@@ -1,0 +1,137 @@
+"""The owner's query endpoints under a hostile or careless caller: the owner file is private whatever was there,
+a token has at most JEV_QUERY_CONCURRENCY calls running, a caller that goes away has its query killed, and the
+analytics commands work while another process owns the data directory (found by trying its endpoint first, then
+by the directory's lock)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+
+import orjson
+import psutil
+import pytest
+
+from streams.usage.sink import UsageSink
+from workers.analytics import sample, sandbox
+from workers.analytics.owner import QueryServer, owner_file
+from workers.cli import main
+
+SLOW = "SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d"
+
+
+@pytest.fixture
+def filled(usage_db):
+    UsageSink(usage_db).insert(sample.usage_events(200, time.time() - 3600, span_s=3600))
+    return usage_db
+
+
+def post(url: str, body: dict, token: str, timeout: float = 120) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, orjson.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, orjson.loads(e.read())
+
+
+def sandboxes() -> list[psutil.Process]:
+    """The sandbox processes running under this one (exited ones not counted)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "workers.analytics.sandbox" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("before", ["readable file", "link"])
+async def test_the_owner_file_is_private_whatever_existed_before(filled, clickhouse_dsn, tmp_path, before):
+    path = owner_file(clickhouse_dsn)
+    target = tmp_path / "elsewhere.json"
+    target.write_text("{}")
+    if before == "link":
+        path.symlink_to(target)
+    else:
+        path.write_text('{"token": "old"}')
+        path.chmod(0o644)
+    async with QueryServer(filled, clickhouse_dsn) as server:
+        assert not path.is_symlink() and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert orjson.loads(path.read_bytes())["token"] == server.token
+        assert target.read_text() == "{}"  # a link's target is never written
+
+
+async def test_a_token_has_at_most_its_concurrency_and_a_caller_that_leaves_is_cancelled(filled, clickhouse_dsn):
+    async with QueryServer(filled, clickhouse_dsn, limits=sandbox.Limits(time_s=120), concurrency=1) as server:
+        owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
+        slow = asyncio.create_task(asyncio.to_thread(post, owner["url"], {"sql": SLOW}, owner["token"], 8))
+        deadline = time.monotonic() + 60
+        while not sandboxes() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert sandboxes(), "the slow query's sandbox never started"
+        code, body = await asyncio.to_thread(post, owner["url"], {"sql": "SELECT 1"}, owner["token"])
+        assert code == 429 and "JEV_QUERY_CONCURRENCY=1" in body["error"]
+        with pytest.raises(TimeoutError):  # the client gives up after 8 s and closes its connection
+            await slow
+        deadline = time.monotonic() + 15
+        while sandboxes() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert not sandboxes(), "the sandbox of a caller that went away still runs"
+        assert server.running[server.token] == 0
+        code, body = await asyncio.to_thread(post, owner["url"], {"sql": "SELECT 1"}, owner["token"])
+        assert code == 200 and body["rows"] == [[1]]
+
+
+OWNER = textwrap.dedent("""
+    import asyncio, sys, time
+    from infra import clickhouse
+    from streams.usage.sink import UsageSink
+    from workers.analytics import sample
+    from workers.analytics.owner import QueryServer
+
+    async def main(dsn):
+        client = clickhouse.open_migrated(dsn)
+        UsageSink(client).insert(sample.usage_events(100, time.time() - 3600, span_s=3600))
+        async with QueryServer(client, dsn):
+            print("serving", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+@pytest.fixture
+def owned(tmp_path):
+    """A data directory owned by another process that serves the query endpoints, as `jev worker stream` does."""
+    dsn = f"chdb:///{tmp_path / 'clickhouse'}"
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.stdout.readline().strip() == b"serving"
+    yield dsn
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def test_analytics_commands_work_while_another_process_owns_the_data_dir(owned, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("JEV_CLICKHOUSE_DSN", owned)
+    assert main(["sql", "--json", "SELECT count() AS n FROM usage_events"]) == 0
+    row, summary = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["n"] > 0 and summary["via"] == "owner"
+    assert main(["report", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out.splitlines()[-1])["totals"]["requests"] == 100
+    assert main(["flamegraph", "-o", str(tmp_path / "f.svg")]) == 0
+    assert "<svg" in (tmp_path / "f.svg").read_text()
+    assert main(["alerts", "--json", "--set", "session_tokens_24h=1"]) == 1  # exit 1: alerts fired
+    assert "session_tokens_24h" in orjson.loads(capsys.readouterr().out.splitlines()[-1])["rules"]
+    owner_file(owned).unlink()  # the owner still holds the lock but serves nothing
+    assert main(["sql", "SELECT 1"]) == 2
+    assert "owned by another running process" in capsys.readouterr().err
