@@ -6,13 +6,18 @@ handlers were configured. RedactingFilter does the same for one handler where th
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
 
 MASK = "***"
 PATTERNS = [
     # scheme://user:password@host  (ClickHouse/Kafka/HTTP DSNs)
     (re.compile(r"(?P<keep>\b[a-z][a-z0-9+._-]*://[^\s:/@]*:)[^\s@/]+(?=@)", re.I), r"\g<keep>" + MASK),
+    # user:password@host without a scheme (a Kafka bootstrap as aiokafka is given it)
+    (re.compile(r"(?<![\w/:.-])(?P<keep>[A-Za-z0-9._%-]+:)[^\s@/:]+(?=@[A-Za-z0-9.-]+(?::\d+)?\b)"),
+     r"\g<keep>" + MASK),
     # Authorization: Bearer <token>, Basic <b64>
     (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.I), r"\g<keep>" + MASK),
     # password=…, token: …, api_key=…, secret=…  (key=value, key: value, JSON "key": "value")
@@ -62,3 +67,28 @@ def install() -> None:
 
     redacting_factory.jev_redacting = True
     logging.setLogRecordFactory(redacting_factory)
+
+
+class RedactingStream:
+    """A text stream that redacts what is written to it before passing it on (a command's stderr)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+
+@contextlib.contextmanager
+def redacted_stderr():
+    """sys.stderr redacted for the duration: every error a command prints passes redact()."""
+    inner = sys.stderr
+    sys.stderr = RedactingStream(inner)
+    try:
+        yield
+    finally:
+        sys.stderr = inner

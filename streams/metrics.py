@@ -6,7 +6,7 @@ Workers call start_metrics_server(settings) once, then the observe_* helpers.
 """
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 MAX_LABEL_VALUES = 50
 TOKEN_KINDS = ("input", "cache_read", "output", "nominal")
@@ -43,10 +43,35 @@ def bounded(label: str, value: str) -> str:
 
 
 def start_metrics_server(settings) -> bool:
-    """Serve /metrics on settings.metrics_port (0 = off); True when started."""
+    """Serve /metrics on settings.metrics_host:settings.metrics_port (port 0 = off; loopback unless configured),
+    answering only `Authorization: Bearer <settings.metrics_token>` when a token is set; True when started."""
     if not settings.metrics_port:
         return False
-    start_http_server(settings.metrics_port, registry=REGISTRY)
+    import hmac
+    import socketserver
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    exposition, expected = make_wsgi_app(REGISTRY), f"Bearer {settings.metrics_token}".encode()
+
+    def guarded(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if settings.metrics_token and not hmac.compare_digest(given, expected):
+            start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
+            return [b"send Authorization: Bearer <JEV_METRICS_TOKEN>\n"]
+        return exposition(environ, start_response)
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:
+            return None
+
+    server = make_server(settings.metrics_host, settings.metrics_port, guarded, Server, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, name="jev-metrics", daemon=True).start()
     return True
 
 

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         top.print_help()
         return 2
     try:
-        return args.func(args, settings_mod.load()) or 0
+        with logsafe.redacted_stderr():
+            return args.func(args, settings_mod.load()) or 0
     except KeyboardInterrupt:
         return 130
 

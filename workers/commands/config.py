@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import orjson
 
+from streams.logsafe import MASK, redact
 from streams.settings import describe
 
 
@@ -12,8 +13,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+SECRET = {"JEV_METRICS_TOKEN"}  # settings that are a secret whole; the others have their passwords masked
+
+
+def shown(variable: str, value: str) -> str:
+    """A setting's value as printed: a secret setting masked whole, a DSN or URL with its password masked."""
+    if variable in SECRET and value:
+        return MASK
+    return redact(value)
+
+
 def run(args, settings) -> int:
-    rows = describe(settings)
+    rows = [(variable, shown(variable, value), doc) for variable, value, doc in describe(settings)]
     if args.json:
         print(orjson.dumps({k: v for k, v, _ in rows}).decode())
         return 0
