@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import re
 import typing
 from typing import Any
 
@@ -10,11 +12,18 @@ import orjson
 
 
 class Invalid(ValueError):
-    """A record that cannot be accepted. `reason` is a stable code; str() says what to fix."""
+    """A record that cannot be accepted. `reason` is a stable code; str() says what to fix; `request_id` is the
+    record's request_id where it could be read (so the rejection can be matched to the request)."""
 
-    def __init__(self, reason: str, detail: str):
+    def __init__(self, reason: str, detail: str, request_id: str = ""):
         super().__init__(detail)
-        self.reason = reason
+        self.reason, self.request_id = reason, request_id
+
+
+KEY = re.compile(rb'"\s*:')  # matches after every key (and possibly inside strings): never fewer than the keys
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+REQUEST_ID = re.compile(rb'"request_id"\s*:\s*"((?:[^"\\\x00-\x1f]){1,200})"')
+NON_NUMBERS = (b"NaN", b"Infinity", b"-Infinity", b"+Infinity", b"nan", b"inf", b"-inf")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,16 +91,89 @@ def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def decode(raw: bytes, record: type[faust.Record], max_bytes: int):
-    """bytes → record, or Invalid with a reason code (too_large, bad_json, wrong_type, …)."""
+def key_count(value: Any) -> int:
+    """Keys of every JSON object in `value` (iteratively)."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def duplicate_key(raw: bytes, data: Any) -> str | None:
+    """The first key that an object of `raw` holds twice, else None. A parser keeps the last value of a repeated
+    key, so a request's tenant or request_id could flip unseen. Fast path: when the key-like matches in the bytes
+    are no more than the parsed keys, no key repeats; else the standard parser confirms, pair by pair."""
+    if len(KEY.findall(raw)) <= key_count(data):
+        return None
+    found: list[str] = []
+
+    def pairs(items: list) -> dict:
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys) and not found:
+            found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
+def readable_request_id(raw: bytes) -> str:
+    """The request_id of bytes that do not parse, where a plain `"request_id": "…"` can still be read."""
+    m = REQUEST_ID.search(raw)
+    return m.group(1).decode("utf-8", errors="replace") if m else ""
+
+
+def json_fault(raw: bytes, exc: orjson.JSONDecodeError) -> Invalid:
+    """The real fault of bytes orjson refused: not UTF-8, a NaN/Infinity (not JSON numbers), or a syntax error."""
+    request_id = readable_request_id(raw)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return Invalid("bad_json", f"not valid UTF-8 at byte {bad.start}: JSON is UTF-8; encode the request so",
+                       request_id)
+    at = raw[exc.pos:exc.pos + 10] if exc.pos is not None else b""
+    if at.lstrip(b" \t\r\n:,[").startswith(NON_NUMBERS):
+        return Invalid("bad_number", f"NaN and Infinity are not JSON numbers (at character {exc.pos}): send a "
+                                     "finite number or null", request_id)
+    return Invalid("bad_json", f"not valid JSON: {exc}", request_id)
+
+
+def strip_controls(data: dict, fields: tuple[str, ...]) -> None:
+    """Remove control characters from the named top-level string fields (ids and labels that end up in keys,
+    logs and ClickHouse columns, where they would break lines or terminals)."""
+    for name in fields:
+        if isinstance(data.get(name), str):
+            data[name] = CONTROL.sub("", data[name])
+
+
+def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[str, ...] = ()):
+    """bytes → record, or Invalid with a reason code (too_large, bad_json (syntax or not UTF-8), bad_number, duplicate_key,
+    wrong_type, …) and the request_id when one was readable. `clean`: string fields stripped of control
+    characters."""
     if len(raw) > max_bytes:
         raise Invalid("too_large", f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
                                    f"(JEV_MAX_REQUEST_BYTES); shorten state/history or raise the limit")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise Invalid("bad_json", f"not valid UTF-8 JSON: {exc}") from None
+        raise json_fault(raw, exc) from None
+    request_id = data.get("request_id") if isinstance(data, dict) else None
+    request_id = CONTROL.sub("", request_id) if isinstance(request_id, str) else ""
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_exceeds(data):  # fewer brackets cannot nest deeper
-        raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state")
-    check_fields(data, record)
+        raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state", request_id)
+    repeated = duplicate_key(raw, data)
+    if repeated is not None:
+        raise Invalid("duplicate_key", f"key {repeated!r} appears twice in one object; send each key once",
+                      request_id)
+    try:
+        check_fields(data, record)
+    except Invalid as exc:
+        exc.request_id = request_id
+        raise
+    strip_controls(data, clean)
     return record.from_data(data)

@@ -12,7 +12,7 @@ from streams.cache.stage import CacheStage
 from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
-from streams.ingest.decode import Admission
+from streams.ingest.decode import Admission, admitted_tenants
 from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
@@ -48,7 +48,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     book = load_book(budget_file)
     controls.listeners.append(apply_budget_controls(book))
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
-                          Templates.from_dir())
+                          Templates.from_dir(), admitted_tenants(settings.tenants))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

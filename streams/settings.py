@@ -77,6 +77,8 @@ class Settings:
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
+    tenants: str = _doc("*", "Tenants ingest admits, comma-separated (acme,globex); a request of any other tenant is "
+                             "rejected (unknown_tenant). * admits any non-empty tenant: list them in production.")
     query_time_s: float = _doc(30.0, "Most seconds one analytics query (`jev sql`, a report, a flame graph, the "
                                      "alerts) may run in its query sandbox before it is stopped.")
     query_memory_mb: int = _doc(1024, "Most memory one analytics query may use in its sandbox, in MiB.")

@@ -19,6 +19,18 @@ class Admission:
     default_model: str
     known_types: frozenset[str]
     templates: Templates | None = None
+    tenants: frozenset[str] | None = None  # the tenants admitted; None = any non-empty tenant (JEV_TENANTS=*)
+
+
+METADATA = ("request_id", "tenant", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
+            "model", "business_event", "human_decision")  # stripped of control characters on the way in
+
+
+def admitted_tenants(text: str) -> frozenset[str] | None:
+    """JEV_TENANTS as Admission.tenants: '*' → None (any), else the comma-separated names."""
+    if text.strip() == "*":
+        return None
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
 
 
 def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
@@ -27,10 +39,10 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
     now = time.time() if now is None else now
     request_id = ""
     try:
-        request = decode(raw, Request, policy.max_bytes)
+        request = decode(raw, Request, policy.max_bytes, clean=METADATA)
         request_id = request.request_id
         model = request.model or policy.default_model
-        check(request, model, policy.known_types)
+        check(request, model, policy.known_types, policy.tenants)
         check_request(request)
         instruction = ""
         context = render_context(request)
@@ -53,15 +65,22 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         return Work(request=request, admitted_at=now, model=model, context=context, context_tokens=context_tokens,
                     sections=count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens),
                     candidate_tokens=candidate_tokens)
-    except (Invalid, ContractError) as exc:
+    except Invalid as exc:
+        return reject(raw, exc.reason, str(exc), "ingest", now, request_id or exc.request_id)
+    except ContractError as exc:
         return reject(raw, exc.reason, str(exc), "ingest", now, request_id)
     except tokens.UnknownModel as exc:
         return reject(raw, "unknown_model", str(exc), "ingest", now, request_id)
 
 
-def check(request: Request, model: str, known_types: frozenset[str]) -> None:
+def check(request: Request, model: str, known_types: frozenset[str], tenants: frozenset[str] | None = None) -> None:
     if not request.request_id:
         raise Invalid("missing_field", "request_id: must be a non-empty string")
+    if not request.tenant.strip():
+        raise Invalid("missing_field", "tenant: must be a non-empty string naming the tenant the request spends for")
+    if tenants is not None and request.tenant not in tenants:
+        raise Invalid("unknown_tenant", f"tenant {request.tenant!r} is not admitted: add it to JEV_TENANTS "
+                                        f"(comma-separated), or set JEV_TENANTS=* to admit any tenant")
     if known_types and request.decision_type not in known_types:
         raise Invalid("unknown_decision_type", f"decision_type {request.decision_type!r} is not configured; "
                                                f"known: {', '.join(sorted(known_types))}")

@@ -18,7 +18,10 @@ def test_good_request_decodes_with_nested_records():
 
 @pytest.mark.parametrize("raw, reason, mentions", [
     (b"{not json", "bad_json", "JSON"),
-    (b"\xff\xfe{}", "bad_json", "UTF-8"),
+    (b"\xff\xfe{}", "bad_json", "not valid UTF-8"),
+    (b'{"request_id": "r", "deadline_ms": NaN}', "bad_number", "NaN and Infinity are not JSON numbers"),
+    (b'{"request_id": "r", "deadline_ms": -Infinity}', "bad_number", "NaN and Infinity are not JSON numbers"),
+    (b'{"request_id": "r", "tenant": "a", "tenant": "b"}', "duplicate_key", "'tenant' appears twice"),
     (b"[1, 2]", "wrong_type", "JSON object"),
     (orjson.dumps({k: v for k, v in GOOD.items() if k != "tenant"}), "missing_field", "tenant"),
     (orjson.dumps({**GOOD, "request_id": 7}), "wrong_type", "request_id"),

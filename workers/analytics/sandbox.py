@@ -13,7 +13,7 @@ The child also keeps the caller away from the pipeline and the machine:
   clause can lift the limits) and with max_execution_time, max_memory_usage and max_threads from the settings
   (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS);
 - a caller's own SQL passes tenancy.check_ast first (one SELECT; Jev's tables only; no scalar file());
-- the child runs at a lower CPU priority (nice 10) with a minimal environment (no JEV_* secrets), dies with its
+- the child runs in the idle CPU class (SCHED_IDLE) with a minimal environment (no JEV_* secrets), dies with its
   parent, and is killed when its time is up or its caller goes away (`cancelled`);
 - errors come back as the ClickHouse error name and the message with every quoted value and everything after the
   first colon removed, so an error never carries row data.
@@ -173,10 +173,14 @@ def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str
 
 
 def child_setup() -> None:
-    """In the child before exec: a lower CPU priority than the pipeline, and death with the parent."""
+    """In the child before exec: the idle CPU class (it runs only on CPU time the pipeline leaves; nice 19 where
+    the scheduler has no idle class), and death with the parent."""
     from infra.broker import die_with_parent
 
-    os.nice(10)
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
     die_with_parent()
 
 
