@@ -11,6 +11,7 @@ from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
 from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
+from streams.ingest.idempotency import Requests
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
 from streams.ingest.decode import Admission, admitted_tenants
 from streams.ingest.templates import Templates
@@ -78,10 +79,12 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
-    postprocess = Postprocess(topics, settings, cache, controls, book)
+    requests = Requests(settings.idempotency_max)
+    postprocess = Postprocess(topics, settings, cache, controls, book, requests)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)),
+        requests=requests)
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
@@ -89,4 +92,5 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     app.jev_topics = topics
     app.jev_controls = controls
     app.jev_budgets = book
+    app.jev_requests = requests
     return app

@@ -79,6 +79,9 @@ class Settings:
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     tenants: str = _doc("*", "Tenants ingest admits, comma-separated (acme,globex); a request of any other tenant is "
                              "rejected (unknown_tenant). * admits any non-empty tenant: list them in production.")
+    idempotency_max: int = _doc(50_000, "Requests each stage process remembers by (tenant, request_id) to answer a "
+                                        "redelivery with the first decision and no new spend (oldest forgotten "
+                                        "first).")
     query_time_s: float = _doc(30.0, "Most seconds one analytics query (`jev sql`, a report, a flame graph, the "
                                      "alerts) may run in its query sandbox before it is stopped.")
     query_memory_mb: int = _doc(1024, "Most memory one analytics query may use in its sandbox, in MiB.")

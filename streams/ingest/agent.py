@@ -13,6 +13,8 @@ from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.ingest.decode import admit, reject
+from streams.ingest.idempotency import CONFLICT, REDELIVERY, Requests, conflict_detail, reservation_key
+from streams.postprocess.format import http_headers
 from streams.usage.events import usage_event
 from streams.wire import BatchConsumer
 
@@ -25,13 +27,16 @@ def reserve(book, work: Work):
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
     return book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
                         pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
-                        reservation_id=req.request_id)
+                        reservation_id=reservation_key(req.tenant, req.request_id))
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local,
+             requests: Requests | None = None) -> BatchConsumer:
+    requests = requests if requests is not None else Requests(settings.idempotency_max)
+
     async def count_tokens(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
-        admitted, usage, alerts, sent = [], [], [], []
+        admitted, usage, alerts, sent, again = [], [], [], [], []
         for message in messages:
             raw = message.value or b""  # a message without a value is invalid input
             try:
@@ -40,12 +45,22 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 log.exception("ingest failed on a request")
                 result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
                                                        f"to be replayed once fixed", "ingest", time.time())
+            if not isinstance(result, Rejection):
+                req = result.request
+                verdict, first = requests.check(req.tenant, req.request_id, raw)
+                if verdict == REDELIVERY:  # admitted once already: no second reservation, model call or usage
+                    again.extend([first] if first is not None else [])
+                    continue
+                if verdict == CONFLICT:
+                    result = reject(raw, "duplicate_request_id", conflict_detail(req.tenant, req.request_id),
+                                    "ingest", result.admitted_at, req.request_id)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = reserve(book, result)
                 alerts.extend(held.alerts)
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to
                 elif isinstance(held, Refused):
+                    requests.forget(result.request.tenant, result.request.request_id)
                     result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
                                     result.request.request_id)
             if isinstance(result, Rejection):
@@ -63,7 +78,8 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         distilled, saved = distill(admitted, controls.switches, time.time())
         onward, answered = local.split(distilled)
         await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
-                             topics.send_usage(usage + saved), answered, *sent)
+                             topics.send_usage(usage + saved), topics.send_decisions(again, http_headers),
+                             answered, *sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))

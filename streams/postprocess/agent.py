@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
+from streams.ingest.idempotency import reservation_key
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
@@ -17,8 +18,9 @@ class Postprocess:
     by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
     same process, same cache-key partition), so none of those takes another topic hop."""
 
-    def __init__(self, topics, settings, cache, controls, book):
+    def __init__(self, topics, settings, cache, controls, book, requests=None):
         self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
+        self.requests = requests  # ingest's idempotency state: a redelivered request gets this decision again
 
     async def __call__(self, items: list) -> None:
         topics, controls = self.topics, self.controls
@@ -28,7 +30,7 @@ class Postprocess:
             decision = done.decision
             usage.extend(done.usage)
             observe_decision(decision, work.request.decision_type)
-            reservation = self.book.open.get(decision.request_id)
+            reservation = self.book.open.get(reservation_key(work.request.tenant, decision.request_id))
             if reservation is not None:
                 for alert in self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
                                               decision.cost):
@@ -43,6 +45,8 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
+                if self.requests is not None:
+                    self.requests.decided(work.request.tenant, decision)
         await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
 
 

@@ -20,7 +20,7 @@ MODEL = "gpt-4o-mini"
 
 def _event(base: dict, stage: str, section: str = "", **fields) -> UsageEvent:
     stack = ";".join(p for p in (base["tenant"], base["service"], base["decision_type"], stage, section) if p)
-    event_id = ":".join(p for p in (base["request_id"], stage, section) if p)
+    event_id = f"{base['tenant']}/" + ":".join(p for p in (base["request_id"], stage, section) if p)
     cost = pricing.cost(fields.get("model", ""), fields.get("input_tokens", 0), fields.get("cache_read_tokens", 0),
                         fields.get("output_tokens", 0))
     return UsageEvent(event_id=event_id, stage=stage, stack=stack, cost=cost, **base, **fields)

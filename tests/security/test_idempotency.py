@@ -1,0 +1,85 @@
+"""Budgets hold with reused request ids: a request is idempotent by (tenant, request_id). A redelivery of the same
+content spends nothing more and gets the first decision; the same id with other content is rejected
+(duplicate_request_id); one tenant's id never borrows another tenant's reservation or usage rows."""
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from schemas.records import Control, Decision, Request
+from streams.ingest.idempotency import CONFLICT, NEW, REDELIVERY, Requests, fingerprint
+from streams.usage.events import usage_event
+from streams.usage.sink import UsageSink
+from tests.streams.test_agents import REQUEST, app_and_sent, requests  # noqa: F401  (app_and_sent: a fixture)
+
+
+def admitted(captured) -> list[str]:
+    return [f"{w.request.tenant}/{w.request.request_id}" for b in captured.sent.get("distilled", []) for w in b.items]
+
+
+def ingest_usage(captured) -> list[str]:
+    return [e.event_id for b in captured.sent.get("usage", []) for e in b.events if e.stage == "ingest"]
+
+
+async def test_forty_requests_under_one_id_spend_once_against_a_hard_budget(app_and_sent):
+    """The issue's probe: 40 requests with one request_id and different content were all decided against one
+    reservation (2,000 tokens against a hard 400)."""
+    app, captured = app_and_sent
+    app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}))
+    flood = [orjson.dumps({**REQUEST, "state": f"trail shoes, size {i}"}) for i in range(40)]
+    await app.jev_ingest.handle(requests(flood))
+    assert admitted(captured) == ["acme/r1"]
+    rejected = captured.sent["rejected"]
+    assert len(rejected) == 39 and {r.reason for r in rejected} == {"duplicate_request_id"}
+    assert all(r.request_id == "r1" for r in rejected)
+    assert "give every new request its own request_id" in rejected[0].detail
+    held = app.jev_budgets.open["acme\x1fr1"]
+    assert held.tokens <= 400 and list(app.jev_budgets.open) == ["acme\x1fr1"]
+
+
+async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_and_sent):
+    app, captured = app_and_sent
+    same = orjson.dumps(REQUEST)
+    restamped = orjson.dumps({**REQUEST, "created_at": time.time()})  # a retry may restamp created_at
+    await app.jev_ingest.handle(requests([same]))
+    reserved = app.jev_budgets.open.get("acme\x1fr1")
+    await app.jev_ingest.handle(requests([same, restamped]))
+    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
+    assert "rejected" not in captured.sent and app.jev_budgets.open.get("acme\x1fr1") == reserved
+    first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
+    app.jev_requests.decided("acme", first)
+    await app.jev_ingest.handle(requests([same]))
+    assert captured.sent["decisions"] == [first]  # the first decision again, no new work
+    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
+
+
+async def test_one_tenants_request_id_does_not_admit_another_tenant_over_its_budget(app_and_sent):
+    """The issue's probe: the same request_id from a second tenant with a 1-token hard budget was decided and
+    charged to the first tenant's reservation."""
+    app, captured = app_and_sent
+    app.jev_controls.apply(Control(kind="budget", key="tenant:globex", value={"hard_tokens": 1}))
+    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), orjson.dumps({**REQUEST, "tenant": "globex"})]))
+    assert admitted(captured) == ["acme/r1"]
+    assert [(r.reason, r.request_id) for r in captured.sent["rejected"]] == [("over_budget", "r1")]
+    assert "tenant:globex" in captured.sent["rejected"][0].detail
+
+
+def test_usage_rows_of_two_tenants_with_one_request_id_are_both_kept(usage_db):
+    events = [usage_event(Request.from_data({**REQUEST, "tenant": t}), "ingest", input_tokens=10)
+              for t in ("acme", "globex")]
+    assert len({e.event_id for e in events}) == 2
+    UsageSink(usage_db).insert(events)
+    assert usage_db.query("SELECT tenant, sum(input_tokens) FROM usage_events GROUP BY tenant ORDER BY tenant"
+                          ).result_rows == [("acme", 10), ("globex", 10)]
+
+
+def test_the_state_is_bounded_and_judges_content_not_key_order():
+    seen = Requests(max_entries=2)
+    a = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"})
+    assert seen.check("t", "r", a) == (NEW, None)
+    assert seen.check("t", "r", b'{"state": "x", "tenant": "t", "request_id": "r"}') == (REDELIVERY, None)
+    assert seen.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT, None)
+    assert seen.check("u", "r", a)[0] == NEW  # another tenant's id is another request
+    seen.check("t", "r2", a)
+    assert len(seen.seen) == 2 and fingerprint(a) == fingerprint(a + b" ")
