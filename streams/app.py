@@ -79,6 +79,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
+    cache.reserve = ingest_agent.prefetch_reserver(book)
     requests = Requests(settings.idempotency_max)
     postprocess = Postprocess(topics, settings, cache, controls, book, requests)
     app.jev_ingest = ingest_agent.register(

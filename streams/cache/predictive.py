@@ -57,6 +57,21 @@ class FollowupModel:
         return [(self.text.get(q, q), n / total) for q, n in counts.most_common(k) if n >= min_count]
 
 
+class TenantFollowups:
+    """One FollowupModel per tenant: a tenant's question sequences never shape another tenant's pre-answers
+    (the most recent `max_tenants` tenants are kept)."""
+
+    def __init__(self, max_tenants: int = 1000, max_sessions: int = 20_000, max_questions: int = 20_000):
+        self.models = BoundedLRU(max_tenants)
+        self.sizes = (max_sessions, max_questions)
+
+    def of(self, tenant: str) -> FollowupModel:
+        model = self.models.get(tenant)
+        if model is None:
+            model = self.models[tenant] = FollowupModel(*self.sizes)
+        return model
+
+
 def plan(model: FollowupModel, question: str, budget_tokens: int, cost: Callable[[str], int],
          cached: Callable[[str], bool] = lambda q: False, k: int = 5, min_probability: float = 0.2,
          min_count: int = 1) -> list[Prefetch]:

@@ -13,7 +13,7 @@ from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
-from streams.cache.predictive import FollowupModel, plan
+from streams.cache.predictive import TenantFollowups, plan
 from streams.cache.semantic import (QUESTION_FIELDS, SemanticCache, asks_in_words, entry_key, partition_of,
                                     question_of)
 from streams.ingest.prompt import render_context
@@ -41,7 +41,8 @@ class CacheStage:
                                           check=load_model_check(check, store.check_threshold(decision)))
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
-        self.followups = FollowupModel()
+        self.followups = TenantFollowups()
+        self.reserve = lambda work, tokens: True  # set by the app: holds a pre-answer's budget or refuses it
         self.prefetching = BoundedLRU(PENDING_VECTORS)  # entry keys of pre-answers being scored
         self.prefetch_tokens = settings.cache_prefetch_tokens
 
@@ -106,15 +107,18 @@ class CacheStage:
         if self.semantic is None or not switches["cache.l3"] or not req.session_id or not asks_in_words(req):
             return []
         question = question_of(req)
-        self.followups.observe(req.session_id, question)
+        followups = self.followups.of(req.tenant)
+        followups.observe(req.session_id, question)
         partition = partition_of(req)
-        chosen = plan(self.followups, question, self.prefetch_tokens,
+        chosen = plan(followups, question, self.prefetch_tokens,
                       cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
                       cached=lambda q: self.semantic.holds(partition, q) or entry_key(partition, q) in self.prefetching,
                       min_count=PREFETCH_MIN_SEEN)
-        for option in chosen:
+        predicted = [(option, predicted_work(work, option.question, n)) for n, option in enumerate(chosen)]
+        predicted = [(option, w) for option, w in predicted if self.reserve(w, option.tokens)]  # before model work
+        for option, _ in predicted:
             self.prefetching[entry_key(partition, option.question)] = None
-        return [predicted_work(work, option.question, n) for n, option in enumerate(chosen)]
+        return [w for _, w in predicted]
 
     def fill(self, work: Work, decision: Decision, switches) -> None:
         value = decision.to_representation()

@@ -30,6 +30,19 @@ def reserve(book, work: Work):
                         reservation_id=reservation_key(req.tenant, req.request_id))
 
 
+def prefetch_reserver(book):
+    """The cache stage's hold on an L3 pre-answer: the requesting tenant's budgets (every scope of the request it
+    follows) are reserved for the pre-answer's input + max output before any model work; False = refused, so
+    the pre-answer is not made. Postprocess settles it like any request."""
+    def reserve_prefetch(work: Work, input_tokens: int) -> bool:
+        req = work.request
+        held = book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
+                            pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
+                            reservation_id=reservation_key(req.tenant, req.request_id))
+        return not isinstance(held, Refused)
+    return reserve_prefetch
+
+
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local,
              requests: Requests | None = None) -> BatchConsumer:
     requests = requests if requests is not None else Requests(settings.idempotency_max)

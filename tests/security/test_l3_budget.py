@@ -1,0 +1,63 @@
+"""L3 pre-answers spend inside the book: each holds the requesting tenant's budget before any model work (none
+is made once the budget is spent), and the follow-up model is per tenant, so one tenant's questions never
+shape another tenant's pre-answers."""
+from __future__ import annotations
+
+from schemas.records import Control, Request, Work
+from streams import tokens
+from streams.cache.predictive import TenantFollowups
+from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
+from streams.ingest.agent import prefetch_reserver
+from streams.ingest.budgets import BudgetBook
+from streams.ingest.idempotency import reservation_key
+
+SWITCHES = {"cache.l1": True, "cache.l2": True, "cache.l3": True}
+FIRST, NEXT = "where is my parcel right now", "when will my parcel be delivered"
+
+
+def ask(tenant: str, session: str, question: str, n: int) -> Work:
+    request = Request(request_id=f"{tenant}-{session}-{n}", tenant=tenant, service="support",
+                      decision_type="customer_service", state=question, session_id=session)
+    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context=question,
+                context_tokens=tokens.count(question, "gpt-4o-mini"))
+
+
+def teach(stage: CacheStage, tenant: str, sessions: int) -> list[Work]:
+    """`sessions` sessions of tenant ask FIRST then NEXT; then one more asks FIRST: the pre-answers it gets."""
+    for s in range(sessions):
+        for n, question in enumerate((FIRST, NEXT)):
+            stage.prefetches(ask(tenant, f"s{s}", question, n), SWITCHES)
+    return stage.prefetches(ask(tenant, "fresh", FIRST, 0), SWITCHES)
+
+
+def stage_with(book: BudgetBook, settings) -> CacheStage:
+    stage = CacheStage({}, settings.replace(cache_embedder="hashing"))
+    stage.reserve = prefetch_reserver(book)
+    return stage
+
+
+def test_a_pre_answer_reserves_the_requesting_tenants_budget_first(settings):
+    book = BudgetBook()
+    stage = stage_with(book, settings)
+    made = teach(stage, "acme", PREFETCH_MIN_SEEN)
+    assert [w.request.state for w in made] == [NEXT]
+    key = reservation_key("acme", made[0].request.request_id)
+    assert key not in book.open  # no budget covers acme: nothing held, nothing refused
+    book.apply(Control(kind="budget", key="tenant:globex", value={"hard_tokens": 5}))
+    starved = stage_with(book, settings)
+    assert teach(starved, "globex", PREFETCH_MIN_SEEN) == []  # over its hard budget: no pre-answer, no model work
+    book.apply(Control(kind="budget", key="tenant:initech", value={"hard_tokens": 100_000}))
+    funded = stage_with(book, settings)
+    made = teach(funded, "initech", PREFETCH_MIN_SEEN)
+    held = book.open[reservation_key("initech", made[0].request.request_id)]
+    assert held.tokens >= made[0].request.contracts.max_output_tokens and any(k.startswith("tenant:initech") for k in held.keys)
+
+
+def test_the_follow_up_model_is_per_tenant(settings):
+    stage = stage_with(BudgetBook(), settings)
+    assert teach(stage, "acme", PREFETCH_MIN_SEEN)  # acme's pattern pre-answers for acme
+    assert stage.prefetches(ask("globex", "g1", FIRST, 0), SWITCHES) == []  # and for nobody else
+    followups = TenantFollowups()
+    followups.of("acme").observe("s", FIRST)
+    followups.of("acme").observe("s", NEXT)
+    assert followups.of("acme").likely_next(FIRST) and not followups.of("globex").likely_next(FIRST)
