@@ -186,11 +186,28 @@ class SpillingSink:
         self.drainer.join(5)
 
 
+class LazyClient:
+    """A ClickHouse client opened by `opener` on first use, and again on each use until it opens, so a process
+    starts while ClickHouse is down: until it is up, every call raises and the SpillingSink holds the events."""
+
+    def __init__(self, opener: Callable):
+        self.opener, self.client, self.lock = opener, None, threading.Lock()
+
+    def get(self):
+        with self.lock:
+            if self.client is None:
+                self.client = self.opener()
+            return self.client
+
+    def __getattr__(self, name: str):
+        return getattr(self.get(), name)
+
+
 def durable_sink(settings, client=None) -> SpillingSink:
-    """The production usage sink: ClickHouse (opened and migrated unless `client` is given) behind a
-    spill queue under data_dir/spill, so an outage holds events instead of losing them."""
+    """The production usage sink: ClickHouse (opened and migrated on first use unless `client` is given) behind
+    a spill queue under data_dir/spill, so an outage, at start-up too, holds events instead of losing them."""
     from infra import clickhouse
     from streams.usage.sink import UsageSink
 
-    client = client or clickhouse.open_migrated(settings.clickhouse, settings.usage_ttl_days)
+    client = client or LazyClient(lambda: clickhouse.open_migrated(settings.clickhouse, settings.usage_ttl_days))
     return SpillingSink(UsageSink(client), Path(settings.data_dir) / "spill")
