@@ -33,10 +33,9 @@ from pathlib import Path
 
 import orjson
 
+from infra.clickhouse.access import TABLES as JEV_TABLES  # the tables a query may read (those that exist)
 from workers.analytics import tenancy
 
-JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
-              "usage_by_business_day", "request_texts")  # the tables a query may read (those that exist)
 READ_STATEMENTS = ("select", "with")
 LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed on top of the query limit
 CODE = re.compile(r"Code: (\d+)\.")
