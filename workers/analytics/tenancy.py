@@ -46,7 +46,7 @@ def table_functions(client) -> set[str]:
 
 def check_ast(ast: str, current: str, databases: set[str], tables: set[str], tenant_tables: set[str],
               functions: set[str]) -> None:
-    """Gate 1 on EXPLAIN AST output (one node per line: `Kind name (alias a) (children n)`)."""
+    """The gate on EXPLAIN AST output (one node per line: `Kind name (alias a) (children n)`)."""
     lines = ast.splitlines()
     if not lines or lines[0].strip() != "SelectWithUnionQuery (children 1)":
         raise Refused("a tenant may run one SELECT (or WITH … SELECT) without FORMAT or INTO OUTFILE")

@@ -11,6 +11,7 @@ def register(sub) -> None:
     p = sub.add_parser("alerts", help="evaluate usage alerts (p95 drift, session tokens, budgets, spikes, ...)",
                        description="Computes the alerts from the usage aggregates in ClickHouse. Exit code 1 when "
                                    "any alert fired.")
+    p.add_argument("--tenant", default="", help="only this tenant's rows")
     p.add_argument("--json", action="store_true", help="one JSON line per alert, then a summary line")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a threshold, e.g. --set session_tokens_24h=8000 --set fallback_rate=0.1")
@@ -57,7 +58,7 @@ def run(args, settings) -> int:
     try:
         chosen = thresholds(args.set, args.budget)
         body = {"set": {k: getattr(chosen, k) for k in (i.partition("=")[0] for i in args.set)},
-                "budgets": chosen.daily_budgets}
+                "budgets": chosen.daily_budgets, "tenant": args.tenant}
         found = [Alert(**a) for a in owner.answer(settings, "alerts", body)[0]["alerts"]]
         if args.publish and found:
             asyncio.run(publish(settings, found))

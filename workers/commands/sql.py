@@ -9,11 +9,14 @@ import orjson
 
 def register(sub) -> None:
     p = sub.add_parser("sql", help="run a read-only SQL query on ClickHouse (usage_events, usage_by_*)",
-                       description="Runs on settings.clickhouse. With the embedded engine, when a running "
-                                   "pipeline owns the data directory, the query goes to that process.")
+                       description="Runs on settings.clickhouse, in a sandbox process that holds only the rows "
+                                   "the caller may read, read-only and under JEV_QUERY_TIME_S / JEV_QUERY_MEMORY_MB. "
+                                   "With the embedded engine, when a running pipeline owns the data directory, the "
+                                   "query goes to that process.")
     p.add_argument("query", help='e.g. "SELECT sum(input_tokens + output_tokens) FROM usage_events"')
-    p.add_argument("--tenant", default="", help="read only this tenant's rows (one SELECT on the tables with a "
-                                                "tenant column; no SETTINGS, table functions or system tables)")
+    p.add_argument("--tenant", default="", help="read only this tenant's rows (the sandbox holds no other); any "
+                                                "caller runs one SELECT on Jev's usage tables, without SETTINGS, "
+                                                "table functions or system tables")
     p.add_argument("--json", action="store_true", help="one JSON object per row, then a summary line")
     p.set_defaults(func=run)
 
