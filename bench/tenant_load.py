@@ -48,11 +48,11 @@ def preload(dsn: str, rows: int) -> int:
     return stored
 
 
-def tenant_load(url: str, stop: threading.Event, counts: dict) -> None:
-    """One of the tenant's concurrent callers: heavy queries back to back until `stop`."""
+def tenant_load(url: str, queries: list[str], stop: threading.Event, counts: dict) -> None:
+    """One of the tenant's concurrent callers: `queries` back to back until `stop`."""
     i = 0
     while not stop.is_set():
-        req = urllib.request.Request(url, data=orjson.dumps({"sql": HEAVY[i % len(HEAVY)]}), method="POST",
+        req = urllib.request.Request(url, data=orjson.dumps({"sql": queries[i % len(queries)]}), method="POST",
                                      headers={"Authorization": f"Bearer {TOKEN}"})
         i += 1
         try:
@@ -105,7 +105,7 @@ async def run(args) -> dict:
                 for i in range(args.waves):
                     base += await wave(producer, consumer, args.wave, seed=2000 + i)
                     stop = threading.Event()
-                    callers = [threading.Thread(target=tenant_load, args=(url, stop, counts))
+                    callers = [threading.Thread(target=tenant_load, args=(url, args.query or HEAVY, stop, counts))
                                for _ in range(settings.query_concurrency + 1)]  # one more than allowed
                     for t in callers:
                         t.start()
@@ -116,7 +116,8 @@ async def run(args) -> dict:
             finally:
                 await producer.stop()
                 await consumer.stop()
-    return {"usage_rows": stored, "waves": args.waves, "wave": args.wave, "query_time_s": settings.query_time_s,
+    return {"tenant_sql": args.query or HEAVY, "usage_rows": stored, "waves": args.waves, "wave": args.wave,
+            "query_time_s": settings.query_time_s,
             "query_memory_mb": settings.query_memory_mb, "query_concurrency": settings.query_concurrency,
             "baseline_ms": {"p50": percentile(base, 0.5), "p95": percentile(base, 0.95), "n": len(base)},
             "loaded_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "n": len(loaded)},
@@ -131,6 +132,8 @@ def main() -> None:
     ap.add_argument("--waves", type=int, default=4)
     ap.add_argument("--wave", type=int, default=10, help="requests per wave")
     ap.add_argument("--settle-s", type=float, default=3.0, help="seconds the load runs before a loaded wave")
+    ap.add_argument("--query", action="append", default=[], help="the tenant's queries instead of the heavy ones "
+                                                                 "(e.g. 'SELECT 1': the sandbox's own cost)")
     print(orjson.dumps(asyncio.run(run(ap.parse_args()))).decode())
 
 

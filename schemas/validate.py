@@ -152,8 +152,8 @@ def strip_controls(data: dict, fields: tuple[str, ...]) -> None:
 
 
 def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[str, ...] = ()):
-    """bytes → record, or Invalid with a reason code (too_large, bad_json (syntax or not UTF-8), bad_number, duplicate_key,
-    wrong_type, …) and the request_id when one was readable. `clean`: string fields stripped of control
+    """bytes → record, or Invalid with a reason code (too_large, bad_json (syntax or not UTF-8), bad_number,
+    duplicate_key, wrong_type, …) and the request_id when one was readable. `clean`: string fields stripped of control
     characters."""
     if len(raw) > max_bytes:
         raise Invalid("too_large", f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
