@@ -88,6 +88,9 @@ class Settings:
     query_threads: int = _doc(1, "Threads one analytics query may use in its sandbox (the pipeline keeps the rest).")
     query_concurrency: int = _doc(2, "Analytics calls one bearer token may have running on the owner's endpoints "
                                      "at once; more are refused with 429.")
+    query_snapshot_s: float = _doc(30.0, "Seconds the owner reuses one export of a scope's rows for the analytics "
+                                         "calls on its endpoints: at most one export per tenant per window (answers "
+                                         "lag the newest rows by up to this); 0 = export for every call.")
     metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
     metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
                                   "`authorization: {credentials: …}`.")

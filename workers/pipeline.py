@@ -72,7 +72,8 @@ class Pipeline:
             clickhouse.truncate_usage(self.ch)
         self.query_server = await QueryServer(self.ch, self.settings.clickhouse,
                                               load_tokens(self.settings.query_tokens), Limits.of(self.settings),
-                                              self.settings.query_concurrency).__aenter__()
+                                              self.settings.query_concurrency,
+                                              self.settings.query_snapshot_s).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
                                    daemon=False, redirect_stdouts=False, quiet=True)
@@ -225,7 +226,7 @@ def serve_stages() -> None:
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens),
-                               Limits.of(settings), settings.query_concurrency)
+                               Limits.of(settings), settings.query_concurrency, settings.query_snapshot_s)
 
     @app.task
     async def mark_ready():

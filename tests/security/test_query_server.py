@@ -135,3 +135,29 @@ def test_analytics_commands_work_while_another_process_owns_the_data_dir(owned, 
     owner_file(owned).unlink()  # the owner still holds the lock but serves nothing
     assert main(["sql", "SELECT 1"]) == 2
     assert "owned by another running process" in capsys.readouterr().err
+
+
+def test_snapshots_export_a_scope_once_per_window_and_keep_scopes_apart(filled, tmp_path, monkeypatch):
+    exports, original = [], sandbox.export
+
+    def counting(client, tenant, folder, limits):
+        exports.append(tenant)
+        return original(client, tenant, folder, limits)
+
+    monkeypatch.setattr(sandbox, "export", counting)
+    snapshots, stale = sandbox.Snapshots(max_age_s=60), sandbox.Snapshots(max_age_s=0)
+    try:
+        for n, tenant in enumerate(("t0", "t0", "t1", None)):
+            (tmp_path / str(n)).mkdir()
+            assert "usage_events" in snapshots.take(filled, tenant, sandbox.Limits(), tmp_path / str(n))
+        assert exports == ["t0", "t1", None]
+        count = sandbox.run(filled, "query", {"sql": "SELECT uniqExact(tenant) FROM usage_events"}, "t1",
+                            sandbox.Limits(), snapshots=snapshots)
+        assert count["rows"] == [[1]] and exports == ["t0", "t1", None]  # the snapshot, not a new export
+        for _ in range(2):
+            sandbox.run(filled, "query", {"sql": "SELECT 1"}, "t0", sandbox.Limits(), snapshots=stale)
+        assert exports[3:] == ["t0", "t0"]
+    finally:
+        snapshots.close()
+        stale.close()
+    assert not snapshots.root.exists()

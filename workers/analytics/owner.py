@@ -64,15 +64,17 @@ def answer(settings, endpoint: str, body: dict) -> tuple[dict, str]:
 
 
 class QueryServer:
-    """`async with QueryServer(client, dsn, tokens, limits, concurrency):` serves ENDPOINTS to bearer-token
-    holders: the owner file's token reads every tenant, `tokens` ({token: tenant or "*"}, tenancy.load_tokens)
-    add more. Each call exports its rows from `client` on this server's own threads and runs in a sandbox."""
+    """`async with QueryServer(client, dsn, tokens, limits, concurrency, snapshot_s):` serves ENDPOINTS to
+    bearer-token holders: the owner file's token reads every tenant, `tokens` ({token: tenant or "*"},
+    tenancy.load_tokens) add more. Each call runs in a sandbox fed from a snapshot of its scope's rows, exported
+    from `client` on this server's own threads at most once per `snapshot_s` seconds."""
 
     def __init__(self, client, dsn: str, tokens: dict[str, str] | None = None,
-                 limits: sandbox.Limits | None = None, concurrency: int = 2):
+                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0):
         self.client, self.path, self.token = client, owner_file(dsn), secrets.token_urlsafe(24)
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
         self.limits, self.concurrency = limits or sandbox.Limits(), max(1, concurrency)
+        self.snapshots = sandbox.Snapshots(snapshot_s)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
@@ -110,7 +112,7 @@ class QueryServer:
         try:
             call = asyncio.get_running_loop().run_in_executor(
                 self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
-                tenant or None, self.limits, cancelled)
+                tenant or None, self.limits, cancelled, self.snapshots)
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
             cancelled.set()  # the client went away: the sandbox is killed, its thread returns
@@ -143,6 +145,7 @@ class QueryServer:
             self.path.unlink(missing_ok=True)
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.snapshots.close()
 
 
 def write_private(path: Path, data: bytes) -> None:

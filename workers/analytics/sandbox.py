@@ -24,6 +24,7 @@ import dataclasses
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,10 @@ from pathlib import Path
 
 import orjson
 
-from infra.clickhouse.access import TABLES as JEV_TABLES  # the tables a query may read (those that exist)
 from workers.analytics import tenancy
+
+JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
+              "usage_by_business_day", "request_texts")  # the tables a query may read (those that exist)
 
 READ_STATEMENTS = ("select", "with")
 LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed on top of the query limit
@@ -166,14 +169,16 @@ def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str
         (folder / f"{table}.sql").write_text(ddl)
         where, params = ("WHERE tenant = {tenant:String}", {"tenant": tenant}) if tenant is not None else ("", {})
         data = client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
-                                settings={"max_threads": 1, "max_memory_usage": limits.memory_mb << 20})
+                                settings={"max_threads": 1, "max_memory_usage": limits.memory_mb << 20,
+                                          "os_thread_priority": 19})
         (folder / f"{table}.native").write_bytes(data)
     return tables
 
 
-def child_setup() -> None:
-    """In the child before exec: the idle CPU class (it runs only on CPU time the pipeline leaves; nice 19 where
-    the scheduler has no idle class), and death with the parent."""
+def lower_self(parent: int) -> None:
+    """First thing in the child: the idle CPU class (it runs only on CPU time the pipeline leaves; nice 19 where
+    the scheduler has no idle class), and death with its parent (exit now if the parent is already gone). Done
+    here rather than in a preexec_fn, so the parent spawns the child without forking its own large heap."""
     from infra.broker import die_with_parent
 
     try:
@@ -181,6 +186,54 @@ def child_setup() -> None:
     except (AttributeError, OSError):
         os.nice(19)
     die_with_parent()
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+class Snapshots:
+    """Exported rows per scope (a tenant, or every tenant), reused by the calls of the next `max_age_s`
+    seconds: under a stream of calls the owner exports each scope at most once per window, so its engine does
+    little for the callers (JEV_QUERY_SNAPSHOT_S; answers are that much behind the newest rows). Each call
+    hard-links the files into its own folder, so a snapshot replaced meanwhile is never pulled from under it."""
+
+    def __init__(self, max_age_s: float, max_scopes: int = 16):
+        self.max_age_s, self.max_scopes = max_age_s, max_scopes
+        self.root: Path | None = None  # made on the first export, removed by close()
+        self.entries: dict[str | None, tuple[float, Path, list[str]]] = {}
+        self.locks: dict[str | None, threading.Lock] = {}
+        self.lock = threading.Lock()
+
+    def take(self, client, tenant: str | None, limits: Limits, into: Path) -> list[str]:
+        """Link `tenant`'s snapshot files (exported now when none is fresh) into `into`; returns the tables."""
+        with self.lock:
+            scope_lock = self.locks.setdefault(tenant, threading.Lock())
+        with scope_lock:
+            entry = self.entries.get(tenant)
+            if entry is None or time.monotonic() - entry[0] >= self.max_age_s:
+                with self.lock:
+                    if self.root is None:
+                        self.root = Path(tempfile.mkdtemp(prefix="jev-snapshots-", dir=scratch()))
+                        self.root.chmod(0o700)
+                folder = Path(tempfile.mkdtemp(dir=self.root))
+                entry = (time.monotonic(), folder, export(client, tenant, folder, limits))
+                with self.lock:
+                    stale = [self.entries.pop(tenant, None)]
+                    self.entries[tenant] = entry
+                    while len(self.entries) > self.max_scopes:
+                        stale.append(self.entries.pop(min(self.entries, key=lambda k: self.entries[k][0])))
+                for old in stale:
+                    if old is not None:
+                        shutil.rmtree(old[1], ignore_errors=True)
+            for file in entry[1].iterdir():
+                try:
+                    os.link(file, into / file.name)
+                except OSError:  # another file system: a copy
+                    shutil.copyfile(file, into / file.name)
+            return entry[2]
+
+    def close(self) -> None:
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def scratch() -> str | None:
@@ -189,23 +242,24 @@ def scratch() -> str | None:
 
 
 def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
-        cancelled: threading.Event | None = None) -> dict:
+        cancelled: threading.Event | None = None, snapshots: Snapshots | None = None) -> dict:
     """`endpoint`'s answer to `body`, computed in a fresh sandbox that holds `tenant`'s rows of `client` (every
-    tenant's for None or "*"). Raises QueryFailed with a message safe for the caller."""
+    tenant's for None or "*"), exported now or taken from `snapshots`. Raises QueryFailed with a message safe
+    for the caller."""
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
     tenant = None if tenant in (None, "", tenancy.ADMIN) else tenant
     with tempfile.TemporaryDirectory(prefix="jev-sandbox-", dir=scratch()) as work:
         folder = Path(work)
         folder.chmod(0o700)
-        tables = export(client, tenant, folder, limits)
+        tables = snapshots.take(client, tenant, limits, folder) if snapshots else export(client, tenant, folder, limits)
         (folder / "spec.json").write_bytes(orjson.dumps({"endpoint": endpoint, "body": body, "tables": tables,
                                                          "limits": dataclasses.asdict(limits)}))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "LANG": "C.UTF-8",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        proc = subprocess.Popen([sys.executable, "-m", "workers.analytics.sandbox", work], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work,
-                                preexec_fn=child_setup)
+        proc = subprocess.Popen([sys.executable, "-m", "workers.analytics.sandbox", work, str(os.getpid())],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                cwd=work)
         deadline = time.monotonic() + limits.time_s + LOAD_ALLOWANCE_S
         try:
             while proc.poll() is None:
@@ -255,4 +309,5 @@ def serve(work: Path) -> dict:
 
 
 if __name__ == "__main__":
+    lower_self(int(sys.argv[2]))
     sys.stdout.buffer.write(orjson.dumps(serve(Path(sys.argv[1])), default=str) + b"\n")
