@@ -5,7 +5,8 @@ query endpoints), preloads --rows usage rows into its ClickHouse (two tenants), 
 --wave new requests: a baseline wave with no analytics, a loaded wave while one tenant token keeps
 JEV_QUERY_CONCURRENCY heavy queries running on the owner's endpoint (a 4-way self cross join that runs into
 JEV_QUERY_TIME_S, and a groupArray of 1 KB strings that runs into JEV_QUERY_MEMORY_MB), one after the other so the
-two phases see the same machine. Latency = publish to decision received, per request.
+two phases see the same machine. The tenant's callers run in a process of their own. Latency = publish to
+decision received, per request.
 Last stdout line: one JSON object (baseline and loaded p50/p95 in ms, their ratio, tenant queries answered).
 
     .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 4] [--wave 10]
@@ -15,6 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -67,6 +71,19 @@ def tenant_load(url: str, queries: list[str], stop: threading.Event, counts: dic
                 time.sleep(0.2)
 
 
+def callers_main(url: str, queries: list[str], n: int) -> None:
+    """The tenant's side, in a process of its own (not the one timing decisions): `n` concurrent callers until
+    SIGTERM, then their outcome counts as one JSON line."""
+    stop, counts = threading.Event(), {"answered": 0}
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threads = [threading.Thread(target=tenant_load, args=(url, queries, stop, counts)) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(orjson.dumps(counts).decode(), flush=True)
+
+
 async def wave(producer, consumer, n: int, seed: int) -> list[float]:
     payloads = workload.generate(n, seed=seed, repeat_share=0.0)
     sent = {}
@@ -102,17 +119,17 @@ async def run(args) -> dict:
             try:
                 await wave(producer, consumer, args.wave, seed=1000)  # warm-up, not counted
                 base, loaded, counts = [], [], {"answered": 0}
+                caller = [sys.executable, __file__, "--caller", url, "--callers", str(settings.query_concurrency + 1),
+                          *(f"--query={q}" for q in args.query or HEAVY)]  # one caller more than allowed
                 for i in range(args.waves):
                     base += await wave(producer, consumer, args.wave, seed=2000 + i)
-                    stop = threading.Event()
-                    callers = [threading.Thread(target=tenant_load, args=(url, args.query or HEAVY, stop, counts))
-                               for _ in range(settings.query_concurrency + 1)]  # one more than allowed
-                    for t in callers:
-                        t.start()
-                    await asyncio.sleep(args.settle_s)  # the heavy queries are running
+                    callers = subprocess.Popen(caller, stdout=subprocess.PIPE, text=True)
+                    await asyncio.sleep(args.settle_s)  # the tenant's queries are running
                     loaded += await wave(producer, consumer, args.wave, seed=3000 + i)
-                    stop.set()
-                    await asyncio.to_thread(lambda: [t.join() for t in callers])
+                    callers.send_signal(signal.SIGTERM)
+                    out, _ = await asyncio.to_thread(callers.communicate)
+                    for key, n in orjson.loads(out.strip().splitlines()[-1]).items():
+                        counts[key] = counts.get(key, 0) + n
             finally:
                 await producer.stop()
                 await consumer.stop()
@@ -134,7 +151,13 @@ def main() -> None:
     ap.add_argument("--settle-s", type=float, default=3.0, help="seconds the load runs before a loaded wave")
     ap.add_argument("--query", action="append", default=[], help="the tenant's queries instead of the heavy ones "
                                                                  "(e.g. 'SELECT 1': the sandbox's own cost)")
-    print(orjson.dumps(asyncio.run(run(ap.parse_args()))).decode())
+    ap.add_argument("--caller", metavar="URL", help=argparse.SUPPRESS)  # internal: run the tenant's callers
+    ap.add_argument("--callers", type=int, default=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.caller:
+        callers_main(args.caller, args.query or HEAVY, args.callers)
+        return
+    print(orjson.dumps(asyncio.run(run(args))).decode())
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usag
 
 READ_STATEMENTS = ("select", "with")
 LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed on top of the query limit
+POLL_S = 0.25  # how often a waiting call looks at its sandbox: each look takes the owner's GIL from its pipeline
 CODE = re.compile(r"Code: (\d+)\.")
 NAME = re.compile(r"\s*\(([A-Z][A-Z_]+)\)")
 VERSION = re.compile(r"\s*\(version [^)]*\)")
@@ -268,7 +269,7 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
                 if time.monotonic() > deadline:
                     raise QueryFailed(f"stopped after {limits.time_s + LOAD_ALLOWANCE_S:.0f} s (JEV_QUERY_TIME_S="
                                       f"{limits.time_s:g} plus loading); narrow --since or the query")
-                time.sleep(0.02)
+                (cancelled or threading.Event()).wait(POLL_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
