@@ -5,8 +5,8 @@ query endpoints), preloads --rows usage rows into its ClickHouse (two tenants), 
 --wave new requests: a baseline wave with no analytics, a loaded wave while one tenant token keeps
 JEV_QUERY_CONCURRENCY heavy queries running on the owner's endpoint (a 4-way self cross join that runs into
 JEV_QUERY_TIME_S, and a groupArray of 1 KB strings that runs into JEV_QUERY_MEMORY_MB), one after the other so the
-two phases see the same machine. The tenant's callers run in a process of their own. Latency = publish to
-decision received, per request.
+two phases see the same machine. The tenant's callers run in a process of their own. Each baseline and loaded
+wave are the two halves of one generated mix of requests. Latency = publish to decision received, per request.
 Last stdout line: one JSON object (baseline and loaded p50/p95 in ms, their ratio, tenant queries answered).
 
     .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 4] [--wave 10]
@@ -84,9 +84,8 @@ def callers_main(url: str, queries: list[str], n: int) -> None:
     print(orjson.dumps(counts).decode(), flush=True)
 
 
-async def wave(producer, consumer, n: int, seed: int) -> list[float]:
-    payloads = workload.generate(n, seed=seed, repeat_share=0.0)
-    sent = {}
+async def wave(producer, consumer, payloads: list[bytes]) -> list[float]:
+    n, sent = len(payloads), {}
     for raw in payloads:
         sent[orjson.loads(raw)["request_id"]] = time.monotonic()
         await producer.send(name("requests"), raw)
@@ -117,15 +116,16 @@ async def run(args) -> dict:
             await producer.start()
             await consumer.start()
             try:
-                await wave(producer, consumer, args.wave, seed=1000)  # warm-up, not counted
+                await wave(producer, consumer, workload.generate(args.wave, seed=1000, repeat_share=0.0))  # warm-up
                 base, loaded, counts = [], [], {"answered": 0}
                 caller = [sys.executable, __file__, "--caller", url, "--callers", str(settings.query_concurrency + 1),
                           *(f"--query={q}" for q in args.query or HEAVY)]  # one caller more than allowed
                 for i in range(args.waves):
-                    base += await wave(producer, consumer, args.wave, seed=2000 + i)
+                    pool = workload.generate(2 * args.wave, seed=2000 + i, repeat_share=0.0)
+                    base += await wave(producer, consumer, pool[0::2])  # both phases: halves of one mix
                     callers = subprocess.Popen(caller, stdout=subprocess.PIPE, text=True)
                     await asyncio.sleep(args.settle_s)  # the tenant's queries are running
-                    loaded += await wave(producer, consumer, args.wave, seed=3000 + i)
+                    loaded += await wave(producer, consumer, pool[1::2])
                     callers.send_signal(signal.SIGTERM)
                     out, _ = await asyncio.to_thread(callers.communicate)
                     for key, n in orjson.loads(out.strip().splitlines()[-1]).items():
