@@ -49,25 +49,25 @@ def check_ast(ast: str, current: str, databases: set[str], tables: set[str], ten
     """The gate on EXPLAIN AST output (one node per line: `Kind name (alias a) (children n)`)."""
     lines = ast.splitlines()
     if not lines or lines[0].strip() != "SelectWithUnionQuery (children 1)":
-        raise Refused("a tenant may run one SELECT (or WITH … SELECT) without FORMAT or INTO OUTFILE")
+        raise Refused("a query may be one SELECT (or WITH … SELECT) without FORMAT or INTO OUTFILE")
     for line in lines:
         m = NODE.match(line.strip())
         if not m:
             continue
         kind, name = m.group(1), (m.group(2) or "")
         if kind == "Set":
-            raise Refused("a tenant's query may not change settings (SETTINGS clause)")
+            raise Refused("a query may not change settings (SETTINGS clause)")
         if kind == "Function" and (name.lower() in functions or name.lower() in BLOCKED_FUNCTIONS
                                    or name.lower().startswith(BLOCKED_PREFIXES)):
-            raise Refused(f"a tenant's query may not call {name}(): it reads outside the usage tables")
+            raise Refused(f"a query may not call {name}(): it reads outside the usage tables")
         if kind in ("TableIdentifier", "Identifier"):
             parts = name.split(".")
             if len(parts) > 1 and parts[0] in databases:
                 if parts[0] != current:
-                    raise Refused(f"a tenant's query may not read database {parts[0]!r}: only the usage tables")
+                    raise Refused(f"a query may not read database {parts[0]!r}: only the usage tables")
                 parts = parts[1:]
             if parts[0] in tables and parts[0] not in tenant_tables:
-                raise Refused(f"a tenant's query may not read {parts[0]!r}: it has no tenant column; "
+                raise Refused(f"a query may not read {parts[0]!r}: it has no tenant column; "
                               f"readable tables: {', '.join(sorted(tenant_tables))}")
 
 
