@@ -242,6 +242,7 @@ def serve_stages() -> None:
         ready.unlink(missing_ok=True)
         if query_server.path is not None:
             query_server.path.unlink(missing_ok=True)
+        query_server.snapshots.close()
         sink.drain(timeout=10)
         sink.close()
 
