@@ -25,6 +25,8 @@ from streams.switches import Controls
 from streams.process import limit_model_threads
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
 from streams.scoring import rules
+from streams.shadow import agent as shadow_agent
+from streams.shadow.sample import Sampler
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
@@ -81,11 +83,17 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     postprocess = Postprocess(topics, settings, cache, controls, book)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)),
+        shadow=Sampler(settings.shadow_rate))
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
+    guard = shadow_agent.build_guard(settings, cache)
+    controls.listeners.append(guard.on_control)
+    app.jev_verdicts = shadow_agent.register(
+        app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None))
+    app.jev_guard = guard
     app.jev_topics = topics
     app.jev_controls = controls
     app.jev_budgets = book

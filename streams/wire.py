@@ -24,7 +24,7 @@ log = logging.getLogger("jev.wire")
 VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
                "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
                "rejected": records.Rejection, "control": records.Control, "alerts": records.Alert,
-               "review": records.Decision}
+               "review": records.Decision, "shadow": records.WorkBatch, "verdicts": records.Verdict}
 
 
 DEAD_LETTER_ORIGINAL_MAX = 65_536  # bytes of a poison message kept in its dead letter (bounded, fits any broker)

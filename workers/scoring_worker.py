@@ -22,6 +22,9 @@ from streams.switches import Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
+from streams.shadow import mechanisms
+from streams.shadow.tuning import EngineTuning
+from workers.shadow_scoring import ShadowScorer
 
 log = logging.getLogger("jev.scoring")
 
@@ -40,6 +43,7 @@ class ScoringWorker:
         self.stopping = asyncio.Event()
         self.decided = 0
         self.producer: AIOKafkaProducer | None = None  # started by run()
+        self.shadow = ShadowScorer(settings, self.engine, lambda: self.producer, decode_batch)
 
     async def run(self) -> None:
         s = self.settings
@@ -49,10 +53,13 @@ class ScoringWorker:
                                  s.score_batch_wait_ms)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
+        controls.listeners.append(EngineTuning(self.engine).on_control)
+        shadow = self.shadow.consumer()
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap))
         await self.producer.start()
         await consumer.start()
+        await shadow.start()
         ready_file(s).touch()
         try:
             await consumer.wait(self.stopping.wait())  # until asked to stop, or the consumer crashed
@@ -64,6 +71,7 @@ class ScoringWorker:
             lag.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
+            await shadow.stop()
             await self.producer.stop()
 
     async def handle(self, messages: list) -> None:
@@ -79,11 +87,14 @@ class ScoringWorker:
                 continue
             by_partition.setdefault(msg.partition, []).extend(batch.items)
         works = [w for ws in by_partition.values() for w in ws]
-        results = await asyncio.to_thread(self.decide_each, works)
+        with self.shadow.served_batch():
+            results = await asyncio.to_thread(self.decide_each, works)
         usage = []
         for work, (decision, events) in zip(works, results):
             work.decision = decision
             usage.extend(events)
+            if work.shadow == "served":
+                work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
         sends += [await producer.send(name("scored"), envelope, partition=p)
                   for p, ws in by_partition.items() for envelope in encode_batches(ws)]
         if usage:

@@ -28,7 +28,8 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, shadow=None) -> BatchConsumer:
+    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way."""
     async def count_tokens(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
@@ -60,10 +61,14 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
+        pressured = "load" if len(messages) >= settings.stage_batch_max else "budget" if alerts else ""
+        twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
+        naive = shadow.pair(twins, distilled, saved) if twins else []
         onward, answered = local.split(distilled)
         await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
-                             topics.send_usage(usage + saved), answered, *sent)
+                             topics.send_work(topics.shadow, naive, key=lambda w: w.cache_key),
+                             topics.send_usage(usage + saved + skipped), answered, *sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))

@@ -6,6 +6,8 @@ import asyncio
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
+from streams.shadow.agent import send_verdicts
+from streams.shadow.verdict import ShadowJoin
 from streams.usage.events import usage_event
 from streams.wire import take_work
 
@@ -19,14 +21,20 @@ class Postprocess:
 
     def __init__(self, topics, settings, cache, controls, book):
         self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
+        self.shadow = ShadowJoin(settings.shadow_text_agree, getattr(cache, "learn", None))
 
     async def __call__(self, items: list) -> None:
         topics, controls = self.topics, self.controls
-        usage, decisions = [], []
+        usage, decisions, verdicts = [], [], []
         for work in items:
+            if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
+                verdicts.append(self.shadow.naive(work))
+                continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
+            if work.shadow == "served" and not work.refresh:
+                verdicts.append(self.shadow.served(work, done.usage))
             observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(decision.request_id)
             if reservation is not None:
@@ -43,7 +51,8 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
-        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
+        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage),
+                             send_verdicts(topics, [v for v in verdicts if v is not None]))
 
 
 def register(app, topics, settings, postprocess: Postprocess) -> None:

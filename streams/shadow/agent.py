@@ -1,0 +1,81 @@
+"""judge_savings: reads the verdicts topic, stores every verdict in ClickHouse, keeps each mechanism's
+agreement in the Prometheus gauge and lets the guard act: its control records go to the control topic (every
+process applies them, as it would an operator's) and its alerts to the alerts topic. Its own BatchConsumer
+(group `<app_id>-verdicts`), committing a micro-batch only after all of that was delivered."""
+from __future__ import annotations
+
+import asyncio
+
+from schemas.records import Verdict
+from streams.cache.semantic import SemanticCache
+from streams.metrics import observe_verdicts, set_agreement
+from streams.shadow.floors import parse_floors
+from streams.shadow.guard import CASCADE_KEY, L2_KEY, Guard, Knob
+from streams.shadow.store import VerdictStore
+from streams.wire import BatchConsumer, dead_letter
+
+L2_STEP, L2_LIMIT = 0.02, 0.99
+CASCADE_STEP, CASCADE_LIMIT = 2, 8
+
+
+def build_guard(settings, cache) -> Guard:
+    """The guard with its knobs: L2's similarity floor (read back from the cache stage of this process, so a
+    tune it does not honour ends in the switch), and the cascade's beam widening (honoured by the scoring
+    workers, streams.shadow.tuning)."""
+    knobs = {"cascade": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
+             "beam": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0)}
+    semantic = getattr(cache, "semantic", None)
+    if isinstance(semantic, SemanticCache):
+        knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.threshold, lambda: semantic.threshold)
+    return Guard(parse_floors(settings.shadow_floors), settings.shadow_min_sample, settings.shadow_confidence_z,
+                 knobs)
+
+
+def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
+    verdicts, rejected = [], []
+    for message in messages:
+        try:
+            verdicts.append(Verdict.loads(message.value))
+        except Exception as exc:
+            rejected.append(dead_letter(message, exc))
+    return verdicts, rejected
+
+
+def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
+    """`client_ref()`: the ClickHouse client of this process's usage sink, or None where it has none."""
+    state = {"verdicts": 0, "kept": 0}
+
+    def store() -> VerdictStore | None:
+        if "store" not in state:
+            client = client_ref()
+            state["store"] = VerdictStore(client) if client is not None else None
+        return state["store"]
+
+    async def judge_savings(messages: list) -> None:
+        verdicts, rejected = read_verdicts(messages)
+        sent = [await topics.rejected.send(value=r) for r in rejected]
+        if (target := store()) is not None:
+            await asyncio.to_thread(target.store, verdicts)
+        observe_verdicts(verdicts)
+        state["verdicts"] += len(verdicts)
+        state["kept"] += sum(v.kept for v in verdicts)
+        if state["verdicts"]:
+            set_agreement("all", state["kept"] / state["verdicts"])
+        actions = guard.observe(verdicts) if settings.shadow_guard else []
+        for mechanism, seen in guard.agreement().items():
+            if seen["agreement"] is not None:
+                set_agreement(mechanism, seen["agreement"])
+        for action in actions:
+            if action.control is not None:
+                sent.append(await topics.control.send(key=f"{action.control.kind}:{action.control.key}",
+                                                      value=action.control))
+            sent.append(await topics.alerts.send(key=action.alert.scope, value=action.alert))
+        await asyncio.gather(*sent)
+
+    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(), f"{settings.app_id}-verdicts",
+                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms))
+
+
+async def send_verdicts(topics, verdicts: list[Verdict]) -> None:
+    if verdicts:
+        await topics.records.send_all(topics.verdicts.get_topic_name(), ((v.request_id, v, {}) for v in verdicts))
