@@ -213,7 +213,7 @@ class Rejection(Record):
 
 class Control(Record):
     """Latest value per key wins: kill switches, budgets, template/prompt/model versions."""
-    kind: str  # switch | budget | version
+    kind: str  # switch | budget | version | tune (a mechanism's knob, e.g. cache.l2.min_similarity)
     key: str
     value: Any
     ts: float = 0.0

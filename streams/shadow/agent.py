@@ -72,8 +72,9 @@ def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
             sent.append(await topics.alerts.send(key=action.alert.scope, value=action.alert))
         await asyncio.gather(*sent)
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(), f"{settings.app_id}-verdicts",
-                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms))
+    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(),
+                                     f"{settings.app_id}-verdicts", judge_savings, settings.stage_batch_max,
+                                     settings.stage_batch_wait_ms))
 
 
 async def send_verdicts(topics, verdicts: list[Verdict]) -> None:

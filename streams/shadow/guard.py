@@ -130,8 +130,8 @@ class Guard:
             if sw == switch:
                 self.off.add(other)
         control = Control(kind="switch", key=switch, value=False, ts=now)
-        return Action(control, self.alert(mechanism, f"{why}: switched {switch} off; revert: jev switch set {switch} on",
-                                          "critical", lower, floor, now))
+        return Action(control, self.alert(mechanism, f"{why}: switched {switch} off; revert: jev switch set "
+                                                     f"{switch} on", "critical", lower, floor, now))
 
     @staticmethod
     def alert(mechanism: str, message: str, severity: str, lower: float, floor: float, now: float) -> Alert:

@@ -14,8 +14,9 @@ from workers.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 
-ITEMS = {"shoe": "running shoe for the road", "coat": "warm coat for cold winter", "tent": "tent for camping in the woods",
-         "kettle": "kettle to boil water for tea", "lamp": "lamp to read at night", "bag": "bag to carry books to school",
+ITEMS = {"shoe": "running shoe for the road", "coat": "warm coat for cold winter",
+         "tent": "tent for camping in the woods", "kettle": "kettle to boil water for tea",
+         "lamp": "lamp to read at night", "bag": "bag to carry books to school",
          "drill": "drill to make holes in a wall", "mat": "mat for yoga at home"}
 NEEDS = ["running on the road", "a run on the road", "cold winter days", "a cold winter", "camping in the woods",
          "a night camping", "boiling water for tea", "making tea", "reading at night", "a night of reading",

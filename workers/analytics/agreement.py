@@ -1,6 +1,8 @@
 """Agreement beside savings: per saving mechanism, the tokens it saved and the share of shadow verdicts it
-kept (migration 005: shadow_verdicts, agreement_by_mechanism_day), with the Wilson lower bound the guard
-compares with the mechanism's floor."""
+kept, with the Wilson lower bound the guard compares with the mechanism's floor.
+
+It reads the tables (shadow_verdicts, usage_events), not migration 005's views that say the same, because a
+tenant-scoped report may read tables with a tenant column only (workers/analytics/tenancy.py)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -9,6 +11,18 @@ from streams.shadow.floors import parse_floors
 from streams.shadow.guard import wilson_lower
 
 Z = 1.645
+# a usage row's mechanism, as in migration 005's usage_savings_by_mechanism
+MECHANISM = ("multiIf(stage = 'distill' AND section IN ('dedup', 'domain', 'semantic', 'time'), "
+             "concat('distill.', section), stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
+             "stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context', "
+             "'state_cache'), section, "
+             "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
+             "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')")
+SAVED = (f"SELECT {MECHANISM} AS mechanism, sum(toInt64(nominal_tokens) - toInt64(input_tokens + output_tokens)) "
+         "AS saved FROM usage_events WHERE stage != 'shadow' AND ts >= {since:DateTime64(3)} GROUP BY mechanism")
+JUDGED = ("SELECT mechanism, count() AS verdicts, countIf(agreed) AS agreed, countIf(kept) AS kept, "
+          "countIf(labelled) AS labelled FROM shadow_verdicts FINAL ARRAY JOIN mechanisms AS mechanism "
+          "WHERE ts >= {since:DateTime64(3)} GROUP BY mechanism")
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -25,17 +39,16 @@ def agreement(client, since: dt.datetime, floors: str = "") -> dict:
         "WHERE ts >= {since:DateTime64(3)}", parameters=params).result_rows[0]
     overall = {"verdicts": int(n), "agreed": int(agreed), "agreement": _share(agreed, n), "kept": int(kept),
                "kept_share": _share(kept, n), "labelled": int(labelled)}
+    saved = {m: int(t) for m, t in client.query(SAVED, parameters=params).result_rows if m}
+    judged = {row[0]: [int(x) for x in row[1:]] for row in client.query(JUDGED, parameters=params).result_rows}
     by_mechanism = {}
-    for mechanism, saved, verdicts, agreed_m, kept_m, labelled_m in client.query(
-            "SELECT mechanism, sum(tokens_saved), sum(verdicts), sum(agreed), sum(kept), sum(labelled) "
-            "FROM agreement_by_mechanism_day WHERE day >= toDate({since:DateTime64(3)}) AND mechanism != 'all' "
-            "GROUP BY mechanism ORDER BY mechanism", parameters=params).result_rows:
-        verdicts, kept_m = int(verdicts), int(kept_m)
+    for mechanism in sorted(m for m in saved.keys() | judged.keys() if saved.get(m) or m in judged):
+        verdicts, agreed_m, kept_m, labelled_m = judged.get(mechanism, (0, 0, 0, 0))
         by_mechanism[mechanism] = {
-            "tokens_saved": int(saved), "verdicts": verdicts, "agreed": int(agreed_m),
+            "tokens_saved": saved.get(mechanism, 0), "verdicts": verdicts, "agreed": agreed_m,
             "agreement": _share(agreed_m, verdicts), "kept_share": _share(kept_m, verdicts),
             "lower": round(wilson_lower(kept_m, verdicts, Z), 4) if verdicts else None,
-            "floor": limits.get(mechanism), "labelled": int(labelled_m)}
+            "floor": limits.get(mechanism), "labelled": labelled_m}
     return {"overall": overall, "by_mechanism": by_mechanism}
 
 
