@@ -24,8 +24,6 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "hierarchy": (0.90, "a multi-step decision prunes like the cascade: the cascade's floor"),
     "shared_context": (0.97, "the fine tier scores each candidate against the same context whether it is sent once or "
                              "per candidate (MiniLM and lexical scores are per pair): the caches' floor; no knob"),
-    "state_cache": (0.97, "a cached state encoding is the encoding the model would compute again: the caches' floor; "
-                          "no knob"),
     "truncation": (0.97, "truncation drops the oldest turns, as distillation's time layer does: distillation's floor"),
     "breakers": (0.90, "a breaker trades the decision for a bounded cost and latency by design (fallback action or "
                        "lexical order): judged on labelled requests only, at the cascade's floor; it only alerts"),

@@ -2,7 +2,7 @@
 
 A mechanism acted on a request when it saved tokens on it: a usage event of its section whose nominal tokens
 exceed its actual ones (distill layers, rules, cascade, beam, multi-step descent, the context sent once for all
-candidates, a cached state encoding, cleanup), a cache tier that
+candidates, cleanup), a cache tier that
 answered, a breaker or budget that cut the decision short, or ingest truncating the history to the contract.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from schemas.records import Decision, UsageEvent
 
 DISTILL_LAYERS = ("dedup", "domain", "semantic", "time")
 SCORE_SECTIONS = {"rules": "rules", "cascade": "cascade", "beam": "beam", "hierarchy": "hierarchy",
-                  "shared_context": "shared_context", "state_cache": "state_cache"}
+                  "shared_context": "shared_context"}
 CACHE_TIERS = {"cache_l1": "cache.l1", "cache_l2": "cache.l2", "cache_l3": "cache.l3", "rules": "rules"}
 MECHANISMS = ("truncation", *(f"distill.{layer}" for layer in DISTILL_LAYERS), "cache.l1", "cache.l2", "cache.l3",
-              "rules", "cascade", "beam", "hierarchy", "shared_context", "state_cache", "breakers", "budget", "cleanup")
+              "rules", "cascade", "beam", "hierarchy", "shared_context", "breakers", "budget", "cleanup")
 
 
 def section_of(event: UsageEvent) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import datetime as dt
 
 from streams.shadow.floors import parse_floors
-from streams.shadow.guard import wilson_lower
+from streams.shadow.guard import LABELLED_ONLY, wilson_lower
 
 Z = 1.645
 # a usage row's mechanism, as in migration 005's usage_savings_by_mechanism
 MECHANISM = ("multiIf(stage = 'distill' AND section IN ('dedup', 'domain', 'semantic', 'time'), "
              "concat('distill.', section), stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
-             "stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context', "
-             "'state_cache'), section, "
+             "stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context'), section, "
              "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
              "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')")
 SAVED = (f"SELECT {MECHANISM} AS mechanism, sum(toInt64(nominal_tokens) - toInt64(input_tokens + output_tokens)) "
@@ -48,7 +47,8 @@ def agreement(client, since: dt.datetime, floors: str = "") -> dict:
             "tokens_saved": saved.get(mechanism, 0), "verdicts": verdicts, "agreed": agreed_m,
             "agreement": _share(agreed_m, verdicts), "kept_share": _share(kept_m, verdicts),
             "lower": round(wilson_lower(kept_m, verdicts, Z), 4) if verdicts else None,
-            "floor": limits.get(mechanism), "labelled": labelled_m}
+            "floor": limits.get(mechanism), "labelled": labelled_m,
+            "judged_on": "labelled verdicts" if mechanism in LABELLED_ONLY else "all verdicts"}
     return {"overall": overall, "by_mechanism": by_mechanism}
 
 

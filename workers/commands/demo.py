@@ -85,5 +85,6 @@ def mechanism_table(r: dict):
     for name, m in r["agreement"]["by_mechanism"].items():
         t.add_row(name, f"{m['tokens_saved']:,}", str(m["verdicts"]),
                   "-" if m["agreement"] is None else f"{m['agreement']:.1%}",
-                  "-" if m["lower"] is None else f"{m['lower']:.3f}", "-" if m["floor"] is None else f"{m['floor']}")
+                  "-" if m["lower"] is None else f"{m['lower']:.3f}",
+                  f"{m['floor']}{' (labels)' if m['judged_on'] == 'labelled verdicts' else ''}")
     return t

@@ -34,8 +34,8 @@ CREATE VIEW IF NOT EXISTS usage_savings_by_mechanism AS
 SELECT toDate(ts) AS day, tenant, decision_type,
        multiIf(stage = 'distill' AND section IN ('dedup', 'domain', 'semantic', 'time'), concat('distill.', section),
                stage = 'cache', replaceOne(section, 'cache_', 'cache.'),
-               stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context',
-                                               'state_cache'), section,
+               stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context'),
+               section,
                stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'),
                stage = 'postprocess' AND section = 'cleanup', 'cleanup', '') AS mechanism,
        toInt64(nominal_tokens) - toInt64(input_tokens + output_tokens) AS tokens_saved
