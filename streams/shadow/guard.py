@@ -57,32 +57,27 @@ class Action:
 
 
 @dataclass
-class Judged:
-    window: deque
-    sent: float | None = None  # the knob value this guard last sent
-
-
-@dataclass
 class Guard:
     floors: dict[str, float]
     min_sample: int
     z: float
     knobs: dict[str, Knob] = field(default_factory=dict)
     window: int = 1000
-    state: dict[str, Judged] = field(default_factory=dict)
+    state: dict[str, deque] = field(default_factory=dict)  # per mechanism: kept or not, since its last action
     off: set[str] = field(default_factory=set)  # mechanisms this guard switched off (until switched on again)
-    values: dict[str, float] = field(default_factory=dict)  # tune values seen on the control topic
+    values: dict[str, float] = field(default_factory=dict)  # knob values in effect: sent here or seen on the topic
+    sent: dict[str, float] = field(default_factory=dict)  # knob values this guard sent last
 
-    def judged(self, mechanism: str) -> Judged:
+    def judged(self, mechanism: str) -> deque:
         if mechanism not in self.state:
-            self.state[mechanism] = Judged(deque(maxlen=self.window))
+            self.state[mechanism] = deque(maxlen=self.window)
         return self.state[mechanism]
 
     def agreement(self) -> dict[str, dict]:
         """Per mechanism in its current window: verdicts, kept, the share kept and its lower bound, the floor."""
         out = {}
-        for mechanism, judged in sorted(self.state.items()):
-            n, kept = len(judged.window), sum(judged.window)
+        for mechanism, window in sorted(self.state.items()):
+            n, kept = len(window), sum(window)
             out[mechanism] = {"verdicts": n, "kept": kept, "agreement": kept / n if n else None,
                               "lower": wilson_lower(kept, n, self.z), "floor": self.floors.get(mechanism)}
         return out
@@ -95,28 +90,27 @@ class Guard:
                 if mechanism in self.off or mechanism not in self.floors or \
                         (mechanism in LABELLED_ONLY and not verdict.labelled):
                     continue
-                judged = self.judged(mechanism)
-                judged.window.append(bool(verdict.kept))
-                n, kept = len(judged.window), sum(judged.window)
+                window = self.judged(mechanism)
+                window.append(bool(verdict.kept))
+                n, kept = len(window), sum(window)
                 lower = wilson_lower(kept, n, self.z)
                 if n >= self.min_sample and lower < self.floors[mechanism]:
-                    actions.append(self.act(mechanism, judged, kept, n, lower, now))
+                    window.clear()
+                    actions.append(self.act(mechanism, kept, n, lower, now))
         return actions
 
-    def act(self, mechanism: str, judged: Judged, kept: int, n: int, lower: float, now: float) -> Action:
+    def act(self, mechanism: str, kept: int, n: int, lower: float, now: float) -> Action:
         floor = self.floors[mechanism]
         why = (f"shadow agreement of {mechanism}: {kept}/{n} kept ({kept / n:.1%}), lower bound {lower:.3f} "
                f"under its floor {floor}")
-        judged.window.clear()
         knob = self.knobs.get(mechanism)
         if knob is not None:
-            in_effect = knob.current()
-            in_effect = self.values.get(knob.key, judged.sent if judged.sent is not None else knob.start) \
-                if in_effect is None else in_effect
-            took = judged.sent is None or in_effect >= judged.sent - 1e-9
+            seen = knob.current()
+            in_effect = self.values.get(knob.key, knob.start) if seen is None else seen
+            took = seen is None or knob.key not in self.sent or seen >= self.sent[knob.key] - 1e-9
             tighter = round(in_effect + knob.step, 6)
             if took and tighter <= knob.limit + 1e-9:
-                judged.sent = tighter
+                self.sent[knob.key] = self.values[knob.key] = tighter
                 control = Control(kind="tune", key=knob.key, value=tighter, ts=now)
                 return Action(control, self.alert(mechanism, f"{why}: {knob.key} raised {in_effect:g} -> {tighter:g}; "
                                                              f"revert: jev switch tune {knob.key} {in_effect:g}",
@@ -140,12 +134,13 @@ class Guard:
                      query=f"SELECT * FROM agreement_by_mechanism_day WHERE mechanism = '{mechanism}'", ts=now)
 
     def on_control(self, control: Control) -> None:
-        """Follow the control topic: tune values in effect; a switch turned on again (an operator's revert)
-        puts its mechanisms back under judgement with a fresh window."""
+        """Follow the control topic: tune values in effect (an operator's tune counts as sent: the next
+        tightening starts from it); a switch turned on again (an operator's revert) puts its mechanisms back
+        under judgement with a fresh window."""
         if control.kind == "tune" and isinstance(control.value, (int, float)):
-            self.values[control.key] = float(control.value)
+            self.values[control.key] = self.sent[control.key] = float(control.value)
         elif control.kind == "switch" and bool(control.value):
             for mechanism, switch in SWITCH_OF.items():
                 if switch == control.key and mechanism in self.off:
                     self.off.discard(mechanism)
-                    self.judged(mechanism).window.clear()
+                    self.judged(mechanism).clear()

@@ -83,9 +83,9 @@ def agreement(verdicts: list[Verdict]) -> float:
     return sum(v.agreed for v in verdicts) / len(verdicts)
 
 
-async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(settings):
+async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(settings, clickhouse_dsn, usage_db):
     settings = settings.replace(backend="lexical", cache_embedder="hashing", cache_semantic_threshold=0.05,
-                                shadow_rate="1", shadow_min_sample=10)
+                                shadow_rate="1", shadow_min_sample=10, clickhouse_dsn=clickhouse_dsn)
     async with Pipeline(settings, known_decision_types()) as pipe:
         follow = Follow(pipe.settings.bootstrap)
         following = asyncio.create_task(follow.run())
@@ -117,7 +117,7 @@ async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(sett
             assert (n, agreed) == (len(first) + len(second), sum(v.agreed for v in first + second))
             print(f"\nL2 verdicts {len(l2)}, agreement {agreement(l2):.3f}; phase 1 {agreement(first):.3f} "
                   f"({len(first)}), phase 2 {agreement(second):.3f} ({len(second)}); controls "
-                  f"{[(c.kind, c.key, c.value) for c in follow.controls]}")
+                  f"{[(c.kind, c.key, c.value) for c in follow.controls]}")  # the figures, with -s
         finally:
             follow.stopping.set()
             await following

@@ -80,3 +80,11 @@ def test_rules_are_judged_on_labelled_verdicts_only():
 def test_good_agreement_is_left_alone():
     guard = Guard(parse_floors(""), min_sample=100, z=1.645)
     assert guard.observe([verdict(i, True, "cache.l1", "distill.time") for i in range(300)]) == []
+
+
+def test_mechanisms_sharing_a_knob_raise_it_in_turn():
+    guard = Guard(parse_floors(""), min_sample=10, z=1.645,
+                  knobs={m: Knob(CASCADE_KEY, 2, 8, 0) for m in ("cascade", "beam")})
+    sent = [a.control.value for m in ("cascade", "beam") for a in guard.observe([verdict(i, False, m)
+                                                                                 for i in range(10)])]
+    assert sent == [2, 4]
