@@ -56,7 +56,7 @@ class ShadowScorer:
             by_partition.setdefault(msg.partition, []).extend(batch.items)
         for partition, works in by_partition.items():
             for i in range(0, len(works), CHUNK):
-                await self.idle.wait()
+                await self.until_idle()
                 fresh, usage = self.drop_stale(works[i:i + CHUNK])
                 if fresh:
                     decided, shadow_usage = await asyncio.to_thread(decide_naive, self.engine, fresh)
@@ -67,6 +67,14 @@ class ShadowScorer:
                 if usage:
                     sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
         await asyncio.gather(*sends)
+
+    async def until_idle(self) -> None:
+        """Until no served batch is being decided, or at most the twins' maximum age (by then the waiting
+        twins are stale and dropped: the handler never stalls past the consumer's poll interval)."""
+        try:
+            await asyncio.wait_for(self.idle.wait(), self.settings.shadow_max_age_ms / 1000)
+        except asyncio.TimeoutError:
+            pass
 
     def drop_stale(self, works: list[Work]) -> tuple[list[Work], list]:
         limit = time.time() - self.settings.shadow_max_age_ms / 1000

@@ -41,3 +41,14 @@ async def test_twins_wait_for_served_work_and_stale_ones_are_dropped(settings):
         ("n2", "shadow", "dropped:age")}
     assert all(e.stage == "shadow" and e.nominal_tokens == 0 for e in events)
     assert (worker.shadow.decided, worker.shadow.dropped) == (1, 1)
+
+
+async def test_under_steady_served_load_twins_are_dropped_not_held(settings):
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=300),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    worker.producer = Producer()
+    with worker.shadow.served_batch():  # served work never pauses
+        await asyncio.wait_for(worker.shadow.handle(consumed(name("shadow"), [
+            WorkBatch(items=[twin("n1", time.time())]).dumps()])), timeout=5)
+    assert (worker.shadow.decided, worker.shadow.dropped) == (0, 1)
+    assert not [t for t, _, _ in worker.producer.sent if t == name("scored")]
