@@ -81,15 +81,17 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(topics, settings, cache, controls, book)
+    distiller = Distiller(settings.distill_policies)
+    controls.listeners.append(distiller.on_control)
     app.jev_ingest = ingest_agent.register(
-        app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
+        app, topics, settings, admission, book, controls, get_texts, distiller,
         LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)),
         shadow=Sampler(settings.shadow_rate))
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)
-    guard = shadow_agent.build_guard(settings, cache)
+    guard = shadow_agent.build_guard(settings, cache, distiller)
     controls.listeners.append(guard.on_control)
     app.jev_verdicts = shadow_agent.register(
         app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None))

@@ -10,20 +10,24 @@ from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
 from streams.metrics import observe_verdicts, set_agreement
 from streams.shadow.floors import parse_floors
-from streams.shadow.guard import CASCADE_KEY, L2_KEY, Guard, Knob
+from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY, Guard, Knob
 from streams.shadow.store import VerdictStore
 from streams.wire import BatchConsumer, dead_letter
 
 L2_STEP, L2_LIMIT = 0.02, 0.99
 CASCADE_STEP, CASCADE_LIMIT = 2, 8
+DISTILL_STEP, DISTILL_LIMIT = 0.5, 4.0
 
 
-def build_guard(settings, cache) -> Guard:
+def build_guard(settings, cache, distiller=None) -> Guard:
     """The guard with its knobs: L2's similarity floor (read back from the cache stage of this process, so a
-    tune it does not honour ends in the switch), and the cascade's beam widening (honoured by the scoring
-    workers, streams.shadow.tuning)."""
+    tune it does not honour ends in the switch), the cascade's beam widening (honoured by the scoring
+    workers, streams.shadow.tuning) and the history budget of distillation's time layer (the Distiller of
+    this process)."""
     knobs = {"cascade": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
              "beam": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0)}
+    if distiller is not None:
+        knobs["distill.time"] = Knob(DISTILL_KEY, DISTILL_STEP, DISTILL_LIMIT, 1.0, lambda: distiller.scale)
     semantic = getattr(cache, "semantic", None)
     if isinstance(semantic, SemanticCache):
         knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.threshold, lambda: semantic.threshold)

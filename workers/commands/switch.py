@@ -17,8 +17,9 @@ def register(sub) -> None:
     s.set_defaults(func=run_set)
     t = actions.add_parser("tune", help="set a mechanism's knob, e.g. to revert what the shadow guard tightened: "
                                         "jev switch tune cache.l2.min_similarity 0.8")
-    t.add_argument("key", help="cache.l2.min_similarity (L2 similarity floor) or score.cascade.widen (candidates "
-                               "added to every cascade beam)")
+    t.add_argument("key", help="cache.l2.min_similarity (L2 similarity floor), score.cascade.widen (candidates "
+                               "added to every cascade beam) or distill.budget_scale (factor on every distill "
+                               "history budget)")
     t.add_argument("value", type=float)
     t.set_defaults(func=run_tune)
     ls = actions.add_parser("list", help="every switch with its current state (read from the control topic)")
@@ -45,10 +46,10 @@ def run_tune(args, settings) -> int:
 
     from schemas.records import Control
     from streams.control import publish
-    from streams.shadow.guard import CASCADE_KEY, L2_KEY
+    from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY
 
-    if args.key not in (L2_KEY, CASCADE_KEY):
-        print(f"jev switch tune: unknown knob {args.key!r}; knobs are {L2_KEY}, {CASCADE_KEY}")
+    if args.key not in (L2_KEY, CASCADE_KEY, DISTILL_KEY):
+        print(f"jev switch tune: unknown knob {args.key!r}; knobs are {L2_KEY}, {CASCADE_KEY}, {DISTILL_KEY}")
         return 2
     value = int(args.value) if args.key == CASCADE_KEY else args.value
     asyncio.run(publish(settings.bootstrap, [Control(kind="tune", key=args.key, value=value, ts=time.time())]))
