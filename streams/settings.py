@@ -112,6 +112,16 @@ class Settings:
         return f"{self.app_id}-usage"
 
     @property
+    def verdicts_group(self) -> str:
+        """The consumer group of the stage process's verdict reader (ClickHouse, the gauge, the guard)."""
+        return f"{self.app_id}-verdicts"
+
+    @property
+    def shadow_group(self) -> str:
+        """The consumer group of the scoring workers' naive-twin reader."""
+        return f"{self.app_id}-shadow"
+
+    @property
     def clickhouse(self) -> str:
         return self.clickhouse_dsn or f"chdb:///{Path(self.data_dir).resolve() / 'clickhouse'}"
 

@@ -42,7 +42,7 @@ class ShadowScorer:
 
     def consumer(self) -> BatchConsumer:
         s = self.settings
-        return BatchConsumer(s.bootstrap, name("shadow"), f"{s.app_id}-shadow", self.handle, s.score_batch_max,
+        return BatchConsumer(s.bootstrap, name("shadow"), s.shadow_group, self.handle, s.score_batch_max,
                              s.score_batch_wait_ms)
 
     async def handle(self, messages: list) -> None:

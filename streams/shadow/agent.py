@@ -1,7 +1,7 @@
 """judge_savings: reads the verdicts topic, stores every verdict in ClickHouse, keeps each mechanism's
 agreement in the Prometheus gauge and lets the guard act: its control records go to the control topic (every
 process applies them, as it would an operator's) and its alerts to the alerts topic. Its own BatchConsumer
-(group `<app_id>-verdicts`), committing a micro-batch only after all of that was delivered."""
+(group settings.verdicts_group), committing a micro-batch only after all of that was delivered."""
 from __future__ import annotations
 
 import asyncio
@@ -76,9 +76,8 @@ def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
             sent.append(await topics.alerts.send(key=action.alert.scope, value=action.alert))
         await asyncio.gather(*sent)
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(),
-                                     f"{settings.app_id}-verdicts", judge_savings, settings.stage_batch_max,
-                                     settings.stage_batch_wait_ms))
+    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(), settings.verdicts_group,
+                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms))
 
 
 async def send_verdicts(topics, verdicts: list[Verdict]) -> None:
