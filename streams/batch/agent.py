@@ -1,4 +1,5 @@
-"""Batch agents: aggregate members into merged generation calls, split the output into per-member results.
+"""Batch agents: aggregate members into merged generation calls (or individual ones where merging does not pay),
+split the output into per-member results.
 
 batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
 Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`).
@@ -50,7 +51,7 @@ def member_request(result: BatchResult, tenant: str, service: str, business_line
 
 
 def usage(result: BatchResult, member: BatchMember, model: str):
-    section = "failed" if result.status == "failed" else "retried" if result.retried else "merged"
+    section = "failed" if result.status == "failed" else "retried" if result.retried else result.sent
     return usage_event(member_request(result, member.tenant, member.service, member.business_line), "batch",
                        section=section, model=model, input_tokens=result.input_tokens,
                        output_tokens=result.output_tokens, nominal_tokens=result.individual_tokens,
@@ -82,11 +83,11 @@ def register(app, topics, settings) -> None:
                                                                ts=time.time()))
             cfg = config.load(settings.batch_templates)
             for group in aggregate.group(members, settings.batch_window_max):
-                call, failed = aggregate.plan(group, cfg, model)
+                calls, failed = aggregate.plan(group, cfg, model)
                 for result in failed:
                     await send_result(result)
                     events.append(usage(result, next(m for m in group if m.member == result.member), model))
-                if call is not None:
+                for call in calls:
                     call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
                     await topics.batch_merged.send(key=call.job.encode(), value=call.dumps())
             await topics.send_usage(events)
