@@ -12,8 +12,10 @@ Prompt layout the extractive generator understands (the batch prompts use it):
     ### member <id> (..., answer within <N> tokens)
     <source lines>
     ### end
-It answers each member with "=== <id> ===" and one "<Section>: ..." line per section, choosing for each
-section the source lines sharing the most words with the section's name and description, within N tokens.
+It answers each member with "=== <id> ===" (left out when the prompt holds one member) and one
+"<Section>: ..." line per section. The member's facts (whatever their field names or nesting, as
+streams/batch/render.py lays them out) each go to the section whose name and description they fit best,
+field names weighing most, within N tokens; a section no fact fits reads "none reported".
 A prompt without member blocks gets its leading lines, within max_tokens.
 """
 from __future__ import annotations
