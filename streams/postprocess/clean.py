@@ -2,11 +2,14 @@
 
 Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…："), trailing closers ("I hope this
 helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer
-(or every fence, with `fences: extract`). Code inside fences is never touched. Patterns: patterns.yaml.
+(or every fence, with `fences: extract`). Code inside fences is never touched. A preamble or closer that
+carries a number or a name is not removed as a sentence: a preamble loses only its filler words, a closer
+stays. Patterns: patterns.yaml.
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import tiktoken
@@ -22,6 +25,32 @@ LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
 SENTENCE_START = re.compile(r"(?<=[.!?])[ \t]+|(?<=[。！？])|\n[ \t]*")
 CLOSER_WINDOW = 600  # characters from the end in which closing sentences are looked for
 LOWER_WORD = re.compile(r"[a-z]+\b")
+# A number, or a word starting upper case: a name (Python, SystemVerilog, GCD, HTML5) unless it merely opens
+# a sentence (Sure, Here, Let); "I" and its contractions are no names.
+CONTENT_TOKEN = re.compile(r"\d+(?:[.,:/]\d+)*|[A-Za-z][A-Za-z0-9'’_-]*")
+SENTENCE_OPENING = re.compile(r"(?:\A|[.!?:。！？：]\s+|\n[ \t>#*+\-\d.)]*|[(\"'“‘*_`]+)\Z")
+NOT_NAMES = frozenset({"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK"})
+
+
+def content_tokens(text: str, openers: bool = False) -> Counter:
+    """The numbers and names in `text`, with their counts: what cleanup must never take out of an answer.
+    `openers`: count sentence-opening capitalised words too (a name can open a sentence once a filler
+    before it went)."""
+    found: Counter = Counter()
+    for m in CONTENT_TOKEN.finditer(text):
+        word = m.group(0)
+        if word[0].isdigit():
+            found[word] += 1
+        elif word[0].isupper() and word not in NOT_NAMES and (
+                openers or word[1:] != word[1:].lower() or any(c.isdigit() for c in word)
+                or not SENTENCE_OPENING.search(text, max(0, m.start() - 12), m.start())):
+            found[word] += 1
+    return found
+
+
+def dropped_content(original: str, cleaned: str) -> Counter:
+    """Numbers and names of `original` that `cleaned` no longer holds (empty: nothing of substance lost)."""
+    return content_tokens(original) - content_tokens(cleaned, openers=True)
 
 
 @dataclass
@@ -55,15 +84,24 @@ def _segments(text: str) -> list[tuple[bool, str, re.Match | None]]:
 
 
 def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
-    """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does)."""
-    m = p.restated_request.match(prose) or p.interjection.match(prose)
+    """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does).
+    A preamble that carries content (a number, a name) loses only its filler words: "Sure! Here is a
+    Python function that …:" → "A Python function that …:"."""
+    m = p.restated_request.match(prose)
+    if m and content_tokens(prose[:m.end()]):
+        m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
+    m = m or p.interjection.match(prose)
     rest = prose[m.end():] if m else prose
     lead = p.lead_in.match(rest)
+    capitalise = bool(m)
     if lead and (followed or rest[lead.end():].strip()):
-        rest = rest[lead.end():]
+        if not content_tokens(rest[:lead.end()]):
+            rest = rest[lead.end():]
+        elif filler := p.filler.match(rest):
+            rest, capitalise = rest[filler.end():], True
     if rest is not prose:
         rest = LEADING_BLANK.sub("", rest.lstrip(" \t"))
-    if m and (word := LOWER_WORD.match(rest)):
+    if capitalise and (word := LOWER_WORD.match(rest)):
         rest = word.group(0).capitalize() + rest[word.end():]
     return rest
 
@@ -76,8 +114,8 @@ def _strip_closers(prose: str, p: Patterns) -> str:
         for start_m in SENTENCE_START.finditer(body, floor):
             if start_m.end() < len(body):
                 start = start_m.end()
-        if start is None or not p.closer.fullmatch(body, start):
-            break
+        if start is None or not p.closer.fullmatch(body, start) or content_tokens(body[start:]):
+            break  # not a closer, or one that names something ("… with your Django app"): kept
         body = body[:start].rstrip()
     return body if body != prose.rstrip() else prose
 
