@@ -1,6 +1,7 @@
 """clean(): what is removed, and proof that content never is (synthetic cases + real Arena-Hard answers)."""
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import FENCE, clean, content_tokens, dropped_content
+from streams.postprocess.clean import FENCE, _last_sentence_start, _segments, clean, content_tokens, dropped_content
 from streams.postprocess.patterns import BUNDLED, load
 from workers.jsonl import iter_lines
 
@@ -176,3 +177,34 @@ def test_no_arena_answer_loses_content(model):
         assert c.tokens_after == tokens.count(c.text, model), qid
         assert c.tokens_after <= c.tokens_before
         assert not dropped_content(text, c.text), qid  # no number or name dropped
+
+
+def test_last_sentence_start_is_where_a_sentence_walk_ends():
+    """The backward search agrees with walking every sentence break of the window, on real and odd text."""
+    breaks = re.compile(r"(?<=[.!?])[ \t]+|(?<=[。！？])|\n[ \t]*")
+
+    def walk(body: str, floor: int):
+        start = 0 if floor == 0 else None
+        for m in breaks.finditer(body, floor):
+            if m.end() < len(body):
+                start = m.end()
+        return start
+
+    rng = random.Random(7)
+    texts = [t.rstrip() for t in arena_answers("gpt-4").values()]
+    texts += ["".join(rng.choice("ab .!?\n\t。！？") for _ in range(rng.randint(1, 14))).rstrip() for _ in range(20000)]
+    for body in filter(None, texts):
+        for floor in {0, 1, 2, max(0, len(body) - 600), max(0, len(body) - 3)}:
+            assert _last_sentence_start(body, floor) == walk(body, floor), (body, floor)
+
+
+def test_fenced_blocks_are_the_ones_the_fence_regex_finds():
+    """_segments looks only at fence lines; it must find exactly FENCE's blocks, on real and odd text."""
+    rng = random.Random(3)
+    bits = ["```", "````", "~~~", "```py", " ```", "\t~~~~", "x", "\n", "\n", "`", " ", "``` ", "~", "a```", "\n\n"]
+    texts = list(arena_answers("gpt-4").values())
+    texts += ["".join(rng.choice(bits) for _ in range(rng.randint(1, 14))) for _ in range(30000)]
+    for text in texts:
+        blocks = [(piece, body) for is_code, piece, body in _segments(text) if is_code]
+        assert blocks == [(m.group(0), m.group("body")) for m in FENCE.finditer(text)], text
+        assert "".join(piece for _, piece, _ in _segments(text)) == text
