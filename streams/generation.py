@@ -195,15 +195,25 @@ class ExtractiveGenerator:
                     chosen.append(fallback)
         picks[0].extend(f for f, row in zip(held, scores) if max(row) <= 0)
         names = [f"{name}: " for name, _ in sections]
-        fixed = tokens.count("\n".join(head + names), self.count_model) + 1
+        fixed = tokens.count("\n".join(names), self.count_model) + 1
+        size = lambda texts: tokens.count(  # noqa: E731  (the section lines: the head is paid apart)
+            "\n".join(name + (text or NO_FACTS) for name, text in zip(names, texts)), self.count_model)
         texts = self.fill(picks, budget - fixed)
-        lines = head + [name + (text or NO_FACTS) for name, text in zip(names, texts)]
-        while tokens.count("\n".join(lines), self.count_model) > budget and any(len(p) > 1 for p in picks):
+        while size(texts) > budget and any(len(p) > 1 for p in picks):
             fullest = max(range(len(picks)), key=lambda s: len(picks[s]))
             picks[fullest].pop()
             texts = self.fill(picks, budget - fixed)
-            lines = head + [name + (text or NO_FACTS) for name, text in zip(names, texts)]
-        return "\n".join(lines)
+        texts = [text or NO_FACTS for text in texts]
+        while (excess := size(texts) - budget) > 0:
+            longest = max(range(len(texts)), key=lambda s: tokens.count(texts[s], self.count_model))
+            length = tokens.count(texts[longest], self.count_model)
+            if length <= 1:
+                break  # not even one token a section fits: the splitter reports the answer over budget
+            shorter = self.cut(texts[longest], max(1, length - excess))
+            if not shorter or tokens.count(shorter, self.count_model) >= length:
+                shorter = tokens.truncate(texts[longest], length - 1, self.count_model)
+            texts[longest] = shorter
+        return "\n".join(head + [name + text for name, text in zip(names, texts)])
 
     def fill(self, picks: list[list[Fact]], room: int) -> list[str]:
         """Per section, its facts that fit `room` tokens in all (in source order, "; "-joined): first each

@@ -84,6 +84,11 @@ def holds_objects(value: Any) -> bool:
     return isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value))
 
 
+def min_answer_tokens(template: BatchTemplate, model: str) -> int:
+    """The shortest answer that holds every section: one `<Section>: <word>` line each."""
+    return tokens.count("\n".join(f"{name}: none" for name, _ in template.sections), model)
+
+
 def output_budget(template: BatchTemplate, quota: int) -> int:
     return min(template.output_tokens, quota // 3)
 
@@ -91,6 +96,9 @@ def output_budget(template: BatchTemplate, quota: int) -> int:
 def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str) -> tuple[str, int, list[str]]:
     """(block, block tokens, what was trimmed) with block + output budget within the member's quota."""
     budget_out = output_budget(template, member.quota_tokens)
+    if budget_out < (least := min_answer_tokens(template, model)):
+        raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: its answer gets a third, {budget_out} "
+                            f"tokens, and one line per section of {template.id} needs at least {least}")
     limit = member.quota_tokens - budget_out
     if limit < MIN_BLOCK_TOKENS:
         raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: the block needs at least "
@@ -151,8 +159,9 @@ def individual_tokens(template: BatchTemplate, block: str, budget: int, model: s
 
 
 def answer_overhead(member_id: str, model: str) -> int:
-    """Tokens of the `=== id ===` line that opens a member's answer in a merged output."""
-    return tokens.count(f"=== {member_id} ===\n", model)
+    """Tokens of the `=== id ===` line that opens a member's answer in a merged output, with the line break
+    that joins it to the answer before."""
+    return tokens.count(f"\n=== {member_id} ===\n", model)
 
 
 def max_output(member_ids: list[str], budgets: list[int], model: str) -> int:

@@ -196,3 +196,19 @@ def test_retries_count_in_the_members_tokens():
     assert all(r.status == "ok" and r.retried for r in results)
     for r, share in zip(results, call.shares):
         assert r.reserved_tokens > share.individual_tokens  # its share of the failed call, plus its own call
+
+
+@pytest.mark.parametrize("quota", [40, 80, 400, 1000])
+def test_every_shape_fits_any_workable_quota_without_retry(quota):
+    members = [BatchMember(**{**json.loads(line), "quota_tokens": quota}) for line in MIXED.read_text().splitlines()]
+    for window in (1, 12):
+        results = run_job(members, window)
+        r = report.summarize(members[0].job, results, len(members), MODEL)
+        assert r["failed"] == r["retries"] == r["quota_violations"] == 0, [x.error for x in results if x.error]
+        assert r["tokens_merged"] <= r["tokens_individual"]
+
+
+def test_a_quota_whose_answer_cannot_hold_the_sections_fails_before_any_call():
+    member = BatchMember(**{**json.loads(MIXED.read_text().splitlines()[0]), "quota_tokens": 36})
+    calls, failed = aggregate.plan([member], CFG, MODEL)
+    assert calls == [] and "one line per section of weekly_report needs at least" in failed[0].error
