@@ -43,14 +43,14 @@ NO_FACTS = "none reported"
 # also wants the rest of that group, so `blockers`, `concerns` or `escalations` land under a section
 # described as "open issues, incidents and their severity" whatever the member calls its fields.
 THESAURUS_WORDS = (
-    "progress status state milestone done complete completed shipped delivered deliverable highlights achieved "
-    "launched live closed result metrics kpi health phase percent pct project workstream program portfolio "
-    "summary update reached released renewed passed saved throughput accomplished wins",
-    "risk issues blocker blocked incident severity sev critical concern problem escalation findings failed "
-    "failure broken late delayed behind slipping overdue missing outage bug drift rejected disputed threat "
-    "watchlist churn breach exhausted stuck paused vulnerability alert warning amber red impact",
-    "next plan planned upcoming todo due deadline eta target owner decision decide asks approve approval "
-    "scheduled will goal roadmap action hire order needed request",
+    ("progress status state milestone done complete completed shipped delivered deliverable highlights achieved "
+     "launched live closed result metrics kpi health phase percent pct project workstream program portfolio "
+     "summary update reached released renewed passed saved throughput accomplished wins"),
+    ("risk issues blocker blocked incident severity sev critical concern problem escalation findings failed "
+     "failure broken late delayed behind slipping overdue missing outage bug drift rejected disputed threat "
+     "watchlist churn breach exhausted stuck paused vulnerability alert warning amber red impact"),
+    ("next plan planned upcoming todo due deadline eta target owner decision decide asks approve approval "
+     "scheduled will goal roadmap action hire order needed request"),
 )
 
 
@@ -196,8 +196,11 @@ class ExtractiveGenerator:
         picks[0].extend(f for f, row in zip(held, scores) if max(row) <= 0)
         names = [f"{name}: " for name, _ in sections]
         fixed = tokens.count("\n".join(names), self.count_model) + 1
-        size = lambda texts: tokens.count(  # noqa: E731  (the section lines: the head is paid apart)
-            "\n".join(name + (text or NO_FACTS) for name, text in zip(names, texts)), self.count_model)
+
+        def size(texts: list[str]) -> int:  # the section lines: the member line is the call's overhead
+            return tokens.count("\n".join(name + (text or NO_FACTS) for name, text in zip(names, texts)),
+                                self.count_model)
+
         texts = self.fill(picks, budget - fixed)
         while size(texts) > budget and any(len(p) > 1 for p in picks):
             fullest = max(range(len(picks)), key=lambda s: len(picks[s]))
@@ -218,7 +221,9 @@ class ExtractiveGenerator:
     def fill(self, picks: list[list[Fact]], room: int) -> list[str]:
         """Per section, its facts that fit `room` tokens in all (in source order, "; "-joined): first each
         section's best fact (cut to an even share if longer), then further facts round-robin while they fit."""
-        size = lambda f: tokens.count(f.render(), self.count_model) + 1  # noqa: E731  (+1: the "; " joint)
+        def size(fact: Fact) -> int:
+            return tokens.count(fact.render(), self.count_model) + 1  # +1: the "; " joint
+
         share = max(4, (room - len(picks) * tokens.count(NO_FACTS, self.count_model)) // max(1, len(picks)))
         kept: list[list[tuple[Fact, str]]] = []
         left = room

@@ -41,13 +41,16 @@ def content_tokens(text: str, openers: bool = False) -> Counter:
     found: Counter = Counter()
     for m in CONTENT_TOKEN.finditer(text):
         word = m.group(0)
-        if word[0].isdigit():
-            found[word] += 1
-        elif word[0].isupper() and word not in NOT_NAMES and (
-                openers or word[1:] != word[1:].lower() or any(c.isdigit() for c in word)
-                or not SENTENCE_OPENING.search(text, max(0, m.start() - 12), m.start())):
+        if word[0].isdigit() or _is_name(word, text, m.start(), openers):
             found[word] += 1
     return found
+
+
+def _is_name(word: str, text: str, at: int, openers: bool) -> bool:
+    """A capitalised word counts as a name unless it only opens a sentence (mixed case or digits always do)."""
+    return word[0].isupper() and word not in NOT_NAMES and (
+        openers or word[1:] != word[1:].lower() or any(c.isdigit() for c in word)
+        or not SENTENCE_OPENING.search(text, max(0, at - 12), at))
 
 
 def dropped_content(original: str, cleaned: str) -> Counter:

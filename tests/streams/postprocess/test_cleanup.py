@@ -10,7 +10,14 @@ import pytest
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import FENCE, _last_sentence_start, _segments, clean, content_tokens, dropped_content
+from streams.postprocess.clean import (
+    FENCE,
+    _last_sentence_start,
+    _segments,
+    clean,
+    content_tokens,
+    dropped_content,
+)
 from streams.postprocess.patterns import BUNDLED, load
 from workers.jsonl import iter_lines
 
