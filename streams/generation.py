@@ -148,7 +148,8 @@ def relevance(fact: Fact, own: set[str], wider: set[str]) -> float:
 
 
 class ExtractiveGenerator:
-    """Copies the most relevant source lines into the requested layout. No model, no randomness."""
+    """Copies each member's facts into the template section each fits, in the requested layout. No model, no
+    randomness."""
 
     name = "extractive"
     model = "extractive"
