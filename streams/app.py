@@ -22,7 +22,7 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
 from streams.switches import Controls
-from streams.process import limit_model_threads
+from streams import models
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
 from streams.scoring import rules
 
@@ -32,7 +32,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     opened when the first usage arrives."""
     kafka_tuning.install()
     tokens.configure(settings.tokenizers)
-    limit_model_threads(settings.model_threads)
+    models.configure(settings.model_threads)
     app = faust.App(
         settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
         datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
