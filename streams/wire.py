@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 
 from schemas import records
 from schemas.topics import TOPICS, name
+from streams.deadletter import undecodable
 from streams.kafka_tuning import back_off_when_idle
 
 log = logging.getLogger("jev.wire")
@@ -27,7 +28,6 @@ VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
                "review": records.Decision}
 
 
-DEAD_LETTER_ORIGINAL_MAX = 65_536  # bytes of a poison message kept in its dead letter (bounded, fits any broker)
 BATCH_TARGET_BYTES = 512 * 1024  # an internal envelope holds items up to this size (one larger item goes alone)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # producers' max_request_size: a Work carries a request of up to 1 MiB twice
 
@@ -48,32 +48,15 @@ def encode_batches(works: list) -> list[bytes]:
     return [b'{"items":[%s]}' % b",".join(chunk) for chunk in envelopes]
 
 
-def dead_letter(message, exc: Exception) -> records.Rejection:
-    """The Rejection for an internal message that does not decode (a Faust or an aiokafka message)."""
-    raw = message.value or b""
-    return records.Rejection(
-        reason="bad_internal_message", detail=f"{message.topic}[{message.partition}]@{message.offset}: "
-                                              f"{str(exc)[:500]}", stage=message.topic,
-        original=raw[:DEAD_LETTER_ORIGINAL_MAX].decode("latin-1"), ts=time.time())
-
-
 class DeadLetterTopic(faust.Topic):
     """A topic whose undecodable or malformed messages go to the rejected topic instead of crashing the agent
     (Faust's default throws the decode error into the agent, which crashes and restarts it). Records decode
     eagerly (schemas.records.Record.from_data), so a malformed nested record is a decode error too."""
 
     async def on_value_decode_error(self, exc: Exception, message) -> None:
-        await self.app.send(name("rejected"), key=None, value=dead_letter(message, exc))
+        await self.app.send(name("rejected"), key=None, value=undecodable(message, exc))
 
     on_key_decode_error = on_value_decode_error
-
-    async def send(self, *, value=None, **kwargs):
-        """A dead letter keeps at most DEAD_LETTER_ORIGINAL_MAX characters of its original: a 10 MB poison
-        request must not make its own Rejection too large for the broker (which crashes the sending agent)."""
-        if isinstance(value, records.Rejection) and len(value.original) > DEAD_LETTER_ORIGINAL_MAX:
-            value = value.derive(original=value.original[:DEAD_LETTER_ORIGINAL_MAX],
-                                 detail=f"{value.detail} (original truncated from {len(value.original):,} chars)")
-        return await super().send(value=value, **kwargs)
 
 
 async def take_work(stream, settings):

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -18,8 +17,9 @@ from aiokafka import AIOKafkaProducer
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.deadletter import dead_letter
 from streams.switches import Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
+from streams.wire import MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
 
@@ -112,9 +112,7 @@ def decode_batch(raw: bytes) -> WorkBatch | Rejection:
     try:
         return WorkBatch.loads(raw)  # eager: a malformed nested record raises here
     except Exception as exc:
-        detail = f"undecodable WorkBatch: {exc}"
-    return Rejection(reason="bad_internal_message", detail=detail, stage="score",
-                     original=raw[:DEAD_LETTER_ORIGINAL_MAX].decode("latin-1"), ts=time.time())
+        return dead_letter("bad_internal_message", f"undecodable WorkBatch: {exc}", "score", raw)
 
 
 def main() -> None:

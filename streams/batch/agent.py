@@ -6,12 +6,12 @@ Members with bad JSON or fields go to `rejected`; usage is one event per member 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import orjson
 
 from schemas.batch import BatchMember, BatchResult, MergedCall
-from schemas.records import Rejection, Request
+from schemas.records import Request
+from streams.deadletter import dead_letter
 from streams.usage.events import usage_event
 from streams.batch import aggregate, config, split
 from streams.generation import load_generator
@@ -77,9 +77,7 @@ def register(app, topics, settings) -> None:
                 try:
                     members.append(decode_member(raw))
                 except ValueError as exc:
-                    await topics.rejected.send(value=Rejection(reason="bad_batch_member", detail=str(exc),
-                                                               stage="batch", original=raw.decode("latin-1"),
-                                                               ts=time.time()))
+                    await topics.rejected.send(value=dead_letter("bad_batch_member", str(exc), "batch", raw))
             cfg = config.load(settings.batch_templates)
             for group in aggregate.group(members, settings.batch_window_max):
                 call, failed = aggregate.plan(group, cfg, model)

@@ -12,7 +12,8 @@ import time
 from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
-from streams.ingest.decode import admit, reject
+from streams.deadletter import dead_letter
+from streams.ingest.decode import admit
 from streams.usage.events import usage_event
 from streams.wire import BatchConsumer
 
@@ -38,16 +39,16 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
                 log.exception("ingest failed on a request")
-                result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
-                                                       f"to be replayed once fixed", "ingest", time.time())
+                result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
+                                                       f"to be replayed once fixed", "ingest", raw)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = reserve(book, result)
                 alerts.extend(held.alerts)
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to
                 elif isinstance(held, Refused):
-                    result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
-                                    result.request.request_id)
+                    result = dead_letter("over_budget", held.reason, "ingest", raw, result.request.request_id,
+                                         result.admitted_at)
             if isinstance(result, Rejection):
                 sent.append(await topics.rejected.send(key=result.request_id or None, value=result))
                 continue

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from schemas.records import Rejection, Request, Work
 from schemas.validate import Invalid, decode
 from streams import tokens
+from streams.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.ingest.prompt import count_sections, render_context
 from streams.ingest.templates import Templates
@@ -54,9 +55,9 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
                     sections=count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens),
                     candidate_tokens=candidate_tokens)
     except (Invalid, ContractError) as exc:
-        return reject(raw, exc.reason, str(exc), "ingest", now, request_id)
+        return dead_letter(exc.reason, str(exc), "ingest", raw, request_id, now)
     except tokens.UnknownModel as exc:
-        return reject(raw, "unknown_model", str(exc), "ingest", now, request_id)
+        return dead_letter("unknown_model", str(exc), "ingest", raw, request_id, now)
 
 
 def check(request: Request, model: str, known_types: frozenset[str]) -> None:
@@ -73,6 +74,3 @@ def check(request: Request, model: str, known_types: frozenset[str]) -> None:
     tokens.encoding_name(model)
 
 
-def reject(raw: bytes, reason: str, detail: str, stage: str, now: float, request_id: str = "") -> Rejection:
-    return Rejection(reason=reason, detail=detail, stage=stage, original=raw.decode("latin-1"), ts=now,
-                     request_id=request_id)

@@ -17,7 +17,8 @@ import time
 from infra.clickhouse import USAGE_COLUMNS
 from schemas.records import UsageBatch
 from streams import metrics
-from streams.wire import BatchConsumer, dead_letter
+from streams.deadletter import undecodable
+from streams.wire import BatchConsumer
 
 TS = USAGE_COLUMNS.index("ts")
 # the batch's ids go into a session-local Memory table: a native insert + `IN table` is ~3x faster than
@@ -78,7 +79,7 @@ def read_envelopes(messages: list) -> tuple[list, list]:
         try:
             events.extend(UsageBatch.loads(message.value).events)
         except Exception as exc:  # anything that is not a UsageBatch, however malformed
-            rejected.append(dead_letter(message, exc))
+            rejected.append(undecodable(message, exc))
     return events, rejected
 
 
