@@ -79,10 +79,11 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(topics, settings, cache, controls, book)
+    rule_list = rules.load(settings.rules)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
-    cache_agent.register(app, topics, settings, cache, controls, postprocess)
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list))
+    cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
     batch_agent.register(app, topics, settings)

@@ -30,7 +30,7 @@ def reserve(book, work: Work):
 
 
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
-    async def count_tokens(messages: list) -> None:
+    async def ingest_requests(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
         for message in messages:
@@ -62,9 +62,9 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        onward, answered = local.split(distilled)
+        onward, answered = local.send_answers(distilled)
         await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
                              topics.send_usage(usage + saved), answered, *sent)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
-                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))
+                                     ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))

@@ -215,6 +215,24 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
                       "x2:score:rules"], "the same usage as on the way through the cache agent and a scoring worker"
 
 
+async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest(app_and_sent, monkeypatch):
+    app, captured = app_and_sent
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: set())  # ingest answers nothing itself
+    risky = {"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+             "state": {"risk_score": 0.99, "amount": 5000},
+             "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]}
+    await app.jev_ingest.handle(requests([orjson.dumps(risky)]))
+    [ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[ruled]))
+        await eventually(lambda: "decisions" in captured.sent)
+    [decision] = captured.sent["decisions"]
+    assert (decision.tier, decision.action_id, decision.chain) == ("rules", "block", ["rules:block-known-fraud"])
+    assert not any(b.items for b in captured.sent.get("score", [])), "a rule match never reaches a scoring worker"
+    events = sorted(e.event_id for b in captured.sent["usage"] for e in b.events)
+    assert events == ["x1:ingest", "x1:postprocess", "x1:score:rules"]
+
+
 async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
     from schemas.records import Turn
 
