@@ -1,4 +1,4 @@
-"""Local answers where requests are admitted, without a topic hop: ingest sends the L1 hits and rule matches
+"""Local answers where requests are admitted, without a topic hop: ingest answers the L1 hits and rule matches
 (streams.answer) of the cache-key partitions this worker holds.
 
 The cache agent reads `distilled` by cache-key partition and owns the same partitions of the L1 table. For a
@@ -9,17 +9,15 @@ works whose partition another worker holds (or none yet, before the first assign
 agent, which takes the same step before L2."""
 from __future__ import annotations
 
-import asyncio
-from typing import Awaitable
-
 from schemas.records import Work
 from streams.answer import answer_locally
-from streams.wire import partition_for
+from streams.outbox import Outbox
+from streams.partitioning import partition_for
 
 
 class LocalAnswers:
     def __init__(self, app, topics, partitions: int, stage, controls, postprocess, rules: list):
-        self.app, self.topics, self.partitions, self.rules = app, topics, partitions, rules
+        self.app, self.topics, self.partitions, self.rules = app, topics, partitions, rules  # topics: Faust handles
         self.stage, self.controls, self.postprocess = stage, controls, postprocess
 
     def owned(self) -> set[int]:
@@ -27,9 +25,10 @@ class LocalAnswers:
         topic = self.topics.distilled.get_topic_name()
         return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
 
-    def send_answers(self, works: list[Work]) -> tuple[list[Work], Awaitable]:
-        """Answer what can be answered here and start sending it (decisions through postprocess, usage, the
-        pre-answers and refreshes to score): the works still to go on to the cache agent, and the delivery."""
+    def answer_owned(self, works: list[Work]) -> tuple[list[Work], Outbox]:
+        """Answer the works of partitions this worker holds where they can be: the works still to go on to the
+        cache agent, and what the answered ones send (decisions through postprocess, usage, the pre-answers and
+        refreshes to score)."""
         switches = self.controls.switches
         owned = self.owned()
         answered, onward, to_score, usage = [], [], [], []
@@ -43,5 +42,6 @@ class LocalAnswers:
             to_score.extend(done.prefetches)
             usage.extend(done.usage)
         to_score.extend(self.stage.refreshes())
-        return onward, asyncio.gather(self.postprocess(answered), self.topics.send_usage(usage),
-                                      self.topics.send_work(self.topics.score, to_score, key=lambda w: w.cache_key))
+        out = self.postprocess(answered)
+        out.usage += usage
+        return onward, out.send_work("score", to_score)
