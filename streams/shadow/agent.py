@@ -1,7 +1,8 @@
 """judge_savings: reads the verdicts topic, stores every verdict in ClickHouse, keeps each mechanism's
 agreement in the Prometheus gauge and lets the guard act: its control records go to the control topic (every
 process applies them, as it would an operator's) and its alerts to the alerts topic. Its own BatchConsumer
-(group settings.verdicts_group), committing a micro-batch only after all of that was delivered."""
+(group settings.verdicts_group), whose Outbox the stage process's Sender delivers before the micro-batch is
+committed."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,9 @@ from streams.metrics import observe_verdicts, set_agreement
 from streams.shadow.floors import parse_floors
 from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY, Guard, Knob
 from streams.shadow.store import VerdictStore
-from streams.wire import BatchConsumer, dead_letter
+from streams.consumer import BatchConsumer
+from streams.deadletter import undecodable
+from streams.outbox import Outbox
 
 L2_STEP, L2_LIMIT = 0.02, 0.99
 CASCADE_STEP, CASCADE_LIMIT = 2, 8
@@ -41,11 +44,11 @@ def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
         try:
             verdicts.append(Verdict.loads(message.value))
         except Exception as exc:
-            rejected.append(dead_letter(message, exc))
+            rejected.append(undecodable(message, exc))
     return verdicts, rejected
 
 
-def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
+def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchConsumer:
     """`client_ref()`: the ClickHouse client of this process's usage sink, or None where it has none."""
     state = {"verdicts": 0, "kept": 0}
 
@@ -55,9 +58,9 @@ def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
             state["store"] = VerdictStore(client) if client is not None else None
         return state["store"]
 
-    async def judge_savings(messages: list) -> None:
+    async def judge_savings(messages: list) -> Outbox:
         verdicts, rejected = read_verdicts(messages)
-        sent = [await topics.rejected.send(value=r) for r in rejected]
+        out = Outbox(dead_letters=rejected)
         if (target := store()) is not None:
             await asyncio.to_thread(target.store, verdicts)
         observe_verdicts(verdicts)
@@ -71,15 +74,11 @@ def register(app, topics, settings, guard: Guard, client_ref) -> BatchConsumer:
                 set_agreement(mechanism, seen["agreement"])
         for action in actions:
             if action.control is not None:
-                sent.append(await topics.control.send(key=f"{action.control.kind}:{action.control.key}",
-                                                      value=action.control))
-            sent.append(await topics.alerts.send(key=action.alert.scope, value=action.alert))
-        await asyncio.gather(*sent)
+                control = action.control
+                out.records.append(("control", f"{control.kind}:{control.key}".encode(), control.dumps()))
+            out.alerts.append(action.alert)
+        return out
 
     return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(), settings.verdicts_group,
-                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms))
-
-
-async def send_verdicts(topics, verdicts: list[Verdict]) -> None:
-    if verdicts:
-        await topics.records.send_all(topics.verdicts.get_topic_name(), ((v.request_id, v, {}) for v in verdicts))
+                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms,
+                                     sender=sender))
