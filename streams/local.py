@@ -35,6 +35,8 @@ class LocalAnswers:
             observe_cache(hit.level, True)
             return self.stage.answer(work, hit), self.stage.prefetches(work, switches), []
         if switches["score.rules"] and (ruled := rule_decision(self.rules, work)) is not None:
+            if switches["cache.l1"]:  # looked up above and missed; a work passed on is counted by the cache agent
+                observe_cache("l1", False)
             work.decision, usage = ruled
             return work, [], usage
         return None

@@ -72,6 +72,8 @@ class Settings:
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
+    lag_export_s: float = _doc(15.0, "Seconds between consumer-lag reads that the stage process and each scoring "
+                                     "worker export as jev_consumer_lag_messages.")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "

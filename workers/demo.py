@@ -6,19 +6,24 @@ has a decision (and every bad input a dead letter), reports, and stops everythin
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types, percentile
+from workers.scrape import missing_or_still, referenced_series
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 
 
-async def run_demo(settings, n: int, progress) -> dict:
+async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
+    """`metrics_out`: write the final /metrics scrape of every process the demo ran there (Prometheus text, one
+    `# process <name>` comment before each) and report which series the alerts and dashboard read it lacks."""
     payloads = workload.generate(n)
     bad = workload.BAD_INPUTS
     started = time.monotonic()
-    async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
+    metrics = {}
+    async with Pipeline(settings, known_decision_types(settings.decision_types), metrics=bool(metrics_out)) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
         for wave in range(WAVES):
@@ -35,6 +40,8 @@ async def run_demo(settings, n: int, progress) -> dict:
         cache["l3_prefetch_tokens"] = int(pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens) FROM usage_events FINAL "
             "WHERE position(request_id, '~l3~') > 0").result_rows[0][0])
+        if metrics_out:
+            metrics = write_scrapes(pipe.scrape_metrics(), metrics_out)
     tiers: dict[str, int] = {}
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
@@ -44,4 +51,12 @@ async def run_demo(settings, n: int, progress) -> dict:
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
-            "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1)}
+            "clickhouse_rows": rows, **metrics, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def write_scrapes(scraped: dict[str, str], path: str) -> dict:
+    """Write every process's scrape to `path`; {"metrics": {processes, referenced, not_moved}} for the report."""
+    Path(path).write_text("".join(f"# process {proc}\n{text}" for proc, text in scraped.items()))
+    wanted = referenced_series()
+    return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
+                        "not_moved": missing_or_still(list(scraped.values()), wanted)}}

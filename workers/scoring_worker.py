@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.metrics import observe_stages, observe_switches
 from streams.switches import Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
@@ -49,8 +50,10 @@ class ScoringWorker:
                                  s.score_batch_wait_ms)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
+        controls.listeners.append(lambda _: observe_switches(controls.switches))
+        observe_switches(controls.switches)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
-        lag = asyncio.create_task(export_lag_forever(s.bootstrap))
+        lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
         await self.producer.start()
         await consumer.start()
         ready_file(s).touch()
@@ -80,6 +83,7 @@ class ScoringWorker:
             by_partition.setdefault(msg.partition, []).extend(batch.items)
         works = [w for ws in by_partition.values() for w in ws]
         results = await asyncio.to_thread(self.decide_each, works)
+        observe_stages("score", works)
         usage = []
         for work, (decision, events) in zip(works, results):
             work.decision = decision

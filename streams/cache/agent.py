@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.metrics import observe_cache
+from streams.metrics import observe_cache, observe_stages
 from streams.wire import take_work
 
 
@@ -24,14 +24,19 @@ def register(app, topics, settings, stage, controls, postprocess) -> None:
                 semantic = {i: hit for i, vector in zip(asking, vectors)
                             if (hit := stage.lookup_semantic(works[i], vector)) is not None}
             hits, misses = [], []
+            looks_exact = controls.switches["cache.l1"]
             for i, work in enumerate(works):
                 hit = found[i] or semantic.get(i)
-                observe_cache(hit.level if hit else "miss", hit is not None)
+                if looks_exact:
+                    observe_cache(found[i].level if found[i] else "l1", found[i] is not None)
+                if i in asking:
+                    observe_cache(semantic[i].level if i in semantic else "l2", i in semantic)
                 if hit is None:
                     misses.append(work)
                 elif i in semantic:
                     hits.append(stage.answer(work, hit))
                 misses.extend(stage.prefetches(work, controls.switches))
             misses.extend(stage.refreshes())
+            observe_stages("cache", works)
             await asyncio.gather(*delivering, topics.send_work(topics.score, misses, key=lambda w: w.cache_key),
                                  postprocess(hits))

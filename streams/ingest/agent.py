@@ -13,6 +13,7 @@ from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.ingest.decode import admit, reject
+from streams.metrics import observe_stages
 from streams.usage.events import usage_event
 from streams.wire import BatchConsumer
 
@@ -61,6 +62,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
+        observe_stages("ingest", distilled)
         onward, answered = local.split(distilled)
         await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
                              topics.send_usage(usage + saved), answered, *sent)

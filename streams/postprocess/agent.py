@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.metrics import observe_decision
+from streams.metrics import observe_decision, observe_stages
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
 from streams.usage.events import usage_event
@@ -43,7 +43,13 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
+        observe_stages("postprocess", decisions_of(items))
         await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
+
+
+def decisions_of(items: list) -> list:
+    """The works that answer a request (not a stale entry's refresh or an L3 pre-answer)."""
+    return [work for work in items if not work.refresh and not work.predictive]
 
 
 def register(app, topics, settings, postprocess: Postprocess) -> None:

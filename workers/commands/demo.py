@@ -15,6 +15,9 @@ def register(sub) -> None:
                                    "request got no decision.")
     p.add_argument("--requests", type=int, default=500, metavar="N", help="requests to replay (default 500)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--metrics-out", metavar="FILE", default="",
+                   help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
+                        "and report the series the alert rules and dashboard read that none of them moved")
     p.set_defaults(func=run)
 
 
@@ -26,7 +29,7 @@ def run(args, settings) -> int:
 
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
-        report = asyncio.run(run_demo(settings, args.requests, progress))
+        report = asyncio.run(run_demo(settings, args.requests, progress, args.metrics_out))
     if args.json:
         print(orjson.dumps(report).decode())
     else:

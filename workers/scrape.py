@@ -1,0 +1,54 @@
+"""The metrics contract: which Prometheus series the alert rules and the Grafana dashboard read, and whether a
+run's /metrics scrapes carry each of them with a non-zero sample. `jev demo --metrics-out` and
+tests/infra/test_metrics_contract.py use it; a rule or panel on a series the product never records fails there."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+INFRA = Path(__file__).resolve().parents[1] / "infra"
+SERIES = re.compile(r"\b(jev_[a-z_]+)")
+
+
+def referenced_series(infra: Path = INFRA) -> dict[str, list[str]]:
+    """{series name as scraped (jev_breaker_trips_total, jev_stage_latency_seconds_bucket): [the alert rules and
+    dashboard panels that read it]}."""
+    uses: list[tuple[str, str]] = []
+    for group in yaml.safe_load((infra / "prometheus/alerts.yml").read_text())["groups"]:
+        uses += [(f"alert {r.get('alert') or r.get('record')}", r["expr"]) for r in group["rules"]]
+    for dashboard in sorted((infra / "grafana/dashboards").glob("*.json")):
+        panels = json.loads(dashboard.read_text())["panels"]
+        uses += [(f"panel {p['title']}", t["expr"]) for p in panels for t in p.get("targets", []) if "expr" in t]
+    found: dict[str, list[str]] = {}
+    for where, expr in uses:
+        for series in SERIES.findall(expr):
+            found.setdefault(series, []).append(where)
+    return found
+
+
+def samples(text: str) -> dict[str, float]:
+    """{series name: largest absolute sample value} of one /metrics scrape (every label set, every process)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[s.name] = max(out.get(s.name, 0.0), abs(s.value))
+    return out
+
+
+def missing_or_still(scrapes: list[str], wanted) -> dict[str, str]:
+    """{series: "missing" | "zero"} for each wanted series no scrape carries, or carries only at zero."""
+    seen: dict[str, float] = {}
+    for text in scrapes:
+        for name, value in samples(text).items():
+            seen[name] = max(seen.get(name, 0.0), value)
+    return {name: "missing" if name not in seen else "zero" for name in wanted if not seen.get(name)}
+
+
+def fetch(port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as response:
+        return response.read().decode()
