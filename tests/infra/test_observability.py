@@ -27,7 +27,7 @@ def prometheus_exprs():
 
 def test_prometheus_config_loads_the_rules_file():
     config = yaml.safe_load((INFRA / "prometheus/prometheus.yml").read_text())
-    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert config["rule_files"] == ["alerts.yml"]
     assert {job["job_name"] for job in config["scrape_configs"]} == {"jev-stream", "jev-score"}
 
 
