@@ -52,3 +52,13 @@ def missing_or_still(scrapes: list[str], wanted) -> dict[str, str]:
 def fetch(port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> str:
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as response:
         return response.read().decode()
+
+
+def labelled_samples(text: str) -> dict[str, float]:
+    """{'name{label="value",...}': value} of one scrape, labels in name order: for looking up one series."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
