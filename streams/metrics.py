@@ -26,6 +26,11 @@ FALLBACKS = Counter("jev_fallbacks", "Decisions that fell back to rules, by reas
 BREAKERS = Counter("jev_breaker_trips", "Circuit breakers tripped, by breaker.", ["breaker"])
 CONSUMER_LAG = Gauge("jev_consumer_lag_messages", "Messages behind the end of the topic, per consumer group.",
                      ["group", "topic"])
+PROTOCOL_BYTES = Counter("jev_protocol_bytes", "Bytes of admitted requests' prompts: as rendered for the model "
+                         "(sent) and in a compact encoding (compact); their ratio is protocol expansion (PE).",
+                         ["encoding"])
+GPU_MEMORY = Gauge("jev_gpu_memory_utilization", "Share of the GPU's memory in use, per scoring worker on a GPU "
+                   "backend (MU).", ["device"])
 SWITCH_ON = Gauge("jev_switch_on", "1 while a kill switch is on, 0 while an operator has it off (per process).",
                   ["switch"])
 SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or dropped as redelivered.",
@@ -125,6 +130,15 @@ def observe_fallback(reason: str) -> None:
 
 def observe_breaker(breaker: str) -> None:
     BREAKERS.labels(bounded("breaker", breaker)).inc()
+
+
+def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
+    PROTOCOL_BYTES.labels("sent").inc(sent_bytes)
+    PROTOCOL_BYTES.labels("compact").inc(compact_bytes)
+
+
+def set_gpu_memory(device: str, used_share: float) -> None:
+    GPU_MEMORY.labels(bounded("device", device)).set(used_share)
 
 
 def observe_switches(switches: dict[str, bool]) -> None:

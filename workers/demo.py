@@ -10,7 +10,7 @@ from pathlib import Path
 
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types, percentile
-from workers.scrape import missing_or_still, referenced_series
+from workers.scrape import gpu_present, missing_or_still, referenced_series
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
@@ -57,6 +57,6 @@ async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
 def write_scrapes(scraped: dict[str, str], path: str) -> dict:
     """Write every process's scrape to `path`; {"metrics": {processes, referenced, not_moved}} for the report."""
     Path(path).write_text("".join(f"# process {proc}\n{text}" for proc, text in scraped.items()))
-    wanted = referenced_series()
+    wanted = referenced_series(gpu=gpu_present())
     return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
                         "not_moved": missing_or_still(list(scraped.values()), wanted)}}

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
-from streams.metrics import observe_stages, observe_switches
+from streams.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.switches import Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
@@ -54,6 +54,7 @@ class ScoringWorker:
         observe_switches(controls.switches)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
+        gpu = asyncio.create_task(export_gpu_memory_forever(s.lag_export_s))
         await self.producer.start()
         await consumer.start()
         ready_file(s).touch()
@@ -65,6 +66,7 @@ class ScoringWorker:
         finally:
             follow.cancel()
             lag.cancel()
+            gpu.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await self.producer.stop()
@@ -110,6 +112,22 @@ class ScoringWorker:
                     results.append((Decision(request_id=work.request.request_id, tier="fallback",
                                              error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
             return results
+
+
+async def export_gpu_memory_forever(interval_s: float) -> None:
+    """MU, GPU memory utilisation, of each GPU this worker sees (jev_gpu_memory_utilization): the share of the
+    device's memory in use, from the driver (what vLLM or a torch model holds, and anything else on it).
+    Nothing where torch or a GPU is absent."""
+    import sys
+
+    torch = sys.modules.get("torch")  # only a backend that loaded torch can be on a GPU
+    if torch is None or not torch.cuda.is_available():
+        return
+    while True:
+        for device in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(device)
+            set_gpu_memory(f"cuda:{device}", 1 - free / total)
+        await asyncio.sleep(interval_s)
 
 
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:

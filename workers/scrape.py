@@ -13,11 +13,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 INFRA = Path(__file__).resolve().parents[1] / "infra"
 SERIES = re.compile(r"\b(jev_[a-z_]+)")
+GPU_ONLY = {"jev_gpu_memory_utilization"}  # recorded by scoring workers on a GPU backend only
 
 
-def referenced_series(infra: Path = INFRA) -> dict[str, list[str]]:
+def gpu_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def referenced_series(infra: Path = INFRA, gpu: bool = True) -> dict[str, list[str]]:
     """{series name as scraped (jev_breaker_trips_total, jev_stage_latency_seconds_bucket): [the alert rules and
-    dashboard panels that read it]}."""
+    dashboard panels that read it]}; without `gpu`, less the series only a GPU scoring worker records."""
     uses: list[tuple[str, str]] = []
     for group in yaml.safe_load((infra / "prometheus/alerts.yml").read_text())["groups"]:
         uses += [(f"alert {r.get('alert') or r.get('record')}", r["expr"]) for r in group["rules"]]
@@ -27,7 +36,8 @@ def referenced_series(infra: Path = INFRA) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for where, expr in uses:
         for series in SERIES.findall(expr):
-            found.setdefault(series, []).append(where)
+            if gpu or series not in GPU_ONLY:
+                found.setdefault(series, []).append(where)
     return found
 
 

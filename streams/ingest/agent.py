@@ -13,7 +13,8 @@ from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.ingest.decode import admit, reject
-from streams.metrics import observe_stages
+from streams.ingest.protocol import protocol_bytes
+from streams.metrics import observe_protocol, observe_stages
 from streams.usage.events import usage_event
 from streams.wire import BatchConsumer
 
@@ -53,9 +54,12 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 sent.append(await topics.rejected.send(key=result.request_id or None, value=result))
                 continue
             admitted.append(result)
+            sent_bytes, compact_bytes = protocol_bytes(result)
+            observe_protocol(sent_bytes, compact_bytes)
             usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
-                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
+                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
+                                     prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
         for alert in alerts:
             sent.append(await topics.alerts.send(key=alert.scope, value=alert))
         texts = texts_ref()

@@ -27,7 +27,8 @@ class Postprocess:
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
-            observe_decision(decision, work.request.decision_type)
+            if not work.refresh and not work.predictive:  # a refill or an L3 pre-answer is no decision
+                observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(decision.request_id)
             if reservation is not None:
                 for alert in self.book.settle(reservation, decision.input_tokens + decision.output_tokens,

@@ -8,7 +8,7 @@ import pytest
 
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types
-from workers.scrape import missing_or_still, referenced_series, samples
+from workers.scrape import gpu_present, missing_or_still, referenced_series, samples
 
 pytestmark = pytest.mark.integration
 BUNDLED_TYPES = Path(__file__).resolve().parents[2] / "streams/scoring/decision_types.yaml"
@@ -55,7 +55,7 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
         scrapes += final.values()
     assert len(decisions) == 80
     assert any(d.chain and d.chain[0].startswith("fallback:token_cap") for d in decisions.values())
-    assert missing_or_still(scrapes, referenced_series()) == {}
+    assert missing_or_still(scrapes, referenced_series(gpu=gpu_present())) == {}
     assert not any('level="miss"' in text for text in scrapes)  # a miss keeps the level it missed in
     assert any('jev_cache_lookups_total{level="l1",result="miss"}' in text for text in scrapes)
     assert missing_or_still(list(first.values()), ["jev_usage_rows_total", "jev_breaker_trips_total"]) == {

@@ -167,6 +167,49 @@ def efficiency(client, since: dt.datetime) -> dict:
             "small_model_share": round(sum(v for k, v in shares.items() if k not in BIG_MODEL_TIERS), 4)}
 
 
+INDEX_SQL = ("SELECT sum(tokens) AS tokens_spent, sum(effective_tokens) AS effective, sum(decisions) AS decided, "
+             "sum(model_decisions) AS model_decided, sum(top_tier_decisions) AS top_tier, "
+             "sum(pre_answers) AS pre_answered, sum(prompt_bytes) AS sent_bytes, sum(compact_bytes) AS compact "
+             "FROM indices_by_minute WHERE minute >= toStartOfMinute({since:DateTime64(3)})")
+
+
+def index_ranges(settings=None) -> dict[str, tuple[float | None, float | None]]:
+    """Each index's healthy range (low, high; None = open), from the settings (JEV_INDEX_*: seed 004's values)."""
+    if settings is None:
+        from streams import settings as settings_mod
+
+        settings = settings_mod.load()
+    s = settings
+    return {"te": (s.index_te_min, None), "cp": (None, s.index_cp_max), "hr": (s.index_hr_min, s.index_hr_max),
+            "pe": (None, s.index_pe_max), "mu": (s.index_mu_min, s.index_mu_max)}
+
+
+def index_values(client, since: dt.datetime) -> dict:
+    """TE, CP, HR and PE over the window from the indices_by_minute view (None where the window has no data),
+    with the counts behind them. L3 pre-answers are counted apart: they are no decisions."""
+    r = rows(client, INDEX_SQL, {"since": since})[0]
+    ratio = lambda a, b: round(a / b, 4) if b else None  # noqa: E731
+    return {"te": ratio(r["effective"], r["tokens_spent"]), "cp": ratio(r["model_decided"], r["decided"]),
+            "hr": None if not r["decided"] else round(1 - r["top_tier"] / r["decided"], 4),
+            "pe": ratio(r["sent_bytes"], r["compact"]), "decisions": int(r["decided"]),
+            "pre_answers": int(r["pre_answered"])}
+
+
+def indices(client, since: dt.datetime, settings=None) -> dict:
+    """{"te": {"value", "healthy", "status"}, "cp": ..., "hr": ..., "pe": ...}: each index, its healthy range and
+    whether the window is in it ("ok", "low", "high" or "no data")."""
+    values = index_values(client, since)
+    out = {}
+    for key, (low, high) in index_ranges(settings).items():
+        if key not in values:
+            continue  # MU is a Prometheus gauge of GPU scoring workers, not usage
+        value = values[key]
+        status = ("no data" if value is None else "low" if low is not None and value < low
+                  else "high" if high is not None and value > high else "ok")
+        out[key] = {"value": value, "healthy": [low, high], "status": status}
+    return out
+
+
 def four_levels(client, since: dt.datetime, now: dt.datetime) -> dict:
     return {"request": request_level(client, since), "session": session_level(client, now),
             "service": service_level(client, since), "business": business_level(client, since)}

@@ -16,7 +16,8 @@ def collect(client, since: dt.datetime, now: dt.datetime, by: str = "service") -
             **levels.four_levels(client, since, now), "by": by, "breakdown": levels.breakdown(client, by, since),
             "tokens_over_time": levels.tokens_over_time(client, since),
             "savings_by_mechanism": levels.savings_by_mechanism(client, since),
-            "tier_shares": levels.tier_shares(client, since), "efficiency": levels.efficiency(client, since)}
+            "tier_shares": levels.tier_shares(client, since), "efficiency": levels.efficiency(client, since),
+            "indices": levels.indices(client, since)}
 
 
 def _line_chart(points: list[tuple[str, float]], series_b: list[float] | None = None) -> str:
