@@ -1,4 +1,5 @@
--- The efficiency indices per minute (seed 004's dashboard), fed by every insert into usage_events:
+-- The efficiency indices per minute (seed 004's dashboard), fed by every insert into usage_events (with the
+-- minute's actual and nominal tokens, so a short window's chart can be drawn by the minute):
 --   TE token efficiency    effective_tokens / tokens (effective: not spent on a fallback or on repairing output)
 --   CP cache penetration   model_decisions / decisions (decided by a model tier: no cache level or rule answered)
 --   HR hybrid routing      1 - top_tier_decisions / decisions (answered below the fine/escalation model)
@@ -16,6 +17,7 @@ CREATE TABLE IF NOT EXISTS indices_by_minute
     service LowCardinality(String),
     decision_type LowCardinality(String),
     tokens SimpleAggregateFunction(sum, UInt64),
+    nominal_tokens SimpleAggregateFunction(sum, UInt64),
     effective_tokens SimpleAggregateFunction(sum, UInt64),
     decisions SimpleAggregateFunction(sum, UInt64),
     model_decisions SimpleAggregateFunction(sum, UInt64),
@@ -30,7 +32,7 @@ ORDER BY (tenant, service, decision_type, minute);
 
 INSERT INTO indices_by_minute
 SELECT toStartOfMinute(ts) AS minute, tenant, service, decision_type,
-       sum(input_tokens + output_tokens) AS tokens,
+       sum(input_tokens + output_tokens) AS tokens, sum(nominal_tokens) AS nominal_tokens,
        sumIf(input_tokens + output_tokens,
              outcome != 'fallback' AND NOT (stage = 'postprocess' AND section IN ('retry', 'cleanup'))) AS effective_tokens,
        countIf(stage = 'postprocess' AND section = '' AND position(request_id, '~l3~') = 0) AS decisions,
@@ -45,7 +47,7 @@ GROUP BY minute, tenant, service, decision_type;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS indices_by_minute_mv TO indices_by_minute AS
 SELECT toStartOfMinute(ts) AS minute, tenant, service, decision_type,
-       sum(input_tokens + output_tokens) AS tokens,
+       sum(input_tokens + output_tokens) AS tokens, sum(nominal_tokens) AS nominal_tokens,
        sumIf(input_tokens + output_tokens,
              outcome != 'fallback' AND NOT (stage = 'postprocess' AND section IN ('retry', 'cleanup'))) AS effective_tokens,
        countIf(stage = 'postprocess' AND section = '' AND position(request_id, '~l3~') = 0) AS decisions,
