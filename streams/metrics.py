@@ -55,7 +55,8 @@ def bounded(label: str, value: str) -> str:
 # Series that alert rules read with rate()/increase(): present at 0 from a process's start, so a rule sees "none
 # yet" rather than no series at all (JevUsageSinkStalled could not fire before the sink's first insert).
 KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
-                (BREAKERS, ("timeout",)), *((CACHE, (level, result)) for level in ("l1", "l2")
+                (BREAKERS, ("timeout",)), (FALLBACKS, ("token_cap",)), (FALLBACKS, ("timeout",)),
+                (FALLBACKS, ("budget",)), *((CACHE, (level, result)) for level in ("l1", "l2")
                                             for result in ("hit", "miss")))
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types, percentile
-from workers.scrape import gpu_present, missing_or_still, referenced_series
+from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 
 
 async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
-    """`metrics_out`: write the final /metrics scrape of every process the demo ran there (Prometheus text, one
-    `# process <name>` comment before each) and report which series the alerts and dashboard read it lacks."""
+    """`metrics_out`: write the final /metrics scrape of every process the demo ran there (Prometheus text, each
+    sample labelled with its process) and report which series the alerts and dashboard read it lacks."""
     payloads = workload.generate(n)
     bad = workload.BAD_INPUTS
     started = time.monotonic()
@@ -55,8 +55,9 @@ async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
 
 
 def write_scrapes(scraped: dict[str, str], path: str) -> dict:
-    """Write every process's scrape to `path`; {"metrics": {processes, referenced, not_moved}} for the report."""
-    Path(path).write_text("".join(f"# process {proc}\n{text}" for proc, text in scraped.items()))
+    """Write every process's scrape to `path` as one exposition (label `process` says whose); {"metrics":
+    {processes, referenced, not_moved}} for the report."""
+    Path(path).write_text(merge_scrapes(scraped))
     wanted = referenced_series(gpu=gpu_present())
     return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
                         "not_moved": missing_or_still(list(scraped.values()), wanted)}}

@@ -72,3 +72,31 @@ def labelled_samples(text: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
     return out
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(v: float) -> str:
+    return "+Inf" if v == float("inf") else "-Inf" if v == float("-inf") else "NaN" if v != v else repr(float(v))
+
+
+def merge_scrapes(scraped: dict[str, str]) -> str:
+    """The scrapes of several processes as one exposition in the Prometheus text format: each family's HELP and
+    TYPE once, each sample labelled with the `process` it came from (as Prometheus's `instance` label would)."""
+    families: dict[str, tuple[str, str, list[str]]] = {}
+    for process, text in scraped.items():
+        for family in text_string_to_metric_families(text):
+            _, _, lines = families.setdefault(family.name, (family.documentation, family.type, []))
+            for s in family.samples:
+                if s.name.endswith("_created"):  # creation timestamps: not usage, and no sample of the family's type
+                    continue
+                labels = {"process": process, **s.labels}
+                body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                lines.append(f"{s.name}{{{body}}} {_number(s.value)}")
+    out = []
+    for name, (doc, kind, lines) in families.items():
+        name = f"{name}_total" if kind == "counter" else name  # as the text format names a counter
+        out += [f"# HELP {name} {_escape(doc)}", f"# TYPE {name} {kind}", *lines]
+    return "\n".join(out) + "\n"
