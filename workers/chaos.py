@@ -25,7 +25,7 @@ from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
 from streams.control import publish as publish_controls
 from streams.kafka_tuning import FETCH_MAX_WAIT_MS
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX
+from streams.deadletter import ORIGINAL_MAX
 from workers import workload
 from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types
@@ -55,7 +55,7 @@ def internal_poison() -> list[tuple[str, bytes]]:
 def injected_id(topic: str, raw: bytes) -> str:
     """What identifies an injected input in the rejected topic: the topic it was sent to and a digest of the bytes a
     dead letter keeps of it."""
-    return f"{topic}:{hashlib.sha1(raw[:DEAD_LETTER_ORIGINAL_MAX]).hexdigest()}"
+    return f"{topic}:{hashlib.sha1(raw[:ORIGINAL_MAX]).hexdigest()}"
 
 
 def rejected_id(r: Rejection) -> str:

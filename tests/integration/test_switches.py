@@ -15,6 +15,7 @@ from schemas.topics import name
 from streams import tokens
 from streams.control import publish
 from streams.switches import SWITCHES, switch_record
+from workers.commands.report import current_switches
 from workers.pipeline import Pipeline, known_decision_types
 from workers.scrape import labelled_samples as samples
 
@@ -95,10 +96,12 @@ async def switch(live, key: str, on: bool) -> None:
 
 
 async def shown_off(live, key: str) -> None:
-    """Every process of the pipeline shows the switch off in jev_switch_on."""
+    """Every process of the pipeline shows the switch off in jev_switch_on, and `jev report` shows it off."""
     shown = {proc: samples(text).get(f'jev_switch_on{{switch="{key}"}}')
              for proc, text in (await asyncio.to_thread(live[0].scrape_metrics)).items()}
     assert len(shown) == 2 and all(v == 0 for v in shown.values()), f"{key} off, metrics show {shown}"
+    reported = await asyncio.to_thread(current_switches, live[0].settings)  # what `jev report` shows
+    assert reported[key] is False and sum(not on for on in reported.values()) <= 2
 
 
 async def off_round(live, key: str, bodies_on: list[dict], bodies_off: list[dict], tag: str):
