@@ -27,9 +27,10 @@ async def take_work(stream, settings) -> AsyncIterator[list]:
         yield [work for batch in batches for work in batch.items]
 
 
-async def run_agent(batches: AsyncIterator, handle: Callable[[list], Awaitable | object], sender) -> None:
-    """A Faust agent's loop: each micro-batch handled (`handle` may be a coroutine function or a plain one), and
-    the Outbox it returned delivered, before the next is taken (and the ones before acknowledged)."""
+async def run_agent(batches: AsyncIterator, handle: Callable[[object], Awaitable | object], sender) -> None:
+    """A Faust agent's loop: each micro-batch (or message) handled (`handle` may be a coroutine function or a
+    plain one), and the Outbox it returned delivered, before the next is taken (and the ones before
+    acknowledged)."""
     async for batch in batches:
         outbox = handle(batch)
         await sender.deliver(await outbox if inspect.isawaitable(outbox) else outbox)
