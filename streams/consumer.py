@@ -46,7 +46,7 @@ class BatchConsumer(mode.Service):
     are committed: at-least-once."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 sender=None, linger_ms: int = 0, depth: int = 1, **kwargs):
+                 linger_ms: int = 0, depth: int = 1, sender=None, **kwargs):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
         fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,
