@@ -21,7 +21,8 @@ import re
 import sys
 
 TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
-          "usage_by_business_day", "request_texts")  # Jev's tables with a tenant column
+          "usage_by_business_day", "request_texts", "shadow_verdicts",
+          "indices_by_minute")  # Jev's tables with a tenant column
 PROFILE = "jev_tenant"
 
 

@@ -28,7 +28,7 @@ async def test_forty_requests_under_one_id_spend_once_against_a_hard_budget(app_
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}))
     flood = [orjson.dumps({**REQUEST, "state": f"trail shoes, size {i}"}) for i in range(40)]
-    await app.jev_ingest.handle(requests(flood))
+    await app.jev_ingest.hand_over(requests(flood))
     assert admitted(captured) == ["acme/r1"]
     rejected = captured.sent["rejected"]
     assert len(rejected) == 39 and {r.reason for r in rejected} == {"duplicate_request_id"}
@@ -42,14 +42,14 @@ async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_
     app, captured = app_and_sent
     same = orjson.dumps(REQUEST)
     restamped = orjson.dumps({**REQUEST, "created_at": time.time()})  # a retry may restamp created_at
-    await app.jev_ingest.handle(requests([same]))
+    await app.jev_ingest.hand_over(requests([same]))
     reserved = app.jev_budgets.open.get("acme\x1fr1")
-    await app.jev_ingest.handle(requests([same, restamped]))
+    await app.jev_ingest.hand_over(requests([same, restamped]))
     assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
     assert "rejected" not in captured.sent and app.jev_budgets.open.get("acme\x1fr1") == reserved
     first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
     app.jev_requests.decided("acme", first)
-    await app.jev_ingest.handle(requests([same]))
+    await app.jev_ingest.hand_over(requests([same]))
     assert captured.sent["decisions"] == [first]  # the first decision again, no new work
     assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
 
@@ -59,7 +59,7 @@ async def test_one_tenants_request_id_does_not_admit_another_tenant_over_its_bud
     charged to the first tenant's reservation."""
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:globex", value={"hard_tokens": 1}))
-    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), orjson.dumps({**REQUEST, "tenant": "globex"})]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps({**REQUEST, "tenant": "globex"})]))
     assert admitted(captured) == ["acme/r1"]
     assert [(r.reason, r.request_id) for r in captured.sent["rejected"]] == [("over_budget", "r1")]
     assert "tenant:globex" in captured.sent["rejected"][0].detail

@@ -14,6 +14,7 @@ import pytest
 from streams import logsafe, settings as settings_mod
 from streams.metrics import start_metrics_server
 from workers.cli import main
+from workers.scrape import fetch
 
 PASSWORD, TOKEN = "hunter2-pw-0451", "metrics-token-9f8e7d6c"
 ENV = {"JEV_CLICKHOUSE_DSN": f"http://analyst:{PASSWORD}@127.0.0.1:8123/jev",
@@ -80,6 +81,7 @@ def test_metrics_bind_loopback_by_default_and_answer_only_the_token():
     assert listening_on(port) == {"127.0.0.1"}
     assert scrape(port, None) == 401 and scrape(port, "wrong") == 401
     assert scrape(port, TOKEN) == 200
+    assert "jev_" in fetch(port, token=TOKEN), "the demo's scrape sends the token"
     open_port = free_port()
     assert start_metrics_server(settings_mod.load({"JEV_METRICS_PORT": str(open_port),
                                                    "JEV_METRICS_HOST": "0.0.0.0"}))

@@ -15,7 +15,8 @@ import urllib.request
 import orjson
 import pytest
 
-from schemas.records import UsageEvent
+from schemas.records import UsageEvent, Verdict
+from streams.shadow.store import VerdictStore
 from streams.usage.sink import UsageSink
 from workers.analytics import sample, sandbox, tenancy
 from workers.analytics.owner import QueryServer, owner_file
@@ -157,6 +158,29 @@ def test_a_tenants_report_flame_graph_and_alerts_hold_only_its_rows(two_tenants)
     alerts = sandbox.run(two_tenants, "alerts", {"set": {"session_tokens_24h": 1}}, A, LIMITS)["alerts"]
     sessions = [a for a in alerts if a["rule"] == "session_tokens_24h"]
     assert sessions and all(a["scope"].startswith(f"tenant={A} ") for a in sessions)
+
+
+def test_a_tenants_report_keeps_agreement_and_indices_to_its_rows(two_tenants):
+    """The report's agreement (shadow_verdicts) and indices (indices_by_minute) come through the sandbox, each
+    from the caller's rows only."""
+    now = time.time() - 600
+    VerdictStore(two_tenants).store(
+        [Verdict(request_id=f"v{i}", ts=now, tenant=tenant, service="search", decision_type="ranking",
+                 kind="decide", mechanisms=["cache.l1"], agreed=agreed, kept=agreed)
+         for i, (tenant, agreed) in enumerate([(A, True), (A, True), (A, False), (B, False), (B, False)])])
+    mine = sandbox.run(two_tenants, "report", {"since": "7d"}, A, LIMITS)
+    everyone = sandbox.run(two_tenants, "report", {"since": "7d"}, None, LIMITS)
+    assert (mine["agreement"]["overall"]["verdicts"], mine["agreement"]["overall"]["agreed"]) == (3, 2)
+    assert everyone["agreement"]["overall"]["verdicts"] == 5
+    assert mine["agreement"]["by_mechanism"]["cache.l1"]["verdicts"] == 3
+    decided, model_decided = two_tenants.query(
+        "SELECT sum(decisions), sum(model_decisions) FROM indices_by_minute WHERE tenant = {t:String}",
+        parameters={"t": A}).result_rows[0]
+    assert decided and set(mine["indices"]) == {"te", "cp", "hr", "pe"}
+    assert mine["indices"]["cp"]["value"] == round(model_decided / decided, 4)
+    assert mine["indices"]["te"]["value"] is not None and everyone["indices"]["cp"]["value"] is not None
+    alerts = sandbox.run(two_tenants, "alerts", {"set": {"te_alert": 1.01}}, A, LIMITS)["alerts"]
+    assert [a["rule"] for a in alerts if a["scope"] == "index=te"] == ["token_efficiency_low"]
 
 
 def test_a_query_over_its_time_or_memory_limit_is_stopped(two_tenants):

@@ -13,8 +13,9 @@ The child also keeps the caller away from the pipeline and the machine:
   clause can lift the limits) and with max_execution_time, max_memory_usage and max_threads from the settings
   (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS);
 - a caller's own SQL passes tenancy.check_ast first (one SELECT; Jev's tables only; no scalar file());
-- the child runs in the idle CPU class (SCHED_IDLE) with a minimal environment (no JEV_* secrets), dies with its
-  parent, and is killed when its time is up or its caller goes away (`cancelled`);
+- the child runs in the idle CPU class (SCHED_IDLE) with a minimal environment (of JEV_* only the index ranges
+  JEV_INDEX_*, no secrets), dies with its parent, and is killed when its time is up or its caller goes away
+  (`cancelled`);
 - errors come back as the ClickHouse error name and the message with every quoted value and everything after the
   first colon removed, so an error never carries row data.
 """
@@ -37,9 +38,11 @@ import orjson
 from workers.analytics import tenancy
 
 JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
-              "usage_by_business_day", "request_texts")  # the tables a query may read (those that exist)
+              "usage_by_business_day", "request_texts", "shadow_verdicts",
+              "indices_by_minute")  # the tables a query may read (those that exist), as infra.clickhouse.access
 
 READ_STATEMENTS = ("select", "with")
+INDEX_SETTINGS = "JEV_INDEX_"  # the only settings a sandbox gets (the report's healthy index ranges): no secrets
 LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed on top of the query limit
 POLL_S = 0.25  # how often a waiting call looks at its sandbox: each look takes the owner's GIL from its pipeline
 CODE = re.compile(r"Code: (\d+)\.")
@@ -257,7 +260,8 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
         (folder / "spec.json").write_bytes(orjson.dumps({"endpoint": endpoint, "body": body, "tables": tables,
                                                          "limits": dataclasses.asdict(limits)}))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "LANG": "C.UTF-8",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               **{k: v for k, v in os.environ.items() if k.startswith(INDEX_SETTINGS)}}
         proc = subprocess.Popen([sys.executable, "-m", "workers.analytics.sandbox", work, str(os.getpid())],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 cwd=work)

@@ -22,10 +22,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def thresholds(sets: list[str], budgets: list[str]):
+def thresholds(sets: list[str], budgets: list[str], settings=None):
     from workers.analytics.alerts import Thresholds
 
-    base, changes = Thresholds(), {}
+    base, changes = Thresholds() if settings is None else Thresholds.from_settings(settings), {}
     for item in sets:
         name, _, value = item.partition("=")
         if name not in Thresholds.__dataclass_fields__ or name == "daily_budgets":
@@ -56,8 +56,8 @@ def run(args, settings) -> int:
     from workers.analytics import alerts as alerts_mod, owner
 
     try:
-        chosen = thresholds(args.set, args.budget)
-        body = {"set": {k: getattr(chosen, k) for k in (i.partition("=")[0] for i in args.set)},
+        chosen = thresholds(args.set, args.budget, settings)
+        body = {"set": {k: getattr(chosen, k) for k in chosen.__dataclass_fields__ if k != "daily_budgets"},
                 "budgets": chosen.daily_budgets, "tenant": args.tenant}
         found = [Alert(**a) for a in owner.answer(settings, "alerts", body)[0]["alerts"]]
         if args.publish and found:
