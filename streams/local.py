@@ -15,7 +15,7 @@ from typing import Awaitable
 from schemas.records import Work
 from streams.metrics import observe_cache
 from streams.wire import partition_for
-from streams.scoring.engine import rule_decision
+from streams.scoring.rule_tier import rule_decision
 
 
 class LocalAnswers:

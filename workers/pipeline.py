@@ -1,12 +1,11 @@
-"""The local pipeline as one object: broker, Faust stages, scoring-worker process, ClickHouse sink.
-
-Used by `jev demo`, the integration tests, `jev chaos` and the benchmarks.
+"""The demo harness: the local pipeline as one object (broker, Faust stages, scoring-worker process, ClickHouse
+sink), used by `jev demo`, the integration tests, `jev chaos` and the benchmarks. The production entry of the stage
+process is workers/stage_process.py.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import shutil
 import signal
@@ -40,7 +39,7 @@ class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
     def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False):
-        """`stages_process`: run the Faust stages in a child process (`python -m workers.pipeline`) that owns
+        """`stages_process`: run the Faust stages in a child process (`python -m workers.stage_process`) that owns
         ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None."""
         self.root = Path(settings.data_dir).resolve() / "pipeline"
         self.fresh = fresh
@@ -101,7 +100,7 @@ class Pipeline:
         self.scoring = self.spawn("workers.scoring_worker", "scoring")
 
     def start_stages(self) -> None:
-        self.stages = self.spawn("workers.pipeline", "stages")
+        self.stages = self.spawn("workers.stage_process", "stages")
 
     def kill(self, role: str) -> int:
         """SIGKILL the Faust stage process (`faust`) or the scoring worker (`scoring`); returns its pid."""
@@ -199,48 +198,6 @@ class Pipeline:
 
 def known_decision_types(path: str = "") -> set[str]:
     """The decision types ingest admits: those of the scoring engine's configuration (JEV_DECISION_TYPES)."""
-    from streams.scoring.engine import known_decision_types as configured
+    from streams.scoring.factory import known_decision_types as configured
 
     return configured(path)
-
-
-def serve_stages() -> None:
-    """The Faust stage process (`jev worker stream`): every stage agent; ClickHouse through the durable sink,
-    answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
-
-    Writes <data_dir>/stages-<pid>.ready once the app runs. Events spilled while ClickHouse was unavailable
-    (or by a killed predecessor) are drained from <data_dir>/spill.
-    """
-    from streams import logsafe, settings as settings_mod
-    from streams.metrics import start_metrics_server
-    from streams.process import freeze_heap
-
-    logsafe.install()
-    settings = settings_mod.load()
-    logging.basicConfig(level=settings.log_level.upper())
-    start_metrics_server(settings)
-    sink = durable_sink(settings)
-    app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
-    ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens))
-
-    @app.task
-    async def mark_ready():
-        await query_server.__aenter__()
-        freeze_heap()
-        ready.touch()
-
-    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True)
-    worker.spinner = None
-    try:
-        worker.execute_from_commandline()
-    finally:
-        ready.unlink(missing_ok=True)
-        if query_server.path is not None:
-            query_server.path.unlink(missing_ok=True)
-        sink.drain(timeout=10)
-        sink.close()
-
-
-if __name__ == "__main__":
-    serve_stages()

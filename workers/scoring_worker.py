@@ -21,7 +21,7 @@ from streams.control import ControlReader
 from streams.switches import Controls
 from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
 from workers.lag import export_lag_forever
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 
 log = logging.getLogger("jev.scoring")
 
