@@ -21,6 +21,7 @@ from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
+from streams.leases.agent import BudgetOwner, LeaseClient
 from streams.switches import Controls
 from streams.process import limit_model_threads
 from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
@@ -53,6 +54,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     @app.timer(interval=1.0)
     async def save_budgets():
+        book.expire(settings.budget_reservation_ttl_s)
         if book.revision != saved["revision"]:
             saved["revision"] = book.revision
             save_book(book, budget_file)
@@ -76,12 +78,33 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
+    leases = None
+    if settings.budget_leases:
+        def send(topic, values):
+            return topics.records.send_values(topic, values)
+
+        book.leased_tokens = True
+        leases = LeaseClient(settings.bootstrap, settings.app_id, settings.partitions, book, send,
+                             settings.budget_lease_share, settings.budget_lease_s)
+        owner = BudgetOwner(settings.bootstrap, settings.app_id, book, send, settings.budget_lease_s,
+                            settings.budget_reservation_ttl_s)
+
+        @app.task
+        async def own_budgets():
+            await owner.run()
+
+        @app.task
+        async def hold_leases():
+            await leases.run()
+
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(topics, settings, cache, controls, book)
+    postprocess.leases = leases
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)),
+        leases)
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink)

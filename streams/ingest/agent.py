@@ -19,16 +19,26 @@ from streams.wire import BatchConsumer
 log = logging.getLogger("jev.ingest")
 
 
-def reserve(book, work: Work):
-    """Hold the most this request can spend (input + max output) before any model work."""
+async def reserve(book, leases, work: Work):
+    """Hold the most this request can spend (input + max output) before any model work: against the leases of its
+    hard token budgets (streams.leases, when on), then the local book (soft budgets, alerts, cost)."""
     req = work.request
+    hold = await leases.reserve(work) if leases is not None else None
+    if isinstance(hold, Refused):
+        return hold
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
-    return book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
+    held = book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
                         pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
                         reservation_id=req.request_id)
+    if hold is not None and isinstance(held, Refused):
+        leases.release(hold)
+    elif hold is not None:
+        work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
+    return held
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local,
+             leases=None) -> BatchConsumer:
     async def count_tokens(messages: list) -> None:
         """One micro-batch of requests: everything it sends is acknowledged when it returns."""
         admitted, usage, alerts, sent = [], [], [], []
@@ -41,7 +51,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
                                                        f"to be replayed once fixed", "ingest", time.time())
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = reserve(book, result)
+                held = await reserve(book, leases, result)
                 alerts.extend(held.alerts)
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to

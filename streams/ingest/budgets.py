@@ -132,6 +132,7 @@ class BudgetBook:
         self.usage: dict[str, Usage] = {}
         self.open: dict[str, Reservation] = {}
         self.revision = 0  # bumped by every change worth a snapshot
+        self.leased_tokens = False  # hard token limits are enforced by leases (streams.leases), not by this book
         self._lock = threading.Lock()
 
     def apply(self, control: Control) -> None:
@@ -168,7 +169,7 @@ class BudgetBook:
                 return self.open[reservation_id]
             now = self.clock()
             held = [(b, self._usage(b, now)) for s in scopes for b in self.by_scope.get(s, ())]
-            refusals = [r for b, u in held if (r := over_hard(b, u, tokens, cost))]
+            refusals = [r for b, u in held if (r := over_hard(b, u, tokens, cost, self.leased_tokens))]
             if refusals:
                 first = next((r for r in refusals if r.policy == "reject"), refusals[0])
                 b, u = next((b, u) for b, u in held if b.key == first.budget)
@@ -260,8 +261,8 @@ class BudgetBook:
         return book
 
 
-def over_hard(b: Budget, u: Usage, tokens: int, cost: float) -> Refused | None:
-    if b.hard_tokens is not None and u.used_tokens + u.reserved_tokens + tokens > b.hard_tokens:
+def over_hard(b: Budget, u: Usage, tokens: int, cost: float, leased_tokens: bool = False) -> Refused | None:
+    if b.hard_tokens is not None and not leased_tokens and u.used_tokens + u.reserved_tokens + tokens > b.hard_tokens:
         reason = (f"budget {b.key} hard_tokens {b.hard_tokens}: used {u.used_tokens} + reserved "
                   f"{u.reserved_tokens} + asked {tokens} would exceed it")
     elif b.hard_cost is not None and u.used_cost + u.reserved_cost + cost > b.hard_cost + 1e-12:

@@ -19,6 +19,7 @@ class Postprocess:
 
     def __init__(self, topics, settings, cache, controls, book):
         self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
+        self.leases = None  # a streams.leases LeaseClient: settles hard budgets wherever the decision completes
 
     async def __call__(self, items: list) -> None:
         topics, controls = self.topics, self.controls
@@ -43,7 +44,8 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
-        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
+        settling = [self.leases.settle(items)] if self.leases is not None else []
+        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage), *settling)
 
 
 def register(app, topics, settings, postprocess: Postprocess) -> None:

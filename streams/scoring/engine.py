@@ -43,6 +43,7 @@ class Engine:
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
     generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
+    reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -81,6 +82,9 @@ class Engine:
         elif work.tier_cap in ("rules", "fallback"):  # a budget degraded it: no model tokens
             ranking, outcome = self.fallback(work, pol, "budget"), "degraded"
             ledger.balance("fallback", nominal)
+        elif self.reservation_expired(work):  # its lease may be reclaimed: spending now could overshoot
+            ranking, outcome = self.fallback(work, pol, "reservation_expired"), "degraded"
+            ledger.balance("fallback", nominal)
         else:
             breakers = DecisionBreakers(start, pol)
             try:
@@ -104,6 +108,9 @@ class Engine:
             confidence=ranking.confidence, chain=chain, input_tokens=input_tokens, cache_read_tokens=cache_read,
             output_tokens=output, nominal_tokens=nominal, cost=cost, latency_ms=round(latency, 3))
         return decision, ledger.events(req, round(latency, 3), outcome, iterations)
+
+    def reservation_expired(self, work: Work) -> bool:
+        return bool(work.budget_holds) and 0 < self.reservation_ttl_s < time.time() - work.admitted_at
 
     def fallback(self, work: Work, pol: policy_mod.Policy, reason: str):
         """A breaker tripped (or a budget degraded the request): counted, then the fallback ranking."""

@@ -23,7 +23,8 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
                   escalation=None if escalation in ("", "none") else backends.load(escalation),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
-                  generator=load_generator(settings.generator, settings.default_model))
+                  generator=load_generator(settings.generator, settings.default_model),
+                  reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0)
 
 
 def known_decision_types(path: str = "") -> set[str]:

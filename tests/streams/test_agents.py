@@ -41,8 +41,9 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 
 @pytest.fixture
 def app_and_sent(settings, monkeypatch):
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object())
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      budget_leases=0),  # no broker, so no budget owner: the book's own hard check
+                     {"ranking", "risk_interception"}, sink=object())
     captured = Captured()
     topics = app.jev_topics
     for short in ("rejected", "review", "alerts"):  # what still goes through Faust's producer
