@@ -70,7 +70,7 @@ class BudgetOwner:
                     committed = await consumer.committed(tp)
                     owner.owners[tp.partition] = LeaseOwner(owner.limits, owner.lease_s, owner.grace_s)
                     owner.answer_from[tp.partition] = committed or 0
-                consumer.seek_to_beginning(*assigned)
+                await consumer.seek_to_beginning(*assigned)
 
         consumer.subscribe([name("budget")], listener=Rebalance())
         await consumer.start()
@@ -141,6 +141,7 @@ class LeaseClient:
         self.waiting: dict[str, asyncio.Future] = {}
         self.asking: dict[str, str] = {}  # budget key -> the lease request in flight for it
         self.granted: set[str] = set()  # lease requests already answered (a grant may arrive twice)
+        self.returning: list = []  # (key, Held) replaced by a new lease before being returned
         self.stopping = asyncio.Event()
 
     async def ask(self, key: str, lease_id: str, tokens: int) -> asyncio.Future:
@@ -160,23 +161,32 @@ class LeaseClient:
         if not limits:
             return None
         tokens = work.context_tokens + sum(work.candidate_tokens) + work.request.contracts.max_output_tokens
-        now = time.time()
-        held = self.holder.reserve(list(limits), tokens, now)
-        if isinstance(held, LeaseHold):
-            return held
-        asks = []
-        for key in held:
-            current = self.holder.usable(key, now)
-            balance = current.balance if current else 0
-            asks.append(await self.ask(key, current.lease_id if current else "",
-                                       self.holder.slice(limits[key], tokens - balance)))
-        try:
-            await asyncio.wait_for(asyncio.gather(*asks), self.wait_s)
-        except asyncio.TimeoutError:
-            log.warning("no lease answer within %.1f s for %s", self.wait_s, held)
-        held = self.holder.reserve(list(limits), tokens, time.time())
-        if isinstance(held, LeaseHold):
-            return held
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            now = time.time()
+            held = self.holder.reserve(list(limits), tokens, now)
+            if isinstance(held, LeaseHold):
+                return held
+            asks = []
+            for key in held:  # one request in flight per key: concurrent reservations wait on the same answer
+                request = self.asking.get(key)
+                if request is None or request not in self.waiting:
+                    current = self.holder.usable(key, now)
+                    balance = current.balance if current else 0
+                    await self.ask(key, current.lease_id if current else "",
+                                   self.holder.slice(limits[key], tokens - balance))
+                    request = self.asking[key]
+                asks.append(asyncio.shield(self.waiting[request]))
+            try:
+                granted = await asyncio.wait_for(asyncio.gather(*asks), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                log.warning("no lease answer within %.1f s for %s", self.wait_s, held)
+                break
+            if not all(granted):  # an owner granted nothing more: spent, or held in other processes' leases
+                held = self.holder.reserve(list(limits), tokens, time.time())
+                if isinstance(held, LeaseHold):
+                    return held
+                break
         b = self.book.budgets[held[0]]
         return Refused(f"budget {b.key} hard_tokens {b.hard_tokens}: the owner granted no lease with {tokens} tokens "
                        f"left (spent, or held by other stage processes' leases)", b.key, b.policy, b.degrade_to)
@@ -215,7 +225,9 @@ class LeaseClient:
         if event.holder != self.id or event.request in self.granted:
             return
         self.granted.add(event.request)
-        self.holder.on_grant(event.key, event.lease_id, event.window, event.tokens, event.expires)
+        replaced = self.holder.on_grant(event.key, event.lease_id, event.window, event.tokens, event.expires)
+        if replaced is not None:
+            self.returning.append((event.key, replaced))
         if self.asking.get(event.key) == event.request:
             del self.asking[event.key]
         future = self.waiting.pop(event.request, None)
@@ -246,7 +258,8 @@ class LeaseClient:
         for key, (lease_id, tokens) in self.holder.wanted(hard_limits(self.book), now).items():
             if key not in self.asking and tokens > 0:
                 await self.ask(key, lease_id, tokens)
-        await self.give_back(self.holder.expired(now))
+        gone, self.returning = self.holder.expired(now) + self.returning, []
+        await self.give_back(gone)
 
     async def give_back(self, leases) -> None:
         events = [BudgetEvent(kind="return", key=key, lease_id=h.lease_id, holder=self.id, window=h.window,

@@ -49,13 +49,17 @@ class LeaseHolder:
             self.leases[k].balance -= tokens
         return LeaseHold({k: self.leases[k].lease_id for k in keys}, tokens)
 
-    def on_grant(self, key: str, lease_id: str, window: str, tokens: int, expires: float) -> None:
+    def on_grant(self, key: str, lease_id: str, window: str, tokens: int, expires: float) -> Held | None:
+        """Add a grant to the key's lease, or take a new lease: then the one it replaces (to be returned)."""
         held = self.leases.get(key)
         if held is not None and held.lease_id == lease_id:
             held.balance += tokens
             held.expires = max(held.expires, expires)
-        elif tokens or held is None:
+            return None
+        if tokens or held is None:
             self.leases[key] = Held(lease_id, window, tokens, expires)
+            return held
+        return None
 
     def wanted(self, limits: dict[str, int], now: float) -> dict[str, tuple[str, int]]:
         """key -> (lease id to top up or "", tokens): leases under half a slice, or within a third of their

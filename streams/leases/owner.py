@@ -109,10 +109,13 @@ class LeaseOwner:
         acc = self.account(request.key, window)
         room = limit[0] - acc.used - acc.held if limit else request.tokens
         tokens = max(0, min(request.tokens, room))
-        current = request.lease_id if request.lease_id in acc.leases else ""
+        # A top-up adds to the holder's live lease and keeps its expiry; in the last third of its life the holder gets
+        # a new lease instead, so leases rotate and what never settles on the old one is reclaimed after its grace.
+        current = next((lease_id for lease_id, lease in acc.leases.items() if lease.holder == request.holder
+                        and lease.expires - now > self.lease_s / 3), "")
+        expires = acc.leases[current].expires if current else now + self.lease_s
         grant = BudgetEvent(kind="grant", key=request.key, holder=request.holder, request=request.request,
-                            lease_id=current or request.request, window=window, tokens=tokens,
-                            expires=now + self.lease_s, ts=now)
+                            lease_id=current or request.request, window=window, tokens=tokens, expires=expires, ts=now)
         self.apply(grant)
         return grant
 

@@ -12,7 +12,6 @@ KV, cached context-free terms). Output = 0: nothing is generated.
 """
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 from collections import OrderedDict

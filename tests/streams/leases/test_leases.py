@@ -1,7 +1,6 @@
 """Hard budgets by leases: the owner never grants past the limit, state rebuilds from its log, leases come back."""
 import random
 
-import pytest
 
 from schemas.records import BudgetEvent
 from streams.leases.holder import LeaseHolder, LeaseHold
