@@ -107,7 +107,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
         leases)
     cache_agent.register(app, topics, settings, cache, controls, postprocess)
     postprocess_agent.register(app, topics, settings, postprocess)
-    app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
+    app.jev_usage = usage_sink.register(app, topics, settings, get_sink) if settings.usage_sink else None
     batch_agent.register(app, topics, settings)
     app.jev_topics = topics
     app.jev_controls = controls

@@ -84,6 +84,9 @@ class Settings:
                                                   "unsettled part this long after the lease expired (a crashed "
                                                   "process's leases come back then). Local reservations older than "
                                                   "this are released too.")
+    usage_sink: int = _doc(1, "This stage process runs the usage sink and owns ClickHouse (1). With several stage "
+                              "processes set 0 on all but one: the embedded engine lets one process own its data "
+                              "directory, and the others' usage reaches it by the usage topic.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")

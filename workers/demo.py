@@ -14,11 +14,12 @@ WAVES = 4  # the workload arrives in waves, so later repeats can be answered fro
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 
 
-async def run_demo(settings, n: int, progress) -> dict:
+async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1) -> dict:
     payloads = workload.generate(n)
     bad = workload.BAD_INPUTS
     started = time.monotonic()
-    async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
+    async with Pipeline(settings, known_decision_types(settings.decision_types), stages=stages,
+                        scorers=scorers) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
         for wave in range(WAVES):
@@ -44,4 +45,5 @@ async def run_demo(settings, n: int, progress) -> dict:
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
-            "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1)}
+            "clickhouse_rows": rows, "stages": stages, "scorers": scorers,
+            "wall_s": round(time.monotonic() - started, 1)}

@@ -20,7 +20,8 @@ def serve_stages() -> None:
     answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
 
     Writes <data_dir>/stages-<pid>.ready once the app runs. Events spilled while ClickHouse was unavailable
-    (or by a killed predecessor) are drained from <data_dir>/spill.
+    (or by a killed predecessor) are drained from <data_dir>/spill. With JEV_USAGE_SINK=0 (every stage process
+    but one, when several run) it opens no ClickHouse and sends its usage by the topic only.
     """
     from streams import logsafe, settings as settings_mod
     from streams.metrics import start_metrics_server
@@ -30,14 +31,16 @@ def serve_stages() -> None:
     settings = settings_mod.load()
     logging.basicConfig(level=settings.log_level.upper())
     start_metrics_server(settings)
-    sink = durable_sink(settings)
+    sink = durable_sink(settings) if settings.usage_sink else None
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens))
+    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens)) \
+        if sink is not None else None
 
     @app.task
     async def mark_ready():
-        await query_server.__aenter__()
+        if query_server is not None:
+            await query_server.__aenter__()
         freeze_heap()
         ready.touch()
 
@@ -47,10 +50,11 @@ def serve_stages() -> None:
         worker.execute_from_commandline()
     finally:
         ready.unlink(missing_ok=True)
-        if query_server.path is not None:
+        if query_server is not None and query_server.path is not None:
             query_server.path.unlink(missing_ok=True)
-        sink.drain(timeout=10)
-        sink.close()
+        if sink is not None:
+            sink.drain(timeout=10)
+            sink.close()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ def register(sub) -> None:
                                    "malformed ones) and reports tiers, tokens and latency. Exits 1 if any "
                                    "request got no decision.")
     p.add_argument("--requests", type=int, default=500, metavar="N", help="requests to replay (default 500)")
+    p.add_argument("--stages", type=int, default=1, metavar="N",
+                   help="stage processes (default 1; the first owns ClickHouse, the others are child processes)")
+    p.add_argument("--scorers", type=int, default=1, metavar="M", help="scoring worker processes (default 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -24,9 +27,12 @@ def run(args, settings) -> int:
 
     from workers.demo import run_demo
 
+    if args.stages < 1 or args.scorers < 1:
+        print("jev demo: --stages and --scorers must be at least 1", file=sys.stderr)
+        return 2
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
-        report = asyncio.run(run_demo(settings, args.requests, progress))
+        report = asyncio.run(run_demo(settings, args.requests, progress, args.stages, args.scorers))
     if args.json:
         print(orjson.dumps(report).decode())
     else:
