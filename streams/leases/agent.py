@@ -181,6 +181,8 @@ class LeaseClient:
                 granted = await asyncio.wait_for(asyncio.gather(*asks), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 log.warning("no lease answer within %.1f s for %s", self.wait_s, held)
+                for key in held:  # the next reservation asks anew rather than waiting on an answer that is lost
+                    self.waiting.pop(self.asking.pop(key, ""), None)
                 break
             if not all(granted):  # an owner granted nothing more: spent, or held in other processes' leases
                 held = self.holder.reserve(list(limits), tokens, time.time())
