@@ -1,4 +1,5 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.wire.BatchConsumer), decides,
+"""The scoring worker process: reads micro-batches of the score topic (a streams.wire.BatchConsumer), decides the
+whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
 commits after producing.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
