@@ -5,6 +5,8 @@ its scopes *before* any model work, and settles with the actuals afterwards, rel
 `reserve` is one synchronous check-and-update under a lock (no await inside), so concurrent asyncio
 tasks or threads can never overshoot a hard budget. Budgets arrive as control records
 (kind="budget", key="tenant:acme" or "tenant:acme@month"); `snapshot`/`restore` persist the book.
+This book is one process's view: with several stage processes, hard token limits are enforced by leases from each
+budget's owner (streams.leases, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
 """
 from __future__ import annotations
 
