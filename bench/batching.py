@@ -23,8 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from streams import settings as settings_mod
-from streams.process import limit_model_threads
+from streams import models, settings as settings_mod
 from streams.scoring import backends
 from streams.scoring.batching import score_many
 
@@ -79,13 +78,13 @@ def main() -> None:
     ap.add_argument("--smollm2-candidates", type=int, default=5)
     args = ap.parse_args()
     settings = settings_mod.load()
-    limit_model_threads(settings.model_threads)
+    models.configure(settings.model_threads)
     sts = Path(settings.shared_data) / "sts-b"
     plans = [("lexical", args.requests, args.candidates), ("minilm", args.requests, args.candidates),
              ("smollm2", args.smollm2_requests, args.smollm2_candidates)]
     results = {}
     for name, n, k in plans:
-        if not backends.available(name):
+        if name != "lexical" and not models.available(name):
             results[name] = {"skipped": f"{name} is not installed"}
             continue
         results[name] = measure(name, decisions(sts, n, k), args.batch)

@@ -27,6 +27,11 @@ SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or
                     ["result"])
 SINK_SECONDS = Histogram("jev_usage_insert_seconds", "Time of one usage-sink insert (dedup look-up included).",
                          buckets=LATENCY_BUCKETS)
+SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mechanism ('all': every verdict) and "
+                          "result (kept: agreed with the naive path, or no less accurate where labelled).",
+                          ["mechanism", "result"])
+SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
+                         "guard's current window ('all': every verdict this process judged).", ["mechanism"])
 
 _seen: dict[str, set[str]] = {}
 
@@ -101,3 +106,16 @@ def observe_breaker(breaker: str) -> None:
 
 def set_consumer_lag(group: str, topic: str, lag: int) -> None:
     CONSUMER_LAG.labels(bounded("group", group), bounded("topic", topic)).set(lag)
+
+
+def observe_verdicts(verdicts) -> None:
+    """Shadow verdicts, counted per mechanism they name and once under 'all'."""
+    for v in verdicts:
+        result = "kept" if v.kept else "lost"
+        SHADOW_VERDICTS.labels("all", result).inc()
+        for mechanism in v.mechanisms:
+            SHADOW_VERDICTS.labels(bounded("mechanism", mechanism), result).inc()
+
+
+def set_agreement(mechanism: str, share: float) -> None:
+    SHADOW_AGREEMENT.labels(bounded("mechanism", mechanism)).set(share)

@@ -25,7 +25,7 @@ from streams.ingest.budgets import BudgetBook, Refused, request_scopes
 from streams.kafka_tuning import back_off_when_idle
 from streams.leases.holder import LeaseHold, LeaseHolder
 from streams.leases.owner import LeaseOwner
-from streams.wire import partition_for
+from streams.partitioning import partition_for
 
 log = logging.getLogger("jev.leases")
 
@@ -201,7 +201,14 @@ class LeaseClient:
                 held.balance += hold.tokens
 
     async def settle(self, works: list[Work]) -> None:
-        """Settle decided works against the leases they were reserved on, one event per lease."""
+        """Settle decided works against the leases they were reserved on, sent now (offline callers, benches)."""
+        values = self.settlements(works)
+        if values:
+            await self.send(name("budget"), values)
+
+    def settlements(self, works: list[Work]) -> list[tuple[int, bytes]]:
+        """The settle events of decided works, one per lease they were reserved on, as (partition, value) of the
+        budget topic: a stage puts them in its Outbox (Outbox.placed), so they go out with its decisions."""
         totals: dict[tuple[str, str], list[int]] = {}
         for work in works:
             if not work.budget_holds or work.decision is None:
@@ -211,11 +218,10 @@ class LeaseClient:
                 t = totals.setdefault((key, lease_id), [0, 0])
                 t[0] += work.budget_tokens
                 t[1] += actual
-        if totals:
-            events = [BudgetEvent(kind="settle", key=key, lease_id=lease_id, holder=self.id, reserved=reserved,
-                                  actual=actual, window=self.window(key), ts=time.time())
-                      for (key, lease_id), (reserved, actual) in totals.items()]
-            await self.send(name("budget"), [(partition_for(e.key, self.partitions), e.dumps()) for e in events])
+        events = [BudgetEvent(kind="settle", key=key, lease_id=lease_id, holder=self.id, reserved=reserved,
+                              actual=actual, window=self.window(key), ts=time.time())
+                  for (key, lease_id), (reserved, actual) in totals.items()]
+        return [(partition_for(e.key, self.partitions), e.dumps()) for e in events]
 
     def window(self, key: str) -> str:
         from streams.leases.owner import window_of

