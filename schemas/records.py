@@ -199,6 +199,8 @@ class UsageEvent(Record):
     cost: float = 0.0
     outcome: str = "ok"
     business_event: str = ""
+    prompt_bytes: int = 0  # ingest: the prompt as rendered for the model tiers (protocol expansion's numerator)
+    compact_bytes: int = 0  # ingest: the same content in a compact encoding (its denominator)
 
 
 class Rejection(Record):

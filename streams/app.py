@@ -23,6 +23,7 @@ from streams.usage.texts import request_texts
 from streams.control import ControlReader
 from streams.leases.agent import BudgetOwner, LeaseClient
 from streams.switches import Controls
+from streams.metrics import observe_switches
 from streams import models
 from streams.envelopes import MAX_MESSAGE_BYTES
 from streams.outbox import Outbox
@@ -55,6 +56,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     budget_file = Path(settings.data_dir) / "budgets.json"
     book = load_book(budget_file)
     controls.listeners.append(apply_budget_controls(book))
+    controls.listeners.append(lambda _: observe_switches(controls.switches))
+    observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir())
     saved = {"revision": book.revision}
@@ -88,7 +91,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     leases = None
     if settings.budget_leases:
         async def send(topic, values):  # the lease agents' events (topic by full name), each to its partition
-            await sender.deliver(Outbox(placed=[(topic.split(".")[1], partition, value) for partition, value in values]))
+            short = topic.split(".")[1]
+            await sender.deliver(Outbox(placed=[(short, partition, value) for partition, value in values]))
 
         book.leased_tokens = True
         leases = LeaseClient(settings.bootstrap, settings.app_id, settings.partitions, book, send,

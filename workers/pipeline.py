@@ -9,6 +9,7 @@ import dataclasses
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,16 +17,19 @@ from pathlib import Path
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from prometheus_client import REGISTRY, generate_latest
 
 from infra import clickhouse
 from infra.broker import LocalBroker, create_topics, die_with_parent
 from schemas.records import Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
+from streams.metrics import declare_known_series
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.analytics.tenancy import load_tokens
-from workers.lag import stage_lag
+from workers.lag import export_lag_forever, stage_lag
+from workers.scrape import fetch
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -39,11 +43,13 @@ class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
     def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False,
-                 stages: int = 1, scorers: int = 1):
+                 stages: int = 1, scorers: int = 1, metrics: bool = False):
         """`stages_process`: run the Faust stages in a child process (`python -m workers.stage_process`) that owns
         ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
         `stages`, `scorers`: stage processes and scoring workers. Stage processes past the first run as children
-        with JEV_USAGE_SINK=0 (one process owns the embedded ClickHouse) and a data directory of their own."""
+        with JEV_USAGE_SINK=0 (one process owns the embedded ClickHouse) and a data directory of their own.
+        `metrics`: every child process serves /metrics on a port of its own and the in-process stages export
+        consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml)."""
         if stages < 1 or scorers < 1:
             raise ValueError(f"a pipeline needs at least one stage process and one scoring worker "
                              f"(got stages={stages}, scorers={scorers})")
@@ -61,6 +67,9 @@ class Pipeline:
         self.scorers: dict[int, subprocess.Popen] = {}
         self.ch = self.app = self.worker = None
         self.restarts = {"faust": 0, "scoring": 0}
+        self.metrics = metrics
+        self.metrics_ports: dict[subprocess.Popen, int] = {}
+        self.lag_task: asyncio.Task | None = None
 
     @property
     def stages(self) -> subprocess.Popen | None:
@@ -91,6 +100,9 @@ class Pipeline:
                                    daemon=False, redirect_stdouts=False, quiet=True)
         self.worker.spinner = None  # Faust's terminal spinner writes escape codes at exit
         await self.worker.start()
+        if self.metrics:
+            declare_known_series()
+            self.lag_task = asyncio.create_task(export_lag_forever(self.settings.bootstrap, self.settings.lag_export_s))
         await self.start_fleet()
         return self
 
@@ -109,9 +121,13 @@ class Pipeline:
         (<data_dir>/<prefix>-<pid>.ready)."""
         data_dir = data_dir or Path(self.settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port() if self.metrics else 0
         proc = subprocess.Popen([sys.executable, "-m", module], env={**self.child_env(), **env,
-                                                                    "JEV_DATA_DIR": str(data_dir)},
+                                                                    "JEV_DATA_DIR": str(data_dir),
+                                                                    "JEV_METRICS_PORT": str(port)},
                                 stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        if port:
+            self.metrics_ports[proc] = port
         ready = data_dir / f"{ready_prefix}-{proc.pid}.ready"
         deadline = time.monotonic() + 300
         while not ready.exists():
@@ -173,7 +189,21 @@ class Pipeline:
                 proc.kill()
                 proc.wait()
 
+    def scrape_metrics(self) -> dict[str, str]:
+        """{process: its /metrics text} of every running process of this pipeline: this one when it runs the
+        stages, and each child (`<module>-<pid>`) over its own port. Needs metrics=True."""
+        if not self.metrics:
+            raise RuntimeError("scrape_metrics() needs Pipeline(..., metrics=True): the children serve no /metrics")
+        scraped = {f"stages-{os.getpid()}": generate_latest(REGISTRY).decode()} if self.worker is not None else {}
+        for proc, port in self.metrics_ports.items():
+            if proc.poll() is None:
+                role = "stages" if proc in self.stage_procs.values() else "scoring"
+                scraped[f"{role}-{proc.pid}"] = fetch(port)
+        return scraped
+
     async def __aexit__(self, *exc) -> None:
+        if self.lag_task is not None:
+            self.lag_task.cancel()
         await asyncio.gather(*(asyncio.to_thread(self.stop_process, p, 10) for p in self.scorers.values()))
         await self.stop_stages()
         if self.query_server is not None:
@@ -239,6 +269,12 @@ class Pipeline:
             raise RuntimeError("ClickHouse belongs to the stage process (stages_process=True); "
                                "query it after stop_stages() from a process that opens settings.clickhouse")
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def known_decision_types(path: str = "") -> set[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.deadletter import dead_letter
 from streams.switches import Controls
 from streams.consumer import BatchConsumer
@@ -54,8 +55,11 @@ class ScoringWorker:
         controls.switches = self.engine.switches  # the engine reads switch changes live
         controls.listeners.append(EngineTuning(self.engine).on_control)
         shadow = self.shadow.consumer(sender)
+        controls.listeners.append(lambda _: observe_switches(controls.switches))
+        observe_switches(controls.switches)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
-        lag = asyncio.create_task(export_lag_forever(s.bootstrap))
+        lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
+        gpu = asyncio.create_task(export_gpu_memory_forever(s.lag_export_s))
         await sender.start()
         await consumer.start()
         await shadow.start()
@@ -68,6 +72,7 @@ class ScoringWorker:
         finally:
             follow.cancel()
             lag.cancel()
+            gpu.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await shadow.stop()
@@ -85,6 +90,7 @@ class ScoringWorker:
             works.extend(batch.items)
         with self.shadow.served_batch():
             results = await asyncio.to_thread(self.decide_each, works)
+        observe_stages("score", works)
         for work, (decision, events) in zip(works, results):
             work.decision = decision
             out.usage.extend(events)
@@ -108,6 +114,22 @@ class ScoringWorker:
                     results.append((Decision(request_id=work.request.request_id, tier="fallback",
                                              error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
             return results
+
+
+async def export_gpu_memory_forever(interval_s: float) -> None:
+    """MU, GPU memory utilisation, of each GPU this worker sees (jev_gpu_memory_utilization): the share of the
+    device's memory in use, from the driver (what vLLM or a torch model holds, and anything else on it).
+    Nothing where torch or a GPU is absent."""
+    import sys
+
+    torch = sys.modules.get("torch")  # only a backend that loaded torch can be on a GPU
+    if torch is None or not torch.cuda.is_available():
+        return
+    while True:
+        for device in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(device)
+            set_gpu_memory(f"cuda:{device}", 1 - free / total)
+        await asyncio.sleep(interval_s)
 
 
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:

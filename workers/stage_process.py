@@ -12,6 +12,7 @@ from streams.app import create_app
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.analytics.tenancy import load_tokens
+from workers.lag import export_lag_forever
 from streams.scoring.factory import known_decision_types
 
 
@@ -36,6 +37,10 @@ def serve_stages() -> None:
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens)) \
         if sink is not None else None
+
+    @app.task
+    async def export_consumer_lag():
+        await export_lag_forever(settings.bootstrap, settings.lag_export_s)
 
     @app.task
     async def mark_ready():

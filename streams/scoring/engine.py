@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas.records import Decision, Ranked, UsageEvent, Work
-from streams.metrics import observe_fallback
+from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod
 from streams.scoring.backends import Backend
 from streams.scoring.batching import drive
@@ -94,6 +94,7 @@ class Engine:
                 else:
                     ranking = yield from rank(self, work, list(range(len(ids))), lengths, pol, ledger, breakers)
             except Fallback as stop:
+                observe_breaker(str(stop))
                 ranking, outcome = self.fallback(work, pol, str(stop)), "fallback"
                 ledger.balance("fallback", nominal)
         action, chain = rollout(req, pol, ranking, ids, self.counters)
