@@ -101,19 +101,21 @@ class ScoringWorker:
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
-        instead of taking the whole micro-batch (and the worker) down."""
-        try:
-            return self.engine.decide_batch(works)
-        except Exception:
-            results = []
-            for work in works:
-                try:
-                    results.extend(self.engine.decide_batch([work]))
-                except Exception as exc:
-                    log.exception("engine failed on %s", work.request.request_id)
-                    results.append((Decision(request_id=work.request.request_id, tier="fallback",
-                                             error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
-            return results
+        instead of taking the whole micro-batch (and the worker) down. Never beside the shadow side's naive engine,
+        which shares the models."""
+        with self.shadow.deciding:
+            try:
+                return self.engine.decide_batch(works)
+            except Exception:
+                results = []
+                for work in works:
+                    try:
+                        results.extend(self.engine.decide_batch([work]))
+                    except Exception as exc:
+                        log.exception("engine failed on %s", work.request.request_id)
+                        results.append((Decision(request_id=work.request.request_id, tier="fallback",
+                                                 error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
+                return results
 
 
 async def export_gpu_memory_forever(interval_s: float) -> None:
