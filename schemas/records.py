@@ -213,7 +213,7 @@ class Rejection(Record):
 
 class Control(Record):
     """Latest value per key wins: kill switches, budgets, template/prompt/model versions."""
-    kind: str  # switch | budget | version
+    kind: str  # switch | budget | version | tune
     key: str
     value: Any
     ts: float = 0.0
@@ -245,6 +245,7 @@ class Work(Record):
     tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
     refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
+    cache_match: Dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
     decision: Optional[Decision] = None
 
 

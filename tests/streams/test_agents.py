@@ -42,7 +42,8 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 @pytest.fixture
 def app_and_sent(settings, monkeypatch):
     app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object())
+                                      cache_embedder="hashing", cache_max_error=0.0),  # fixed L2 threshold:
+                     {"ranking", "risk_interception"}, sink=object())  # learning is tested in tests/streams/cache
     captured = Captured()
     topics = app.jev_topics
     for short in ("rejected", "review", "alerts"):  # what still goes through Faust's producer

@@ -1,0 +1,132 @@
+"""L2 thresholds learned from verdicts, so the false-hit rate stays under a target with stated confidence.
+
+A verdict says whether a cached answer agreed with the answer the naive path gave for the question that
+matched it: the shadow sample of served hits (CacheStage.learn), and every miss whose nearest verified
+neighbour was refused only for its score (the miss is answered anyway, and its answer is compared with the
+neighbour's: evidence that costs no tokens, as vCache's exploration, arXiv 2502.03771). Served hits are
+sampled at the shadow rate and refused neighbours at rate 1, so each verdict is weighted by the inverse of
+its sampling rate: the weighted verdicts estimate the error of the whole stream of candidates.
+
+The threshold of a partition is chosen by fixed-sequence testing (Learn-then-Test, Angelopoulos et al.
+2021): candidate thresholds are tested from the most conservative (GRID_TOP) downwards; at each, the null
+hypothesis "the false-hit rate of candidates scoring at least t exceeds max_error" is rejected when the
+binomial tail of the errors seen is at most 1 - confidence; the first threshold that fails ends the descent.
+Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
+most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
+Thresholds with fewer than MIN_VERDICTS (effective) verdicts above them are skipped, not failed: a skip
+depends on counts only, never on the errors. A partition with no threshold passing serves no L2 hit.
+
+Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
+(an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
+false hits, reversed meaning and negation, are of this kind when the lexical checks miss them).
+The floor (`cache.l2.min_similarity`, a tune control from the agreement guard) raises every partition.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+GRID_STEP = 0.0025  # thresholds tested: 1.0, 0.9975, ... down to the exploration floor
+GRID_TOP = 1.0
+MIN_VERDICTS = 30  # effective verdicts above a threshold before it is tested
+MAX_VERDICTS = 20_000  # per partition, the most recent kept (traffic drifts)
+MAX_PARTITIONS = 10_000
+REFIT_FRACTION = 0.02  # refit once the new verdicts pass this share of those kept (a fit sorts them all)
+MAX_VETOES = 100_000  # entries with a disagreement remembered, over all partitions
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (n up to MAX_VERDICTS)."""
+    if k >= n:
+        return 1.0
+    if k < 0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total, log_choose = 0.0, 0.0
+    for i in range(k + 1):
+        if i:
+            log_choose += math.log(n - i + 1) - math.log(i)
+        total += math.exp(log_choose + i * log_p + (n - i) * log_q)
+    return min(total, 1.0)
+
+
+@dataclass
+class _Verdicts:
+    rows: deque = field(default_factory=lambda: deque(maxlen=MAX_VERDICTS))  # (score, agreed, weight)
+    threshold: float = math.inf
+    pending: int = 0  # verdicts since the last fit
+
+
+class ThresholdLearner:
+    def __init__(self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0):
+        """`floor`: no threshold below it (the exploration floor, or a guard's tune control)."""
+        if not 0 < max_error < 1:
+            raise ValueError(f"max error must be in (0, 1), got {max_error}: set JEV_CACHE_MAX_ERROR")
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence}: set JEV_CACHE_ERROR_CONFIDENCE")
+        self.max_error = max_error
+        self.confidence = confidence
+        self.floor = floor
+        self.partitions: OrderedDict[tuple, _Verdicts] = OrderedDict()
+        self.vetoes: OrderedDict[tuple[tuple, str], float] = OrderedDict()  # (partition, question) -> score
+
+    def observe(self, partition: tuple, question: str, score: float, agreed: bool, weight: float = 1.0) -> None:
+        """One verdict on a candidate of `partition` whose cached question was `question`, at `score`."""
+        part = self.partitions.get(partition)
+        if part is None:
+            part = self.partitions[partition] = _Verdicts()
+            while len(self.partitions) > MAX_PARTITIONS:
+                self.partitions.popitem(last=False)
+        self.partitions.move_to_end(partition)
+        part.rows.append((float(score), bool(agreed), float(weight)))
+        part.pending += 1
+        if not agreed:
+            key = (partition, question)
+            self.vetoes[key] = max(self.vetoes.get(key, -math.inf), float(score))
+            self.vetoes.move_to_end(key)
+            while len(self.vetoes) > MAX_VETOES:
+                self.vetoes.popitem(last=False)
+
+    def threshold(self, partition: tuple) -> float:
+        """The lowest score served in `partition` (inf: no evidence yet, or none enough)."""
+        part = self.partitions.get(partition)
+        if part is None:
+            return math.inf
+        if part.pending > len(part.rows) * REFIT_FRACTION:
+            part.threshold, part.pending = self._fit(part.rows), 0
+        return max(part.threshold, self.floor)
+
+    def allows(self, partition: tuple, question: str, score: float) -> bool:
+        """Serve a candidate of `partition` matching cached `question` at `score`?"""
+        veto = self.vetoes.get((partition, question))
+        return score >= self.threshold(partition) and (veto is None or score > veto)
+
+    def _fit(self, rows) -> float:
+        if not rows:
+            return math.inf
+        ordered = sorted(rows, key=lambda r: -r[0])
+        alpha = 1 - self.confidence
+        chosen, i, total, errors, squares = math.inf, 0, 0.0, 0.0, 0.0
+        t = GRID_TOP
+        while t >= self.floor - 1e-12:
+            while i < len(ordered) and ordered[i][0] >= t:
+                score, agreed, weight = ordered[i]
+                total, squares = total + weight, squares + weight * weight
+                errors += 0.0 if agreed else weight
+                i += 1
+            if total > 0:
+                n = total * total / squares  # effective sample size of the weighted verdicts
+                if n >= MIN_VERDICTS:
+                    k = math.floor(errors / total * n + 1e-9)
+                    if binomial_cdf(k, int(n), self.max_error) > alpha:
+                        break
+                    chosen = t
+            t = round(t - GRID_STEP, 6)
+        return chosen
+
+    def stats(self, partition: tuple) -> dict:
+        part = self.partitions.get(partition)
+        rows = list(part.rows) if part else []
+        return {"verdicts": len(rows), "disagreements": sum(not r[1] for r in rows),
+                "threshold": self.threshold(partition)}
