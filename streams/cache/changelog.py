@@ -27,8 +27,8 @@ def filled(partition: tuple, question: str, entry: Entry, vector) -> dict:
             "vector": encoded}
 
 
-def verdict(candidate: Candidate, agreed: bool, weight: float) -> dict:
-    return {"op": "verdict", "candidate": candidate.to_dict(), "agreed": bool(agreed), "weight": float(weight)}
+def verdict(candidate: Candidate, agreed: bool) -> dict:
+    return {"op": "verdict", "candidate": candidate.to_dict(), "agreed": bool(agreed)}
 
 
 def observed(session_id: str, question: str) -> dict:
@@ -46,7 +46,7 @@ def apply(stage, records: list[dict]) -> None:
         _fill(stage, pending)
         pending = []
         if op == "verdict" and stage.semantic is not None:
-            stage.semantic.learn(Candidate.from_dict(record["candidate"]), record["agreed"], record["weight"])
+            stage.semantic.learn(Candidate.from_dict(record["candidate"]), record["agreed"])
         elif op == "observe":
             stage.followups.observe(record["session"], record["question"])
         elif op != "fill":

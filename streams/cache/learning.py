@@ -3,9 +3,12 @@
 A verdict says whether a cached answer agreed with the answer the naive path gave for the question that
 matched it: the shadow sample of served hits (CacheStage.learn), and every miss whose nearest verified
 neighbour was refused only for its score (the miss is answered anyway, and its answer is compared with the
-neighbour's: evidence that costs no tokens, as vCache's exploration, arXiv 2502.03771). Served hits are
-sampled at the shadow rate and refused neighbours at rate 1, so each verdict is weighted by the inverse of
-its sampling rate: the weighted verdicts estimate the error of the whole stream of candidates.
+neighbour's: evidence that costs no tokens, as vCache's exploration, arXiv 2502.03771). Whether a
+candidate gets a verdict depends on its score (served hits at the shadow rate, refused ones at rate 1),
+never on its correctness, so each verdict is a fair sample of the error at its score. Refused candidates
+lie below the served ones, at the error-prone end of any tail above the current threshold, which makes
+the unweighted tail estimate conservative. (Weighting shadow verdicts by 1 / rate would be unbiased too,
+but one weighted error then swings a partition between served and off: measured on synthetic streams.)
 
 The threshold of a partition is chosen by fixed-sequence testing (Learn-then-Test, Angelopoulos et al.
 2021): candidate thresholds are tested from the most conservative (GRID_TOP) downwards; at each, the null
@@ -13,8 +16,10 @@ hypothesis "the false-hit rate of candidates scoring at least t exceeds max_erro
 binomial tail of the errors seen is at most 1 - confidence; the first threshold that fails ends the descent.
 Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
 most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
-Thresholds with fewer than MIN_VERDICTS (effective) verdicts above them are skipped, not failed: a skip
-depends on counts only, never on the errors. A partition with no threshold passing serves no L2 hit.
+Thresholds with too few verdicts above them are skipped, not failed: twice the count at which
+a clean record (no error) would just pass, and at least MIN_VERDICTS (90 at 0.05 and 0.9). A skip depends
+on counts only, never on the errors, so the guarantee holds. A partition with no threshold passing serves
+no L2 hit.
 
 Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
 (an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
@@ -53,7 +58,7 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
 
 @dataclass
 class _Verdicts:
-    rows: deque = field(default_factory=lambda: deque(maxlen=MAX_VERDICTS))  # (score, agreed, weight)
+    rows: deque = field(default_factory=lambda: deque(maxlen=MAX_VERDICTS))  # (score, agreed)
     threshold: float = math.inf
     pending: int = 0  # verdicts since the last fit
 
@@ -71,7 +76,7 @@ class ThresholdLearner:
         self.partitions: OrderedDict[tuple, _Verdicts] = OrderedDict()
         self.vetoes: OrderedDict[tuple[tuple, str], float] = OrderedDict()  # (partition, question) -> score
 
-    def observe(self, partition: tuple, question: str, score: float, agreed: bool, weight: float = 1.0) -> None:
+    def observe(self, partition: tuple, question: str, score: float, agreed: bool) -> None:
         """One verdict on a candidate of `partition` whose cached question was `question`, at `score`."""
         part = self.partitions.get(partition)
         if part is None:
@@ -79,7 +84,7 @@ class ThresholdLearner:
             while len(self.partitions) > MAX_PARTITIONS:
                 self.partitions.popitem(last=False)
         self.partitions.move_to_end(partition)
-        part.rows.append((float(score), bool(agreed), float(weight)))
+        part.rows.append((float(score), bool(agreed)))
         part.pending += 1
         if not agreed:
             key = (partition, question)
@@ -107,21 +112,17 @@ class ThresholdLearner:
             return math.inf
         ordered = sorted(rows, key=lambda r: -r[0])
         alpha = 1 - self.confidence
-        chosen, i, total, errors, squares = math.inf, 0, 0.0, 0.0, 0.0
+        least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)))
+        chosen, n, errors = math.inf, 0, 0
         t = GRID_TOP
         while t >= self.floor - 1e-12:
-            while i < len(ordered) and ordered[i][0] >= t:
-                score, agreed, weight = ordered[i]
-                total, squares = total + weight, squares + weight * weight
-                errors += 0.0 if agreed else weight
-                i += 1
-            if total > 0:
-                n = total * total / squares  # effective sample size of the weighted verdicts
-                if n >= MIN_VERDICTS:
-                    k = math.floor(errors / total * n + 1e-9)
-                    if binomial_cdf(k, int(n), self.max_error) > alpha:
-                        break
-                    chosen = t
+            while n < len(ordered) and ordered[n][0] >= t:
+                errors += not ordered[n][1]
+                n += 1
+            if n >= least:
+                if binomial_cdf(errors, n, self.max_error) > alpha:
+                    break
+                chosen = t
             t = round(t - GRID_STEP, 6)
         return chosen
 

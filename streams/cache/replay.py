@@ -5,7 +5,7 @@ pair; repeated questions share one entry). Then every `text_b` is asked, in file
 seed), through SemanticCache.probe with the partition's learned threshold:
 - a hit is right only when the entry it hit is its own `text_a` and the pair is labelled 1;
 - a served hit's verdict reaches the learner at the shadow rate (the label stands in for the shadow
-  comparison), weighted by 1 / rate;
+  comparison);
 - a miss whose verified neighbour was refused by the learned threshold is answered anyway, and in the live
   stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
   comparison, at rate 1 (`explore=False` turns this evidence off).
@@ -52,7 +52,7 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             hits += 1
             right += correct
             if shadow_rate and rng.random() < shadow_rate:
-                cache.learn(candidate, correct, weight=1 / shadow_rate)
+                cache.learn(candidate, correct)
                 learned += 1
         elif explore:
             cache.learn(candidate, correct)
@@ -62,8 +62,13 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             curve.append((n, threshold))
     positives = sum(p.label == 1 for p in pairs)
     return {"pairs": len(pairs), "hits": hits, "false_hits": hits - right,
-            "precision": right / hits if hits else 1.0, "recall": right / positives if positives else 0.0,
+            "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
             "shadow_verdicts": learned, "explore_verdicts": explored,
-            "final_threshold": cache.learner.threshold(PARTITION),
-            "threshold_moves": [[n, round(t, 4) if t != float("inf") else None] for n, t in curve[-20:]]}
+            "final_threshold": _finite(cache.learner.threshold(PARTITION)),
+            "threshold_moves": [[n, _finite(t)] for n, t in curve[-20:]]}
+
+
+def _finite(threshold: float) -> float | None:
+    """A threshold for JSON: None where nothing is served yet (inf)."""
+    return None if threshold == float("inf") else round(threshold, 4)

@@ -186,11 +186,11 @@ class SemanticCache:
             return hit, Candidate(partition, cached, score, served=hit is not None)
         return None, None
 
-    def learn(self, candidate: Candidate, agreed: bool, weight: float = 1.0) -> None:
+    def learn(self, candidate: Candidate, agreed: bool) -> None:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question?"""
         if self.learner is not None:
             self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
-                                 agreed, weight)
+                                 agreed)
 
     def value_of(self, partition: tuple, question: str):
         """The cached answer to `question` in `partition`, or None (evicted)."""

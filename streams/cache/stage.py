@@ -45,8 +45,6 @@ class CacheStage:
         self.semantic = None
         self.changes: deque[dict] = deque(maxlen=PENDING_CHANGES)  # changelog records not yet sent
         self.record_changes = settings.cache_state_topic
-        shadow_rate = getattr(settings, "shadow_rate", 0.0) or 0.0
-        self.shadow_weight = 1 / shadow_rate if shadow_rate > 0 else 1.0  # a shadow verdict stands for 1/rate hits
         self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence)
                         if settings.cache_max_error > 0 else None)
         if settings.cache_embedder != "none":
@@ -76,15 +74,15 @@ class CacheStage:
     def learn(self, work: Work, agreed: bool) -> None:
         """A shadow verdict on a request an L2 hit answered: did the served answer agree with the naive one?
         Recorded against the partition and entry the hit matched (work.cache_match); a work no L2 hit answered
-        is ignored. The verdict stands for 1 / JEV_SHADOW_RATE hits, as the shadow samples them."""
+        is ignored."""
         match = work.cache_match
         if self.semantic is not None and match and match.get("served"):
-            self._learn(Candidate.from_dict(match), agreed, self.shadow_weight)
+            self._learn(Candidate.from_dict(match), agreed)
 
-    def _learn(self, candidate: Candidate, agreed: bool, weight: float) -> None:
-        self.semantic.learn(candidate, agreed, weight)
+    def _learn(self, candidate: Candidate, agreed: bool) -> None:
+        self.semantic.learn(candidate, agreed)
         if self.record_changes:
-            self.changes.append(changelog.verdict(candidate, agreed, weight))
+            self.changes.append(changelog.verdict(candidate, agreed))
 
     def restore(self, records: list[dict]) -> None:
         """Apply cache-state records (changelog.py) in order: what another process filled and learned."""
@@ -185,7 +183,7 @@ class CacheStage:
             candidate = Candidate.from_dict(match)
             cached = self.semantic.value_of(candidate.partition, candidate.question)
             if cached is not None:  # the neighbour this miss was refused: would its answer have done?
-                self._learn(candidate, answers_agree(cached, value), 1.0)
+                self._learn(candidate, answers_agree(cached, value))
         if self.semantic is not None and switches["cache.l2"] and vector is not None:
             self._insert(partition_of(work.request), question_of(work.request), value, entry.tokens, False, vector)
 
