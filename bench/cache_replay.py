@@ -7,7 +7,7 @@ asked, the learner starting empty) at each --targets error bound, in file order 
 orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each text is embedded
 once per run. Last stdout line: one JSON object.
 
-    .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2]
+    .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2] [--write DIR]
 """
 from __future__ import annotations
 
@@ -62,11 +62,17 @@ def main() -> None:
     ap.add_argument("--seeds", default="1", help="shuffled orders besides file order ('' = file order only)")
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--no-stsb", action="store_true")
+    ap.add_argument("--write", help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
+                                    "(for `jev cache replay --pairs`), then replay")
     args = ap.parse_args()
     settings = load()
     data = Path(settings.shared_data)
     qqp = calibration.read_pairs(data / "qqp-dev" / "pairs.jsonl")
     slices = {"held_out": [p for p in qqp if held_out(p)], "dev": [p for p in qqp if not held_out(p)]}
+    if args.write:
+        for name, pairs in slices.items():
+            Path(args.write, f"qqp_{name}.jsonl").write_bytes(b"".join(orjson.dumps(
+                {"text_a": p.text_a, "text_b": p.text_b, "label": p.label}) + b"\n" for p in pairs))
     chosen = ["held_out", "dev"] if args.slice == "both" else [args.slice]
     sets = {f"qqp_{name}": slices[name] for name in chosen}
     if not args.no_stsb:

@@ -16,9 +16,11 @@ hypothesis "the false-hit rate of candidates scoring at least t exceeds max_erro
 binomial tail of the errors seen is at most 1 - confidence; the first threshold that fails ends the descent.
 Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
 most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
-Thresholds with too few verdicts above them are skipped, not failed: twice the count at which
-a clean record (no error) would just pass, and at least MIN_VERDICTS (90 at 0.05 and 0.9). A skip depends
-on counts only, never on the errors, so the guarantee holds. A partition with no threshold passing serves
+Thresholds with too few verdicts above them are skipped, not failed: the first tested has at least twice
+the count at which a clean record (no error) would just pass, at least MIN_VERDICTS (90 at 0.05 and 0.9),
+and at least FIRST_TEST_SHARE of the partition's verdicts, so one early error among few verdicts at the
+very top does not end the descent. A skip depends on counts only, never on the errors, so the guarantee
+holds. A partition with no threshold passing serves
 no L2 hit.
 
 Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
@@ -31,12 +33,14 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 GRID_STEP = 0.0025  # thresholds tested: 1.0, 0.9975, ... down to the exploration floor
 GRID_TOP = 1.0
 MIN_VERDICTS = 30  # effective verdicts above a threshold before it is tested
-MAX_VERDICTS = 20_000  # per partition, the most recent kept (traffic drifts)
+MAX_VERDICTS = 10_000  # per partition, the most recent kept (traffic drifts)
 MAX_PARTITIONS = 10_000
+FIRST_TEST_SHARE = 0.1  # the first tested threshold holds at least this share of the verdicts above it
 REFIT_FRACTION = 0.02  # refit once the new verdicts pass this share of those kept (a fit sorts them all)
 MAX_VETOES = 100_000  # entries with a disagreement remembered, over all partitions
 
@@ -54,6 +58,18 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
             log_choose += math.log(n - i + 1) - math.log(i)
         total += math.exp(log_choose + i * log_p + (n - i) * log_q)
     return min(total, 1.0)
+
+
+def error_bounded(errors: int, n: int, max_error: float, alpha: float) -> bool:
+    """Reject "error rate > max_error" at level alpha: the exact binomial tail, or where n * p * (1 - p) >= 25
+    (the normal approximation holds) the one-sided Wilson score bound, which costs O(1) instead of O(errors)."""
+    if n * max_error * (1 - max_error) < 25:
+        return binomial_cdf(errors, n, max_error) <= alpha
+    z = NormalDist().inv_cdf(1 - alpha)
+    rate = errors / n
+    centre = rate + z * z / (2 * n)
+    spread = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+    return (centre + spread) / (1 + z * z / n) <= max_error
 
 
 @dataclass
@@ -112,7 +128,8 @@ class ThresholdLearner:
             return math.inf
         ordered = sorted(rows, key=lambda r: -r[0])
         alpha = 1 - self.confidence
-        least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)))
+        least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
+                    math.ceil(FIRST_TEST_SHARE * len(ordered)))
         chosen, n, errors = math.inf, 0, 0
         t = GRID_TOP
         while t >= self.floor - 1e-12:
@@ -120,7 +137,7 @@ class ThresholdLearner:
                 errors += not ordered[n][1]
                 n += 1
             if n >= least:
-                if binomial_cdf(errors, n, self.max_error) > alpha:
+                if not error_bounded(errors, n, self.max_error, alpha):
                     break
                 chosen = t
             t = round(t - GRID_STEP, 6)
