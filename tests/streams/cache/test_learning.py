@@ -176,3 +176,35 @@ def test_tune_control_raises_the_floor_of_every_partition(stage):
     assert stage.learner.floor == 0.99
     with pytest.raises(ValueError, match="takes a number"):
         stage.on_control(Control(kind="tune", key="cache.l2.min_similarity", value="high"))
+
+
+PEER_FALSE_HITS = [  # GPTCache #694 (a question and its reversal), semantic-router #2691 (negation, on/off)
+    ("How to turn on dark mode?", "How to turn off dark mode?"),
+    ("How do I enable two-factor login?", "How do I disable two-factor login?"),
+    ("Why do dogs chase cats?", "Why do cats chase dogs?"),
+    ("Can I take ibuprofen with alcohol?", "Can I not take ibuprofen with alcohol?"),
+    ("Is coffee good for your heart?", "Is coffee bad for your heart?"),
+]
+
+
+@pytest.mark.parametrize("cached,asked", PEER_FALSE_HITS)
+def test_peers_false_hits_are_refused_even_where_the_learner_serves_low_scores(cached, asked):
+    learner = ThresholdLearner(0.05, 0.9)
+    for i in range(200):
+        learner.observe(P, f"q{i}", 0.3, True)
+    cache = SemanticCache(HashingEmbedder(), threshold=0.3, learner=learner)
+    cache.insert(P, cached, "cached answer")
+    assert learner.threshold(P) <= 0.3
+    assert cache.probe(P, asked) == (None, None), "the verification checks refuse it before the learner"
+
+
+def test_a_false_hit_the_checks_miss_is_served_once_then_vetoed_by_its_shadow_verdict():
+    learner = ThresholdLearner(0.05, 0.9)
+    for i in range(200):
+        learner.observe(P, f"q{i}", 0.3, True)
+    cache = SemanticCache(HashingEmbedder(), threshold=0.3, learner=learner)
+    cache.insert(P, "What should I eat before a run?", "a banana an hour before")
+    hit, candidate = cache.probe(P, "What should I eat during a run?")
+    assert hit is not None, "no lexical check tells during from before"
+    cache.learn(candidate, agreed=False)
+    assert cache.probe(P, "What should I eat during a run?")[0] is None
