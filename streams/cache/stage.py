@@ -65,11 +65,15 @@ class CacheStage:
     def on_control(self, control) -> None:
         if control.kind == "version":
             self.versions.bump(control.key, str(control.value))
-        elif control.kind == "tune" and control.key == "cache.l2.min_similarity" and self.learner is not None:
+        elif control.kind == "tune" and control.key == "cache.l2.min_similarity" and self.semantic is not None:
             try:
-                self.learner.floor = float(control.value)
+                floor = float(control.value)
             except (TypeError, ValueError):
                 raise ValueError(f"tune cache.l2.min_similarity takes a number, got {control.value!r}") from None
+            if self.learner is not None:
+                self.learner.floor = floor  # no partition serves below it, whatever it learned
+            else:
+                self.semantic.threshold = floor  # the fixed threshold (JEV_CACHE_MAX_ERROR=0)
 
     def learn(self, work: Work, agreed: bool) -> None:
         """A shadow verdict on a request an L2 hit answered: did the served answer agree with the naive one?

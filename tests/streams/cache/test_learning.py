@@ -178,6 +178,16 @@ def test_tune_control_raises_the_floor_of_every_partition(stage):
         stage.on_control(Control(kind="tune", key="cache.l2.min_similarity", value="high"))
 
 
+def test_tune_control_sets_the_fixed_threshold_where_nothing_is_learned(tmp_path):
+    from streams import settings as settings_mod
+
+    fixed = CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing",
+                                                       cache_semantic_threshold=0.5, cache_max_error=0.0))
+    assert fixed.learner is None and fixed.semantic.threshold == 0.5
+    fixed.on_control(Control(kind="tune", key="cache.l2.min_similarity", value=0.9))
+    assert fixed.semantic.threshold == 0.9
+
+
 PEER_FALSE_HITS = [  # GPTCache #694 (a question and its reversal), semantic-router #2691 (negation, on/off)
     ("How to turn on dark mode?", "How to turn off dark mode?"),
     ("How do I enable two-factor login?", "How do I disable two-factor login?"),
