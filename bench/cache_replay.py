@@ -47,8 +47,10 @@ class Memo:
         return np.stack([self.seen[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
 
-def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed) -> dict:
-    cache = SemanticCache(embedder, floor, learner=ThresholdLearner(target, confidence), max_entries=len(pairs))
+def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed,
+        explore: float) -> dict:
+    cache = SemanticCache(embedder, floor, learner=ThresholdLearner(target, confidence, explore=explore),
+                          max_entries=len(pairs))
     out = replay(cache, pairs, shadow_rate, seed=seed)
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items() if k != "threshold_moves"}
 
@@ -61,6 +63,7 @@ def main() -> None:
     ap.add_argument("--shadow-rate", type=float, default=0.02)
     ap.add_argument("--seeds", default="1", help="shuffled orders besides file order ('' = file order only)")
     ap.add_argument("--embedder", default="minilm")
+    ap.add_argument("--explore", default="0.05", help="exploration rates above the threshold to compare")
     ap.add_argument("--no-stsb", action="store_true")
     ap.add_argument("--write", help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
                                     "(for `jev cache replay --pairs`), then replay")
@@ -85,10 +88,11 @@ def main() -> None:
     for set_name, pairs in sets.items():
         result[set_name] = {"pairs": len(pairs), "positives": sum(p.label for p in pairs), "runs": []}
         for target in (float(t) for t in args.targets.split(",")):
-            for seed in seeds:
-                print(f"{set_name}: target {target}, order {seed or 'file'}", file=sys.stderr)
-                out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed)
-                result[set_name]["runs"].append({"seed": seed, **out})
+            for explore in (float(e) for e in args.explore.split(",")):
+                for seed in seeds:
+                    print(f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}", file=sys.stderr)
+                    out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore)
+                    result[set_name]["runs"].append({"seed": seed, "explore": explore, **out})
     print(orjson.dumps(result).decode())
 
 

@@ -68,6 +68,9 @@ class Settings:
                                         "threshold (no learning).")
     cache_error_confidence: float = _doc(0.9, "Confidence of the L2 false-hit bound (fixed-sequence binomial test "
                                               "per threshold, streams/cache/learning.py).")
+    cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "
+                                           "answered anyway and compared, so verdicts keep coming where hits are "
+                                           "served (a threshold that passed by luck is pulled back up).")
     cache_state_topic: bool = _doc(True, "Write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
                                          "and rebuild them from it at start, so a restarted or new stage "
                                          "process keeps the hit rate.")

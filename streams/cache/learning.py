@@ -23,6 +23,11 @@ very top does not end the descent. A skip depends on counts only, never on the e
 holds. A partition with no threshold passing serves
 no L2 hit.
 
+Fits repeat as verdicts arrive, and a threshold that passed by luck would otherwise stand: once served,
+its region gets verdicts only at the shadow rate. So a share `explore` of the candidates the threshold
+would serve are refused anyway (answered, then compared: the vCache exploration above the threshold too),
+which keeps verdicts coming where hits are served and pulls a lucky threshold back up.
+
 Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
 (an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
 false hits, reversed meaning and negation, are of this kind when the lexical checks miss them).
@@ -31,6 +36,7 @@ The floor (`cache.l2.min_similarity`, a tune control from the agreement guard) r
 from __future__ import annotations
 
 import math
+import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -80,8 +86,10 @@ class _Verdicts:
 
 
 class ThresholdLearner:
-    def __init__(self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0):
-        """`floor`: no threshold below it (the exploration floor, or a guard's tune control)."""
+    def __init__(self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0,
+                 explore: float = 0.05, seed: int = 0):
+        """`floor`: no threshold below it (the guard's tune control); `explore`: the share of servable
+        candidates refused to keep verdicts coming above the threshold."""
         if not 0 < max_error < 1:
             raise ValueError(f"max error must be in (0, 1), got {max_error}: set JEV_CACHE_MAX_ERROR")
         if not 0 < confidence < 1:
@@ -89,6 +97,11 @@ class ThresholdLearner:
         self.max_error = max_error
         self.confidence = confidence
         self.floor = floor
+        if not 0 <= explore < 1:
+            raise ValueError(f"explore rate must be in [0, 1), got {explore}: set JEV_CACHE_EXPLORE_RATE")
+        self.explore = explore
+        self.random = random.Random(seed)
+        self.explored = 0  # servable candidates refused to learn from
         self.partitions: OrderedDict[tuple, _Verdicts] = OrderedDict()
         self.vetoes: OrderedDict[tuple[tuple, str], float] = OrderedDict()  # (partition, question) -> score
 
@@ -121,7 +134,12 @@ class ThresholdLearner:
     def allows(self, partition: tuple, question: str, score: float) -> bool:
         """Serve a candidate of `partition` matching cached `question` at `score`?"""
         veto = self.vetoes.get((partition, question))
-        return score >= self.threshold(partition) and (veto is None or score > veto)
+        if score < self.threshold(partition) or (veto is not None and score <= veto):
+            return False
+        if self.explore and self.random.random() < self.explore:
+            self.explored += 1
+            return False
+        return True
 
     def _fit(self, rows) -> float:
         if not rows:

@@ -6,7 +6,8 @@ seed), through SemanticCache.probe with the partition's learned threshold:
 - a hit is right only when the entry it hit is its own `text_a` and the pair is labelled 1;
 - a served hit's verdict reaches the learner at the shadow rate (the label stands in for the shadow
   comparison);
-- a miss whose verified neighbour was refused by the learned threshold is answered anyway, and in the live
+- a miss whose verified neighbour was refused by the learned threshold (or by exploration: a share of
+  what it would serve) is answered anyway, and in the live
   stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
   comparison, at rate 1 (`explore=False` turns this evidence off).
 `text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
@@ -64,7 +65,7 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     return {"pairs": len(pairs), "hits": hits, "false_hits": hits - right,
             "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
-            "shadow_verdicts": learned, "explore_verdicts": explored,
+            "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
             "final_threshold": _finite(cache.learner.threshold(PARTITION)),
             "threshold_moves": [[n, _finite(t)] for n, t in curve[-20:]]}
 

@@ -45,7 +45,8 @@ class CacheStage:
         self.semantic = None
         self.changes: deque[dict] = deque(maxlen=PENDING_CHANGES)  # changelog records not yet sent
         self.record_changes = settings.cache_state_topic
-        self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence)
+        self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence,
+                                         explore=settings.cache_explore_rate)
                         if settings.cache_max_error > 0 else None)
         if settings.cache_embedder != "none":
             embedder = load_embedder(settings.cache_embedder)

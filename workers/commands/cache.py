@@ -24,8 +24,9 @@ only when the entry it hit is its own text_a and the pair is labelled 1. The lea
 evidence, so a partition serves no L2 hit until verdicts show that a threshold keeps the false-hit rate
 at or below JEV_CACHE_MAX_ERROR with JEV_CACHE_ERROR_CONFIDENCE. Verdicts come from two places, as live:
   - served hits, at --shadow-rate (the label stands in for the shadow comparison with the naive answer);
-  - misses whose verified neighbour the learned threshold refused: the miss is answered anyway and its
-    answer compared with the neighbour's (the label stands in for that comparison; --no-explore: off).
+  - misses whose verified neighbour the learned threshold refused, or that were refused to explore
+    (JEV_CACHE_EXPLORE_RATE of what it would serve): the miss is answered anyway and its answer compared
+    with the neighbour's (the label stands in for that comparison; --no-explore: off).
 Verdicts from earlier questions drive the thresholds of later ones: order matters (--seed shuffles).
 
 The last line of --json is the summary: pairs, hits, false_hits, precision (right hits / hits; null
@@ -91,7 +92,8 @@ def run_replay(args, settings) -> int:
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
         learner = ThresholdLearner(args.max_error or settings.cache_max_error,
-                                   args.confidence or settings.cache_error_confidence)
+                                   args.confidence or settings.cache_error_confidence,
+                                   explore=settings.cache_explore_rate)
         cache = SemanticCache(embedder, floor, learner=learner, max_entries=max(len(pairs), 1))
         summary = replay(cache, pairs, args.shadow_rate, seed=args.seed, explore=not args.no_explore,
                          progress=_progress(len(pairs), "replaying text_b questions"))
