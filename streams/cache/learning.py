@@ -23,10 +23,13 @@ very top does not end the descent. A skip depends on counts only, never on the e
 holds. A partition with no threshold passing serves
 no L2 hit.
 
-Fits repeat as verdicts arrive, and a threshold that passed by luck would otherwise stand: once served,
-its region gets verdicts only at the shadow rate. So a share `explore` of the candidates the threshold
-would serve are refused anyway (answered, then compared: the vCache exploration above the threshold too),
-which keeps verdicts coming where hits are served and pulls a lucky threshold back up.
+Fits repeat as verdicts arrive (each time the new verdicts pass REFIT_FRACTION of those kept), and every
+fit is another chance to pass by luck. So the k-th fit of a partition tests at level alpha / (k (k + 1)):
+these sum to alpha, and the bound holds for every threshold the partition ever serves at once (a union
+bound over the fits). On the Quora held-out slice at a 0.2 target, testing each fit at alpha instead
+served hits whose false-hit rate reached 0.24. And once a threshold serves, its region gets verdicts
+only at the shadow rate: a share `explore` of the candidates it would serve are refused anyway (answered,
+then compared: vCache's exploration), which keeps verdicts coming where hits are served.
 
 Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
 (an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
@@ -47,7 +50,7 @@ MIN_VERDICTS = 30  # effective verdicts above a threshold before it is tested
 MAX_VERDICTS = 10_000  # per partition, the most recent kept (traffic drifts)
 MAX_PARTITIONS = 10_000
 FIRST_TEST_SHARE = 0.1  # the first tested threshold holds at least this share of the verdicts above it
-REFIT_FRACTION = 0.02  # refit once the new verdicts pass this share of those kept (a fit sorts them all)
+REFIT_FRACTION = 0.1  # refit once the new verdicts pass this share of those kept (each fit spends alpha)
 MAX_VETOES = 100_000  # entries with a disagreement remembered, over all partitions
 
 
@@ -83,6 +86,7 @@ class _Verdicts:
     rows: deque = field(default_factory=lambda: deque(maxlen=MAX_VERDICTS))  # (score, agreed)
     threshold: float = math.inf
     pending: int = 0  # verdicts since the last fit
+    fits: int = 0
 
 
 class ThresholdLearner:
@@ -128,7 +132,9 @@ class ThresholdLearner:
         if part is None:
             return math.inf
         if part.pending > len(part.rows) * REFIT_FRACTION:
-            part.threshold, part.pending = self._fit(part.rows), 0
+            k = part.fits + 1  # a fit that tested no threshold could not pass by luck: it spends nothing
+            part.threshold, tested = self._fit(part.rows, (1 - self.confidence) / (k * (k + 1)))
+            part.fits, part.pending = part.fits + tested, 0
         return max(part.threshold, self.floor)
 
     def allows(self, partition: tuple, question: str, score: float) -> bool:
@@ -141,25 +147,27 @@ class ThresholdLearner:
             return False
         return True
 
-    def _fit(self, rows) -> float:
+    def _fit(self, rows, alpha: float) -> tuple[float, bool]:
+        """(the lowest grid threshold passing the fixed-sequence test at level `alpha`, inf for none;
+        whether any threshold was tested)."""
         if not rows:
-            return math.inf
+            return math.inf, False
         ordered = sorted(rows, key=lambda r: -r[0])
-        alpha = 1 - self.confidence
         least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
                     math.ceil(FIRST_TEST_SHARE * len(ordered)))
-        chosen, n, errors = math.inf, 0, 0
+        chosen, n, errors, tested = math.inf, 0, 0, False
         t = GRID_TOP
         while t >= self.floor - 1e-12:
             while n < len(ordered) and ordered[n][0] >= t:
                 errors += not ordered[n][1]
                 n += 1
             if n >= least:
+                tested = True
                 if not error_bounded(errors, n, self.max_error, alpha):
                     break
                 chosen = t
             t = round(t - GRID_STEP, 6)
-        return chosen
+        return chosen, tested
 
     def stats(self, partition: tuple) -> dict:
         part = self.partitions.get(partition)

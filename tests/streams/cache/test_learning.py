@@ -76,7 +76,7 @@ def test_served_hits_stay_under_target_when_the_learner_decides_online():
                 learner.observe(P, f"q{i}", score, correct)
         else:
             learner.observe(P, f"q{i}", score, correct)
-    assert served > 3000 and wrong / served <= 0.05
+    assert served > 1500 and wrong / served <= 0.05
 
 
 def test_a_disagreement_vetoes_its_entry_at_and_below_its_score():
@@ -104,7 +104,7 @@ def test_semantic_cache_without_evidence_serves_no_hit_but_names_the_candidate()
     hit, candidate = cache.probe(P, "how do I reset my password")
     assert hit is None and candidate.question == "How do I reset my password?" and not candidate.served
     assert cache.refusals["learned_threshold"] == 1
-    for _ in range(100):  # 90 clean verdicts pass at 0.05 with 0.9 confidence
+    for _ in range(130):  # 118 clean verdicts pass a first fit at 0.05 with 0.9 confidence
         cache.learn(candidate, True)
     hit, candidate = cache.probe(P, "how do I reset my password")
     assert hit.value == "steps" and candidate.served
@@ -155,10 +155,10 @@ def test_stage_learns_from_misses_then_serves_and_learn_records_shadow_verdicts(
         hit = ask(stage, served)
         if hit is not None:
             break
-        assert served.cache_match["served"] is False and misses < 100
+        assert served.cache_match["served"] is False and misses < 200
         stage.fill(served, Decision(request_id=served.request.request_id, tier="fine", action_id="a"), ALL_ON)
         misses += 1
-    assert misses >= 90, "no hit before the evidence passes the test (90 clean verdicts at 0.05, 0.9)"
+    assert misses >= 118, "no hit before the evidence passes the test (118 clean verdicts at 0.05, 0.9)"
     assert served.cache_match["served"] is True
     assert stage.answer(served, hit).decision.tier == "cache_l2"
     key = tuple(served.cache_match["partition"])
