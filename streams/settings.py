@@ -71,9 +71,9 @@ class Settings:
     cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "
                                            "answered anyway and compared, so verdicts keep coming where hits are "
                                            "served (a threshold that passed by luck is pulled back up).")
-    cache_state_topic: bool = _doc(True, "Write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
-                                         "and rebuild them from it at start, so a restarted or new stage "
-                                         "process keeps the hit rate.")
+    cache_state_topic: int = _doc(1, "1: write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
+                                     "and rebuild them from it at start, so a restarted or new stage process "
+                                     "keeps the hit rate; 0: off.")
     cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
                                             "question (0 = no pre-answers).")
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "

@@ -44,7 +44,7 @@ class CacheStage:
         self.max_l1 = settings.cache_max_entries
         self.semantic = None
         self.changes: deque[dict] = deque(maxlen=PENDING_CHANGES)  # changelog records not yet sent
-        self.record_changes = settings.cache_state_topic
+        self.record_changes = bool(settings.cache_state_topic)
         self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence,
                                          explore=settings.cache_explore_rate)
                         if settings.cache_max_error > 0 else None)
