@@ -13,15 +13,16 @@ but one weighted error then swings a partition between served and off: measured 
 The threshold of a partition is chosen by fixed-sequence testing (Learn-then-Test, Angelopoulos et al.
 2021): candidate thresholds are tested from the most conservative (GRID_TOP) downwards; at each, the null
 hypothesis "the false-hit rate of candidates scoring at least t exceeds max_error" is rejected when the
-binomial tail of the errors seen is at most 1 - confidence; the first threshold that fails ends the descent.
+binomial tail of the errors seen is at most the fit's level (exact, or the Wilson bound where the normal
+approximation holds); the first threshold that fails ends the descent.
 Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
 most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
 Thresholds with too few verdicts above them are skipped, not failed: the first tested has at least twice
-the count at which a clean record (no error) would just pass, at least MIN_VERDICTS (90 at 0.05 and 0.9),
+the count at which a clean record (no error) would just pass (118 for a first fit at 0.05 and 0.9), at
+least MIN_VERDICTS,
 and at least FIRST_TEST_SHARE of the partition's verdicts, so one early error among few verdicts at the
 very top does not end the descent. A skip depends on counts only, never on the errors, so the guarantee
-holds. A partition with no threshold passing serves
-no L2 hit.
+holds. A partition with no threshold passing serves no L2 hit.
 
 Fits repeat as verdicts arrive (each time the new verdicts pass REFIT_FRACTION of those kept), and every
 fit is another chance to pass by luck. So the k-th fit of a partition tests at level alpha / (k (k + 1)):
@@ -46,7 +47,7 @@ from statistics import NormalDist
 
 GRID_STEP = 0.0025  # thresholds tested: 1.0, 0.9975, ... down to the exploration floor
 GRID_TOP = 1.0
-MIN_VERDICTS = 30  # effective verdicts above a threshold before it is tested
+MIN_VERDICTS = 30  # verdicts above a threshold before it is tested, at the least
 MAX_VERDICTS = 10_000  # per partition, the most recent kept (traffic drifts)
 MAX_PARTITIONS = 10_000
 FIRST_TEST_SHARE = 0.1  # the first tested threshold holds at least this share of the verdicts above it
