@@ -1,7 +1,8 @@
 """L2 with learned thresholds, replayed on labelled pairs it never saw: precision and recall per target error.
 
 qqp-dev (8,000 Quora pairs) is split deterministically by a hash of each pair: about 30% is the held-out
-slice (never used to choose anything in streams/cache/learning.py), the rest the dev part. Each run replays
+slice, the rest the dev part. No parameter is fitted to either (the learner starts empty on each replay);
+the held-out slice did inform one design choice, spending alpha over fits (streams/cache/learning.py). Each run replays
 one slice through the live L2 decision (streams/cache/replay.py: every text_a filled, then every text_b
 asked, the learner starting empty) at each --targets error bound, in file order and in --seeds shuffled
 orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each text is embedded
