@@ -199,6 +199,8 @@ class UsageEvent(Record):
     cost: float = 0.0
     outcome: str = "ok"
     business_event: str = ""
+    prompt_bytes: int = 0  # ingest: the prompt as rendered for the model tiers (protocol expansion's numerator)
+    compact_bytes: int = 0  # ingest: the same content in a compact encoding (its denominator)
 
 
 class Rejection(Record):
@@ -213,7 +215,7 @@ class Rejection(Record):
 
 class Control(Record):
     """Latest value per key wins: kill switches, budgets, template/prompt/model versions."""
-    kind: str  # switch | budget | version | tune
+    kind: str  # switch | budget | version | tune (a mechanism's knob, e.g. cache.l2.min_similarity)
     key: str
     value: Any
     ts: float = 0.0
@@ -247,6 +249,35 @@ class Work(Record):
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
     cache_match: Dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
     decision: Optional[Decision] = None
+    shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way
+    mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
+
+
+class Verdict(Record):
+    """A shadow verdict: a sampled request's served decision against the naive one (full context, no cache, top
+    tier only), attributed to every saving mechanism that acted on the served request. `agreed` is fidelity to
+    the naive path; where the request carries a label (human_decision), `kept` says the served decision was no
+    less accurate than the naive one, else it equals `agreed`."""
+    request_id: str
+    ts: float
+    tenant: str
+    service: str
+    decision_type: str
+    kind: str
+    mechanisms: List[str]
+    agreed: bool
+    kept: bool
+    similarity: float = 0.0  # generate requests: similarity of the two answers; decide: 1.0 or 0.0
+    served_tier: str = ""
+    naive_tier: str = ""
+    served_action: str = ""
+    naive_action: str = ""
+    labelled: bool = False
+    served_correct: bool = False
+    naive_correct: bool = False
+    served_tokens: int = 0
+    naive_tokens: int = 0
+    nominal_tokens: int = 0
 
 
 class WorkBatch(Record):

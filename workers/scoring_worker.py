@@ -1,5 +1,5 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.wire.BatchConsumer), decides,
-commits after producing.
+"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer),
+decides, and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
@@ -10,18 +10,22 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
-
-from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
+from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.metrics import observe_stages, observe_switches, set_gpu_memory
+from streams.deadletter import dead_letter
 from streams.switches import Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
+from streams.sender import Sender
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
+from streams.shadow import mechanisms
+from streams.shadow.tuning import EngineTuning
+from workers.shadow_scoring import ShadowScorer
 
 log = logging.getLogger("jev.scoring")
 
@@ -39,20 +43,25 @@ class ScoringWorker:
         self.engine = engine or build_engine(settings)
         self.stopping = asyncio.Event()
         self.decided = 0
-        self.producer: AIOKafkaProducer | None = None  # started by run()
+        self.shadow = ShadowScorer(settings, self.engine, decode_batch)
 
     async def run(self) -> None:
         s = self.settings
-        self.producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
-                                         max_request_size=MAX_MESSAGE_BYTES)
+        sender = Sender(s.bootstrap, s.partitions)
         consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
-                                 s.score_batch_wait_ms)
+                                 s.score_batch_wait_ms, sender=sender)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
+        controls.listeners.append(EngineTuning(self.engine).on_control)
+        shadow = self.shadow.consumer(sender)
+        controls.listeners.append(lambda _: observe_switches(controls.switches))
+        observe_switches(controls.switches)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
-        lag = asyncio.create_task(export_lag_forever(s.bootstrap))
-        await self.producer.start()
+        lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
+        gpu = asyncio.create_task(export_gpu_memory_forever(s.lag_export_s))
+        await sender.start()
         await consumer.start()
+        await shadow.start()
         ready_file(s).touch()
         try:
             await consumer.wait(self.stopping.wait())  # until asked to stop, or the consumer crashed
@@ -62,34 +71,32 @@ class ScoringWorker:
         finally:
             follow.cancel()
             lag.cancel()
+            gpu.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
-            await self.producer.stop()
+            await shadow.stop()
+            await sender.stop()
 
-    async def handle(self, messages: list) -> None:
-        """One micro-batch of score envelopes: decided, and the scored envelopes, usage and dead letters
-        acknowledged by the broker before it returns (then BatchConsumer commits its offsets)."""
-        producer = self.producer
-        by_partition: dict[int, list[Work]] = {}
-        sends = []
+    async def handle(self, messages: list) -> Outbox:
+        """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
+        as they came), their usage and the dead letters of envelopes that do not decode."""
+        out, works = Outbox(), []
         for msg in messages:
             batch = decode_batch(msg.value)
             if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
-                sends.append(await producer.send(name("rejected"), batch.dumps()))
+                out.dead_letters.append(batch)
                 continue
-            by_partition.setdefault(msg.partition, []).extend(batch.items)
-        works = [w for ws in by_partition.values() for w in ws]
-        results = await asyncio.to_thread(self.decide_each, works)
-        usage = []
+            works.extend(batch.items)
+        with self.shadow.served_batch():
+            results = await asyncio.to_thread(self.decide_each, works)
+        observe_stages("score", works)
         for work, (decision, events) in zip(works, results):
             work.decision = decision
-            usage.extend(events)
-        sends += [await producer.send(name("scored"), envelope, partition=p)
-                  for p, ws in by_partition.items() for envelope in encode_batches(ws)]
-        if usage:
-            sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
-        await asyncio.gather(*sends)
+            out.usage.extend(events)
+            if work.shadow == "served":
+                work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
         self.decided += len(works)
+        return out.send_work("scored", works)
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
@@ -108,13 +115,27 @@ class ScoringWorker:
             return results
 
 
+async def export_gpu_memory_forever(interval_s: float) -> None:
+    """MU, GPU memory utilisation, of each GPU this worker sees (jev_gpu_memory_utilization): the share of the
+    device's memory in use, from the driver (what vLLM or a torch model holds, and anything else on it).
+    Nothing where torch or a GPU is absent."""
+    import sys
+
+    torch = sys.modules.get("torch")  # only a backend that loaded torch can be on a GPU
+    if torch is None or not torch.cuda.is_available():
+        return
+    while True:
+        for device in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(device)
+            set_gpu_memory(f"cuda:{device}", 1 - free / total)
+        await asyncio.sleep(interval_s)
+
+
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:
     try:
         return WorkBatch.loads(raw)  # eager: a malformed nested record raises here
     except Exception as exc:
-        detail = f"undecodable WorkBatch: {exc}"
-    return Rejection(reason="bad_internal_message", detail=detail, stage="score",
-                     original=raw[:DEAD_LETTER_ORIGINAL_MAX].decode("latin-1"), ts=time.time())
+        return dead_letter("bad_internal_message", f"undecodable WorkBatch: {exc}", "score", raw)
 
 
 def main() -> None:

@@ -1,10 +1,13 @@
-"""cache: answer from L1 (exact, a Faust table) or L2 (semantic) through the postprocess step, or pass the miss on
-to the scoring workers. Ingest answers the L1 hits on partitions this worker holds itself (streams.local).
+"""cache: answer locally (L1, then rules: streams.answer), else from L2 (semantic), through the postprocess step,
+or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
+holds (streams.local), so what arrives here is mostly the rest.
 
 The cache-state topic: every stage process reads it from its beginning and keeps following it (a group-less
 consumer, like the control reader), so a process started after a crash, or one taking over another's
 partitions, holds the same L2 entries, learned thresholds and L3 statistics as the process that wrote them.
-Each message is {"origin": process id, "records": [...]} (changelog.py); a process skips its own messages."""
+Each message is {"origin": process id, "records": [...]} (changelog.py), keyed by its origin so that one
+process's records stay in order; a process skips its own messages. The stage queues a change as it happens;
+they go out through the one Sender every STATE_FLUSH_S, apart from the micro-batches."""
 from __future__ import annotations
 
 import asyncio
@@ -15,16 +18,18 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from schemas.topics import name
+from streams.answer import answer_locally
+from streams.consumer import run_agent, take_work
 from streams.kafka_tuning import back_off_when_idle
-from streams.metrics import observe_cache
-from streams.wire import take_work
+from streams.metrics import observe_cache, observe_stages
+from streams.outbox import Outbox
 
 STATE_FLUSH_S = 0.5
 RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
 log = logging.getLogger("jev.cache_state")
 
 
-def register(app, topics, settings, stage, controls, postprocess) -> None:
+def register(app, topics, settings, stage, controls, postprocess, rules: list, sender) -> None:
     if settings.cache_state_topic:
         state_log = app.jev_cache_state = CacheStateLog(settings.bootstrap, stage)
 
@@ -34,36 +39,46 @@ def register(app, topics, settings, stage, controls, postprocess) -> None:
 
         @app.timer(interval=STATE_FLUSH_S)
         async def send_cache_state():
-            messages = state_log.messages()
-            if messages:
-                await topics.records.send_values(name("cache_state"), [(0, m) for m in messages])
+            await sender.deliver(state_log.outbox())
+
+    async def lookup(works: list) -> Outbox:
+        """One micro-batch of distilled works: what it sends (answers, usage, misses and pre-answers to score)."""
+        switches = controls.switches
+        answered, rest = [], []
+        for work in works:
+            if (done := answer_locally(work, switches, stage, rules)) is None:
+                if switches["cache.l1"]:  # a miss keeps the level it missed in
+                    observe_cache("l1", False)
+                rest.append(work)
+            else:
+                answered.append(done)
+        out = postprocess([done.work for done in answered])
+        out.usage += [event for done in answered for event in done.usage]
+        misses = [work for done in answered for work in done.prefetches]
+        asking = [work for work in rest if stage.wants_semantic(work, switches)]
+        semantic = {}
+        if asking:
+            vectors = await asyncio.to_thread(stage.embed, asking)
+            semantic = {id(work): hit for work, vector in zip(asking, vectors)
+                        if (hit := stage.lookup_semantic(work, vector)) is not None}
+        hits = []
+        asked = {id(work) for work in asking}
+        for work in rest:
+            hit = semantic.get(id(work))
+            if id(work) in asked:
+                observe_cache(hit.level if hit else "l2", hit is not None)
+            if hit is None:
+                misses.append(work)
+            else:
+                hits.append(stage.answer(work, hit))
+            misses.extend(stage.prefetches(work, switches))
+        misses.extend(stage.refreshes())
+        observe_stages("cache", works)
+        return out.extend(postprocess(hits)).send_work("score", misses)
 
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
-        async for works in take_work(stream, settings):
-            found = [stage.lookup_exact(w, controls.switches) for w in works]
-            exact = [stage.answer(w, hit) for w, hit in zip(works, found) if hit is not None]
-            # exact hits go out while the misses beside them are embedded; every delivery is awaited below,
-            # before this micro-batch is acknowledged
-            delivering = [asyncio.ensure_future(postprocess(exact))] if exact else []
-            asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
-            semantic = {}
-            if asking:
-                vectors = await asyncio.to_thread(stage.embed, [works[i] for i in asking])
-                semantic = {i: hit for i, vector in zip(asking, vectors)
-                            if (hit := stage.lookup_semantic(works[i], vector)) is not None}
-            hits, misses = [], []
-            for i, work in enumerate(works):
-                hit = found[i] or semantic.get(i)
-                observe_cache(hit.level if hit else "miss", hit is not None)
-                if hit is None:
-                    misses.append(work)
-                elif i in semantic:
-                    hits.append(stage.answer(work, hit))
-                misses.extend(stage.prefetches(work, controls.switches))
-            misses.extend(stage.refreshes())
-            await asyncio.gather(*delivering, topics.send_work(topics.score, misses, key=lambda w: w.cache_key),
-                                 postprocess(hits))
+        await run_agent(take_work(stream, settings), lookup, sender)
 
 
 class CacheStateLog:
@@ -78,6 +93,11 @@ class CacheStateLog:
         changes = self.stage.take_changes()
         return [orjson.dumps({"origin": self.origin, "records": changes[i:i + RECORDS_PER_MESSAGE]})
                 for i in range(0, len(changes), RECORDS_PER_MESSAGE)]
+
+    def outbox(self) -> Outbox:
+        """The pending changes as cache-state records for the Sender (empty: nothing to send)."""
+        key = self.origin.encode()
+        return Outbox(records=[("cache_state", key, message) for message in self.messages()])
 
     def apply(self, value: bytes) -> None:
         message = orjson.loads(value)

@@ -150,6 +150,22 @@ class SemanticCache:
         self.evictions = 0
         self.refusals: Counter[str] = Counter()  # why near neighbours above the threshold were not served
 
+    @property
+    def min_similarity(self) -> float:
+        """The lowest score a hit is served at in any partition, what the tune control
+        `cache.l2.min_similarity` sets: the fixed threshold, or with a learner the higher of the exploration
+        floor (`threshold`) and the learner's floor (each partition's learned threshold may be higher still)."""
+        return self.threshold if self.learner is None else max(self.threshold, self.learner.floor)
+
+    @min_similarity.setter
+    def min_similarity(self, value: float) -> None:
+        """With a learner, its floor (candidates below it keep being compared and learned from); without, the
+        fixed threshold itself."""
+        if self.learner is not None:
+            self.learner.floor = value
+        else:
+            self.threshold = value
+
     def embed(self, text: str) -> np.ndarray:
         return self.embedder.embed([text])[0]
 

@@ -71,10 +71,7 @@ class CacheStage:
                 floor = float(control.value)
             except (TypeError, ValueError):
                 raise ValueError(f"tune cache.l2.min_similarity takes a number, got {control.value!r}") from None
-            if self.learner is not None:
-                self.learner.floor = floor  # no partition serves below it, whatever it learned
-            else:
-                self.semantic.threshold = floor  # the fixed threshold (JEV_CACHE_MAX_ERROR=0)
+            self.semantic.min_similarity = floor  # the learner's floor, or the fixed threshold (max error 0)
 
     def learn(self, work: Work, agreed: bool) -> None:
         """A shadow verdict on a request an L2 hit answered: did the served answer agree with the naive one?

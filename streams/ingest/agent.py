@@ -12,9 +12,13 @@ import time
 from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
-from streams.ingest.decode import admit, reject
+from streams.deadletter import dead_letter
+from streams.ingest.decode import admit
+from streams.ingest.protocol import protocol_bytes
+from streams.metrics import observe_protocol, observe_stages
 from streams.usage.events import usage_event
-from streams.wire import BatchConsumer
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
 
 log = logging.getLogger("jev.ingest")
 
@@ -28,42 +32,51 @@ def reserve(book, work: Work):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
-    async def count_tokens(messages: list) -> None:
-        """One micro-batch of requests: everything it sends is acknowledged when it returns."""
-        admitted, usage, alerts, sent = [], [], [], []
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
+             shadow=None) -> BatchConsumer:
+    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way."""
+    async def ingest_requests(messages: list) -> Outbox:
+        """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, the rest as
+        distilled work, and the naive twins of sampled requests as shadow work)."""
+        admitted, out = [], Outbox()
         for message in messages:
             raw = message.value or b""  # a message without a value is invalid input
             try:
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
                 log.exception("ingest failed on a request")
-                result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
-                                                       f"to be replayed once fixed", "ingest", time.time())
+                result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
+                                                       f"to be replayed once fixed", "ingest", raw)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = reserve(book, result)
-                alerts.extend(held.alerts)
+                out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to
                 elif isinstance(held, Refused):
-                    result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
-                                    result.request.request_id)
+                    result = dead_letter("over_budget", held.reason, "ingest", raw, result.request.request_id,
+                                         result.admitted_at)
             if isinstance(result, Rejection):
-                sent.append(await topics.rejected.send(key=result.request_id or None, value=result))
+                out.dead_letters.append(result)
                 continue
             admitted.append(result)
-            usage.append(usage_event(result.request, "ingest", model=result.model,
+            sent_bytes, compact_bytes = protocol_bytes(result)
+            observe_protocol(sent_bytes, compact_bytes)
+            out.usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
-                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
-        for alert in alerts:
-            sent.append(await topics.alerts.send(key=alert.scope, value=alert))
+                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
+                                     prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
+        pressured = "load" if len(messages) >= settings.stage_batch_max else "budget" if out.alerts else ""
+        twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        onward, answered = local.split(distilled)
-        await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
-                             topics.send_usage(usage + saved), answered, *sent)
+        naive = shadow.pair(twins, distilled, saved) if twins else []
+        observe_stages("ingest", distilled)
+        out.usage += saved + skipped
+        onward, answered = local.answer_owned(distilled)
+        return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
-                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))
+                                     ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
+                                     sender=sender, depth=2))

@@ -1,13 +1,13 @@
 """postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
 from __future__ import annotations
 
-import asyncio
-
-from streams.metrics import observe_decision
+from streams.consumer import run_agent, take_work
+from streams.metrics import observe_decision, observe_stages
+from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
 from streams.postprocess.format import http_headers
+from streams.shadow.verdict import ShadowJoin, verdict_records
 from streams.usage.events import usage_event
-from streams.wire import take_work
 
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
 
@@ -15,39 +15,54 @@ CACHEABLE = {"rules", "coarse", "fine", "llm"}
 class Postprocess:
     """The stage's step on a list of decided Work: run by its own agent on what the scoring workers decided,
     by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
-    same process, same cache-key partition), so none of those takes another topic hop."""
+    same process, same cache-key partition), so none of those takes another topic hop. It fills the caches and
+    settles budget reservations, and pairs shadow decisions into verdicts; what it wants sent (decisions, review,
+    usage, alerts, verdicts) it returns."""
 
-    def __init__(self, topics, settings, cache, controls, book):
-        self.topics, self.settings, self.cache, self.controls, self.book = topics, settings, cache, controls, book
+    def __init__(self, settings, cache, controls, book):
+        self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
+        self.shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
 
-    async def __call__(self, items: list) -> None:
-        topics, controls = self.topics, self.controls
-        usage, decisions = [], []
+    def __call__(self, items: list) -> Outbox:
+        controls = self.controls
+        out = Outbox()
+        usage, verdicts = out.usage, []
         for work in items:
+            if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
+                verdicts.append(self.shadow.naive(work))
+                continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
-            observe_decision(decision, work.request.decision_type)
+            if work.shadow == "served" and not work.refresh:
+                verdicts.append(self.shadow.served(work, done.usage))
+            if not work.refresh and not work.predictive:  # a refill or an L3 pre-answer is no decision
+                observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(decision.request_id)
             if reservation is not None:
-                for alert in self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
-                                              decision.cost):
-                    await topics.alerts.send(key=alert.scope, value=alert)
+                out.alerts += self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
+                                               decision.cost)
             if decision.tier.startswith("cache"):
                 usage.append(usage_event(work.request, "cache", section=decision.tier,
                                          nominal_tokens=decision.nominal_tokens, outcome="hit"))
             if done.review:
-                await topics.review.send(key=decision.request_id, value=decision)
+                out.review.append(decision)
                 continue
             if decision.tier in CACHEABLE and done.cacheable:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
-                decisions.append(decision)
-        await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
+                out.decisions.append((decision, http_headers(decision)))
+        out.records += verdict_records(v for v in verdicts if v is not None)
+        observe_stages("postprocess", decisions_of(items))
+        return out
 
 
-def register(app, topics, settings, postprocess: Postprocess) -> None:
+def decisions_of(items: list) -> list:
+    """The works that answer a request (not a stale entry's refresh or an L3 pre-answer)."""
+    return [work for work in items if not work.refresh and not work.predictive]
+
+
+def register(app, topics, settings, postprocess: Postprocess, sender) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
-        async for items in take_work(stream, settings):
-            await postprocess(items)
+        await run_agent(take_work(stream, settings), postprocess, sender)
