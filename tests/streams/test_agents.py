@@ -57,6 +57,7 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 def app_and_sent(settings):
     captured = Captured()
     app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
                                       budget_leases=0),  # no broker, so no budget owner: the book's own hard check
                      {"ranking", "risk_interception"}, sink=object(), sender=captured)
     return app, captured
