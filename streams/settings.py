@@ -60,6 +60,20 @@ class Settings:
     cache_semantic_max_entries: int = _doc(100_000, "Max entries of the L2/L3 semantic cache over all partitions; "
                                                     "the least recently hit or filled is evicted first (HNSW "
                                                     "rows become tombstones, rebuilt away past a quarter).")
+    cache_max_error: float = _doc(0.05, "L2 false-hit rate bound: thresholds are learned per partition from "
+                                        "verdicts (shadow comparisons of served hits, and misses compared with "
+                                        "the neighbour they were refused) so that the false-hit rate of what is "
+                                        "served stays at most this, with JEV_CACHE_ERROR_CONFIDENCE; a partition "
+                                        "without enough evidence serves no L2 hit. 0 = the fixed calibrated "
+                                        "threshold (no learning).")
+    cache_error_confidence: float = _doc(0.9, "Confidence of the L2 false-hit bound (fixed-sequence binomial test "
+                                              "per threshold, streams/cache/learning.py).")
+    cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "
+                                           "answered anyway and compared, so verdicts keep coming where hits are "
+                                           "served (a threshold that passed by luck is pulled back up).")
+    cache_state_topic: int = _doc(1, "1: write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
+                                     "and rebuild them from it at start, so a restarted or new stage process "
+                                     "keeps the hit rate; 0: off.")
     cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
                                             "question (0 = no pre-answers).")
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "
@@ -71,6 +85,23 @@ class Settings:
                                     "streams/batch/templates.yaml.")
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
+    budget_leases: int = _doc(1, "Hard token budgets through leases from each budget's owner partition (1), so they "
+                                 "hold across any number of stage processes; 0 = each process checks its own view "
+                                 "(right for one stage process only).")
+    budget_lease_share: float = _doc(0.05, "Share of a hard token limit one lease asks for. Bounds what unused leases "
+                                           "can strand at the end of a period: at most stage processes × "
+                                           "max(share × limit, the largest request) per budget, until they are "
+                                           "returned (at the latest JEV_BUDGET_LEASE_S later).")
+    budget_lease_s: float = _doc(10.0, "Seconds a lease lives unless topped up; then its unused balance is returned.")
+    budget_reservation_ttl_s: float = _doc(120.0, "Seconds a reservation may wait for its decision: older works get "
+                                                  "no model tokens (fallback), and an owner reclaims a lease's "
+                                                  "unsettled part this long after the lease expired (a crashed "
+                                                  "process's leases come back then). Local reservations older than "
+                                                  "this are released too.")
+    usage_sink: int = _doc(1, "This stage process runs the usage sink and owns ClickHouse (1). With several stage "
+                              "processes set 0 on all but one: the embedded engine lets one process own its data "
+                              "directory, and the others' usage reaches it by the usage topic. The shadow "
+                              "verdicts are stored and judged (the guard) where it is 1.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     index_te_min: float = _doc(0.85, "Token efficiency (TE) is healthy at or above this share.")
     index_te_alert: float = _doc(0.75, "`jev alerts` fires when TE over the last 15 minutes is under this.")

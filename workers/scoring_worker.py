@@ -1,5 +1,6 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer),
-decides, and commits once the Sender delivered what it decided.
+"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer), decides
+the whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
+and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
@@ -22,7 +23,7 @@ from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 from streams.sender import Sender
 from workers.lag import export_lag_forever
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 from streams.shadow import mechanisms
 from streams.shadow.tuning import EngineTuning
 from workers.shadow_scoring import ShadowScorer
@@ -100,19 +101,21 @@ class ScoringWorker:
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
-        instead of taking the whole micro-batch (and the worker) down."""
-        try:
-            return self.engine.decide_batch(works)
-        except Exception:
-            results = []
-            for work in works:
-                try:
-                    results.extend(self.engine.decide_batch([work]))
-                except Exception as exc:
-                    log.exception("engine failed on %s", work.request.request_id)
-                    results.append((Decision(request_id=work.request.request_id, tier="fallback",
-                                             error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
-            return results
+        instead of taking the whole micro-batch (and the worker) down. Never beside the shadow side's naive engine,
+        which shares the models."""
+        with self.shadow.deciding:
+            try:
+                return self.engine.decide_batch(works)
+            except Exception:
+                results = []
+                for work in works:
+                    try:
+                        results.extend(self.engine.decide_batch([work]))
+                    except Exception as exc:
+                        log.exception("engine failed on %s", work.request.request_id)
+                        results.append((Decision(request_id=work.request.request_id, tier="fallback",
+                                                 error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
+                return results
 
 
 async def export_gpu_memory_forever(interval_s: float) -> None:

@@ -25,33 +25,52 @@ from streams.outbox import Outbox
 log = logging.getLogger("jev.ingest")
 
 
-def reserve(book, work: Work):
-    """Hold the most this request can spend (input + max output) before any model work."""
+async def reserve(book, leases, work: Work):
+    """Hold the most this request can spend (input + max output) before any model work: against the leases of its
+    hard token budgets (streams.leases, when on), then the local book (soft budgets, alerts, cost)."""
     req = work.request
+    hold = await leases.reserve(work) if leases is not None else None
+    if isinstance(hold, Refused):
+        return hold
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
-    return book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
+    held = book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
                         pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
                         reservation_id=reservation_key(req.tenant, req.request_id))
+    if hold is not None and isinstance(held, Refused):
+        leases.release(hold)
+    elif hold is not None:
+        work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
+    return held
 
 
-def prefetch_reserver(book):
+def prefetch_reserver(book, leases=None):
     """The cache stage's hold on an L3 pre-answer: the requesting tenant's budgets (every scope of the request it
-    follows) are reserved for the pre-answer's input + max output before any model work; False = refused, so
+    follows) are reserved for the pre-answer's input + max output before any model work, against the leases
+    this process holds now where hard budgets are leased (a pre-answer waits for no owner); False = refused, so
     the pre-answer is not made. Postprocess settles it like any request."""
     def reserve_prefetch(work: Work, input_tokens: int) -> bool:
         req = work.request
-        held = book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
+        tokens = input_tokens + req.contracts.max_output_tokens
+        hold = leases.hold_now(work, tokens) if leases is not None else None
+        if isinstance(hold, Refused):
+            return False
+        held = book.reserve(request_scopes(req), tokens,
                             pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
                             reservation_id=reservation_key(req.tenant, req.request_id))
+        if hold is not None and isinstance(held, Refused):
+            leases.release(hold)
+        elif hold is not None:
+            work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
         return not isinstance(held, Refused)
     return reserve_prefetch
 
 
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
-             shadow=None, requests: Requests | None = None) -> BatchConsumer:
-    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `requests`
-    is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the first
-    decision again."""
+             shadow=None, leases=None, requests: Requests | None = None) -> BatchConsumer:
+    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `leases` (a
+    streams.leases.agent.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
+    `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
+    first decision again."""
     requests = requests if requests is not None else Requests(settings.idempotency_max)
 
     async def ingest_requests(messages: list) -> Outbox:
@@ -78,7 +97,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                     result = dead_letter("duplicate_request_id", conflict_detail(req.tenant, req.request_id),
                                          "ingest", raw, req.request_id, result.admitted_at)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = reserve(book, result)
+                held = await reserve(book, leases, result)
                 out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to

@@ -22,8 +22,9 @@ class Postprocess:
 
     def __init__(self, settings, cache, controls, book, requests=None):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
-        self.shadow = ShadowJoin(settings.shadow_text_agree, getattr(cache, "learn", None))
+        self.shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
         self.requests = requests  # ingest's idempotency state: a redelivered request gets this decision again
+        self.leases = None  # a streams.leases LeaseClient: settles hard budgets wherever the decision completes
 
     def __call__(self, items: list) -> Outbox:
         controls = self.controls
@@ -57,6 +58,8 @@ class Postprocess:
                 if self.requests is not None:
                     self.requests.decided(work.request.tenant, decision)
         out.records += verdict_records(v for v in verdicts if v is not None)
+        if self.leases is not None:
+            out.placed += [("budget", partition, value) for partition, value in self.leases.settlements(items)]
         observe_stages("postprocess", decisions_of(items))
         return out
 

@@ -62,3 +62,31 @@ def test_the_follow_up_model_is_per_tenant(settings):
     followups.of("acme").observe("s", FIRST)
     followups.of("acme").observe("s", NEXT)
     assert followups.of("acme").likely_next(FIRST) and not followups.of("globex").likely_next(FIRST)
+
+
+def test_with_leased_hard_budgets_a_pre_answer_takes_only_what_this_processs_lease_holds(settings):
+    """Where hard budgets are leased (several stage processes), a pre-answer holds its tokens on the lease this
+    process has now, asks no owner (it is not worth a wait), and carries the hold for postprocess to settle."""
+    import time
+
+    from streams.leases.agent import LeaseClient
+
+    async def send(topic, values):
+        raise AssertionError("a pre-answer asks no owner for a lease")
+
+    book = BudgetBook()
+    book.leased_tokens = True
+    book.apply(Control(kind="budget", key="tenant:initech", value={"hard_tokens": 100_000}))
+    leases = LeaseClient("127.0.0.1:9", "l3", 4, book, send, share=0.25, lease_s=60.0)
+    assert teach(stage_of(book, leases, settings), "initech", PREFETCH_MIN_SEEN) == []  # no lease yet: none made
+    leases.holder.on_grant("tenant:initech@day", "lease-1", "w", 50_000, time.time() + 60)
+    made = teach(stage_of(book, leases, settings), "initech", PREFETCH_MIN_SEEN)
+    assert [w.request.state for w in made] == [NEXT]
+    assert made[0].budget_holds == {"tenant:initech@day": "lease-1"}
+    assert leases.holder.leases["tenant:initech@day"].balance == 50_000 - made[0].budget_tokens
+
+
+def stage_of(book: BudgetBook, leases, settings) -> CacheStage:
+    stage = CacheStage({}, settings.replace(cache_embedder="hashing"))
+    stage.reserve = prefetch_reserver(book, leases)
+    return stage

@@ -3,7 +3,7 @@ dead-letters an envelope that does not decode without losing the rest (what it r
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 from workers.scoring_worker import ScoringWorker
 
 
