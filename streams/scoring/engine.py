@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, Request, UsageEvent, Work
 from streams import tokens
 from streams.ingest.prompt import render_context
-from streams.scoring import backends, cascade, policy as policy_mod, rules as rules_mod
+from streams.scoring import backends, cascade, policy as policy_mod, rules as rules_mod, streaming
 from streams.switches import SWITCHES
 from streams.metrics import observe_fallback
 from streams.process import limit_model_threads
@@ -48,6 +48,10 @@ class Engine:
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
     generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
+    stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
+    chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
+    clock: object = field(default_factory=lambda: streaming.Clock())  # where streams read time and wait
+    patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -108,6 +112,8 @@ class Engine:
     def generate(self, work: Work, ledger: Ledger, start: float) -> tuple[Decision, list[UsageEvent]]:
         """A generate request: the generator answers from the (distilled) context within max_output_tokens."""
         req = work.request
+        if req.stream:
+            return streaming.stream_answer(self, work, ledger, start)
         out = self.generator.generate(work.context, req.contracts.max_output_tokens)
         ledger.add("generate", work.context_tokens + out.output_tokens, out.model,
                    Scored([], out.input_tokens, 0, out.output_tokens))
@@ -305,11 +311,13 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
     from streams.generation import load_generator
+    from streams.postprocess import stream as stream_config
 
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
                   escalation=None if escalation in ("", "none") else backends.load(escalation),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
-                  generator=load_generator(settings.generator, settings.default_model))
+                  generator=load_generator(settings.generator, settings.default_model),
+                  stream_config=stream_config.load(settings.stream_config), patterns=settings.postprocess_patterns)
 
 
 def known_decision_types(path: str = "") -> set[str]:
