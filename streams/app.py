@@ -17,6 +17,7 @@ from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
 from streams.postprocess.agent import Postprocess
+from streams.postprocess import stream as stream_config
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
@@ -48,7 +49,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
     book = load_book(budget_file)
     controls.listeners.append(apply_budget_controls(book))
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
-                          Templates.from_dir())
+                          Templates.from_dir(), stream_config.load(settings.stream_config))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

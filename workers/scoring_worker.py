@@ -19,7 +19,7 @@ from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
 from streams.switches import Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches
+from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches, partition_for
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
 
@@ -40,6 +40,9 @@ class ScoringWorker:
         self.stopping = asyncio.Event()
         self.decided = 0
         self.producer: AIOKafkaProducer | None = None  # started by run()
+        self.chunks: asyncio.Queue | None = None  # Chunks of streamed answers, from the engine's threads, in order
+        self.chunk_sender: asyncio.Task | None = None
+        self.chunk_acks: list[asyncio.Future] = []
 
     async def run(self) -> None:
         s = self.settings
@@ -62,6 +65,8 @@ class ScoringWorker:
         finally:
             follow.cancel()
             lag.cancel()
+            if self.chunk_sender is not None:
+                self.chunk_sender.cancel()
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await self.producer.stop()
@@ -79,17 +84,62 @@ class ScoringWorker:
                 continue
             by_partition.setdefault(msg.partition, []).extend(batch.items)
         works = [w for ws in by_partition.values() for w in ws]
-        results = await asyncio.to_thread(self.decide_each, works)
-        usage = []
-        for work, (decision, events) in zip(works, results):
+        streamed = [w for w in works if w.request.stream and not w.request.candidates]
+        if streamed:
+            self.start_chunk_sender()
+        # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
+        streams = [asyncio.create_task(asyncio.to_thread(self.decide_each, [w])) for w in streamed]
+        plain = {id(w) for w in works} - {id(w) for w in streamed}
+        await self.send_decided(by_partition, plain, await asyncio.to_thread(
+            self.decide_each, [w for w in works if id(w) in plain]), sends)
+        if streams:
+            results = [r for task in streams for r in await task]
+            await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
+            await self.send_decided(by_partition, {id(w) for w in streamed}, results, [])
+        self.decided += len(works)
+
+    async def send_decided(self, by_partition: dict[int, list[Work]], chosen: set[int], results: list,
+                           sends: list) -> None:
+        """The decided works of `chosen` (ids of works, in batch order) as scored envelopes by partition, with
+        their usage; returns once the broker acknowledged them (and the earlier `sends`)."""
+        producer, usage = self.producer, []
+        parts = {p: [w for w in ws if id(w) in chosen] for p, ws in by_partition.items()}
+        for work, (decision, events) in zip([w for ws in parts.values() for w in ws], results):
             work.decision = decision
             usage.extend(events)
-        sends += [await producer.send(name("scored"), envelope, partition=p)
-                  for p, ws in by_partition.items() for envelope in encode_batches(ws)]
+        sends = sends + [await producer.send(name("scored"), envelope, partition=p)
+                         for p, ws in parts.items() if ws for envelope in encode_batches(ws)]
         if usage:
             sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
         await asyncio.gather(*sends)
-        self.decided += len(works)
+
+    def start_chunk_sender(self) -> None:
+        """The engine calls its chunk sink from decision threads; one task sends the chunks in that order."""
+        if self.chunk_sender is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self.chunks = asyncio.Queue()
+        self.engine.chunk_sink = lambda chunk: loop.call_soon_threadsafe(self.chunks.put_nowait, chunk)
+        self.chunk_sender = asyncio.create_task(self.send_chunks())
+
+    async def send_chunks(self) -> None:
+        while True:
+            chunk = await self.chunks.get()
+            try:
+                self.chunk_acks.append(await self.producer.send(
+                    name("chunks"), chunk.dumps(), key=chunk.request_id.encode(),
+                    partition=partition_for(chunk.request_id, self.settings.partitions)))  # as decisions are
+            except Exception as exc:  # failed here: flush_chunks raises it, and the batch is not committed
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                self.chunk_acks.append(failed)
+            finally:
+                self.chunks.task_done()
+
+    async def flush_chunks(self) -> None:
+        await self.chunks.join()
+        acks, self.chunk_acks = self.chunk_acks, []
+        await asyncio.gather(*acks)
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error

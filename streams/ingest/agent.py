@@ -13,18 +13,19 @@ from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.ingest.decode import admit, reject
+from streams.postprocess import stream as stream_mod
 from streams.usage.events import usage_event
 from streams.wire import BatchConsumer
 
 log = logging.getLogger("jev.ingest")
 
 
-def reserve(book, work: Work):
-    """Hold the most this request can spend (input + max output) before any model work."""
+def reserve(book, work: Work, stream_config=None):
+    """Hold the most this request can spend (input + max output: a stream's length) before any model work."""
     req = work.request
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
-    return book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
-                        pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
+    output = stream_mod.reserved_output(req, stream_config)
+    return book.reserve(request_scopes(req), input_tokens + output, pricing.max_cost(work.model, input_tokens, output),
                         reservation_id=req.request_id)
 
 
@@ -41,7 +42,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
                                                        f"to be replayed once fixed", "ingest", time.time())
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = reserve(book, result)
+                held = reserve(book, result, admission.stream_config)
                 alerts.extend(held.alerts)
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to

@@ -10,6 +10,8 @@ from streams import tokens
 from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.ingest.prompt import count_sections, render_context
 from streams.ingest.templates import Templates
+from streams.postprocess import stream as stream_mod
+from streams.postprocess.stream import StreamConfig
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,7 @@ class Admission:
     default_model: str
     known_types: frozenset[str]
     templates: Templates | None = None
+    stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
 
 
 def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
@@ -31,6 +34,7 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         request_id = request.request_id
         model = request.model or policy.default_model
         check(request, model, policy.known_types)
+        check_stream(request, policy.stream_config or stream_mod.load())
         check_request(request)
         instruction = ""
         context = render_context(request)
@@ -71,6 +75,20 @@ def check(request: Request, model: str, known_types: frozenset[str]) -> None:
     if len(set(ids)) != len(ids):
         raise Invalid("wrong_value", "candidates: ids must be unique")
     tokens.encoding_name(model)
+
+
+def check_stream(request: Request, config: StreamConfig) -> None:
+    """A stream is asked by a generate request, of a configured client and question type."""
+    if request.stream and (request.kind != "generate" or request.candidates):
+        raise Invalid("wrong_value", "stream: true needs kind 'generate' and no candidates (a ranking decision is "
+                                     "one record, not a stream)")
+    try:
+        if request.client:
+            config.client(request.client)
+        if request.question_type:
+            config.canonical(request.question_type)
+    except ValueError as exc:
+        raise Invalid("wrong_value", str(exc)) from None
 
 
 def reject(raw: bytes, reason: str, detail: str, stage: str, now: float, request_id: str = "") -> Rejection:

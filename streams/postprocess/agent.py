@@ -5,7 +5,9 @@ import asyncio
 
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
+from streams.postprocess import stream as stream_config
 from streams.postprocess.format import http_headers
+from streams.postprocess.stream import chunk_text, streamed
 from streams.usage.events import usage_event
 from streams.wire import take_work
 
@@ -22,7 +24,7 @@ class Postprocess:
 
     async def __call__(self, items: list) -> None:
         topics, controls = self.topics, self.controls
-        usage, decisions = [], []
+        usage, decisions, chunks = [], [], []
         for work in items:
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
@@ -43,6 +45,11 @@ class Postprocess:
                 self.cache.fill(work, decision, controls.switches)
             if not work.refresh:
                 decisions.append(decision)
+                if work.request.stream and not streamed(decision):  # answered without generating: one go
+                    plan = stream_config.load(self.settings.stream_config).plan(work.request)
+                    chunks.extend(chunk_text(decision.request_id, decision.text, plan, work.model))
+        if chunks:  # before the decisions: a caller reads the chunks, then the totals
+            await topics.records.send_all(topics.chunks.get_topic_name(), ((c.request_id, c, {}) for c in chunks))
         await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))
 
 

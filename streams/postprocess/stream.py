@@ -318,6 +318,13 @@ class Pacer:
         return self.bucket.take(n, now)
 
 
+def reserved_output(request: Request, config: StreamConfig | None = None) -> int:
+    """The output tokens a request may spend: a stream's planned length, else its contract's maximum."""
+    if request.stream and request.kind == "generate" and not request.candidates:
+        return (config or load()).plan(request).length
+    return request.contracts.max_output_tokens
+
+
 def chunk_text(request_id: str, text: str, plan: Plan, model: str) -> list[Chunk]:
     """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream."""
     chunker = Chunker(request_id, length=max(plan.length, tokens.count(text, model), 1),
