@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import time
 
+import orjson
+
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types, percentile
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
+STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
 
 
 async def run_demo(settings, n: int, progress) -> dict:
-    payloads = workload.generate(n)
+    payloads = workload.generate(n, stream_share=STREAM_SHARE)
+    streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
     async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
@@ -26,7 +30,9 @@ async def run_demo(settings, n: int, progress) -> dict:
             decisions, rejections = await pipe.collect(
                 (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20),
                 on_progress=lambda done: progress.update(task, completed=done))
+        chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
         rows = await pipe.wait_usage_rows(at_least=USAGE_PER_DECISION * len(decisions))
+        stream = stream_report(pipe.ch, chunks)
         actual, nominal = pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL").result_rows[0]
         cache = {level: {"hits": int(hits), "tokens_saved": int(saved)} for level, hits, saved in pipe.ch.query(
@@ -44,4 +50,22 @@ async def run_demo(settings, n: int, progress) -> dict:
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
-            "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1)}
+            "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1), "stream": stream}
+
+
+def stream_report(ch, chunks: dict[str, list]) -> dict:
+    """Streamed answers: chunks and tokens as a client read them, time to first chunk and tokens/s from their
+    usage rows (generated streams; a cached answer goes out as chunks at once and has none), whether every
+    stream arrived in order, and whether the usage rows' output tokens equal the chunks' tokens."""
+    rows = {rid: (int(out), float(first), float(rate)) for rid, out, first, rate in ch.query(
+        "SELECT request_id, output_tokens, first_chunk_ms, tokens_per_s FROM usage_events FINAL "
+        "WHERE stage = 'score' AND section = 'stream'").result_rows}
+    generated = [rid for rid in chunks if rid in rows]
+    return {"requests": len(chunks), "generated": len(generated), "chunks": sum(map(len, chunks.values())),
+            "tokens": sum(c.tokens for cs in chunks.values() for c in cs),
+            "ordered": all([c.seq for c in cs] == list(range(len(cs))) and cs and cs[-1].final
+                           for cs in chunks.values()),
+            "usage_tokens_equal_chunks": all(rows[rid][0] == sum(c.tokens for c in chunks[rid]) for rid in generated),
+            "first_chunk_ms_p50": percentile([rows[rid][1] for rid in generated], 0.5),
+            "first_chunk_ms_p95": percentile([rows[rid][1] for rid in generated], 0.95),
+            "tokens_per_s_p50": percentile([rows[rid][2] for rid in generated], 0.5)}

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -24,6 +25,10 @@ from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
 
 log = logging.getLogger("jev.scoring")
+# Micro-batches handled at once: while one waits on its paced streams, the next ones are decided (offsets are
+# still committed in order, each once every batch before it is done: at-least-once).
+DEPTH = 8
+STREAM_THREADS = 32  # streamed answers generating or waiting on their token bucket at once
 
 
 def ready_file(settings) -> Path:
@@ -43,13 +48,15 @@ class ScoringWorker:
         self.chunks: asyncio.Queue | None = None  # Chunks of streamed answers, from the engine's threads, in order
         self.chunk_sender: asyncio.Task | None = None
         self.chunk_acks: list[asyncio.Future] = []
+        self.streams = ThreadPoolExecutor(STREAM_THREADS, thread_name_prefix="jev-stream")  # paced: mostly waiting
+        self.deciding = asyncio.Lock()  # one batch of plain decisions at a time: the backends are not thread-safe
 
     async def run(self) -> None:
         s = self.settings
         self.producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
                                          max_request_size=MAX_MESSAGE_BYTES)
         consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
-                                 s.score_batch_wait_ms)
+                                 s.score_batch_wait_ms, depth=DEPTH)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
@@ -88,10 +95,12 @@ class ScoringWorker:
         if streamed:
             self.start_chunk_sender()
         # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
-        streams = [asyncio.create_task(asyncio.to_thread(self.decide_each, [w])) for w in streamed]
+        loop = asyncio.get_running_loop()
+        streams = [loop.run_in_executor(self.streams, self.decide_each, [w]) for w in streamed]
         plain = {id(w) for w in works} - {id(w) for w in streamed}
-        await self.send_decided(by_partition, plain, await asyncio.to_thread(
-            self.decide_each, [w for w in works if id(w) in plain]), sends)
+        async with self.deciding:
+            decided = await asyncio.to_thread(self.decide_each, [w for w in works if id(w) in plain])
+        await self.send_decided(by_partition, plain, decided, sends)
         if streams:
             results = [r for task in streams for r in await task]
             await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
@@ -137,9 +146,10 @@ class ScoringWorker:
                 self.chunks.task_done()
 
     async def flush_chunks(self) -> None:
+        """Every chunk released so far is acknowledged by the broker (batches handled at once share the queue)."""
         await self.chunks.join()
-        acks, self.chunk_acks = self.chunk_acks, []
-        await asyncio.gather(*acks)
+        await asyncio.gather(*self.chunk_acks)
+        self.chunk_acks = [ack for ack in self.chunk_acks if not ack.done()]
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error

@@ -88,10 +88,12 @@ class Plan:
 
 
 def question_text(request: Request) -> str:
+    """The question the rules classify: a state object's `question`, else the first line of the state (the
+    reference text a request may carry below it does not make a question creative)."""
     state = request.state
     if isinstance(state, dict):
         return str(state.get("question") or " ".join(str(v) for v in state.values()))
-    return str(state)
+    return next((line for line in str(state).splitlines() if line.strip()), "")
 
 
 def _positive(value, where: str, file: Path) -> int:
