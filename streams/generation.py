@@ -185,12 +185,15 @@ class SmolLM2Generator:
         def pieces():
             worker = threading.Thread(target=run, name="smollm2-stream", daemon=True)
             worker.start()
+            ended = False
             try:
                 yield from (text for text in streamer if text)
+                ended = True
             finally:
-                stop.set()
-                for _ in streamer:  # drain, so the generation thread is never blocked on a full queue
-                    pass
+                if not ended:  # closed early: stop at the next token, and read to the streamer's end signal
+                    stop.set()
+                    for _ in streamer:
+                        pass
                 worker.join()
 
         return Streaming(pieces(), int(ids.shape[1]), self.model, self.label)
