@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from streams.metrics import observe_decision
 from streams.postprocess.finalize import finalize
@@ -47,7 +48,7 @@ class Postprocess:
                 decisions.append(decision)
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
-                    chunks.extend(chunk_text(decision.request_id, decision.text, plan, work.model))
+                    chunks.extend(chunk_text(decision.request_id, decision.text, plan, work.model, time.time()))
         if chunks:  # before the decisions: a caller reads the chunks, then the totals
             await topics.records.send_all(topics.chunks.get_topic_name(), ((c.request_id, c, {}) for c in chunks))
         await asyncio.gather(topics.send_decisions(decisions, http_headers), topics.send_usage(usage))

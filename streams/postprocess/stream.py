@@ -236,10 +236,12 @@ class Chunker:
     possible), and the whole answer at `length` tokens. Token counts are in `model`'s tokenizer; a chunk's
     `tokens` is its own text counted, so the answer's tokens are exactly the sum over its chunks."""
 
-    def __init__(self, request_id: str, *, length: int, chunk_tokens: int, model: str):
+    def __init__(self, request_id: str, *, length: int, chunk_tokens: int, model: str, cut: bool = True):
+        """`cut`: end the answer at `length` tokens; without it, `length` only scales the progress."""
         if length <= 0 or chunk_tokens <= 0:
             raise ValueError(f"stream length ({length}) and chunk size ({chunk_tokens}) must be positive tokens")
         self.request_id, self.length, self.chunk_tokens, self.model = request_id, length, chunk_tokens, model
+        self.cut = cut
         self.enc = tokens.for_model(model)
         self.buffer = ""
         self.seq = 0
@@ -254,7 +256,7 @@ class Chunker:
         out = []
         while self.buffer:
             ids = self.enc.encode_ordinary(self.buffer)
-            room = self.length - self.tokens_so_far
+            room = self.length - self.tokens_so_far if self.cut else len(ids) + self.chunk_tokens + 1
             if room > self.chunk_tokens:
                 if len(ids) <= self.chunk_tokens:
                     break
@@ -327,11 +329,11 @@ def reserved_output(request: Request, config: StreamConfig | None = None) -> int
     return request.contracts.max_output_tokens
 
 
-def chunk_text(request_id: str, text: str, plan: Plan, model: str) -> list[Chunk]:
-    """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream."""
-    chunker = Chunker(request_id, length=max(plan.length, tokens.count(text, model), 1),
-                      chunk_tokens=plan.chunk_tokens, model=model)
-    return chunker.feed(text) + chunker.finish()
+def chunk_text(request_id: str, text: str, plan: Plan, model: str, now: float = 0.0) -> list[Chunk]:
+    """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream, whole."""
+    chunker = Chunker(request_id, length=max(tokens.count(text, model), 1), chunk_tokens=plan.chunk_tokens,
+                      model=model, cut=False)
+    return [c.derive(ts=now) for c in chunker.feed(text) + chunker.finish()]
 
 
 def streamed(decision: Decision) -> bool:

@@ -2,7 +2,7 @@
 dead-letters an envelope that does not decode without losing the rest."""
 import asyncio
 
-from schemas.records import Rejection, Request, UsageBatch, Work, WorkBatch
+from schemas.records import Chunk, Rejection, Request, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
 from streams.scoring.engine import build_engine
@@ -14,9 +14,11 @@ class Producer:
 
     def __init__(self):
         self.sent: list[tuple[str, bytes, int | None]] = []
+        self.keys: list[bytes | None] = []
 
-    async def send(self, topic, value, partition=None):
+    async def send(self, topic, value, partition=None, key=None):
         self.sent.append((topic, value, partition))
+        self.keys.append(key)
         acked = asyncio.get_running_loop().create_future()
         acked.set_result(None)
         return acked
@@ -50,3 +52,35 @@ async def test_a_batch_is_decided_sent_on_by_partition_and_a_poison_envelope_is_
     [(usage, _)] = by_topic[name("usage")]
     assert {e.request_id for e in UsageBatch.loads(usage).events} == {"s1", "s2"}
     assert worker.decided == 2
+
+
+def streamed_work(request_id: str, client: str) -> Work:
+    reference = "\n".join(f"Parcels to depot {i % 5} leave within {i} hours." for i in range(80))
+    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "support",
+                                 "decision_type": "customer_service", "kind": "generate", "stream": True,
+                                 "client": client, "question_type": "creative", "state": "When?",
+                                 "contracts": {"max_output_tokens": 512}})
+    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context=reference, context_tokens=900,
+                cache_key=f"k-{request_id}")
+
+
+async def test_streamed_answers_send_their_chunks_in_order_before_their_decisions(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.engine.switches["postprocess.throttle"] = False  # pacing is the engine's test; here the order
+    worker.producer = Producer()
+    batch = WorkBatch(items=[streamed_work("w1", "web"), work("plain"), streamed_work("m1", "mobile")]).dumps()
+    await worker.handle(consumed(name("score"), [batch]))
+    topics = [topic for topic, _, _ in worker.producer.sent]
+    chunks = [Chunk.loads(value) for topic, value, _ in worker.producer.sent if topic == name("chunks")]
+    assert topics.index(name("scored")) < topics.index(name("chunks"))  # the plain decision does not wait
+    assert max(i for i, t in enumerate(topics) if t == name("chunks")) < len(topics) - 2  # then scored, usage
+    scored = [WorkBatch.loads(v).items for t, v, _ in worker.producer.sent if t == name("scored")]
+    assert [[w.request.request_id for w in items] for items in scored] == [["plain"], ["w1", "m1"]]
+    for rid, size in (("w1", 64), ("m1", 32)):
+        mine = [c for c in chunks if c.request_id == rid]
+        assert [c.seq for c in mine] == list(range(len(mine))) and mine[-1].final
+        assert all(c.tokens <= size for c in mine) and len(mine) >= 512 // size
+        decided = next(w for w in scored[1] if w.request.request_id == rid).decision
+        assert decided.output_tokens == sum(c.tokens for c in mine)
+    assert set(worker.producer.keys) >= {b"w1", b"m1"}
+    worker.chunk_sender.cancel()

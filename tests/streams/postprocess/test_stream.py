@@ -133,3 +133,23 @@ def test_only_a_generated_stream_counts_as_streamed():
     assert S.streamed(Decision(request_id="q", tier="llm", chain=["generate:x:llm", "stream:web:factual:2"]))
     assert not S.streamed(Decision(request_id="q", tier="cache_l1", chain=["stream:web:factual:2"]))
     assert not S.streamed(Decision(request_id="q", tier="llm", chain=["generate:x:llm"]))
+
+
+def test_postprocess_keeps_a_streamed_text_as_its_chunks_and_still_scans_it():
+    from schemas.records import Work
+    from streams.postprocess.finalize import finalize
+
+    text = "Sure! Here is the answer:\nParis.\nI hope this helps!"  # as if cleanup had been switched off
+    streamed_decision = Decision(request_id="q1", tier="llm", text=text, chain=["generate:x:llm", "stream:web:f:1"])
+    done = finalize(Work(request=request(), admitted_at=1.0, model=MODEL, decision=streamed_decision), now=2.0)
+    assert done.decision.text == text and not done.review  # what the caller already read as chunks
+    flagged = Decision(request_id="q1", tier="llm", text="the key: -----BEGIN RSA PRIVATE KEY-----",
+                       chain=["stream:web:f:1"])
+    assert finalize(Work(request=request(), admitted_at=1.0, model=MODEL, decision=flagged), now=2.0).review
+
+
+def test_an_existing_answer_is_streamed_whole_whatever_its_length():
+    chunks = S.chunk_text("q1", LONG, S.load().plan(request(client="mobile")), MODEL, now=5.0)
+    assert "".join(c.text for c in chunks) == LONG
+    assert [c.seq for c in chunks] == list(range(len(chunks))) and chunks[-1].final and chunks[-1].progress == 100
+    assert all(c.tokens <= 32 and c.ts == 5.0 for c in chunks)
