@@ -1,6 +1,7 @@
 """Streamed answers end to end on the real local broker and the real ClickHouse engine: chunks in order on
 jev.chunks.v1, one usage row per generated stream whose output tokens equal its chunks', the bucket pacing each
 response until the postprocess.throttle switch turns it off live, and cached answers streamed too."""
+import argparse
 import asyncio
 
 import orjson
@@ -9,6 +10,7 @@ import pytest
 from streams.control import publish
 from streams.switches import switch_record
 from workers import workload
+from workers.commands.stream import follow, request
 from workers.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
@@ -46,6 +48,11 @@ async def test_streams_are_ordered_metered_paced_and_switchable(settings, clickh
             "WHERE stage = 'score' AND section = 'stream'").result_rows}
         per_request = dict(pipe.ch.query("SELECT request_id, count() FROM usage_events FINAL "
                                          "WHERE stage = 'score' GROUP BY request_id").result_rows)
+        shown = []  # `jev stream` against the running pipeline
+        args = argparse.Namespace(question="How long does delivery to Lyon take?\nReference:\n" + "\n".join(
+            f"Parcels to Lyon leave within {h} hours." for h in range(40)), question_type="", client="mobile",
+            decision_type="customer_service", tenant="acme", max_output_tokens=512)
+        summary = await follow(pipe.settings, request(args), 60, lambda chunk, ms: shown.append((chunk, ms)))
 
     assert every <= decisions.keys()
     for rid in every:
@@ -64,3 +71,7 @@ async def test_streams_are_ordered_metered_paced_and_switchable(settings, clickh
     # a mobile client's bucket: 256 tokens/s, holding one 32-token chunk
     assert all(rows[rid][2] <= 256 * 16 / 15 * 1.05 for rid in paced_ids)
     assert all(rows[rid][2] > 1000 for rid in unpaced_ids), [rows[rid][2] for rid in unpaced_ids]
+    assert summary["chunks"] == len(shown) >= 128 // 32 and shown[-1][0].final
+    assert summary["tokens"] == summary["output_tokens"] and summary["tier"] == "llm"
+    assert 0 < summary["first_chunk_ms"] == shown[0][1] <= summary["total_ms"]
+    assert [ms for _, ms in shown] == sorted(ms for _, ms in shown)
