@@ -270,13 +270,14 @@ class Chunker:
                     room -= 1
                 self.full = True
             self.buffer = self.buffer[len(head):]
-            out.append(self._chunk(head, tokens.count(head, self.model), final=False))
-            if self.full:
-                self.buffer = ""
+            out.append(self._chunk(head, tokens.count(head, self.model), final=self.full))
+            if self.full:  # the answer's last chunk: what follows is cut
+                self.buffer, self.closed = "", True
         return out
 
     def finish(self) -> list[Chunk]:
-        """What is left, the last chunk marked final (an empty final chunk when nothing is left)."""
+        """What is left as the final chunk (empty when nothing is left); nothing when the length already
+        ended the answer."""
         if self.closed:
             return []
         rest, self.buffer = self.buffer, ""

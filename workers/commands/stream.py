@@ -49,7 +49,8 @@ async def follow(settings, body: dict, timeout: float, on_chunk) -> dict:
 
     rid = body["request_id"]
     part = partition_for(rid, settings.partitions)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=10)  # chunks shown as they land, not per fetch wait
     await consumer.start()
     wanted = [TopicPartition(name(t), part) for t in ("chunks", "decisions", "rejected")]
     consumer.assign(wanted)
