@@ -105,7 +105,8 @@ def test_a_stream_is_cleaned_as_it_goes_and_counted_in_prometheus():
                 "I hope this helps! Let me know if you have questions."
     decision, _ = eng.decide(w)
     generated = ExtractiveGenerator(MODEL).generate(w.context, 128).text
-    assert decision.text == clean(generated, model=MODEL).text == "I can help with that. It leaves today. It arrives Friday."
+    assert decision.text == clean(generated, model=MODEL).text
+    assert decision.text == "I can help with that. It leaves today. It arrives Friday."
     assert metrics.STREAM_CHUNKS.labels("web")._value.get() == before + len(sent)
 
 
