@@ -4,6 +4,10 @@ it comes, cut into Chunks by the client's size, each released when the response'
 sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream whose
 output tokens are the sum of its chunks, with its time to first chunk and tokens per second.
 
+A released sentence with a sensitive word (postprocess.scan) is never sent: the stream ends there with its
+final chunk, the decision keeps the withheld text (postprocess routes it to review) and its tokens are
+metered with the chunks', since they were generated.
+
 Pure given the engine's backends, sink, clock and sleep (a test passes a fake clock and records the waits).
 """
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
+from streams import tokens
 from streams.generation import Streaming
 from streams.metrics import observe_stream
 from streams.postprocess import stream as stream_mod
@@ -57,19 +62,30 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
             sink(chunk)
             sent.append(chunk)
 
+    def flagged(text: str) -> bool:
+        return bool(text) and switches["postprocess.scan"] and bool(cleaner.patterns.scanner.scan(text))
+
+    withheld = ""  # text with a sensitive word: never sent as a chunk; the decision goes to review
     streaming = stream_of(engine.generator, work.context, plan.length)
     try:
         for piece in streaming:
-            release(chunker.feed(cleaner.feed(piece)))
+            text = cleaner.feed(piece)
+            if flagged(text):
+                withheld = text
+                break
+            release(chunker.feed(text))
             if chunker.full:
                 break
     finally:
         streaming.close()
-    release(chunker.feed(cleaner.finish()))
+    if not withheld and not flagged(rest := cleaner.finish()):
+        release(chunker.feed(rest))
+    elif not withheld:
+        withheld = rest
     release(chunker.finish())
     seconds = max(clock.now() - began, 1e-6)
-    output = sum(c.tokens for c in sent)
-    text = "".join(c.text for c in sent)
+    output = sum(c.tokens for c in sent) + (tokens.count(withheld, work.model) if withheld else 0)
+    text = "".join(c.text for c in sent) + withheld
     first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
     tokens_per_s = round(output / seconds, 1)
     ledger.add("stream", work.context_tokens + output, streaming.model,
@@ -81,7 +97,8 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     observe_stream(plan.client, plan.question_type, first_chunk_ms, tokens_per_s, len(sent))
     decision = Decision(request_id=req.request_id, tier="llm", text=text, confidence=0.0,
                         chain=[f"generate:{engine.generator.name}:{streaming.label}",
-                               f"stream:{plan.client}:{plan.question_type}:{len(sent)}"],
+                               f"stream:{plan.client}:{plan.question_type}:{len(sent)}",
+                               *(["stream:withheld"] if withheld else [])],
                         input_tokens=input_tokens, cache_read_tokens=cache_read, output_tokens=output_tokens,
                         nominal_tokens=work.context_tokens + output, cost=cost, latency_ms=latency)
     events = [e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s)

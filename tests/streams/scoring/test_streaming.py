@@ -115,3 +115,19 @@ def test_a_real_clock_really_waits():
     started = time.monotonic()
     eng.decide(work("When does my parcel arrive?", client="mobile"))  # 128 tokens in chunks of 32 at 256/s
     assert time.monotonic() - started >= (sum(c.tokens for c in sent) - sent[0].tokens) / 256 * 0.95
+
+
+def test_a_sensitive_sentence_is_never_streamed_and_the_answer_goes_to_review():
+    from streams.postprocess.finalize import finalize
+
+    eng, sent = engine()
+    w = work("When does my parcel arrive?")
+    w.context = "It leaves today. It arrives Friday. The route is strictly confidential. More follows here."
+    decision, [row] = eng.decide(w)
+    streamed_text = "".join(c.text for c in sent)
+    assert "confidential" not in streamed_text and sent[-1].final
+    assert decision.text.startswith(streamed_text) and "strictly confidential" in decision.text
+    assert row.output_tokens == tokens.count(streamed_text, MODEL) + tokens.count(
+        decision.text[len(streamed_text):], MODEL)
+    w.decision = decision
+    assert finalize(w, now=1_000_101.0).review  # the caller never gets it
