@@ -74,6 +74,7 @@ class ScoringWorker:
             lag.cancel()
             if self.chunk_sender is not None:
                 self.chunk_sender.cancel()
+            self.streams.shutdown(wait=False, cancel_futures=True)
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await self.producer.stop()
@@ -148,8 +149,10 @@ class ScoringWorker:
     async def flush_chunks(self) -> None:
         """Every chunk released so far is acknowledged by the broker (batches handled at once share the queue)."""
         await self.chunks.join()
-        await asyncio.gather(*self.chunk_acks)
-        self.chunk_acks = [ack for ack in self.chunk_acks if not ack.done()]
+        try:
+            await asyncio.gather(*self.chunk_acks)
+        finally:  # a failed send fails the batches waiting on it (they are read again), not every later one
+            self.chunk_acks = [ack for ack in self.chunk_acks if not ack.done()]
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
