@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from streams import settings as settings_mod
-from streams.scoring.backends import available
+from streams.models import available
 
 
 def read_items(sts_dir: Path, limit: int, n_candidates: int, seed: int = 3) -> list[tuple[str, list[str]]]:

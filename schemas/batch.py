@@ -49,6 +49,8 @@ class MergedCall(Record):
     label: str = ""
     latency_ms: float = 0.0
     error: str = ""
+    sent: str = "merged"  # merged | individual (merging would not have paid for its group)
+    note: str = ""  # why it was sent individually
 
 
 class BatchResult(Record):
@@ -74,3 +76,5 @@ class BatchResult(Record):
     trimmed: List[str] = []
     cost: float = 0.0
     error: str = ""
+    sent: str = "merged"  # merged | individual: how the call that produced it was sent
+    note: str = ""  # why it was sent individually

@@ -23,17 +23,20 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
 from streams.switches import Controls
-from streams.process import limit_model_threads
-from streams.wire import MAX_MESSAGE_BYTES, KeyPartitionedTable, Topics
+from streams import models
+from streams.envelopes import MAX_MESSAGE_BYTES
+from streams.sender import Sender
+from streams.topics import KeyPartitionedTable, Topics
 from streams.scoring import rules
 
 
-def create_app(settings, known_types: set[str] | None = None, sink=None) -> faust.App:
+def create_app(settings, known_types: set[str] | None = None, sink=None, sender=None) -> faust.App:
     """The stream-processing app. `sink` (anything with insert(events)) defaults to durable_sink(settings),
-    opened when the first usage arrives."""
+    opened when the first usage arrives; `sender` (anything with `async deliver(outbox)`) to a Sender on the
+    app's broker, through which every stage sends."""
     kafka_tuning.install()
     tokens.configure(settings.tokenizers)
-    limit_model_threads(settings.model_threads)
+    models.configure(settings.model_threads)
     app = faust.App(
         settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
         datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
@@ -41,6 +44,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_auto_offset_reset="earliest", topic_allow_declare=True)
     topics = Topics(app, settings.partitions)
+    app.jev_sender = sender = sender or app.service(Sender(settings.bootstrap, settings.partitions))
     l1 = app.tables.add(KeyPartitionedTable(app, name="l1_cache", default=None, beacon=app.tables.beacon,
                                             partitions=settings.partitions))  # keyed by cache_key, as scored is
     state = {"sink": sink}
@@ -79,14 +83,15 @@ def create_app(settings, known_types: set[str] | None = None, sink=None) -> faus
 
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
-    postprocess = Postprocess(topics, settings, cache, controls, book)
+    postprocess = Postprocess(settings, cache, controls, book)
+    rule_list = rules.load(settings.rules)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rules.load(settings.rules)))
-    cache_agent.register(app, topics, settings, cache, controls, postprocess)
-    postprocess_agent.register(app, topics, settings, postprocess)
-    app.jev_usage = usage_sink.register(app, topics, settings, get_sink)
-    batch_agent.register(app, topics, settings)
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender)
+    cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
+    postprocess_agent.register(app, topics, settings, postprocess, sender)
+    app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender)
+    batch_agent.register(app, topics, settings, sender)
     app.jev_topics = topics
     app.jev_controls = controls
     app.jev_budgets = book

@@ -37,11 +37,18 @@ def register(model: str, input: float, cached_input: float, output: float) -> No
     if not model or min(input, cached_input, output) < 0:
         raise ValueError(f"price for {model!r}: need a model name and non-negative USD per 1M tokens")
     PRICES[model] = Price(float(input), float(cached_input), float(output))
+    _RESOLVED.clear()
+
+
+_RESOLVED: dict[str, str] = {}  # model → the PRICES key it matched ("" for none): every usage event is priced
 
 
 def price(model: str) -> Price | None:
-    matches = [m for m in PRICES if model.startswith(m)]
-    return PRICES[max(matches, key=len)] if matches else None
+    key = _RESOLVED.get(model)
+    if key is None or (key and key not in PRICES):
+        matches = [m for m in PRICES if model.startswith(m)]
+        key = _RESOLVED[model] = max(matches, key=len) if matches else ""
+    return PRICES[key] if key else None
 
 
 def cost(model: str, input_tokens: int, cache_read_tokens: int = 0, output_tokens: int = 0) -> float:

@@ -1,18 +1,8 @@
-"""Process tuning for the long-running workers: CPU model threads, and the garbage collector's view of the
-start-up heap."""
+"""Process tuning for the long-running workers: the garbage collector's view of the start-up heap. (Model
+threads are set by the model registry, streams/models.py.)"""
 from __future__ import annotations
 
 import gc
-import importlib.util
-
-
-def limit_model_threads(n: int) -> None:
-    """Two processes (the stages' L2 embedder and a scoring worker) each using every core oversubscribe a small
-    machine; one torch thread each measured fastest here (see JEV_MODEL_THREADS)."""
-    if n > 0 and importlib.util.find_spec("torch") is not None:
-        import torch
-
-        torch.set_num_threads(n)
 
 
 def freeze_heap() -> None:

@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import threading
+import unicodedata
 from importlib import resources
 from pathlib import Path
 
@@ -151,6 +152,36 @@ def count(text: str, model: str) -> int:
     if len(text) <= COUNT_CACHE_CHARS:
         return _count_short(text, encoding_name(model))
     return len(for_model(model).encode_ordinary(text))
+
+
+def _punctuation(c: str) -> bool:
+    """A character of tiktoken's punctuation pieces ([^\\s\\p{L}\\p{N}]), marks excluded (o200k puts them in words)."""
+    return not c.isspace() and unicodedata.category(c)[0] not in "LNMC"
+
+
+def join_tokens(left: str, separator: str, right: str, model: str) -> int | None:
+    """Exactly how many tokens `separator` (newlines) adds between `left` and `right`, so that
+    count(left + separator + right) = count(left) + join + count(right); None where that cannot be derived (a local
+    HF tokenizer; `left` ending in whitespace or an unusual character; `right` not starting with a letter or digit).
+
+    tiktoken's encodings split text into pieces with a regex before BPE, and BPE never crosses a piece. A piece
+    of letters or digits stops at a newline, so after one the separator is a piece of its own; a trailing run of
+    punctuation (with the one space before it) takes the newlines into its piece (`?\n`), so the join costs that
+    piece less the run alone. A letter or digit after the newlines starts a fresh piece (the regex has no
+    look-behind), so `right` splits as it does alone."""
+    if not left or not right or encoding_name(model).startswith("hf:") or unicodedata.category(right[0])[0] not in "LN":
+        return None
+    if unicodedata.category(left[-1])[0] in "LN":
+        return count(separator, model)
+    if not _punctuation(left[-1]):
+        return None
+    start = len(left) - 1
+    while start > 0 and _punctuation(left[start - 1]):
+        start -= 1
+    if start > 0 and left[start - 1] == " ":
+        start -= 1  # the punctuation piece takes the one space before it
+    run = left[start:]
+    return count(run + separator, model) - count(run, model)
 
 
 def count_chat(messages, model: str) -> int:

@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).parents[1]
 PACKAGES = ("schemas", "infra", "streams", "workers", "bench")
 # streams/ modules that do Kafka I/O or wire agents: the runtime layer above the stage logic
-RUNTIME = {"streams.app", "streams.wire", "streams.kafka_tuning", "streams.control", "streams.local",
+RUNTIME = {"streams.app", "streams.consumer", "streams.sender", "streams.topics", "streams.kafka_tuning",
+           "streams.control", "streams.local",
            "streams.usage.sink", "streams.usage.spill"}
 LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
 
@@ -50,7 +51,7 @@ def imported(tree: ast.AST, module: str, root: Path) -> list[tuple[int, str]]:
             base = node.module or ""
             if node.level:
                 base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
-            # `from streams import wire` names a module; `from streams.wire import X` names a member
+            # `from streams import sender` names a module; `from streams.sender import X` names a member
             found += [(node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base)
                       for alias in node.names]
     return [(line, name) for line, name in found if name.split(".")[0] in PACKAGES]
@@ -75,7 +76,7 @@ def test_layers_import_only_downward():
 
 @pytest.mark.parametrize("module, target", [
     ("streams/ingest/planted.py", "workers.pipeline"),
-    ("streams/distill/planted.py", "streams.wire"),
+    ("streams/distill/planted.py", "streams.sender"),
     ("schemas/planted.py", "streams.tokens"),
 ])
 def test_layer_check_catches_a_planted_upward_import(tmp_path, module, target):

@@ -1,5 +1,5 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.wire.BatchConsumer), decides,
-commits after producing.
+"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer),
+decides, and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
@@ -10,17 +10,17 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
-
-from schemas.records import Decision, Rejection, UsageBatch, Work, WorkBatch
+from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.deadletter import dead_letter
 from streams.switches import Controls
-from streams.wire import DEAD_LETTER_ORIGINAL_MAX, MAX_MESSAGE_BYTES, BatchConsumer, encode_batches, partition_for
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
+from streams.sender import Sender
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
 
@@ -44,7 +44,7 @@ class ScoringWorker:
         self.engine = engine or build_engine(settings)
         self.stopping = asyncio.Event()
         self.decided = 0
-        self.producer: AIOKafkaProducer | None = None  # started by run()
+        self.sender: Sender | None = None  # started by run()
         self.chunks: asyncio.Queue | None = None  # Chunks of streamed answers, from the engine's threads, in order
         self.chunk_sender: asyncio.Task | None = None
         self.chunk_acks: list[asyncio.Future] = []
@@ -53,15 +53,14 @@ class ScoringWorker:
 
     async def run(self) -> None:
         s = self.settings
-        self.producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2, acks="all",
-                                         max_request_size=MAX_MESSAGE_BYTES)
+        sender = self.sender = Sender(s.bootstrap, s.partitions)
         consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
-                                 s.score_batch_wait_ms, depth=DEPTH)
+                                 s.score_batch_wait_ms, sender=sender, depth=DEPTH)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap))
-        await self.producer.start()
+        await sender.start()
         await consumer.start()
         ready_file(s).touch()
         try:
@@ -77,51 +76,36 @@ class ScoringWorker:
             self.streams.shutdown(wait=False, cancel_futures=True)
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
-            await self.producer.stop()
+            await sender.stop()
 
-    async def handle(self, messages: list) -> None:
-        """One micro-batch of score envelopes: decided, and the scored envelopes, usage and dead letters
-        acknowledged by the broker before it returns (then BatchConsumer commits its offsets)."""
-        producer = self.producer
-        by_partition: dict[int, list[Work]] = {}
-        sends = []
+    async def handle(self, messages: list) -> Outbox:
+        """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
+        as they came), their usage and the dead letters of envelopes that do not decode. With streamed answers
+        in it, the rest of the batch is delivered through the Sender first, and the streamed ones are returned
+        once every chunk of theirs is acknowledged."""
+        out, works = Outbox(), []
         for msg in messages:
             batch = decode_batch(msg.value)
             if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
-                sends.append(await producer.send(name("rejected"), batch.dumps()))
+                out.dead_letters.append(batch)
                 continue
-            by_partition.setdefault(msg.partition, []).extend(batch.items)
-        works = [w for ws in by_partition.values() for w in ws]
+            works.extend(batch.items)
         streamed = [w for w in works if w.request.stream and not w.request.candidates]
+        plain = [w for w in works if not (w.request.stream and not w.request.candidates)]
         if streamed:
             self.start_chunk_sender()
         # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
         loop = asyncio.get_running_loop()
         streams = [loop.run_in_executor(self.streams, self.decide_each, [w]) for w in streamed]
-        plain = {id(w) for w in works} - {id(w) for w in streamed}
         async with self.deciding:
-            decided = await asyncio.to_thread(self.decide_each, [w for w in works if id(w) in plain])
-        await self.send_decided(by_partition, plain, decided, sends)
+            decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
         if streams:
-            results = [r for task in streams for r in await task]
+            await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams
+            out = Outbox()
+            decided(out, streamed, [r for task in streams for r in await task])
             await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
-            await self.send_decided(by_partition, {id(w) for w in streamed}, results, [])
         self.decided += len(works)
-
-    async def send_decided(self, by_partition: dict[int, list[Work]], chosen: set[int], results: list,
-                           sends: list) -> None:
-        """The decided works of `chosen` (ids of works, in batch order) as scored envelopes by partition, with
-        their usage; returns once the broker acknowledged them (and the earlier `sends`)."""
-        producer, usage = self.producer, []
-        parts = {p: [w for w in ws if id(w) in chosen] for p, ws in by_partition.items()}
-        for work, (decision, events) in zip([w for ws in parts.values() for w in ws], results):
-            work.decision = decision
-            usage.extend(events)
-        sends = sends + [await producer.send(name("scored"), envelope, partition=p)
-                         for p, ws in parts.items() if ws for envelope in encode_batches(ws)]
-        if usage:
-            sends.append(await producer.send(name("usage"), UsageBatch(events=usage).dumps()))
-        await asyncio.gather(*sends)
+        return out
 
     def start_chunk_sender(self) -> None:
         """The engine calls its chunk sink from decision threads; one task sends the chunks in that order."""
@@ -133,18 +117,21 @@ class ScoringWorker:
         self.chunk_sender = asyncio.create_task(self.send_chunks())
 
     async def send_chunks(self) -> None:
+        """Chunks go out through the Sender as they come (those queued together in one send), keyed by
+        request id; their acknowledgements are awaited by flush_chunks."""
         while True:
-            chunk = await self.chunks.get()
+            chunks = [await self.chunks.get()]
+            while not self.chunks.empty():
+                chunks.append(self.chunks.get_nowait())
             try:
-                self.chunk_acks.append(await self.producer.send(
-                    name("chunks"), chunk.dumps(), key=chunk.request_id.encode(),
-                    partition=partition_for(chunk.request_id, self.settings.partitions)))  # as decisions are
+                self.chunk_acks += await self.sender.send(Outbox(chunks=chunks))
             except Exception as exc:  # failed here: flush_chunks raises it, and the batch is not committed
                 failed = asyncio.get_running_loop().create_future()
                 failed.set_exception(exc)
                 self.chunk_acks.append(failed)
             finally:
-                self.chunks.task_done()
+                for _ in chunks:
+                    self.chunks.task_done()
 
     async def flush_chunks(self) -> None:
         """Every chunk released so far is acknowledged by the broker (batches handled at once share the queue)."""
@@ -171,13 +158,19 @@ class ScoringWorker:
             return results
 
 
+def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]]) -> None:
+    """Each work with its decision, for `scored` (by cache-key partition, as they came), and its usage."""
+    for work, (decision, events) in zip(works, results):
+        work.decision = decision
+        out.usage.extend(events)
+    out.send_work("scored", works)
+
+
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:
     try:
         return WorkBatch.loads(raw)  # eager: a malformed nested record raises here
     except Exception as exc:
-        detail = f"undecodable WorkBatch: {exc}"
-    return Rejection(reason="bad_internal_message", detail=detail, stage="score",
-                     original=raw[:DEAD_LETTER_ORIGINAL_MAX].decode("latin-1"), ts=time.time())
+        return dead_letter("bad_internal_message", f"undecodable WorkBatch: {exc}", "score", raw)
 
 
 def main() -> None:

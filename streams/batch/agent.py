@@ -1,4 +1,5 @@
-"""Batch agents: aggregate members into merged generation calls, split the output into per-member results.
+"""Batch agents: aggregate members into merged generation calls (or individual ones where merging does not pay),
+split the output into per-member results.
 
 batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
 Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`).
@@ -6,12 +7,13 @@ Members with bad JSON or fields go to `rejected`; usage is one event per member 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import orjson
 
 from schemas.batch import BatchMember, BatchResult, MergedCall
-from schemas.records import Rejection, Request
+from schemas.records import Request
+from streams.deadletter import dead_letter
+from streams.outbox import Outbox
 from streams.usage.events import usage_event
 from streams.batch import aggregate, config, split
 from streams.generation import load_generator
@@ -50,14 +52,14 @@ def member_request(result: BatchResult, tenant: str, service: str, business_line
 
 
 def usage(result: BatchResult, member: BatchMember, model: str):
-    section = "failed" if result.status == "failed" else "retried" if result.retried else "merged"
+    section = "failed" if result.status == "failed" else "retried" if result.retried else result.sent
     return usage_event(member_request(result, member.tenant, member.service, member.business_line), "batch",
                        section=section, model=model, input_tokens=result.input_tokens,
                        output_tokens=result.output_tokens, nominal_tokens=result.individual_tokens,
                        outcome="ok" if result.status == "ok" else "failed")
 
 
-def register(app, topics, settings) -> None:
+def register(app, topics, settings, sender) -> None:
     model = settings.default_model
     state: dict = {}
 
@@ -66,30 +68,28 @@ def register(app, topics, settings) -> None:
             state["generator"] = await asyncio.to_thread(load_generator, settings.generator, model)
         return state["generator"]
 
-    async def send_result(result: BatchResult) -> None:
-        await topics.batch_results.send(key=result.job.encode(), value=result.dumps())
+    def result_record(result: BatchResult) -> tuple[str, bytes, bytes]:
+        return "batch_results", result.job.encode(), result.dumps()
 
     @app.agent(topics.batch, name="aggregate_batch")
     async def aggregate_batch(stream):
         async for raws in stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000):
-            members, events = [], []
+            members, out = [], Outbox()
             for raw in raws:
                 try:
                     members.append(decode_member(raw))
                 except ValueError as exc:
-                    await topics.rejected.send(value=Rejection(reason="bad_batch_member", detail=str(exc),
-                                                               stage="batch", original=raw.decode("latin-1"),
-                                                               ts=time.time()))
+                    out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
             cfg = config.load(settings.batch_templates)
             for group in aggregate.group(members, settings.batch_window_max):
-                call, failed = aggregate.plan(group, cfg, model)
+                calls, failed = aggregate.plan(group, cfg, model)
                 for result in failed:
-                    await send_result(result)
-                    events.append(usage(result, next(m for m in group if m.member == result.member), model))
-                if call is not None:
+                    out.records.append(result_record(result))
+                    out.usage.append(usage(result, next(m for m in group if m.member == result.member), model))
+                for call in calls:
                     call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
-                    await topics.batch_merged.send(key=call.job.encode(), value=call.dumps())
-            await topics.send_usage(events)
+                    out.records.append(("batch_merged", call.job.encode(), call.dumps()))
+            await sender.deliver(out)
 
     @app.agent(topics.batch_merged, name="split_batch")
     async def split_batch(stream):
@@ -98,6 +98,5 @@ def register(app, topics, settings) -> None:
             template = config.load(settings.batch_templates).template(call.template)
             results = await asyncio.to_thread(split.split, call, template, await generator(), model)
             members = {s.member.member: s.member for s in call.shares}
-            for result in results:
-                await send_result(result)
-            await topics.send_usage([usage(r, members[r.member], model) for r in results])
+            await sender.deliver(Outbox(usage=[usage(r, members[r.member], model) for r in results],
+                                        records=[result_record(r) for r in results]))

@@ -1,4 +1,4 @@
-"""Aggregator: group the members of one window by (job, template), plan a merged call per group, generate it.
+"""Aggregator: group the members of one window by (job, template), plan the calls of each group, generate them.
 
 Members that cannot take part (unknown template, quota too small for their essentials) come back as
 explicit failures, never dropped.
@@ -11,7 +11,7 @@ from collections import defaultdict
 from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
 from streams import tokens
 from streams.batch import render
-from streams.batch.config import BatchConfig
+from streams.batch.config import BatchConfig, BatchTemplate
 from streams.generation import Generator
 
 
@@ -34,13 +34,16 @@ def call_id(members: list[BatchMember]) -> str:
     return f"{members[0].job}:{digest}"
 
 
-def plan(members: list[BatchMember], config: BatchConfig, model: str) -> tuple[MergedCall | None, list[BatchResult]]:
-    """The merged call for one group (same job and template), and the members that cannot join it."""
+def plan(members: list[BatchMember], config: BatchConfig, model: str) -> tuple[list[MergedCall], list[BatchResult]]:
+    """The calls for one group (same job and template), and the members that cannot join any.
+
+    One merged call when it reserves fewer tokens (prompt plus max output) than the members' own calls
+    together; else one call per member, each marked `sent: individual` with the two figures."""
     failed, shares = [], []
     try:
         template = config.template(members[0].template)
     except KeyError as exc:
-        return None, [failure(m, str(exc.args[0])) for m in members]
+        return [], [failure(m, str(exc.args[0])) for m in members]
     for m in dict((m.member, m) for m in members).values():  # a member listed twice is planned once
         try:
             block, size, trimmed = render.trim(m, template, config.drops(m.kind), model)
@@ -51,12 +54,23 @@ def plan(members: list[BatchMember], config: BatchConfig, model: str) -> tuple[M
         shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed,
                                   individual_tokens=render.individual_tokens(template, block, budget, model)))
     if not shares:
-        return None, failed
+        return [], failed
+    merged = call(shares, template, model)
+    alone = sum(s.individual_tokens for s in shares)
+    if len(shares) > 1 and merged.prompt_tokens + merged.max_tokens < alone:
+        return [merged], failed
+    why = ("the only member of its window" if len(shares) == 1 else
+           f"a merged call would reserve {merged.prompt_tokens + merged.max_tokens} tokens, "
+           f"its {len(shares)} members alone {alone}")
+    return [call([s], template, model, sent="individual", note=f"sent individually: {why}") for s in shares], failed
+
+
+def call(shares: list[MemberShare], template: BatchTemplate, model: str, sent: str = "merged", note: str = "") -> MergedCall:
     prompt = render.merged_prompt(template, [s.block for s in shares])
-    max_tokens = sum(s.output_budget + render.answer_overhead(s.member.member, model) for s in shares)
-    return MergedCall(call_id=call_id([s.member for s in shares]), job=members[0].job, template=template.id,
+    max_tokens = render.max_output([s.member.member for s in shares], [s.output_budget for s in shares], model)
+    return MergedCall(call_id=call_id([s.member for s in shares]), job=shares[0].member.job, template=template.id,
                       prompt=prompt, prompt_tokens=tokens.count(prompt, model), max_tokens=max_tokens,
-                      shares=shares), failed
+                      shares=shares, sent=sent, note=note)
 
 
 def generate(call: MergedCall, generator: Generator, model: str) -> MergedCall:

@@ -19,23 +19,32 @@ class QuotaTooSmall(ValueError):
     pass
 
 
-def inline(value: Any) -> str:
+def inline(value: Any, nested: bool = False) -> str:
+    """One-line text of a value: dicts `k=v, k=v`, lists `a; b` (a list inside a list `a, b`)."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={inline(v)}" for k, v in value.items())
+        return ", ".join(f"{k}={inline(v, True)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return "; ".join(inline(v) for v in value)
+        return (", " if nested else "; ").join(inline(v, True) for v in value)
     return str(value)
 
 
+def render_entry(key: str, value: Any, lines: list[str]) -> None:
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        lines.append(f"{key}:")
+        lines.extend("- " + " | ".join(f"{k}: {inline(v)}" for k, v in item.items()) for item in value)
+    elif isinstance(value, dict) and any(holds_objects(v) for v in value.values()):
+        for k, v in value.items():
+            render_entry(f"{key}.{k}", v, lines)
+    else:
+        lines.append(f"{key}: {inline(value)}")
+
+
 def render_variables(variables: dict[str, Any]) -> str:
-    """Compact text: `key: value` lines; lists of objects one `- k: v | k: v` line per item."""
-    lines = []
+    """Compact text: `key: value` lines; lists of objects one `- k: v | k: v` line per item under a `key:`
+    line; a dict holding objects one line per entry under its dotted path (`incidents.INC-7: sev=P1`)."""
+    lines: list[str] = []
     for key, value in variables.items():
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            lines.append(f"{key}:")
-            lines.extend("- " + " | ".join(f"{k}: {inline(v)}" for k, v in item.items()) for item in value)
-        else:
-            lines.append(f"{key}: {inline(value)}")
+        render_entry(str(key), value, lines)
     return "\n".join(lines)
 
 
@@ -75,6 +84,11 @@ def holds_objects(value: Any) -> bool:
     return isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value))
 
 
+def min_answer_tokens(template: BatchTemplate, model: str) -> int:
+    """The shortest answer that holds every section: one `<Section>: <word>` line each."""
+    return tokens.count("\n".join(f"{name}: none" for name, _ in template.sections), model)
+
+
 def output_budget(template: BatchTemplate, quota: int) -> int:
     return min(template.output_tokens, quota // 3)
 
@@ -82,6 +96,9 @@ def output_budget(template: BatchTemplate, quota: int) -> int:
 def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str) -> tuple[str, int, list[str]]:
     """(block, block tokens, what was trimmed) with block + output budget within the member's quota."""
     budget_out = output_budget(template, member.quota_tokens)
+    if budget_out < (least := min_answer_tokens(template, model)):
+        raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: its answer gets a third, {budget_out} "
+                            f"tokens, and one line per section of {template.id} needs at least {least}")
     limit = member.quota_tokens - budget_out
     if limit < MIN_BLOCK_TOKENS:
         raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: the block needs at least "
@@ -119,10 +136,13 @@ def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], m
 
 
 def shared_header(template: BatchTemplate, several: bool) -> str:
+    """The instructions: a merged call asks for an `=== <member id> ===` line before each answer, a call for
+    one member does not (its answer needs no label, and so costs no more than the member's budget)."""
     lines = "\n".join(f"- {name}: {what}" for name, what in template.sections)
-    who = "each member below, in the order given" if several else "the member below"
-    return (f"{template.instructions}\n\nWrite one answer for {who}. Start each answer with a line "
-            f"\"=== <member id> ===\", then one line per section, \"<Section>: <text>\", in this order:\n"
+    layout = ("each member below, in the order given. Start each answer with a line \"=== <member id> ===\", "
+              "then" if several else "the member below:")
+    return (f"{template.instructions}\n\nWrite one answer for {layout} one line per section, "
+            f"\"<Section>: <text>\", in this order:\n"
             f"Sections:\n{lines}\nKeep each answer within its token budget.\n\n")
 
 
@@ -134,10 +154,17 @@ def merged_prompt(template: BatchTemplate, blocks: list[str]) -> str:
 
 
 def individual_tokens(template: BatchTemplate, block: str, budget: int, model: str) -> int:
-    """What this member alone would cost: the instructions re-sent with its block, plus its output budget."""
+    """What this member alone costs: the instructions re-sent with its block, plus its output budget."""
     return tokens.count(merged_prompt(template, [block]), model) + budget
 
 
 def answer_overhead(member_id: str, model: str) -> int:
-    """Tokens of the `=== id ===` line that opens a member's answer in a merged output."""
-    return tokens.count(f"=== {member_id} ===\n", model)
+    """Tokens of the `=== id ===` line that opens a member's answer in a merged output, with the line break
+    that joins it to the answer before."""
+    return tokens.count(f"\n=== {member_id} ===\n", model)
+
+
+def max_output(member_ids: list[str], budgets: list[int], model: str) -> int:
+    """Max output tokens of a call: the members' budgets, plus their `=== id ===` lines when several."""
+    heads = sum(answer_overhead(m, model) for m in member_ids) if len(member_ids) > 1 else 0
+    return sum(budgets) + heads

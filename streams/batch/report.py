@@ -2,8 +2,9 @@
 
 tokens_merged counts what the merged calls (and any retries) reserve: prompt plus max output tokens, each
 member charged its share. tokens_individual counts one call per member on the same basis: the shared
-instructions re-sent with its block, plus its output budget. tokens_merged_actual uses the output actually
-generated.
+instructions re-sent with its block, plus its output budget. Members of a group where merging would not pay
+are sent individually (`individual_calls`), so tokens_merged never exceeds tokens_individual but for retries,
+which count too. tokens_merged_actual uses the output actually generated.
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def summarize(job: str, results: list[BatchResult], members: int, model: str) ->
     return {
         "job": job, "members": members, "results": len(results), "ok": len(ok),
         "failed": len(results) - len(ok), "pending": max(0, members - len(results)),
-        "merged_calls": len({r.call_id for r in results if r.call_id}), "retries": sum(r.retried for r in results),
+        "merged_calls": len({r.call_id for r in results if r.call_id and r.sent == "merged"}),
+        "individual_calls": len({r.call_id for r in results if r.call_id and r.sent == "individual"}),
+        "retries": sum(r.retried for r in results),
         "tokens_merged": merged, "tokens_individual": individual,
         "tokens_merged_actual": inputs + sum(r.output_tokens for r in results),
         "saved_ratio": round(1 - merged / individual, 4) if individual else 0.0,

@@ -78,36 +78,47 @@ def result(share: MemberShare, call: MergedCall, template: BatchTemplate, answer
     return BatchResult(
         job=m.job, member=m.member, kind=m.kind, template=m.template, status="failed" if errors else "ok",
         call_id=call.call_id, text=answer, sections=parse_sections(answer, names), label=label, generator=generator,
-        retried=retried, input_tokens=input_tokens, output_tokens=output_tokens, reserved_tokens=reserved, quota_tokens=m.quota_tokens,
-        output_budget=share.output_budget,         quota_used=share.block_tokens + tokens.count(answer, model), individual_tokens=share.individual_tokens,
-        trimmed=list(share.trimmed), cost=pricing.cost(model, input_tokens, 0, output_tokens), error="; ".join(errors))
+        retried=retried, input_tokens=input_tokens, output_tokens=output_tokens, reserved_tokens=reserved,
+        quota_tokens=m.quota_tokens, output_budget=share.output_budget,
+        quota_used=share.block_tokens + tokens.count(answer, model), individual_tokens=share.individual_tokens,
+        trimmed=list(share.trimmed), cost=pricing.cost(model, input_tokens, 0, output_tokens), error="; ".join(errors),
+        sent=call.sent, note=call.note)
+
+
+def own_answer(text: str, member: str, alone: bool) -> str | None:
+    """The member's answer in a call's output; a call for one member may answer without the `=== id ===` line."""
+    answers = parse_answers(text)
+    return text.strip() if alone and not answers else answers.get(member)
 
 
 def retry(share: MemberShare, template: BatchTemplate, generator: Generator, model: str) -> tuple[str, int, int, list[str], str]:
-    """One call for this member alone: (answer, prompt tokens, output tokens, problems, label)."""
+    """One call for this member alone, with at most its output budget: (answer, prompt tokens, output tokens,
+    problems, label)."""
     prompt = render.merged_prompt(template, [share.block])
     prompt_tokens = tokens.count(prompt, model)
     try:
-        out = generator.generate(prompt, share.output_budget + render.answer_overhead(share.member.member, model))
+        out = generator.generate(prompt, share.output_budget)
     except Exception as exc:  # the backend failed for this member too: an explicit failure, not a drop
         return "", prompt_tokens, 0, [f"retry failed: {type(exc).__name__}: {exc}"], generator.label
     output_tokens = tokens.count(out.text, model)
-    answers = parse_answers(out.text)
-    answer = answers.get(share.member.member, out.text if not answers else None)
+    answer = own_answer(out.text, share.member.member, True)
     if answer is not None and tokens.count(answer, model) > share.output_budget:
         answer = tokens.truncate(answer, share.output_budget, model).strip()  # token-exact cut, then re-checked
     return answer or "", prompt_tokens, output_tokens, problems(answer, template, share.output_budget, model), out.label
 
 
 def split(call: MergedCall, template: BatchTemplate, generator: Generator, model: str) -> list[BatchResult]:
-    """One result per member of `call`, retrying the members whose part of the merged output fails."""
-    answers = {} if call.error else parse_answers(call.text)
+    """One result per member of `call`, retrying the members whose part of the output fails. A member's
+    tokens cover every call it took: its share of this one plus, when retried, its own call (prompt and
+    output budget), so a retry is never free."""
     shares = call.shares
-    found = [answers.get(s.member.member) for s in shares]
+    alone = len(shares) == 1
+    found = [None if call.error else own_answer(call.text, s.member.member, alone) for s in shares]
     inputs = [s.block_tokens + extra for s, extra in zip(shares, apportion(
         call.prompt_tokens - sum(s.block_tokens for s in shares), [1] * len(shares)))]
     outputs = apportion(call.output_tokens, [tokens.count(a or "", model) for a in found])
-    limits = [s.output_budget + render.answer_overhead(s.member.member, model) for s in shares]
+    limits = apportion(call.max_tokens, [s.output_budget + (0 if alone else render.answer_overhead(
+        s.member.member, model)) for s in shares])
     results = []
     for share, answer, input_tokens, output_tokens, limit in zip(shares, found, inputs, outputs, limits):
         errors = [call.error] if call.error else problems(answer, template, share.output_budget, model)
@@ -118,5 +129,6 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
         again, prompt_tokens, out_tokens, retry_errors, label = retry(share, template, generator, model)
         errors = [f"merged: {'; '.join(errors)}", f"retry: {'; '.join(retry_errors)}"] if retry_errors else []
         results.append(result(share, call, template, again, input_tokens + prompt_tokens, output_tokens + out_tokens,
-                              input_tokens + limit + prompt_tokens + limit, model, True, label, generator.name, errors))
+                              input_tokens + limit + prompt_tokens + share.output_budget, model, True, label,
+                              generator.name, errors))
     return results

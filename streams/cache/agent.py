@@ -1,37 +1,47 @@
-"""cache: answer from L1 (exact, a Faust table) or L2 (semantic) through the postprocess step, or pass the miss on
-to the scoring workers. Ingest answers the L1 hits on partitions this worker holds itself (streams.local)."""
+"""cache: answer locally (L1, then rules: streams.answer), else from L2 (semantic), through the postprocess step,
+or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
+holds (streams.local), so what arrives here is mostly the rest."""
 from __future__ import annotations
 
 import asyncio
 
+from streams.answer import answer_locally
+from streams.consumer import run_agent, take_work
 from streams.metrics import observe_cache
-from streams.wire import take_work
+from streams.outbox import Outbox
 
 
-def register(app, topics, settings, stage, controls, postprocess) -> None:
+def register(app, topics, settings, stage, controls, postprocess, rules: list, sender) -> None:
+    async def lookup(works: list) -> Outbox:
+        """One micro-batch of distilled works: what it sends (answers, usage, misses and pre-answers to score)."""
+        switches = controls.switches
+        answered, rest = [], []
+        for work in works:
+            if (done := answer_locally(work, switches, stage, rules)) is None:
+                rest.append(work)
+            else:
+                answered.append(done)
+        out = postprocess([done.work for done in answered])
+        out.usage += [event for done in answered for event in done.usage]
+        misses = [work for done in answered for work in done.prefetches]
+        asking = [work for work in rest if stage.wants_semantic(work, switches)]
+        semantic = {}
+        if asking:
+            vectors = await asyncio.to_thread(stage.embed, asking)
+            semantic = {id(work): hit for work, vector in zip(asking, vectors)
+                        if (hit := stage.lookup_semantic(work, vector)) is not None}
+        hits = []
+        for work in rest:
+            hit = semantic.get(id(work))
+            observe_cache(hit.level if hit else "miss", hit is not None)
+            if hit is None:
+                misses.append(work)
+            else:
+                hits.append(stage.answer(work, hit))
+            misses.extend(stage.prefetches(work, switches))
+        misses.extend(stage.refreshes())
+        return out.extend(postprocess(hits)).send_work("score", misses)
+
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
-        async for works in take_work(stream, settings):
-            found = [stage.lookup_exact(w, controls.switches) for w in works]
-            exact = [stage.answer(w, hit) for w, hit in zip(works, found) if hit is not None]
-            # exact hits go out while the misses beside them are embedded; every delivery is awaited below,
-            # before this micro-batch is acknowledged
-            delivering = [asyncio.ensure_future(postprocess(exact))] if exact else []
-            asking = [i for i, w in enumerate(works) if found[i] is None and stage.wants_semantic(w, controls.switches)]
-            semantic = {}
-            if asking:
-                vectors = await asyncio.to_thread(stage.embed, [works[i] for i in asking])
-                semantic = {i: hit for i, vector in zip(asking, vectors)
-                            if (hit := stage.lookup_semantic(works[i], vector)) is not None}
-            hits, misses = [], []
-            for i, work in enumerate(works):
-                hit = found[i] or semantic.get(i)
-                observe_cache(hit.level if hit else "miss", hit is not None)
-                if hit is None:
-                    misses.append(work)
-                elif i in semantic:
-                    hits.append(stage.answer(work, hit))
-                misses.extend(stage.prefetches(work, controls.switches))
-            misses.extend(stage.refreshes())
-            await asyncio.gather(*delivering, topics.send_work(topics.score, misses, key=lambda w: w.cache_key),
-                                 postprocess(hits))
+        await run_agent(take_work(stream, settings), lookup, sender)

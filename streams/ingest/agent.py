@@ -12,10 +12,12 @@ import time
 from schemas.records import Rejection, Work
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
-from streams.ingest.decode import admit, reject
+from streams.deadletter import dead_letter
+from streams.ingest.decode import admit
 from streams.postprocess import stream as stream_mod
 from streams.usage.events import usage_event
-from streams.wire import BatchConsumer
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
 
 log = logging.getLogger("jev.ingest")
 
@@ -29,42 +31,42 @@ def reserve(book, work: Work, stream_config=None):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local) -> BatchConsumer:
-    async def count_tokens(messages: list) -> None:
-        """One micro-batch of requests: everything it sends is acknowledged when it returns."""
-        admitted, usage, alerts, sent = [], [], [], []
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender) -> BatchConsumer:
+    async def ingest_requests(messages: list) -> Outbox:
+        """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, the rest as
+        distilled work)."""
+        admitted, out = [], Outbox()
         for message in messages:
             raw = message.value or b""  # a message without a value is invalid input
             try:
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
                 log.exception("ingest failed on a request")
-                result = reject(raw, "internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
-                                                       f"to be replayed once fixed", "ingest", time.time())
+                result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
+                                                       f"to be replayed once fixed", "ingest", raw)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = reserve(book, result, admission.stream_config)
-                alerts.extend(held.alerts)
+                out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to
                 elif isinstance(held, Refused):
-                    result = reject(raw, "over_budget", held.reason, "ingest", result.admitted_at,
-                                    result.request.request_id)
+                    result = dead_letter("over_budget", held.reason, "ingest", raw, result.request.request_id,
+                                         result.admitted_at)
             if isinstance(result, Rejection):
-                sent.append(await topics.rejected.send(key=result.request_id or None, value=result))
+                out.dead_letters.append(result)
                 continue
             admitted.append(result)
-            usage.append(usage_event(result.request, "ingest", model=result.model,
+            out.usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
                                      outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
-        for alert in alerts:
-            sent.append(await topics.alerts.send(key=alert.scope, value=alert))
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        onward, answered = local.split(distilled)
-        await asyncio.gather(topics.send_work(topics.distilled, onward, key=lambda w: w.cache_key),
-                             topics.send_usage(usage + saved), answered, *sent)
+        out.usage += saved
+        onward, answered = local.answer_owned(distilled)
+        return out.extend(answered).send_work("distilled", onward)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
-                                     count_tokens, settings.stage_batch_max, settings.stage_batch_wait_ms, depth=2))
+                                     ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
+                                     sender=sender, depth=2))

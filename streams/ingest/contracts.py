@@ -12,7 +12,7 @@ import orjson
 
 from schemas.records import Request
 from streams import tokens
-from streams.ingest.prompt import history_lines, render_context
+from streams.ingest.prompt import MeasuredContext
 
 MAX_CONTRACT_TOKENS = 2_000_000  # larger than any model's context window: a contract above it is a typo
 
@@ -101,22 +101,16 @@ def check_request(request: Request) -> None:
                                             f"max_output_tokens {c.max_output_tokens}")
 
 
-def fit_history(request: Request, model: str) -> tuple[list[str], int]:
-    """Keep the newest history turns whose context fits contracts.max_input_tokens: (kept lines, turns dropped).
-    Raises over_contract when even the state alone does not fit."""
-    lines = history_lines(request)
-    limit = request.contracts.max_input_tokens
-    kept, used = [], tokens.count(render_context(request, []), model)
-    if used > limit:
+def fit_history(context: MeasuredContext) -> int:
+    """The first history line to keep so that the context fits contracts.max_input_tokens: the newest turns
+    that fit, exactly. Raises over_contract when even the state alone does not fit."""
+    limit = context.request.contracts.max_input_tokens
+    first = len(context.lines)
+    if (used := context.tokens(first)) > limit:
         raise ContractError("over_contract", f"state alone is {used} tokens; contracts.max_input_tokens is {limit}: "
                                              f"shorten the state or raise the contract")
-    for line in reversed(lines):
-        need = tokens.count(line, model) + 1  # + the newline that joins it
-        if used + need > limit:
-            break
-        kept.append(line)
-        used += need
-    kept.reverse()
-    while kept and tokens.count(render_context(request, kept), model) > limit:  # joins can merge tokens: check exactly
-        kept.pop(0)
-    return kept, len(lines) - len(kept)
+    while first > 0 and context.estimate(first - 1) <= limit:
+        first -= 1
+    while first < len(context.lines) and context.tokens(first) > limit:  # only where a join is not derived
+        first += 1
+    return first

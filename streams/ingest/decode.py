@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from schemas.records import Rejection, Request, Work
 from schemas.validate import Invalid, decode
 from streams import tokens
+from streams.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
-from streams.ingest.prompt import count_sections, render_context
+from streams.ingest.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.postprocess import stream as stream_mod
 from streams.postprocess.stream import StreamConfig
@@ -36,31 +37,31 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         check(request, model, policy.known_types)
         check_stream(request, policy.stream_config or stream_mod.load())
         check_request(request)
-        instruction = ""
-        context = render_context(request)
+        measured = measure_context(request, model)
+        instruction, context, context_tokens = "", measured.text(), measured.tokens()
         if request.template:
             if policy.templates is None:
                 raise ContractError("unknown_template", "templates are not loaded in this worker")
             rendered = policy.templates.render_request(request, model)
             instruction = rendered.instruction
             context = f"{rendered.text}\n\n{context}"
-        context_tokens = tokens.count(context, model)
+            context_tokens = tokens.count(context, model)
         if context_tokens > request.contracts.max_input_tokens:
             if not truncate or request.template:
                 raise ContractError("over_contract", f"context is {context_tokens} tokens; contracts.max_input_tokens "
                                                      f"is {request.contracts.max_input_tokens}: shorten history/state "
                                                      f"or raise the contract")
-            kept, _ = fit_history(request, model)
-            context = render_context(request, kept)
-            context_tokens = tokens.count(context, model)
+            first = fit_history(measured)
+            context, context_tokens = measured.text(first), measured.tokens(first)
         candidate_tokens = [tokens.count(c.text, model) for c in request.candidates]
+        sections = count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens,
+                                  history_tokens=measured.history_tokens())
         return Work(request=request, admitted_at=now, model=model, context=context, context_tokens=context_tokens,
-                    sections=count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens),
-                    candidate_tokens=candidate_tokens)
+                    sections=sections, candidate_tokens=candidate_tokens)
     except (Invalid, ContractError) as exc:
-        return reject(raw, exc.reason, str(exc), "ingest", now, request_id)
+        return dead_letter(exc.reason, str(exc), "ingest", raw, request_id, now)
     except tokens.UnknownModel as exc:
-        return reject(raw, "unknown_model", str(exc), "ingest", now, request_id)
+        return dead_letter("unknown_model", str(exc), "ingest", raw, request_id, now)
 
 
 def check(request: Request, model: str, known_types: frozenset[str]) -> None:
@@ -90,7 +91,3 @@ def check_stream(request: Request, config: StreamConfig) -> None:
     except ValueError as exc:
         raise Invalid("wrong_value", str(exc)) from None
 
-
-def reject(raw: bytes, reason: str, detail: str, stage: str, now: float, request_id: str = "") -> Rejection:
-    return Rejection(reason=reason, detail=detail, stage=stage, original=raw.decode("latin-1"), ts=now,
-                     request_id=request_id)

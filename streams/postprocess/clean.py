@@ -2,11 +2,15 @@
 
 Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…："), trailing closers ("I hope this
 helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer
-(or every fence, with `fences: extract`). Code inside fences is never touched. Patterns: patterns.yaml.
+(or every fence, with `fences: extract`). Code inside fences is never touched. A preamble or closer that
+carries a number or a name is not removed as a sentence: a preamble loses only its filler words, a closer
+stays. Patterns: patterns.yaml.
 """
 from __future__ import annotations
 
+import functools
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import tiktoken
@@ -19,9 +23,39 @@ FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?
                    r"(?:\n[ \t]*(?P=fence)[`~]*[ \t]*(?=\n|\Z)|\Z)", re.MULTILINE | re.DOTALL)
 BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
-SENTENCE_START = re.compile(r"(?<=[.!?])[ \t]+|(?<=[。！？])|\n[ \t]*")
 CLOSER_WINDOW = 600  # characters from the end in which closing sentences are looked for
 LOWER_WORD = re.compile(r"[a-z]+\b")
+OPENING_END = re.compile(r"\n(?=\S)")  # a line break before a non-space: no token spans it
+OPENING_WINDOW = 400  # characters of a cleaned answer in which its rewritten opening line must end
+# A number, or a word starting upper case: a name (Python, SystemVerilog, GCD, HTML5) unless it merely opens
+# a sentence (Sure, Here, Let); "I" and its contractions are no names.
+CONTENT_TOKEN = re.compile(r"\d+(?:[.,:/]\d+)*|[A-Za-z][A-Za-z0-9'’_-]*")
+SENTENCE_OPENING = re.compile(r"(?:\A|[.!?:。！？：]\s+|\n[ \t>#*+\-\d.)]*|[(\"'“‘*_`]+)\Z")
+NOT_NAMES = frozenset({"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK"})
+
+
+def content_tokens(text: str, openers: bool = False) -> Counter:
+    """The numbers and names in `text`, with their counts: what cleanup must never take out of an answer.
+    `openers`: count sentence-opening capitalised words too (a name can open a sentence once a filler
+    before it went)."""
+    found: Counter = Counter()
+    for m in CONTENT_TOKEN.finditer(text):
+        word = m.group(0)
+        if word[0].isdigit() or _is_name(word, text, m.start(), openers):
+            found[word] += 1
+    return found
+
+
+def _is_name(word: str, text: str, at: int, openers: bool) -> bool:
+    """A capitalised word counts as a name unless it only opens a sentence (mixed case or digits always do)."""
+    return word[0].isupper() and word not in NOT_NAMES and (
+        openers or word[1:] != word[1:].lower() or any(c.isdigit() for c in word)
+        or not SENTENCE_OPENING.search(text, max(0, at - 12), at))
+
+
+def dropped_content(original: str, cleaned: str) -> Counter:
+    """Numbers and names of `original` that `cleaned` no longer holds (empty: nothing of substance lost)."""
+    return content_tokens(original) - content_tokens(cleaned, openers=True)
 
 
 @dataclass
@@ -41,43 +75,114 @@ class Cleaned:
         return self.tokens_before - self.tokens_after
 
 
-def _segments(text: str) -> list[tuple[bool, str, re.Match | None]]:
-    """(is_code, text, fence match) pieces in order; prose between fenced blocks."""
+@functools.lru_cache(maxsize=64)
+def _closing(fence: str) -> re.Pattern:
+    """FENCE's closing line for a block opened by `fence`."""
+    return re.compile(r"\n[ \t]*" + re.escape(fence) + r"[`~]*[ \t]*(?=\n|\Z)")
+
+
+def _next_line_after(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
+
+
+def _opening(text: str, pos: int) -> tuple[int, str, int] | None:
+    """(line start, fence, body start) of the first line from `pos` on that opens a FENCE block: found by
+    str.find on the fence strings, not by trying a regex at every character."""
+    tick, tilde = text.find("```", pos), text.find("~~~", pos)
+    while tick >= 0 or tilde >= 0:
+        at = tick if tilde < 0 or 0 <= tick < tilde else tilde
+        start = text.rfind("\n", 0, at) + 1
+        if start >= pos and not text[start:at].strip(" \t"):
+            line_end = text.find("\n", at)
+            if line_end < 0:
+                return None  # an opening line needs a line after it
+            run = at + 3
+            while text[run] == text[at]:
+                run += 1
+            return start, text[at:run], line_end + 1
+        if at == tick:
+            tick = text.find("```", _next_line_after(text, at))
+        else:
+            tilde = text.find("~~~", _next_line_after(text, at))
+    return None
+
+
+def _segments(text: str) -> list[tuple[bool, str, str]]:
+    """(is_code, text, code body) pieces in order, prose between fenced blocks: the blocks FENCE.finditer
+    finds, found by looking only at fence lines."""
     if "```" not in text and "~~~" not in text:
-        return [(False, text, None)]
+        return [(False, text, "")]
     out, pos = [], 0
-    for m in FENCE.finditer(text):
-        out.append((False, text[pos:m.start()], None))
-        out.append((True, m.group(0), m))
-        pos = m.end()
-    out.append((False, text[pos:], None))
+    while (opening := _opening(text, pos)) is not None:
+        start, fence, body_start = opening
+        close = _closing(fence).search(text, body_start)
+        end, body_end = (close.end(), close.start()) if close else (len(text), len(text))
+        out.append((False, text[pos:start], ""))
+        out.append((True, text[start:end], text[body_start:body_end]))
+        pos = end
+    out.append((False, text[pos:], ""))
     return out
 
 
 def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
-    """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does)."""
-    m = p.restated_request.match(prose) or p.interjection.match(prose)
+    """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does).
+    A preamble that carries content (a number, a name) loses only its filler words: "Sure! Here is a
+    Python function that …:" → "A Python function that …:"."""
+    m = p.restated_request.match(prose)
+    if m and content_tokens(prose[:m.end()]):
+        m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
+    m = m or p.interjection.match(prose)
     rest = prose[m.end():] if m else prose
     lead = p.lead_in.match(rest)
+    capitalise = bool(m)
     if lead and (followed or rest[lead.end():].strip()):
-        rest = rest[lead.end():]
+        if not content_tokens(rest[:lead.end()]):
+            rest = rest[lead.end():]
+        elif filler := p.filler.match(rest):
+            rest, capitalise = rest[filler.end():], True
     if rest is not prose:
         rest = LEADING_BLANK.sub("", rest.lstrip(" \t"))
-    if m and (word := LOWER_WORD.match(rest)):
+    if capitalise and (word := LOWER_WORD.match(rest)):
         rest = word.group(0).capitalize() + rest[word.end():]
     return rest
+
+
+def _last_sentence_start(body: str, floor: int) -> int | None:
+    """Where the last sentence of `body` starts, at or after `floor`: after the last line break (and its
+    blanks), `.`, `!` or `?` followed by blanks (after them), or `。！？`, that leaves text after it; 0 when
+    `floor` is 0 and there is none, else None. Found by looking back from the end for each kind of break,
+    not by walking every sentence of the window."""
+    end, best = len(body), (0 if floor == 0 else None)
+    line = body.rfind("\n", floor, end)
+    if line >= 0:
+        after = line + 1
+        while after < end and body[after] in " \t":
+            after += 1
+        best = after if after < end else best
+    for mark in ".!?":
+        at = body.rfind(mark, max(0, floor - 1), end - 1)
+        while at >= 0 and body[at + 1] not in " \t":
+            at = body.rfind(mark, max(0, floor - 1), at)
+        if at >= 0:
+            after = at + 1
+            while after < end and body[after] in " \t":
+                after += 1
+            if after < end and (best is None or after > best):
+                best = after
+    for mark in "。！？":
+        at = body.rfind(mark, max(0, floor - 1), end - 1)
+        if at >= 0 and (best is None or at + 1 > best):
+            best = at + 1
+    return best
 
 
 def _strip_closers(prose: str, p: Patterns) -> str:
     body = prose.rstrip()
     while body:
-        floor = max(0, len(body) - CLOSER_WINDOW)
-        start = 0 if floor == 0 else None
-        for start_m in SENTENCE_START.finditer(body, floor):
-            if start_m.end() < len(body):
-                start = start_m.end()
-        if start is None or not p.closer.fullmatch(body, start):
-            break
+        start = _last_sentence_start(body, max(0, len(body) - CLOSER_WINDOW))
+        if start is None or not p.closer.fullmatch(body, start) or content_tokens(body[start:]):
+            break  # not a closer, or one that names something ("… with your Django app"): kept
         body = body[:start].rstrip()
     return body if body != prose.rstrip() else prose
 
@@ -103,9 +208,9 @@ def _clean_body(text: str, p: Patterns, removed: list[str], code_blocks: list[st
         text = _note(removed, "fence", text, inner)
     parts = _segments(text)
     pieces = []
-    for i, (is_code, piece, m) in enumerate(parts):
+    for i, (is_code, piece, body) in enumerate(parts):
         if is_code:
-            code_blocks.append(m.group("body"))
+            code_blocks.append(body)
             if p.fences == "extract":
                 piece = _note(removed, "fence", piece, f"[code {len(code_blocks)}]")
             pieces.append(piece)
@@ -120,24 +225,36 @@ def _clean_body(text: str, p: Patterns, removed: list[str], code_blocks: list[st
     return _note(removed, "blank_lines", out, LEADING_BLANK.sub("", out).rstrip())
 
 
-def _count_kept(enc, ids: list[int], text: str, out: str) -> int:
-    """Tokens of `out`. When `out` is `text` less a head and a tail that fall on token boundaries of `ids`
-    (checked: their own tokens equal the ends of `ids`), tiktoken's left-to-right pretokenizer gives the
-    middle the same tokens, so the count follows without encoding the whole text again."""
-    start = text.find(out) if out and isinstance(enc, tiktoken.Encoding) else -1
-    if start >= 0:
-        head, tail = text[:start], text[start + len(out):]
-        head_ids = enc.encode_ordinary(head) if head else []
-        tail_ids = enc.encode_ordinary(tail) if tail else []
-        if len(head_ids) + len(tail_ids) <= len(ids) and ids[:len(head_ids)] == head_ids \
-                and ids[len(ids) - len(tail_ids):] == tail_ids:
-            return len(ids) - len(head_ids) - len(tail_ids)
-    return len(enc.encode_ordinary(out)) if out else 0
+def _kept_ids(enc, ids: list[int], text: str, out: str) -> list[int]:
+    """Tokens of `out`, derived from `ids` (the tokens of `text`) where `out` is `text` less a head and a
+    tail, its opening line perhaps rewritten (a filler dropped, a letter capitalised); else encoded anew.
+
+    The middle `text[start:end]` that `out` keeps verbatim takes its tokens from `ids`, once the tokens of
+    head and tail are checked to be exactly the ends of `ids` (tiktoken's pretokenizer is left to right
+    without lookbehind, so the middle then gets the same tokens). A rewritten opening is encoded on its
+    own, up to a line break followed by a non-space: tiktoken never joins a token across that point."""
+    if not out or not isinstance(enc, tiktoken.Encoding):
+        return enc.encode_ordinary(out) if out else []
+    opening, start = "", text.find(out)
+    if start < 0:
+        cut = OPENING_END.search(out, 0, OPENING_WINDOW)
+        start = text.find(out[cut.end():]) if cut else -1
+        if start < 0:
+            return enc.encode_ordinary(out)
+        opening, out = out[:cut.end()], out[cut.end():]
+    head, tail = text[:start], text[start + len(out):]
+    head_ids = enc.encode_ordinary(head) if head else []
+    tail_ids = enc.encode_ordinary(tail) if tail else []
+    if len(head_ids) + len(tail_ids) <= len(ids) and ids[:len(head_ids)] == head_ids \
+            and ids[len(ids) - len(tail_ids):] == tail_ids:
+        return enc.encode_ordinary(opening) + ids[len(head_ids):len(ids) - len(tail_ids)]
+    return enc.encode_ordinary(opening + out)
 
 
 def clean(text: str, *, model: str, max_tokens: int | None = None, min_tokens: int = 0,
           config: Patterns | str | None = None) -> Cleaned:
     """Clean `text`, cut it to `max_tokens` tokens of `model`'s encoding, and scan it for sensitive words.
+    The text is encoded once; the counts and the cut of what cleanup kept are derived from that encoding.
 
     `config`: a Patterns object, a patterns file path, or None for the bundled patterns.yaml.
     """
@@ -150,11 +267,10 @@ def clean(text: str, *, model: str, max_tokens: int | None = None, min_tokens: i
     out = _clean_body(text, p, removed, code_blocks)
     if not out.strip() and text.strip():
         out, removed = text.strip(), []  # never clean an answer away entirely
-    tokens_after = tokens_before if out == text else _count_kept(enc, ids, text, out)
-    truncated = False
+    kept = ids if out == text else _kept_ids(enc, ids, text, out)
+    tokens_after, truncated = len(kept), False
     if max_tokens is not None and tokens_after > max_tokens:
-        out, truncated = truncation.truncate(out, max_tokens, model, p.truncation_marker)
-        tokens_after = tokens.count(out, model)
+        out, truncated, tokens_after = truncation.cut(out, kept, max_tokens, enc, p.truncation_marker)
     scanned = out if p.fences == "keep" else "\n".join([out, *code_blocks])
     return Cleaned(text=out, tokens_before=tokens_before, tokens_after=tokens_after, removed=removed,
                    flagged=p.scanner.scan(scanned), code_blocks=code_blocks, truncated=truncated,

@@ -20,6 +20,7 @@ class Patterns:
     interjection: re.Pattern
     lead_in: re.Pattern
     restated_request: re.Pattern
+    filler: re.Pattern
     closer: re.Pattern
     debug_line: re.Pattern
     debug_block: re.Pattern
@@ -71,6 +72,7 @@ def load(path: str = "") -> Patterns:
                              before=r"\s*", after=r"[ \t]*\n"),
         restated_request=_alternation(preamble.get("restated_requests", []), "preamble.restated_requests", file,
                                       before=r"\s*", after=r"[ \t]*"),
+        filler=_alternation(preamble.get("fillers", []), "preamble.fillers", file, before=r"\s*", after=r"[ \t]*"),
         closer=_alternation(raw.get("closers", []), "closers", file, after=r"\s*"),
         debug_line=_alternation(debug.get("lines", []), "debug.lines", file, before="^",
                                 after=r"[ \t]*(?:\n|\Z)", flags=re.MULTILINE),

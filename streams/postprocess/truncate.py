@@ -1,6 +1,7 @@
 """Token-exact truncation with the request's encoding: never above max_tokens, cut at a sentence end."""
 from __future__ import annotations
 
+import functools
 import re
 
 from streams import tokens
@@ -50,6 +51,11 @@ def _decode(enc, ids: list[int]) -> str:
     return enc.decode(ids)
 
 
+@functools.lru_cache(maxsize=64)
+def _marker_tokens(enc, marker: str) -> int:
+    return len(enc.encode_ordinary(" " + marker))
+
+
 def truncate(text: str, max_tokens: int, model: str, marker: str = "[…]") -> tuple[str, bool]:
     """(text cut to at most `max_tokens` tokens of `model`'s encoding, whether it was cut).
 
@@ -58,17 +64,23 @@ def truncate(text: str, max_tokens: int, model: str, marker: str = "[…]") -> t
     text is cut hard, without one.
     """
     enc = tokens.for_model(model)
-    ids = enc.encode_ordinary(text)
+    out, was_cut, _ = cut(text, enc.encode_ordinary(text), max_tokens, enc, marker)
+    return out, was_cut
+
+
+def cut(text: str, ids: list[int], max_tokens: int, enc, marker: str = "[…]") -> tuple[str, bool, int]:
+    """`truncate` of a text whose tokens `ids` are known: (text, whether it was cut, its tokens)."""
     if len(ids) <= max_tokens:
-        return text, False
+        return text, False, len(ids)
     if max_tokens <= 0:
-        return "", True
-    budget = max_tokens - len(enc.encode_ordinary(" " + marker))
+        return "", True, 0
+    budget = max_tokens - _marker_tokens(enc, marker)
     while budget > 0:
         head = _decode(enc, ids[:budget])
         out = _mark(head[:_cut_point(head)].rstrip(), marker)
-        excess = len(enc.encode_ordinary(out)) - max_tokens
-        if excess <= 0:
-            return out, True
-        budget -= excess
-    return _decode(enc, ids[:max_tokens]), True
+        size = len(enc.encode_ordinary(out))
+        if size <= max_tokens:
+            return out, True, size
+        budget -= size - max_tokens
+    out = _decode(enc, ids[:max_tokens])
+    return out, True, len(enc.encode_ordinary(out))

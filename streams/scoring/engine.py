@@ -16,7 +16,7 @@ from streams.ingest.prompt import render_context
 from streams.scoring import backends, cascade, policy as policy_mod, rules as rules_mod, streaming
 from streams.switches import SWITCHES
 from streams.metrics import observe_fallback
-from streams.process import limit_model_threads
+from streams.models import configure as configure_models
 from streams.scoring.backends import Backend, Scored
 from streams.scoring.ledger import Ledger
 
@@ -306,7 +306,7 @@ def work_for(request: Request, model: str) -> Work:
 def build_engine(settings, mode: str = "cascade") -> Engine:
     """The engine the scoring worker runs: tiers from decision_types.yaml (settings.backend, when not
     `auto`, names the fine tier), rules from settings.rules. Models load here, once."""
-    limit_model_threads(settings.model_threads)
+    configure_models(settings.model_threads)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")

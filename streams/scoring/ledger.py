@@ -26,7 +26,9 @@ from streams.scoring.backends import Scored
 
 
 @dataclass
-class Entry:
+class SectionSpend:
+    """What one section (a tier or mechanism) of a decision spent and would have spent naively."""
+
     model: str = ""
     input_tokens: int = 0
     cache_read_tokens: int = 0
@@ -38,11 +40,11 @@ class Entry:
 
 @dataclass
 class Ledger:
-    entries: dict[str, Entry] = field(default_factory=dict)
+    entries: dict[str, SectionSpend] = field(default_factory=dict)
 
     def add(self, section: str, nominal: int = 0, model: str = "", scored: Scored | None = None,
             candidates: int = 0, beam: int = 0) -> None:
-        entry = self.entries.setdefault(section, Entry())
+        entry = self.entries.setdefault(section, SectionSpend())
         entry.model = model or entry.model
         entry.nominal_tokens += nominal
         entry.candidates += candidates

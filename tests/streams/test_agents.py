@@ -1,4 +1,4 @@
-"""Each stage agent in Faust's test_context: no broker needed, every outbound send captured by a fixture."""
+"""Each stage agent in Faust's test_context: no broker needed, everything sent captured by one fake sender."""
 import asyncio
 import time
 
@@ -19,16 +19,26 @@ def requests(values: list[bytes]) -> list:
 
 
 class Captured:
+    """The one fake sender: what each stage returned for delivery, by topic short name (work and usage as the
+    envelopes the real Sender would send)."""
+
     def __init__(self):
         self.sent: dict[str, list] = {}
+        self.outboxes: list = []
 
-    def recorder(self, topic_name):
-        async def send(*args, value=None, **kwargs):
-            self.sent.setdefault(topic_name, []).append(value)
-            delivered = asyncio.get_running_loop().create_future()
-            delivered.set_result(None)
-            return delivered
-        return send
+    async def deliver(self, outbox) -> None:
+        if not outbox:
+            return
+        self.outboxes.append(outbox)
+        for topic, works in outbox.work.items():
+            self.sent.setdefault(topic, []).append(WorkBatch(items=works))
+        if outbox.usage:
+            self.sent.setdefault("usage", []).append(UsageBatch(events=outbox.usage))
+        for short, records in (("chunks", outbox.chunks), ("decisions", [d for d, _ in outbox.decisions]),
+                               ("review", outbox.review),
+                               ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
+            if records:
+                self.sent.setdefault(short, []).extend(records)
 
 
 async def eventually(condition, timeout: float = 10.0) -> None:
@@ -40,30 +50,17 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def app_and_sent(settings, monkeypatch):
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object())
+def app_and_sent(settings):
     captured = Captured()
-    topics = app.jev_topics
-    for short in ("rejected", "review", "alerts"):  # what still goes through Faust's producer
-        monkeypatch.setattr(getattr(topics, short), "send", captured.recorder(short))
-
-    async def send_decisions(decisions, headers):
-        if decisions:
-            captured.sent.setdefault("decisions", []).extend(decisions)
-
-    async def send_values(topic, values):  # work envelopes and usage, through the batching producer
-        short = topic.split(".")[1]
-        decode = UsageBatch.loads if short == "usage" else WorkBatch.loads
-        captured.sent.setdefault(short, []).extend(decode(value) for _, value in values)
-    monkeypatch.setattr(topics, "send_decisions", send_decisions)
-    monkeypatch.setattr(topics.records, "send_values", send_values)
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
+                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object(),
+                     sender=captured)
     return app, captured
 
 
 async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     app, captured = app_and_sent
-    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), b"{broken"]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), b"{broken"]))
     rejected = captured.sent["rejected"]
     assert [r.reason for r in rejected] == ["bad_json"]
     admitted = [w for batch in captured.sent["distilled"] for w in batch.items]
@@ -100,7 +97,7 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
 
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
-    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
     admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
@@ -192,7 +189,7 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
     risky = {"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
              "state": {"risk_score": 0.99, "amount": 5000},
              "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]}
-    await app.jev_ingest.handle(requests([orjson.dumps(REQUEST), orjson.dumps(risky)]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps(risky)]))
     [miss, ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert "decisions" not in captured.sent, "no partition held: both go on to the cache agent"
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
@@ -202,7 +199,7 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
 
     distilled = app.jev_topics.distilled.get_topic_name()
     held.update(TP(distilled, p) for p in range(app.conf.topic_partitions))
-    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "r3"}),
+    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": "r3"}),
                                           orjson.dumps({**risky, "request_id": "x2"})]))
     assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "x1"]
     decided = {d.request_id: d for d in captured.sent["decisions"]}
@@ -215,12 +212,30 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
                       "x2:score:rules"], "the same usage as on the way through the cache agent and a scoring worker"
 
 
+async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest(app_and_sent, monkeypatch):
+    app, captured = app_and_sent
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: set())  # ingest answers nothing itself
+    risky = {"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+             "state": {"risk_score": 0.99, "amount": 5000},
+             "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]}
+    await app.jev_ingest.hand_over(requests([orjson.dumps(risky)]))
+    [ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=[ruled]))
+        await eventually(lambda: "decisions" in captured.sent)
+    [decision] = captured.sent["decisions"]
+    assert (decision.tier, decision.action_id, decision.chain) == ("rules", "block", ["rules:block-known-fraud"])
+    assert not any(b.items for b in captured.sent.get("score", [])), "a rule match never reaches a scoring worker"
+    events = sorted(e.event_id for b in captured.sent["usage"] for e in b.events)
+    assert events == ["x1:ingest", "x1:postprocess", "x1:score:rules"]
+
+
 async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
     from schemas.records import Turn
 
     app, captured = app_and_sent
     req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
-    await app.jev_ingest.handle(requests([orjson.dumps(req.to_representation())]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps(req.to_representation())]))
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
     assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
@@ -237,7 +252,7 @@ async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app
             raise KeyError("a bug")
         return real_admit(raw, *args, **kwargs)
     monkeypatch.setattr(ingest_agent, "admit", admit)
-    await app.jev_ingest.handle(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
+    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
     [rejection] = captured.sent["rejected"]
     assert rejection.reason == "internal_error" and "KeyError" in rejection.detail
     assert '"boom"' in rejection.original
@@ -263,16 +278,15 @@ class RecordingSink:
         return len(events)
 
 
-async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_malformed_one(settings, monkeypatch):
+async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_malformed_one(settings):
     from streams.usage.events import usage_event
 
-    sink = RecordingSink()
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", sink_batch_max=2), {"ranking"}, sink=sink)
-    captured = Captured()
-    monkeypatch.setattr(app.jev_topics.rejected, "send", captured.recorder("rejected"))
+    sink, captured = RecordingSink(), Captured()
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", sink_batch_max=2), {"ranking"}, sink=sink,
+                     sender=captured)
     req = Request.from_data(REQUEST)
     good = UsageBatch(events=[usage_event(req, stage) for stage in ("ingest", "distill", "postprocess")]).dumps()
-    await app.jev_usage.handle(consumed(name("usage"), [good, b'{"events": "x"}', None]))
+    await app.jev_usage.hand_over(consumed(name("usage"), [good, b'{"events": "x"}', None]))
     assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [["r1:ingest", "r1:distill"], ["r1:postprocess"]]
     assert [(r.reason, r.stage) for r in captured.sent["rejected"]] == [("bad_internal_message", name("usage"))] * 2
     assert captured.sent["rejected"][0].detail.startswith(f"{name('usage')}[0]@1: ")

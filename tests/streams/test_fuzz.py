@@ -16,7 +16,7 @@ from schemas.records import Rejection, Request, UsageBatch, UsageEvent, Work, Wo
 from schemas.validate import Invalid, decode
 from streams.ingest.decode import Admission, admit
 from streams.usage.sink import read_envelopes
-from streams.wire import DeadLetterTopic
+from streams.topics import DeadLetterTopic
 from tests.conftest import consumed
 
 MAX_BYTES = 1_048_576

@@ -130,3 +130,23 @@ def test_remembered_counts_are_bpe_counts_and_follow_a_remapping(registry):
     tokens.configure("my-model=cl100k_base")
     assert before == len(enc.encode_ordinary(text))
     assert tokens.count(text, "my-model-x") == len(tokens.encoding("cl100k_base").encode_ordinary(text)) != before
+
+
+@pytest.mark.parametrize("left, right", [
+    ("the answer", "user: next"), ("is it?", "user: yes"), ("see above ...", "State: x"), ("3 < 4", "a"),
+    ("a list:", "1. first"), ("code ```", "assistant: ok"), ("ends  !!", "b"), ("数字 123", "state"),
+])
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-3.5-turbo"])
+@pytest.mark.parametrize("separator", ["\n", "\n\n"])
+def test_a_derived_join_gives_the_exact_count_of_the_joined_text(left, right, model, separator):
+    join = tokens.join_tokens(left, separator, right, model)
+    assert join is not None
+    assert tokens.count(left + separator + right, model) == tokens.count(left, model) + join + tokens.count(right, model)
+
+
+@pytest.mark.parametrize("left, right, model", [
+    ("trailing space ", "user: x", "gpt-4o"), ("fine", " leading space", "gpt-4o"), ("fine", "/path", "gpt-4o"),
+    ("fine", "user: x", "all-MiniLM-L6-v2"),
+])
+def test_a_join_that_cannot_be_derived_says_so(left, right, model):
+    assert tokens.join_tokens(left, "\n", right, model) is None

@@ -64,3 +64,4 @@ def test_on_real_arena_answers(capsys):
     assert summary["texts"] == len(lines) - 1 == 500
     assert 0 < summary["tokens_removed"] < 0.05 * summary["tokens_before"]
     assert 0 < summary["changed_share"] < 0.5
+    assert summary["dropped_content"] == 0  # no number or name taken out by cleanup

@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from workers import cli
-from streams.scoring.backends import available
+from streams.models import available
 
 LINES = [
     {"request_id": "r1", "state": "A man is playing a guitar.", "label": "c2",

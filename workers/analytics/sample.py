@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from schemas.records import UsageEvent
-from streams import pricing
+from streams.usage.events import event
 
 SERVICES = [("supply-chain", "inventory_transfer", "retail", "transfer_order"),
             ("payments", "risk_interception", "fintech", "payment_screened"),
@@ -16,14 +16,6 @@ SERVICES = [("supply-chain", "inventory_transfer", "retail", "transfer_order"),
             ("support", "customer_service", "care", "ticket_resolved")]
 TIERS = ["rules", "cache_l1", "cache_l2", "coarse", "fine", "fine", "fine", "llm", "fallback"]
 MODEL = "gpt-4o-mini"
-
-
-def _event(base: dict, stage: str, section: str = "", **fields) -> UsageEvent:
-    stack = ";".join(p for p in (base["tenant"], base["service"], base["decision_type"], stage, section) if p)
-    event_id = ":".join(p for p in (base["request_id"], stage, section) if p)
-    cost = pricing.cost(fields.get("model", ""), fields.get("input_tokens", 0), fields.get("cache_read_tokens", 0),
-                        fields.get("output_tokens", 0))
-    return UsageEvent(event_id=event_id, stage=stage, stack=stack, cost=cost, **base, **fields)
 
 
 def request_events(i: int, ts: float, rng: random.Random, tier: str | None = None) -> list[UsageEvent]:
@@ -34,22 +26,22 @@ def request_events(i: int, ts: float, rng: random.Random, tier: str | None = Non
     tier = tier or rng.choice(TIERS)
     context, candidates = rng.randint(100, 600), rng.randint(2, 12)
     nominal = candidates * (context + 20)
-    events = [_event(base, "ingest", model=MODEL, candidates=candidates, latency_ms=1.0)]
+    events = [event(base, "ingest", model=MODEL, candidates=candidates, latency_ms=1.0)]
     if tier.startswith("cache"):
-        events.append(_event(base, "cache", tier, nominal_tokens=nominal, outcome="hit"))
+        events.append(event(base, "cache", tier, nominal_tokens=nominal, outcome="hit"))
     elif tier in ("rules", "fallback"):
-        events.append(_event(base, "score", tier, nominal_tokens=nominal, outcome=tier))
+        events.append(event(base, "score", tier, nominal_tokens=nominal, outcome=tier))
     else:
         kept = min(candidates, 3)
-        events.append(_event(base, "score", "cascade", model="minilm", input_tokens=nominal // 4,
+        events.append(event(base, "score", "cascade", model="minilm", input_tokens=nominal // 4,
                              nominal_tokens=(candidates - kept) * (context + 20)))
-        events.append(_event(base, "score", "fine", model=MODEL, input_tokens=context + 20 * kept,
+        events.append(event(base, "score", "fine", model=MODEL, input_tokens=context + 20 * kept,
                              cache_read_tokens=context // 2, output_tokens=kept,
                              nominal_tokens=kept * (context + 20), beam=kept))
         if tier == "llm":
-            events.append(_event(base, "score", "escalation", model="gpt-4o", input_tokens=context + 20 * kept,
+            events.append(event(base, "score", "escalation", model="gpt-4o", input_tokens=context + 20 * kept,
                                  output_tokens=5))
-    events.append(_event(base, "postprocess", model=MODEL, latency_ms=rng.uniform(5, 200), outcome=tier))
+    events.append(event(base, "postprocess", model=MODEL, latency_ms=rng.uniform(5, 200), outcome=tier))
     return events
 
 

@@ -6,7 +6,7 @@ import sys
 
 import orjson
 
-COLUMNS = ("member", "kind", "status", "retried", "label", "quota used", "individual", "trimmed")
+COLUMNS = ("member", "kind", "status", "sent", "retried", "label", "quota used", "individual", "trimmed")
 
 
 def register(sub) -> None:
@@ -94,13 +94,15 @@ def show(report: dict, results: list, as_json: bool) -> None:
 
     table = Table(*COLUMNS, title=f"job {report['job']}")
     for r in results:
-        table.add_row(r.member, r.kind, r.status, "yes" if r.retried else "", r.label,
+        table.add_row(r.member, r.kind, r.status, r.sent, "yes" if r.retried else "", r.label,
                       f"{r.quota_used}/{r.quota_tokens}", str(r.individual_tokens), ", ".join(r.trimmed))
     console = Console()
     console.print(table)
     for r in results:
         if r.error:
             console.print(f"[red]{r.member}: {r.error}[/red]")
+        elif r.note:
+            console.print(f"{r.member}: {r.note}")
     summary = Table(show_header=False, title="report")
     for key, value in report.items():
         summary.add_row(key, str(value))

@@ -8,7 +8,7 @@ from collections import Counter
 import orjson
 
 from streams import tokens
-from streams.postprocess.clean import Cleaned, clean
+from streams.postprocess.clean import Cleaned, clean, dropped_content
 from streams.postprocess.patterns import resolve
 from workers.jsonl import iter_field
 
@@ -45,6 +45,8 @@ def summary(results: list[tuple[str, Cleaned]], version: str) -> dict:
             "removed": dict(removed.most_common()),
             "flagged": sum(bool(c.flagged) for _, c in results),
             "truncated": sum(c.truncated for _, c in results),
+            # cleanup must never take a number or a name out of an answer (a cut to --max-tokens may)
+            "dropped_content": sum(bool(dropped_content(t, c.text)) for t, c in results if not c.truncated),
             "patterns_version": version}
 
 

@@ -45,7 +45,7 @@ async def follow(settings, body: dict, timeout: float, on_chunk) -> dict:
 
     from schemas.records import Chunk, Decision, Rejection
     from schemas.topics import name
-    from streams.wire import partition_for
+    from streams.partitioning import partition_for
 
     rid = body["request_id"]
     part = partition_for(rid, settings.partitions)

@@ -13,7 +13,8 @@ from infra.broker import create_topics
 from schemas.records import UsageBatch
 from schemas.topics import TOPICS, name
 from streams.batch import agent as batch_agent
-from streams.wire import Topics
+from streams.sender import Sender
+from streams.topics import Topics
 from workers import batch_runner as runner
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,8 @@ async def batch_app(settings, broker):
     app = faust.App(settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
                     datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
                     broker_session_timeout=6, broker_heartbeat_interval=1, consumer_auto_offset_reset="earliest")
-    batch_agent.register(app, Topics(app, settings.partitions), settings)
+    batch_agent.register(app, Topics(app, settings.partitions), settings,
+                         app.service(Sender(settings.bootstrap, settings.partitions)))
     worker = faust.Worker(app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False,
                           redirect_stdouts=False, quiet=True)
     worker.spinner = None

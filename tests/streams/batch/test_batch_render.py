@@ -34,6 +34,15 @@ def test_render_variables_lists_objects_one_line_each():
     assert text.splitlines() == ["a: 1", "tags: x; y", "items:", "- k: 1 | v: p=2", "- k: 3"]
 
 
+def test_render_variables_gives_dicts_of_objects_one_line_per_entry():
+    text = render.render_variables({"org": {"name": "Legal", "size": 4},
+                                    "incidents": {"INC-7": {"sev": "P1", "what": "refunds"}, "INC-9": "closed"},
+                                    "dept": {"portfolio": [{"program": "K8s"}]}, "milestones": [["M1", "done"]]})
+    assert text.splitlines() == ["org: name=Legal, size=4", "incidents.INC-7: sev=P1, what=refunds",
+                                 "incidents.INC-9: closed", "dept.portfolio:", "- program: K8s",
+                                 "milestones: M1, done"]
+
+
 def test_member_within_quota_is_not_trimmed():
     block, size, trimmed = render.trim(member("rnd", 10_000), TEMPLATE, CFG.drops("rnd"), MODEL)
     assert trimmed == [] and size == tokens.count(block, MODEL) and "budget_usd" in block

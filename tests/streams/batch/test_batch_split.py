@@ -35,9 +35,9 @@ class Rambling:
 
 
 def planned(n: int = 4):
-    call, failed = aggregate.plan(sample_members(n), CFG, MODEL)
-    assert not failed
-    return call
+    calls, failed = aggregate.plan(sample_members(n), CFG, MODEL)
+    assert not failed and len(calls) == 1
+    return calls[0]
 
 
 def test_parse_answers_and_sections():
@@ -110,12 +110,12 @@ def test_layout_ignored_fails_the_contract_after_one_retry():
 def test_unknown_template_and_tiny_quota_fail_explicitly():
     members = sample_members(3)
     members[0].quota_tokens = 20
-    call, failed = aggregate.plan(members, CFG, MODEL)
+    (call,), failed = aggregate.plan(members, CFG, MODEL)
     assert [f.member for f in failed] == [members[0].member] and "too small" in failed[0].error
     assert [s.member.member for s in call.shares] == [m.member for m in members[1:]]
     members[1].template = "nope"
-    call, failed = aggregate.plan([members[1]], CFG, MODEL)
-    assert call is None and failed[0].status == "failed" and "unknown batch template" in failed[0].error
+    calls, failed = aggregate.plan([members[1]], CFG, MODEL)
+    assert calls == [] and failed[0].status == "failed" and "unknown batch template" in failed[0].error
 
 
 def test_group_by_job_and_template_in_chunks():
@@ -130,7 +130,7 @@ def test_sample_job_report_merged_beats_individual():
     gen = ExtractiveGenerator(MODEL)
     members = sample_members()
     assert len(members) >= 10 and len({m.kind for m in members}) >= 4
-    call, failed = aggregate.plan(members, CFG, MODEL)
+    (call,), failed = aggregate.plan(members, CFG, MODEL)
     results = failed + split.split(aggregate.generate(call, gen, MODEL), TEMPLATE, gen, MODEL)
     r = report.summarize("weekly", results, len(members), MODEL)
     assert r["results"] == r["members"] == 12 and r["failed"] == 0 and r["merged_calls"] == 1
@@ -138,3 +138,77 @@ def test_sample_job_report_merged_beats_individual():
     assert r["cost_merged"] < r["cost_individual"]
     rnd = next(x for x in results if x.kind == "rnd")
     assert "budget_usd" in rnd.trimmed and "budget_usd" not in rnd.text
+
+
+MIXED = Path("tests/streams/batch/jobs/mixed_shapes.jsonl")
+
+
+def run_job(members: list[BatchMember], window: int = 16) -> list:
+    gen, results = ExtractiveGenerator(MODEL), []
+    for group in aggregate.group(members, window):
+        calls, failed = aggregate.plan(group, CFG, MODEL)
+        results += failed
+        for call in calls:
+            results += split.split(aggregate.generate(call, gen, MODEL), TEMPLATE, gen, MODEL)
+    return results
+
+
+def test_members_of_every_shape_fill_every_section_without_retry():
+    """Projects with other field names, issues as plain strings, nested dicts, prose fields, string lists."""
+    members = [BatchMember(**json.loads(line)) for line in MIXED.read_text().splitlines()]
+    assert len(members) == 12
+    results = run_job(members)
+    r = report.summarize(members[0].job, results, len(members), MODEL)
+    assert r["failed"] == 0 and r["retries"] == 0 and r["quota_violations"] == 0 and r["merged_calls"] == 1
+    assert r["tokens_merged"] < r["tokens_individual"]
+    for res in results:
+        assert all(res.sections.get(name) for name, _ in TEMPLATE.sections), res.member
+    by_member = {res.member: res.sections for res in results}
+    assert "Printer vendor missed the 12 Apr proof deadline" in by_member["brand-studio"]["Risks"]
+    assert "INC-4471" in by_member["payments-platform"]["Risks"]
+    assert "Order 60 hardware keys by 19 Apr" in by_member["it-helpdesk"]["Next steps"]
+
+
+def test_a_group_merging_would_not_pay_for_is_sent_individually_and_says_so():
+    members = sample_members(3)
+    results = run_job(members, window=1)  # windows of one member: nothing to share the instructions with
+    r = report.summarize("weekly", results, 3, MODEL)
+    assert r["failed"] == 0 and r["merged_calls"] == 0 and r["individual_calls"] == 3
+    assert r["tokens_merged"] == r["tokens_individual"]  # never more than the members alone
+    assert all(res.sent == "individual" and res.note.startswith("sent individually") for res in results)
+
+
+def test_merging_that_costs_more_than_it_saves_is_not_done():
+    members = sample_members(2)
+    for i, m in enumerate(members):  # member lines of a merged output longer than the instructions it shares
+        m.member = f"{i}-" + "-".join(f"department{j}" for j in range(80))
+    calls, _ = aggregate.plan(members, CFG, MODEL)
+    shares = [s for c in calls for s in c.shares]
+    merged = aggregate.call(shares, TEMPLATE, MODEL)
+    assert merged.prompt_tokens + merged.max_tokens >= sum(s.individual_tokens for s in shares)
+    assert len(calls) == 2 and all(c.sent == "individual" and "would reserve" in c.note for c in calls)
+
+
+def test_retries_count_in_the_members_tokens():
+    call = aggregate.generate(planned(2), ExtractiveGenerator(MODEL), MODEL)
+    call.text, call.output_tokens = "", 0  # the merged output came back empty: both members retried alone
+    results = split.split(call, TEMPLATE, ExtractiveGenerator(MODEL), MODEL)
+    assert all(r.status == "ok" and r.retried for r in results)
+    for r, share in zip(results, call.shares):
+        assert r.reserved_tokens > share.individual_tokens  # its share of the failed call, plus its own call
+
+
+@pytest.mark.parametrize("quota", [40, 80, 400, 1000])
+def test_every_shape_fits_any_workable_quota_without_retry(quota):
+    members = [BatchMember(**{**json.loads(line), "quota_tokens": quota}) for line in MIXED.read_text().splitlines()]
+    for window in (1, 12):
+        results = run_job(members, window)
+        r = report.summarize(members[0].job, results, len(members), MODEL)
+        assert r["failed"] == r["retries"] == r["quota_violations"] == 0, [x.error for x in results if x.error]
+        assert r["tokens_merged"] <= r["tokens_individual"]
+
+
+def test_a_quota_whose_answer_cannot_hold_the_sections_fails_before_any_call():
+    member = BatchMember(**{**json.loads(MIXED.read_text().splitlines()[0]), "quota_tokens": 36})
+    calls, failed = aggregate.plan([member], CFG, MODEL)
+    assert calls == [] and "one line per section of weekly_report needs at least" in failed[0].error

@@ -3,7 +3,7 @@ import pytest
 from schemas.records import Contracts, Request, Turn
 from streams import tokens
 from streams.ingest import contracts as c
-from streams.ingest.prompt import render_context
+from streams.ingest.prompt import history_lines, measure_context, render_context
 
 
 @pytest.mark.parametrize("spec,expected", [
@@ -58,17 +58,19 @@ def req(max_input_tokens, history_len=10, **contracts):
 @pytest.mark.parametrize("limit", [6, 20, 40, 80, 10_000])
 def test_fit_history_keeps_newest_turns_within_the_contract(limit):
     request = req(limit)
-    kept, dropped = c.fit_history(request, "gpt-4o")
+    first = c.fit_history(measure_context(request, "gpt-4o"))
+    kept = history_lines(request)[first:]
     assert tokens.count(render_context(request, kept), "gpt-4o") <= limit
+    if first > 0:
+        assert tokens.count(render_context(request, history_lines(request)[first - 1:]), "gpt-4o") > limit
     assert kept == [f"user: message number {i} about stock" for i in range(10 - len(kept), 10)]
-    assert dropped == 10 - len(kept)
     if limit == 10_000:
-        assert dropped == 0
+        assert first == 0
 
 
 def test_fit_history_rejects_when_state_alone_is_over():
     with pytest.raises(c.ContractError, match="state alone"):
-        c.fit_history(req(2), "gpt-4o")
+        c.fit_history(measure_context(req(2), "gpt-4o"))
 
 
 @pytest.mark.parametrize("contracts", [dict(max_output_tokens=5, min_output_tokens=6), dict(max_output_tokens=-1)])

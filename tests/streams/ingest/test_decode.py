@@ -3,6 +3,7 @@ import pytest
 
 from schemas.records import Rejection, Work
 from streams import tokens
+from streams.deadletter import ORIGINAL_MAX
 from streams.ingest.decode import Admission, admit
 from streams.ingest.templates import Templates
 
@@ -43,7 +44,8 @@ def test_bad_requests_become_rejections_with_the_original_bytes(body, reason):
     result = run(raw)
     assert isinstance(result, Rejection)
     assert result.reason == reason
-    assert result.original.encode("latin-1") == raw
+    assert result.original.encode("latin-1") == raw[:ORIGINAL_MAX]  # a dead letter keeps at most ORIGINAL_MAX
+    assert ("truncated from" in result.detail) == (len(raw) > ORIGINAL_MAX)
     assert result.stage == "ingest"
 
 

@@ -1,6 +1,7 @@
 """clean(): what is removed, and proof that content never is (synthetic cases + real Arena-Hard answers)."""
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -9,7 +10,14 @@ import pytest
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import FENCE, clean
+from streams.postprocess.clean import (
+    FENCE,
+    _last_sentence_start,
+    _segments,
+    clean,
+    content_tokens,
+    dropped_content,
+)
 from streams.postprocess.patterns import BUNDLED, load
 from workers.jsonl import iter_lines
 
@@ -78,6 +86,28 @@ def test_code_blocks_are_listed_and_can_be_extracted(tmp_path):
     assert c.code_blocks == ["def f(x):\n    return x + 1", "ls -la"] and "fence" in c.removed
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Sure, here is a SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE,
+     "A SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE),
+    ("Here's a swimming workout of 4500 meters:\n\nWarm-up.", "A swimming workout of 4500 meters:\n\nWarm-up."),
+    ("Sure, I'd be happy to help you build a CLI in Rust. Step one.",
+     "I'd be happy to help you build a CLI in Rust. Step one."),
+    ("Use a set. Good luck with your Django project!", "Use a set. Good luck with your Django project!"),
+    ("好的，以下是 Python 代码：\n\n" + CODE, "Python 代码：\n\n" + CODE),
+])
+def test_a_preamble_or_closer_that_names_something_loses_only_its_filler_words(text, expected):
+    c = clean(text, model="gpt-4o")
+    assert c.text == expected
+    assert not dropped_content(text, c.text)
+
+
+def test_content_tokens_are_numbers_and_names_not_sentence_openers():
+    found = content_tokens("Sure! Here is a Python 3.12 script for GCD.\n- Use it.\nI think HTML5 works, OK.")
+    assert found == {"Python": 1, "3.12": 1, "GCD": 1, "HTML5": 1}
+    assert dropped_content("Sure! Here is Python 3.12.", "Python 3.12.") == {}  # a name may open the rest
+    assert dropped_content("Sure, here is a Python 3.12 script:", "Sure, here is a script:") == {"Python": 1, "3.12": 1}
+
+
 def test_flags_sensitive_words_and_reports_the_patterns_version():
     c = clean("Sure! The key is:\n-----BEGIN RSA PRIVATE KEY-----\nMIIE", model="gpt-4o")
     assert c.flagged == ["-----BEGIN RSA PRIVATE KEY-----"]
@@ -90,29 +120,26 @@ def test_min_tokens_marks_short_answers():
 
 
 # Hand-checked on the real answers: (model, question_id, removed kinds, exact text removed at the start,
-# exact text removed at the end). Everything between them must come through unchanged.
+# exact text removed at the end). Everything between them must come through unchanged, its first letter
+# capitalised where a filler before it went.
 HAND_CHECKED = [
     ("gpt-3.5-turbo", "0df741e684e4408694745a377b3b8e9d", ["preamble", "closer"],
      "Sure! Here is a suggested curriculum for learning deep learning:", "Good luck with your deep learning journey!"),
     ("gpt-3.5-turbo", "02e11c26f2a646579be708c789341086", ["preamble", "closer"],
-     "Sure, I'd be happy to help you create a simple substring-match CLI app in Rust. Here's a step-by-step guide "
-     "to get you started:", "Let me know if you need further assistance or have any questions."),
+     "Sure, ", "Let me know if you need further assistance or have any questions."),  # names CLI, Rust: kept
     ("gpt-3.5-turbo", "1044e65c09114054b2cc1cb825efd80c", ["preamble"], "Sure, l", ""),
     ("gpt-3.5-turbo", "0c74645c3386490e9d26bb12ab068826", ["closer"], "",
      "If you have any specific questions or need further assistance, feel free to ask!"),
     ("gpt-3.5-turbo", "5aa9896e5bbe4ef0a158fbc803d4f37e", ["preamble"], "Sure! ", ""),  # lead-in goes on: kept
     ("gpt-3.5-turbo", "1827a0168c8d47379a86ed871d8c6ad9", ["closer"], "",
      "I hope this helps! Let me know if you need further assistance."),
-    ("gpt-3.5-turbo", "0394b670ad2e4206954cc294898c4633", ["preamble"],
-     "Here is a simple Flask web server with HTTP basic authentication using a Python dictionary for "
-     "login/password and an index page:", ""),
+    ("gpt-3.5-turbo", "0394b670ad2e4206954cc294898c4633", ["preamble"], "Here is ", ""),  # names Flask: kept
     ("gpt-4", "02e11c26f2a646579be708c789341086", ["preamble"], "Great! ", ""),
     ("gpt-4", "b2206e1b4310427b80d7af334940f08c", ["preamble"], "Okay, i", ""),
     ("gpt-4", "9b9b65ab647b45858a21e873de28b1f3", ["preamble", "closer"],
-     "Certainly! Here's a swimming workout for an advanced swimmer with a main set of 15x100 at 1:30, totaling "
-     "around 4500 meters:", "Enjoy your swim!"),
+     "Certainly! Here's ", "Enjoy your swim!"),  # the workout's numbers stay
     ("gpt-4", "b9a78084b1a14f4d9177f22cf1129d22", ["preamble", "closer"],
-     "Certainly! Here's the SQL query with comments added to explain each part:",
+     "Certainly! Here's ",  # names SQL: kept
      "I hope this helps you understand the query better! If you have any questions or need further "
      "clarification, please let me know."),
     ("gpt-4", "3801e82e67a34ee3aaab0227342bcc2b", ["preamble"], "Here's the obfuscated version of the function:", ""),
@@ -129,6 +156,8 @@ def test_hand_checked_arena_answers(model, qid, removed, head, tail):
     middle = original[len(head):len(original) - len(tail)].strip()
     if head.endswith((", l", ", i")):  # "Sure, let's" → "Let's": the first letter is capitalised
         middle = head[-1].upper() + middle
+    elif head:
+        middle = middle[:1].upper() + middle[1:]
     assert (c.text, c.removed) == (middle, removed)
     assert c.code_blocks == [m.group("body") for m in FENCE.finditer(original)]
 
@@ -154,3 +183,35 @@ def test_no_arena_answer_loses_content(model):
             assert m.group(0) in c.text, qid
         assert c.tokens_after == tokens.count(c.text, model), qid
         assert c.tokens_after <= c.tokens_before
+        assert not dropped_content(text, c.text), qid  # no number or name dropped
+
+
+def test_last_sentence_start_is_where_a_sentence_walk_ends():
+    """The backward search agrees with walking every sentence break of the window, on real and odd text."""
+    breaks = re.compile(r"(?<=[.!?])[ \t]+|(?<=[。！？])|\n[ \t]*")
+
+    def walk(body: str, floor: int):
+        start = 0 if floor == 0 else None
+        for m in breaks.finditer(body, floor):
+            if m.end() < len(body):
+                start = m.end()
+        return start
+
+    rng = random.Random(7)
+    texts = [t.rstrip() for t in arena_answers("gpt-4").values()]
+    texts += ["".join(rng.choice("ab .!?\n\t。！？") for _ in range(rng.randint(1, 14))).rstrip() for _ in range(20000)]
+    for body in filter(None, texts):
+        for floor in {0, 1, 2, max(0, len(body) - 600), max(0, len(body) - 3)}:
+            assert _last_sentence_start(body, floor) == walk(body, floor), (body, floor)
+
+
+def test_fenced_blocks_are_the_ones_the_fence_regex_finds():
+    """_segments looks only at fence lines; it must find exactly FENCE's blocks, on real and odd text."""
+    rng = random.Random(3)
+    bits = ["```", "````", "~~~", "```py", " ```", "\t~~~~", "x", "\n", "\n", "`", " ", "``` ", "~", "a```", "\n\n"]
+    texts = list(arena_answers("gpt-4").values())
+    texts += ["".join(rng.choice(bits) for _ in range(rng.randint(1, 14))) for _ in range(30000)]
+    for text in texts:
+        blocks = [(piece, body) for is_code, piece, body in _segments(text) if is_code]
+        assert blocks == [(m.group(0), m.group("body")) for m in FENCE.finditer(text)], text
+        assert "".join(piece for _, piece, _ in _segments(text)) == text

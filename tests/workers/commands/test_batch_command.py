@@ -9,6 +9,7 @@ from workers import batch_runner as runner
 from workers.cli import main
 
 SAMPLE = Path(__file__).parents[3] / "streams" / "batch" / "sample_weekly_reports.jsonl"
+MIXED = Path(__file__).parents[2] / "streams" / "batch" / "jobs" / "mixed_shapes.jsonl"
 
 
 @pytest.mark.parametrize("lines, message", [
@@ -44,11 +45,12 @@ def test_status_reads_the_saved_report(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.integration
-def test_submit_wait_runs_the_job_through_the_local_pipeline(tmp_path):
+@pytest.mark.parametrize("job", [SAMPLE, MIXED], ids=["sample", "mixed-shapes"])
+def test_submit_wait_runs_the_job_through_the_local_pipeline(tmp_path, job):
     """The command as a user runs it, with no broker running: it starts the local pipeline for the job."""
     env = {"JEV_DATA_DIR": str(tmp_path), "JEV_BROKER": "kafka://127.0.0.1:1", "JEV_GENERATOR": "extractive",
            "JEV_BACKEND": "lexical", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "workers.cli", "batch", "submit", str(SAMPLE), "--wait", "--json"],
+    out = subprocess.run([sys.executable, "-m", "workers.cli", "batch", "submit", str(job), "--wait", "--json"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]

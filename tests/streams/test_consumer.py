@@ -1,33 +1,13 @@
-"""Internal envelopes stay under the broker's message size however many upstream batches a stage takes; the
-batching consumer and producer against the real broker."""
+"""The micro-batch consumer against the real broker: batches handed over, what they return delivered by the
+sender before their offsets are committed, failed batches read again."""
 import asyncio
 import time
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
-from schemas.records import Decision, Request, Work, WorkBatch
-from streams.wire import BATCH_TARGET_BYTES, BatchConsumer, RecordProducer, encode_batches, partition_for
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
 from tests.conftest import fresh_topic
-
-
-def work(i: int, state: str) -> Work:
-    return Work(request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state=state),
-                admitted_at=0.0, model="gpt-4o-mini")
-
-
-def test_envelopes_are_bounded_and_keep_every_item_in_order():
-    works = [work(i, "x" * 3000) for i in range(600)]  # ~1.8 MB in all
-    envelopes = encode_batches(works)
-    assert len(envelopes) > 1 and all(len(e) <= BATCH_TARGET_BYTES + 16 for e in envelopes)
-    decoded = [w for e in envelopes for w in WorkBatch.loads(e).items]
-    assert [w.request.request_id for w in decoded] == [f"r{i}" for i in range(600)]
-    assert decoded[7].request.state == works[7].request.state
-
-
-def test_an_item_larger_than_the_target_travels_alone():
-    works = [work(0, "small"), work(1, "y" * (BATCH_TARGET_BYTES + 10)), work(2, "small")]
-    envelopes = encode_batches(works)
-    assert [[w.request.request_id for w in WorkBatch.loads(e).items] for e in envelopes] == [["r0"], ["r1"], ["r2"]]
 
 
 async def until(condition, timeout: float = 30.0) -> None:
@@ -68,26 +48,6 @@ async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_com
     await second.stop()
     await producer.stop()
     assert sorted(seen[30:]) == [b"m%d" % i for i in range(30, 35)], "nothing committed came again"
-
-
-async def test_record_producer_batches_per_partition_with_keys_and_headers(broker):
-    topic = "test.record_producer"
-    bootstrap = await fresh_topic(broker, topic, 4)
-    producer = RecordProducer(bootstrap)
-    await producer.start()
-    await producer.send_all(topic, [(f"r{i}", Decision(request_id=f"r{i}", tier="rules"), {"x-tier": "rules"})
-                                    for i in range(200)])
-    await producer.stop()
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
-    await consumer.start()
-    got = []
-    while len(got) < 200:
-        for tp, msgs in (await consumer.getmany(timeout_ms=2000)).items():
-            got += [(tp.partition, m.key.decode(), Decision.loads(m.value).request_id, dict(m.headers)) for m in msgs]
-    await consumer.stop()
-    assert sorted(key for _, key, _, _ in got) == sorted(f"r{i}" for i in range(200))
-    assert all(p == partition_for(key, 4) and rid == key and headers == {"x-tier": b"rules"}
-               for p, key, rid, headers in got)
 
 
 async def test_batch_consumer_reads_a_failed_batch_again(broker):
@@ -146,3 +106,35 @@ async def test_batch_consumer_works_on_the_next_batch_while_one_waits_and_commit
     assert calls[2] == [10, 11, 12, 13, 14] and calls[2] in calls[3:], "the failed batch came again from its start"
     assert all(read.count(offset) == 1 for offset in range(10)), "the two batches before it were committed"
     assert set(read) == set(range(20))
+
+
+class RecordingSender:
+    def __init__(self, committed):
+        self.delivered, self.committed = [], committed
+
+    async def deliver(self, outbox):
+        self.delivered.append((outbox, list(self.committed)))
+
+
+async def test_what_a_batch_returns_is_delivered_before_its_offsets_are_committed(broker):
+    topic = "test.batch_consumer_sender"
+    bootstrap = await fresh_topic(broker, topic, 1, [b"m%d" % i for i in range(3)])
+    committed = []
+
+    async def handle(messages):
+        return Outbox(records=[("batch_results", None, m.value) for m in messages])
+
+    sender = RecordingSender(committed)
+    consumer = BatchConsumer(bootstrap, topic, "test-sender", handle, max_records=500, wait_ms=5, sender=sender)
+    real_commit = consumer.commit
+
+    async def commit(offsets):
+        committed.append(offsets)
+        await real_commit(offsets)
+    consumer.commit = commit
+    await consumer.start()
+    await until(lambda: committed)
+    await consumer.stop()
+    [(outbox, committed_before)] = sender.delivered
+    assert [value for _, _, value in outbox.records] == [b"m0", b"m1", b"m2"] and committed_before == []
+

@@ -1,0 +1,28 @@
+"""The one step that answers a request without a model: an L1 exact hit, else a rule match (zero tokens, the
+scoring engine's first tier, the same function). Whichever stage holds the work calls it: ingest for the
+cache-key partitions its worker holds (streams.local), the cache agent for the rest, before L2."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.records import UsageEvent, Work
+from streams.metrics import observe_cache
+from streams.scoring.engine import rule_decision
+
+
+@dataclass
+class Answered:
+    work: Work  # with its decision set
+    prefetches: list[Work] = field(default_factory=list)  # pre-answers an L1 hit queues for the scoring workers
+    usage: list[UsageEvent] = field(default_factory=list)  # a rule match's usage (an L1 hit spends nothing)
+
+
+def answer_locally(work: Work, switches, cache, rules: list) -> Answered | None:
+    """`work` answered from L1 (`cache`, a streams.cache.stage.CacheStage) or by `rules`, or None."""
+    if switches["cache.l1"] and (hit := cache.lookup_exact(work, switches)) is not None:
+        observe_cache(hit.level, True)
+        return Answered(cache.answer(work, hit), cache.prefetches(work, switches))
+    if switches["score.rules"] and (ruled := rule_decision(rules, work)) is not None:
+        work.decision, usage = ruled
+        return Answered(work, usage=usage)
+    return None

