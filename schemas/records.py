@@ -233,7 +233,7 @@ class Rejection(Record):
 
 class Control(Record):
     """Latest value per key wins: kill switches, budgets, template/prompt/model versions."""
-    kind: str  # switch | budget | version
+    kind: str  # switch | budget | version | tune (a mechanism's knob, e.g. cache.l2.min_similarity)
     key: str
     value: Any
     ts: float = 0.0
@@ -266,6 +266,35 @@ class Work(Record):
     refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
     decision: Optional[Decision] = None
+    shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way
+    mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
+
+
+class Verdict(Record):
+    """A shadow verdict: a sampled request's served decision against the naive one (full context, no cache, top
+    tier only), attributed to every saving mechanism that acted on the served request. `agreed` is fidelity to
+    the naive path; where the request carries a label (human_decision), `kept` says the served decision was no
+    less accurate than the naive one, else it equals `agreed`."""
+    request_id: str
+    ts: float
+    tenant: str
+    service: str
+    decision_type: str
+    kind: str
+    mechanisms: List[str]
+    agreed: bool
+    kept: bool
+    similarity: float = 0.0  # generate requests: similarity of the two answers; decide: 1.0 or 0.0
+    served_tier: str = ""
+    naive_tier: str = ""
+    served_action: str = ""
+    naive_action: str = ""
+    labelled: bool = False
+    served_correct: bool = False
+    naive_correct: bool = False
+    served_tokens: int = 0
+    naive_tokens: int = 0
+    nominal_tokens: int = 0
 
 
 class WorkBatch(Record):

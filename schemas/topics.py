@@ -28,6 +28,8 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.batch_merged.v1", "job", "MergedCall: generated merged prompt of several batch members"),
     TopicSpec("jev.batch_results.v1", "job", "BatchResult (one per batch member)", external=True),
     TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review", external=True),
+    TopicSpec("jev.shadow.v1", "cache_key", "WorkBatch of naive twins of sampled requests, for the scoring workers"),
+    TopicSpec("jev.verdicts.v1", "request_id", "Verdict: a sampled request's served vs naive decision", external=True),
 )}
 
 

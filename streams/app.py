@@ -28,6 +28,8 @@ from streams.envelopes import MAX_MESSAGE_BYTES
 from streams.sender import Sender
 from streams.topics import KeyPartitionedTable, Topics
 from streams.scoring import rules
+from streams.shadow import agent as shadow_agent
+from streams.shadow.sample import Sampler
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None, sender=None) -> faust.App:
@@ -85,13 +87,21 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(settings, cache, controls, book)
     rule_list = rules.load(settings.rules)
+    distiller = Distiller(settings.distill_policies)
+    controls.listeners.append(distiller.on_control)
     app.jev_ingest = ingest_agent.register(
-        app, topics, settings, admission, book, controls, get_texts, Distiller(settings.distill_policies),
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender)
+        app, topics, settings, admission, book, controls, get_texts, distiller,
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender,
+        shadow=Sampler(settings.shadow_rate))
     cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
     postprocess_agent.register(app, topics, settings, postprocess, sender)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender)
     batch_agent.register(app, topics, settings, sender)
+    guard = shadow_agent.build_guard(settings, cache, distiller)
+    controls.listeners.append(guard.on_control)
+    app.jev_verdicts = shadow_agent.register(
+        app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender)
+    app.jev_guard = guard
     app.jev_topics = topics
     app.jev_controls = controls
     app.jev_budgets = book

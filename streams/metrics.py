@@ -32,6 +32,11 @@ STREAM_FIRST_CHUNK = Histogram("jev_stream_first_chunk_seconds", "Streamed answe
 STREAM_RATE = Histogram("jev_stream_tokens_per_second", "Streamed answers: output tokens per second streamed.",
                         ["client", "question_type"], buckets=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
 STREAM_CHUNKS = Counter("jev_stream_chunks", "Chunks of streamed answers released.", ["client"])
+SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mechanism ('all': every verdict) and "
+                          "result (kept: agreed with the naive path, or no less accurate where labelled).",
+                          ["mechanism", "result"])
+SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
+                         "guard's current window ('all': every verdict this process judged).", ["mechanism"])
 
 _seen: dict[str, set[str]] = {}
 
@@ -114,3 +119,16 @@ def observe_stream(client: str, question_type: str, first_chunk_ms: float, token
 
 def set_consumer_lag(group: str, topic: str, lag: int) -> None:
     CONSUMER_LAG.labels(bounded("group", group), bounded("topic", topic)).set(lag)
+
+
+def observe_verdicts(verdicts) -> None:
+    """Shadow verdicts, counted per mechanism they name and once under 'all'."""
+    for v in verdicts:
+        result = "kept" if v.kept else "lost"
+        SHADOW_VERDICTS.labels("all", result).inc()
+        for mechanism in v.mechanisms:
+            SHADOW_VERDICTS.labels(bounded("mechanism", mechanism), result).inc()
+
+
+def set_agreement(mechanism: str, share: float) -> None:
+    SHADOW_AGREEMENT.labels(bounded("mechanism", mechanism)).set(share)

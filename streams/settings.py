@@ -81,6 +81,21 @@ class Settings:
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     raw_text_days: int = _doc(0, "Days raw request text (state, history, candidates) is kept in ClickHouse table "
                                  "request_texts, deleted by its TTL after that (0 = raw text is never stored).")
+    shadow_rate: str = _doc("0.02", "Share of each decision type's requests also decided the naive way (full "
+                                    "context, no cache, top tier only) to measure every saving's agreement; "
+                                    "per type: '0.02,risk_interception=0.1' (0 = no shadow).")
+    shadow_max_age_ms: int = _doc(30_000, "A naive twin older than this when a scoring worker reaches it is dropped "
+                                          "(shadow work yields to served work and is dropped first under load).")
+    shadow_text_agree: float = _doc(0.8, "Generate requests: served and naive answers agree at this token-overlap "
+                                         "F1 or above.")
+    shadow_floors: str = _doc("", "Agreement floors per mechanism overriding streams/shadow/floors.py, e.g. "
+                                  "'cache.l2=0.98,cascade=0.9' ('distill.*=0.95' sets every distill layer).")
+    shadow_min_sample: int = _doc(100, "Verdicts a mechanism needs before the guard judges it (a perfect record's "
+                                       "lower bound clears a 0.97 floor from 100 on).")
+    shadow_confidence_z: float = _doc(1.645, "z of the Wilson lower bound the guard compares with a floor "
+                                             "(1.645: one-sided 95%).")
+    shadow_guard: int = _doc(1, "1: below its floor a mechanism is tightened or switched off, with an alert and a "
+                                "control record; 0: verdicts are only recorded.")
     log_level: str = _doc("warning", "Log level of workers.")
 
     @property
@@ -97,6 +112,16 @@ class Settings:
         """The consumer group of the usage sink (its own consumer, committing only what ClickHouse or the spill
         holds)."""
         return f"{self.app_id}-usage"
+
+    @property
+    def verdicts_group(self) -> str:
+        """The consumer group of the stage process's verdict reader (ClickHouse, the gauge, the guard)."""
+        return f"{self.app_id}-verdicts"
+
+    @property
+    def shadow_group(self) -> str:
+        """The consumer group of the scoring workers' naive-twin reader."""
+        return f"{self.app_id}-shadow"
 
     @property
     def clickhouse(self) -> str:

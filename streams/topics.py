@@ -15,7 +15,7 @@ from streams.partitioning import partition_for
 VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
                "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
                "rejected": records.Rejection, "control": records.Control, "alerts": records.Alert,
-               "review": records.Decision}
+               "review": records.Decision, "shadow": records.WorkBatch, "verdicts": records.Verdict}
 
 
 class DeadLetterTopic(faust.Topic):

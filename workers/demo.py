@@ -5,16 +5,39 @@ has a decision (and every bad input a dead letter), reports, and stops everythin
 """
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import time
 
 import orjson
 
+from streams.shadow.sample import Sampler, bucket
 from workers import workload
+from workers.analytics.agreement import agreement, shadow_work
 from workers.pipeline import Pipeline, known_decision_types, percentile
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
+SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
+
+
+def sampled(payloads: list[bytes], rate: str) -> int:
+    """How many of the workload's requests the shadow sampler picks (a stable hash of the request id)."""
+    sampler = Sampler(rate)
+    return sum(1 for body in map(orjson.loads, payloads)
+               if bucket(body["request_id"]) < sampler.rate(body["decision_type"]))
+
+
+async def wait_verdicts(pipe: Pipeline, expected: int, since: dt.datetime, timeout: float) -> None:
+    """Until every sampled request has a verdict in ClickHouse, or its twin was dropped or skipped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        verdicts = int(pipe.ch.query("SELECT count() FROM shadow_verdicts FINAL").result_rows[0][0])
+        work = shadow_work(pipe.ch, since)
+        if verdicts + work["dropped"] + work["skipped"] >= expected:
+            return
+        await asyncio.sleep(0.5)
 
 
 async def run_demo(settings, n: int, progress) -> dict:
@@ -22,6 +45,8 @@ async def run_demo(settings, n: int, progress) -> dict:
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
+    expected = sampled(payloads, settings.shadow_rate)
     async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
@@ -31,10 +56,15 @@ async def run_demo(settings, n: int, progress) -> dict:
                 (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20),
                 on_progress=lambda done: progress.update(task, completed=done))
         chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
+        await wait_verdicts(pipe, expected, since, SHADOW_WAIT_S)
         rows = await pipe.wait_usage_rows(at_least=USAGE_PER_DECISION * len(decisions))
         stream = stream_report(pipe.ch, chunks)
         actual, nominal = pipe.ch.query(
-            "SELECT sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL").result_rows[0]
+            "SELECT sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL "
+            "WHERE stage != 'shadow'").result_rows[0]
+        agreed = agreement(pipe.ch, since, settings.shadow_floors)
+        shadow = {"rate": settings.shadow_rate, "sampled": expected, "verdicts": agreed["overall"]["verdicts"],
+                  **shadow_work(pipe.ch, since)}
         cache = {level: {"hits": int(hits), "tokens_saved": int(saved)} for level, hits, saved in pipe.ch.query(
             "SELECT section, count(), sum(nominal_tokens) FROM usage_events FINAL WHERE stage = 'cache' "
             "GROUP BY section ORDER BY section").result_rows}
@@ -48,7 +78,7 @@ async def run_demo(settings, n: int, progress) -> dict:
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
-            "cache": cache,
+            "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1), "stream": stream}
 

@@ -87,9 +87,11 @@ async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions
     return lag
 
 def reading_group(settings, topic: str) -> str:
-    """The group that reads `topic` in the stages process: ingest and the usage sink have their own consumers,
-    the Faust stages share app_id."""
-    return {name("requests"): settings.ingest_group, name("usage"): settings.usage_group}.get(topic, settings.app_id)
+    """The group that reads `topic`: ingest, the usage sink, the verdicts (stage process) and the shadow twins
+    (scoring workers) have their own consumers, the Faust stages share app_id."""
+    own = {name("requests"): settings.ingest_group, name("usage"): settings.usage_group,
+           name("verdicts"): settings.verdicts_group, name("shadow"): settings.shadow_group}
+    return own.get(topic, settings.app_id)
 
 
 async def stage_lag(settings, topics: list[str]) -> dict[str, int | None]:

@@ -23,6 +23,9 @@ from streams.outbox import Outbox
 from streams.sender import Sender
 from workers.lag import export_lag_forever
 from streams.scoring.engine import build_engine
+from streams.shadow import mechanisms
+from streams.shadow.tuning import EngineTuning
+from workers.shadow_scoring import ShadowScorer
 
 log = logging.getLogger("jev.scoring")
 # Micro-batches handled at once: while one waits on its paced streams, the next ones are decided (offsets are
@@ -50,6 +53,7 @@ class ScoringWorker:
         self.chunk_acks: list[asyncio.Future] = []
         self.streams = ThreadPoolExecutor(STREAM_THREADS, thread_name_prefix="jev-stream")  # paced: mostly waiting
         self.deciding = asyncio.Lock()  # one batch of plain decisions at a time: the backends are not thread-safe
+        self.shadow = ShadowScorer(settings, self.engine, decode_batch)
 
     async def run(self) -> None:
         s = self.settings
@@ -58,10 +62,13 @@ class ScoringWorker:
                                  s.score_batch_wait_ms, sender=sender, depth=DEPTH)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
+        controls.listeners.append(EngineTuning(self.engine).on_control)
+        shadow = self.shadow.consumer(sender)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap))
         await sender.start()
         await consumer.start()
+        await shadow.start()
         ready_file(s).touch()
         try:
             await consumer.wait(self.stopping.wait())  # until asked to stop, or the consumer crashed
@@ -76,6 +83,7 @@ class ScoringWorker:
             self.streams.shutdown(wait=False, cancel_futures=True)
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
+            await shadow.stop()
             await sender.stop()
 
     async def handle(self, messages: list) -> Outbox:
@@ -95,10 +103,12 @@ class ScoringWorker:
         if streamed:
             self.start_chunk_sender()
         # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
+        # (nor does shadow work: a stream mostly waits on its token bucket)
         loop = asyncio.get_running_loop()
         streams = [loop.run_in_executor(self.streams, self.decide_each, [w]) for w in streamed]
         async with self.deciding:
-            decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
+            with self.shadow.served_batch():
+                decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
         if streams:
             await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams
             out = Outbox()
@@ -163,6 +173,8 @@ def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]]
     for work, (decision, events) in zip(works, results):
         work.decision = decision
         out.usage.extend(events)
+        if work.shadow == "served":
+            work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
     out.send_work("scored", works)
 
 

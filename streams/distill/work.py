@@ -2,6 +2,7 @@
 Distiller, the stage as a step of the ingest agent."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Mapping
@@ -12,6 +13,7 @@ from streams.cache.exact import cache_key
 from streams.distill.core import distill
 from streams.distill.policy import Policy, load_policy
 from streams.ingest.prompt import render_context
+from streams.shadow.guard import DISTILL_KEY
 from streams.usage.events import usage_event
 
 log = logging.getLogger("jev.distill")
@@ -55,7 +57,22 @@ class Distiller:
     encode, decode and Faust per-message cost per request."""
 
     def __init__(self, policies: str):
-        self.policy_for = functools.lru_cache(maxsize=256)(lambda decision_type: load_policy(decision_type, policies))
+        self.configured = functools.lru_cache(maxsize=256)(lambda decision_type: load_policy(decision_type, policies))
+        self.scale = 1.0  # distill.budget_scale: the shadow guard raises it when distillation loses agreement
+
+    def policy_for(self, decision_type: str) -> Policy:
+        policy = self.configured(decision_type)
+        if self.scale == 1.0 or not policy.budget:
+            return policy
+        return dataclasses.replace(policy, budget=round(policy.budget * self.scale))
+
+    def on_control(self, control) -> None:
+        """A tune control `distill.budget_scale` = F multiplies every policy's history budget by F (>= 1)."""
+        if control.kind == "tune" and control.key == DISTILL_KEY:
+            try:
+                self.scale = max(1.0, float(control.value))
+            except (TypeError, ValueError):
+                log.warning("ignoring %s=%r: expected a number >= 1", DISTILL_KEY, control.value)
 
     def __call__(self, works: list[Work], switches: Mapping[str, bool],
                  now: float) -> tuple[list[Work], list[UsageEvent]]:

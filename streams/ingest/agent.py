@@ -31,10 +31,12 @@ def reserve(book, work: Work, stream_config=None):
                         reservation_id=req.request_id)
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender) -> BatchConsumer:
+def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
+             shadow=None) -> BatchConsumer:
+    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way."""
     async def ingest_requests(messages: list) -> Outbox:
         """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, the rest as
-        distilled work)."""
+        distilled work, and the naive twins of sampled requests as shadow work)."""
         admitted, out = [], Outbox()
         for message in messages:
             raw = message.value or b""  # a message without a value is invalid input
@@ -62,10 +64,13 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
+        pressured = "load" if len(messages) >= settings.stage_batch_max else "budget" if out.alerts else ""
+        twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        out.usage += saved
+        naive = shadow.pair(twins, distilled, saved) if twins else []
+        out.usage += saved + skipped
         onward, answered = local.answer_owned(distilled)
-        return out.extend(answered).send_work("distilled", onward)
+        return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,

@@ -10,6 +10,7 @@ from streams.postprocess.finalize import finalize
 from streams.postprocess import stream as stream_config
 from streams.postprocess.format import http_headers
 from streams.postprocess.stream import chunk_text, streamed
+from streams.shadow.verdict import ShadowJoin, verdict_records
 from streams.usage.events import usage_event
 
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
@@ -19,20 +20,26 @@ class Postprocess:
     """The stage's step on a list of decided Work: run by its own agent on what the scoring workers decided,
     by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
     same process, same cache-key partition), so none of those takes another topic hop. It fills the caches and
-    settles budget reservations; what it wants sent (decisions, review, usage, alerts, and the chunks of a
-    streamed request answered without generating) it returns."""
+    settles budget reservations, and pairs shadow decisions into verdicts; what it wants sent (decisions, review,
+    usage, alerts, verdicts, and the chunks of a streamed request answered without generating) it returns."""
 
     def __init__(self, settings, cache, controls, book):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
+        self.shadow = ShadowJoin(settings.shadow_text_agree, getattr(cache, "learn", None))
 
     def __call__(self, items: list) -> Outbox:
         controls = self.controls
         out = Outbox()
-        usage = out.usage
+        usage, verdicts = out.usage, []
         for work in items:
+            if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
+                verdicts.append(self.shadow.naive(work))
+                continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
+            if work.shadow == "served" and not work.refresh:
+                verdicts.append(self.shadow.served(work, done.usage))
             observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(decision.request_id)
             if reservation is not None:
@@ -51,6 +58,7 @@ class Postprocess:
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
+        out.records += verdict_records(v for v in verdicts if v is not None)
         return out
 
 

@@ -13,7 +13,7 @@ DASHBOARD = json.loads((INFRA / "grafana/dashboards/jev-usage.json").read_text()
 RULES = yaml.safe_load((INFRA / "prometheus/alerts.yml").read_text())["groups"][0]["rules"]
 DECLARED = {m._name for m in (metrics.TOKENS, metrics.COST, metrics.DECISIONS, metrics.CACHE, metrics.STAGE_LATENCY,
                              metrics.FALLBACKS, metrics.BREAKERS, metrics.CONSUMER_LAG, metrics.SINK_ROWS,
-                             metrics.SINK_SECONDS)}
+                             metrics.SINK_SECONDS, metrics.SHADOW_VERDICTS, metrics.SHADOW_AGREEMENT)}
 
 
 def clickhouse_queries():

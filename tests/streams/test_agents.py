@@ -20,7 +20,7 @@ def requests(values: list[bytes]) -> list:
 
 class Captured:
     """The one fake sender: what each stage returned for delivery, by topic short name (work and usage as the
-    envelopes the real Sender would send)."""
+    envelopes the real Sender would send, other records as their (key, value) bytes)."""
 
     def __init__(self):
         self.sent: dict[str, list] = {}
@@ -39,6 +39,8 @@ class Captured:
                                ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
             if records:
                 self.sent.setdefault(short, []).extend(records)
+        for topic, key, value in outbox.records:
+            self.sent.setdefault(topic, []).append((key, value))
 
 
 async def eventually(condition, timeout: float = 10.0) -> None:
@@ -290,3 +292,27 @@ async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_mal
     assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [["r1:ingest", "r1:distill"], ["r1:postprocess"]]
     assert [(r.reason, r.stage) for r in captured.sent["rejected"]] == [("bad_internal_message", name("usage"))] * 2
     assert captured.sent["rejected"][0].detail.startswith(f"{name('usage')}[0]@1: ")
+
+
+async def test_a_sampled_request_sends_its_naive_twin_and_postprocess_pairs_them_into_a_verdict(settings):
+    from schemas.records import Verdict
+
+    captured = Captured()
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      shadow_rate="1"), {"ranking"}, sink=object(), sender=captured)
+    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST)]))
+    [served] = [w for batch in captured.sent["distilled"] for w in batch.items]
+    [naive] = [w for batch in captured.sent["shadow"] for w in batch.items]
+    assert (served.shadow, naive.shadow) == ("served", "naive")
+    assert naive.cache_key == served.cache_key, "both halves meet on the served work's cache-key partition"
+    async with app.agents["format_decision"].test_context() as agent:
+        await agent.put(WorkBatch(items=[
+            naive.derive(decision=Decision(request_id="r1", tier="fine", action_id="b", input_tokens=9)),
+            served.derive(decision=Decision(request_id="r1", tier="coarse", action_id="a", input_tokens=5,
+                                            nominal_tokens=9))]))
+        await eventually(lambda: "verdicts" in captured.sent)
+    [(key, value)] = captured.sent["verdicts"]
+    verdict = Verdict.loads(value)
+    assert key == b"r1" and (verdict.request_id, verdict.agreed, verdict.kept) == ("r1", False, False)
+    assert (verdict.served_action, verdict.naive_action) == ("a", "b")
+    assert [d.request_id for d in captured.sent["decisions"]] == ["r1"], "only the served decision reaches the caller"

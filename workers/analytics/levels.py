@@ -29,7 +29,8 @@ def totals(client, since: dt.datetime) -> dict:
     r = rows(client, "SELECT toUInt64(sum(input_tokens + output_tokens)) AS tokens, sum(input_tokens) AS input_tokens, "
                      "sum(cache_read_tokens) AS cache_read_tokens, sum(output_tokens) AS output_tokens, "
                      "sum(nominal_tokens) AS nominal_tokens, round(sum(cost), 6) AS cost, count() AS events, "
-                     "uniqExact(request_id) AS requests FROM usage_events WHERE ts >= {since:DateTime64(3)}",
+                     "uniqExact(request_id) AS requests FROM usage_events WHERE ts >= {since:DateTime64(3)} "
+                     "AND stage != 'shadow'",
              {"since": since})[0]
     r["saved_tokens"] = int(r["nominal_tokens"]) - int(r["tokens"])
     return r

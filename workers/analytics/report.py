@@ -5,6 +5,7 @@ import datetime as dt
 from html import escape
 
 from workers.analytics import levels
+from workers.analytics.agreement import agreement
 
 CHART_W, CHART_H, PAD = 760, 220, 40
 COLORS = ["#3b7dd8", "#e8743b", "#19a979", "#ed4a7b", "#945ecf", "#13a4b4", "#f2a541", "#7f7f7f"]
@@ -16,7 +17,21 @@ def collect(client, since: dt.datetime, now: dt.datetime, by: str = "service") -
             **levels.four_levels(client, since, now), "by": by, "breakdown": levels.breakdown(client, by, since),
             "tokens_over_time": levels.tokens_over_time(client, since),
             "savings_by_mechanism": levels.savings_by_mechanism(client, since),
-            "tier_shares": levels.tier_shares(client, since), "efficiency": levels.efficiency(client, since)}
+            "tier_shares": levels.tier_shares(client, since), "efficiency": levels.efficiency(client, since),
+            "agreement": agreement(client, since)}
+
+
+AGREEMENT_COLUMNS = ["mechanism", "tokens_saved", "verdicts", "agreement", "lower", "floor"]
+
+
+def agreement_rows(data: dict) -> list[dict]:
+    """Each mechanism's tokens saved beside the agreement it kept ('all': every shadow verdict)."""
+    a = data["agreement"]
+    overall = {"mechanism": "all", "tokens_saved": sum(m["tokens_saved"] for m in a["by_mechanism"].values()),
+               "verdicts": a["overall"]["verdicts"], "agreement": a["overall"]["agreement"], "lower": None,
+               "floor": None}
+    return [*({"mechanism": k, **{c: m[c] for c in AGREEMENT_COLUMNS[1:]}} for k, m in a["by_mechanism"].items()),
+            overall]
 
 
 def _line_chart(points: list[tuple[str, float]], series_b: list[float] | None = None) -> str:
@@ -92,6 +107,9 @@ def render_html(data: dict) -> str:
         ("Tokens over time (per hour; dashed: nominal)",
          _line_chart(overtime, [float(p["nominal_tokens"]) for p in data["tokens_over_time"]])),
         ("Savings by mechanism (nominal vs actual, per stage;section)", _bars(savings, ["nominal", "actual"])),
+        ("Tokens saved and the agreement each mechanism kept (shadow verdicts against the naive path)",
+         _table([{k: "-" if v is None else v for k, v in r.items()} for r in agreement_rows(data)],
+                AGREEMENT_COLUMNS)),
         ("Tier shares (% of decisions)", _bars(tiers, ["share %"])),
         (f"Tokens by {data['by']}",
          _table(data["breakdown"], ["key", "tokens", "nominal_tokens", "saved_tokens", "cost"])),

@@ -14,6 +14,9 @@ def register(sub) -> None:
                                    "malformed ones) and reports tiers, tokens and latency. Exits 1 if any "
                                    "request got no decision.")
     p.add_argument("--requests", type=int, default=500, metavar="N", help="requests to replay (default 500)")
+    p.add_argument("--shadow-rate", default="0.1", metavar="R",
+                   help="share of requests also decided the naive way to measure each saving's agreement "
+                        "(default 0.1 here, for a useful sample of a short run; JEV_SHADOW_RATE in production)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -24,9 +27,16 @@ def run(args, settings) -> int:
 
     from workers.demo import run_demo
 
+    from streams.shadow.sample import parse_rates
+
+    try:
+        parse_rates(args.shadow_rate)
+    except ValueError as exc:
+        print(f"jev demo: --shadow-rate: {exc}", file=sys.stderr)
+        return 2
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
-        report = asyncio.run(run_demo(settings, args.requests, progress))
+        report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress))
     if args.json:
         print(orjson.dumps(report).decode())
     else:
@@ -49,11 +59,34 @@ def print_report(r: dict) -> None:
         ("cache hits (tokens saved)", ", ".join(f"{k.removeprefix('cache_')} {v['hits']} ({v['tokens_saved']:,})"
                                                  for k, v in r["cache"].items() if isinstance(v, dict)) or "none"),
         ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
+        ("agreement with the naive path", agreement_line(r)),
         ("latency p50 / p95", f"{r['latency_ms']['p50']} ms / {r['latency_ms']['p95']} ms"),
         ("streamed answers", "{requests} ({generated} generated), {chunks} chunks, {tokens:,} tokens, first chunk "
                              "p50 {first_chunk_ms_p50} ms, {tokens_per_s_p50} tokens/s".format(**r["stream"])),
         ("usage rows in ClickHouse", r["clickhouse_rows"]), ("wall time", f"{r['wall_s']} s")]:
         t.add_row(label, str(value))
     console.print(t)
+    console.print(mechanism_table(r))
     if r["decided"] < r["requests"]:
         print(f"{r['requests'] - r['decided']} requests got no decision", file=sys.stderr)
+
+
+def agreement_line(r: dict) -> str:
+    o, s = r["agreement"]["overall"], r["shadow"]
+    share = "n/a" if o["agreement"] is None else f"{o['agreement']:.1%}"
+    return (f"{share} of {o['verdicts']} sampled decisions (rate {s['rate']}; {s['dropped']} dropped, "
+            f"{s['skipped']} skipped; shadow cost {s['tokens']:,} tokens, not counted above)")
+
+
+def mechanism_table(r: dict):
+    """Tokens saved by each mechanism beside the agreement it kept on the sampled requests it acted on."""
+    from rich.table import Table
+
+    t = Table("mechanism", "tokens saved", "verdicts", "agreement", "lower bound", "floor",
+              title="savings and the agreement each kept")
+    for name, m in r["agreement"]["by_mechanism"].items():
+        t.add_row(name, f"{m['tokens_saved']:,}", str(m["verdicts"]),
+                  "-" if m["agreement"] is None else f"{m['agreement']:.1%}",
+                  "-" if m["lower"] is None else f"{m['lower']:.3f}",
+                  f"{m['floor']}{' (labels)' if m['judged_on'] == 'labelled verdicts' else ''}")
+    return t

@@ -62,6 +62,11 @@ def print_tables(data: dict) -> None:
         ("savings by mechanism", data["savings_by_mechanism"], ["stage", "section", "nominal_tokens", "tokens",
                                                                 "saved_tokens"]),
     ]
+    from workers.analytics.report import AGREEMENT_COLUMNS, agreement_rows
+
+    tables.append(("tokens saved and the agreement each mechanism kept (shadow verdicts)",
+                   [{k: "-" if v is None else v for k, v in r.items()} for r in agreement_rows(data)],
+                   AGREEMENT_COLUMNS))
     for title, rows, columns in tables:
         table = Table(*columns, title=title)
         for r in rows:

@@ -15,6 +15,13 @@ def register(sub) -> None:
     s.add_argument("switch")
     s.add_argument("state", choices=["on", "off"])
     s.set_defaults(func=run_set)
+    t = actions.add_parser("tune", help="set a mechanism's knob, e.g. to revert what the shadow guard tightened: "
+                                        "jev switch tune cache.l2.min_similarity 0.8")
+    t.add_argument("key", help="cache.l2.min_similarity (L2 similarity floor), score.cascade.widen (candidates "
+                               "added to every cascade beam) or distill.budget_scale (factor on every distill "
+                               "history budget)")
+    t.add_argument("value", type=float)
+    t.set_defaults(func=run_tune)
     ls = actions.add_parser("list", help="every switch with its current state (read from the control topic)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
@@ -31,6 +38,22 @@ def run_set(args, settings) -> int:
         return 2
     asyncio.run(publish(settings.bootstrap, [record]))
     print(f"{args.switch} {args.state}")
+    return 0
+
+
+def run_tune(args, settings) -> int:
+    import time
+
+    from schemas.records import Control
+    from streams.control import publish
+    from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY
+
+    if args.key not in (L2_KEY, CASCADE_KEY, DISTILL_KEY):
+        print(f"jev switch tune: unknown knob {args.key!r}; knobs are {L2_KEY}, {CASCADE_KEY}, {DISTILL_KEY}")
+        return 2
+    value = int(args.value) if args.key == CASCADE_KEY else args.value
+    asyncio.run(publish(settings.bootstrap, [Control(kind="tune", key=args.key, value=value, ts=time.time())]))
+    print(f"{args.key} {value}")
     return 0
 
 

@@ -65,3 +65,17 @@ def test_contract_tightens_the_budget():
                                  {}, NOW)
     assert tight.context_tokens < loose.context_tokens
     assert any(e.event_id.endswith(":time") for e in events)
+
+
+def test_the_guard_raises_every_history_budget_through_a_tune_control():
+    from schemas.records import Control
+    from streams.distill.work import Distiller
+
+    distiller = Distiller("")
+    configured = distiller.policy_for("customer_service").budget
+    distiller.on_control(Control(kind="tune", key="distill.budget_scale", value=1.5))
+    assert distiller.policy_for("customer_service").budget == round(configured * 1.5)
+    distiller.on_control(Control(kind="tune", key="distill.budget_scale", value=0.2))  # never below configured
+    assert distiller.policy_for("customer_service").budget == configured
+    distiller.on_control(Control(kind="tune", key="distill.budget_scale", value="lots"))
+    assert distiller.scale == 1.0

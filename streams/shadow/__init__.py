@@ -1,0 +1,1 @@
+"""Shadow agreement: a sample of live traffic decided the naive way too, and each saving judged by it."""

@@ -1,0 +1,51 @@
+"""The scoring worker's shadow side: naive twins are decided only between served batches, go on to the scored
+topic (by cache key, as served work does) with shadow usage, and a twin too old is dropped with a usage row."""
+import asyncio
+import time
+
+from schemas.records import WorkBatch
+from schemas.topics import name
+from streams.scoring.engine import build_engine
+from tests.conftest import consumed
+from tests.workers.test_scoring_worker import work
+from workers.scoring_worker import ScoringWorker
+
+
+def twin(request_id: str, admitted_at: float):
+    w = work(request_id)
+    w.shadow, w.admitted_at = "naive", admitted_at
+    return w
+
+
+async def test_twins_wait_for_served_work_and_stale_ones_are_dropped(settings):
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    messages = consumed(name("shadow"), [WorkBatch(items=[twin("n1", time.time()),
+                                                          twin("n2", time.time() - 3600)]).dumps(), b"{not json"])
+    with worker.shadow.served_batch():  # a served batch is being decided
+        shadow = asyncio.create_task(worker.shadow.handle(messages))
+        await asyncio.sleep(0.2)
+        assert not shadow.done() and worker.shadow.decided == 0, \
+            "shadow work ran while a served batch was being decided"
+    out = await shadow
+    assert list(out.work) == ["scored"]
+    decided = out.work["scored"]
+    assert [(w.request.request_id, w.shadow, w.cache_key) for w in decided] == [("n1", "naive", "k-n1")]
+    assert decided[0].decision.action_id in {"a", "b"}
+    assert {(e.request_id, e.stage, e.outcome) for e in out.usage if e.request_id == "n2"} == {
+        ("n2", "shadow", "dropped:age")}
+    assert {e.request_id for e in out.usage} == {"n1", "n2"}
+    assert all(e.stage == "shadow" and e.nominal_tokens == 0 for e in out.usage)
+    [rejected] = out.dead_letters
+    assert rejected.reason == "bad_internal_message"
+    assert (worker.shadow.decided, worker.shadow.dropped) == (1, 1)
+
+
+async def test_under_steady_served_load_twins_are_dropped_not_held(settings):
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=300),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    with worker.shadow.served_batch():  # served work never pauses
+        out = await asyncio.wait_for(worker.shadow.handle(consumed(name("shadow"), [
+            WorkBatch(items=[twin("n1", time.time())]).dumps()])), timeout=5)
+    assert (worker.shadow.decided, worker.shadow.dropped) == (0, 1)
+    assert "scored" not in out.work and [e.outcome for e in out.usage] == ["dropped:age"]

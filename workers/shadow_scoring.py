@@ -1,0 +1,85 @@
+"""The scoring worker's shadow side: decides naive twins (streams.shadow.naive) only while no served batch
+is being decided, so shadow work never holds a served decision, and drops twins older than
+JEV_SHADOW_MAX_AGE_MS (the first work dropped under load). Decided twins go to the scored topic on their
+cache-key partition (through the worker's Sender, like served work), where the stage process pairs them with
+their served decisions; their tokens are metered as stage "shadow"; each dropped twin leaves a usage row
+(shadow;dropped) so a sample can be accounted for."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from schemas.records import Rejection, Work
+from schemas.topics import name
+from streams.consumer import BatchConsumer
+from streams.outbox import Outbox
+from streams.shadow.naive import decide_naive, naive_engine
+from streams.usage.events import usage_event
+
+CHUNK = 4  # naive twins decided between two checks for served work
+
+
+class ShadowScorer:
+    def __init__(self, settings, engine, decode):
+        """`decode(raw)`: a WorkBatch, or the Rejection of an envelope that does not decode."""
+        self.settings, self.decode = settings, decode
+        self.engine = naive_engine(engine)
+        self.serving = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.decided = self.dropped = 0
+
+    @contextlib.contextmanager
+    def served_batch(self):
+        """Wrap the deciding of a served micro-batch: shadow work waits while one runs."""
+        self.serving += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.serving -= 1
+            if not self.serving:
+                self.idle.set()
+
+    def consumer(self, sender) -> BatchConsumer:
+        s = self.settings
+        return BatchConsumer(s.bootstrap, name("shadow"), s.shadow_group, self.handle, s.score_batch_max,
+                             s.score_batch_wait_ms, sender=sender)
+
+    async def handle(self, messages: list) -> Outbox:
+        """One micro-batch of naive twins: the decided ones for `scored`, shadow usage (dropped twins
+        included) and the dead letters of envelopes that do not decode."""
+        out, works = Outbox(), []
+        for msg in messages:
+            batch = self.decode(msg.value)
+            if isinstance(batch, Rejection):  # a poison message: dead-lettered like the score topic's
+                out.dead_letters.append(batch)
+                continue
+            works.extend(batch.items)
+        for i in range(0, len(works), CHUNK):
+            await self.until_idle()
+            fresh, dropped = self.drop_stale(works[i:i + CHUNK])
+            out.usage += dropped
+            if fresh:
+                decided, usage = await asyncio.to_thread(decide_naive, self.engine, fresh)
+                out.usage += usage
+                out.send_work("scored", decided)
+                self.decided += len(decided)
+        return out
+
+    async def until_idle(self) -> None:
+        """Until no served batch is being decided, or at most the twins' maximum age (by then the waiting
+        twins are stale and dropped: the handler never stalls past the consumer's poll interval)."""
+        try:
+            await asyncio.wait_for(self.idle.wait(), self.settings.shadow_max_age_ms / 1000)
+        except asyncio.TimeoutError:
+            pass
+
+    def drop_stale(self, works: list[Work]) -> tuple[list[Work], list]:
+        limit = time.time() - self.settings.shadow_max_age_ms / 1000
+        fresh = [w for w in works if w.admitted_at >= limit]
+        usage = [usage_event(w.request, "shadow", section="dropped", outcome="dropped:age")
+                 for w in works if w.admitted_at < limit]
+        self.dropped += len(usage)
+        return fresh, usage
