@@ -3,7 +3,8 @@
 Runs `SCRIPT ARGS…` (a bench/ script that prints one JSON object last) in each checkout with that checkout on
 PYTHONPATH, alternating the order every round (before, after; after, before; …) so drift on a shared machine
 falls on both sides alike. Reports each side's runs and the median of every numeric figure they share, and
-after ÷ before for each. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`.
+after ÷ before for each. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`; --same-script runs the after
+checkout's copy of a benchmark the before code does not have.
 
     .venv/bin/python bench/before_after.py --before /tmp/jev-before --after . --rounds 2 -- \
         bench/load.py --rates 100,200 --burst 3000 --trials 1
@@ -48,6 +49,8 @@ def main() -> None:
     p.add_argument("--before", type=Path, required=True, help="checkout of the code before (a git worktree)")
     p.add_argument("--after", type=Path, default=Path("."), help="checkout of the code after (default: here)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each side, alternating")
+    p.add_argument("--same-script", action="store_true",
+                   help="run the after checkout's copy of SCRIPT on both sides (a benchmark the before code lacks)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS… (relative to each checkout)")
     args = p.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -56,6 +59,8 @@ def main() -> None:
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
+    if args.same_script:
+        command = [str(sides["after"] / command[0]), *command[1:]]
     for side, checkout in sides.items():
         if not (checkout / command[0]).is_file():
             p.error(f"{side}: {checkout / command[0]} does not exist")

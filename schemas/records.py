@@ -202,6 +202,8 @@ class UsageEvent(Record):
     cost: float = 0.0
     outcome: str = "ok"
     business_event: str = ""
+    prompt_bytes: int = 0  # ingest: the prompt as rendered for the model tiers (protocol expansion's numerator)
+    compact_bytes: int = 0  # ingest: the same content in a compact encoding (its denominator)
     first_chunk_ms: float = 0.0  # a streamed answer: admission to its first chunk
     tokens_per_s: float = 0.0  # a streamed answer: its output tokens over the seconds it streamed
 

@@ -23,6 +23,8 @@ def answer_locally(work: Work, switches, cache, rules: list) -> Answered | None:
         observe_cache(hit.level, True)
         return Answered(cache.answer(work, hit), cache.prefetches(work, switches))
     if switches["score.rules"] and (ruled := rule_decision(rules, work)) is not None:
+        if switches["cache.l1"]:  # looked up above and missed
+            observe_cache("l1", False)
         work.decision, usage = ruled
         return Answered(work, usage=usage)
     return None

@@ -23,6 +23,7 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
 from streams.switches import Controls
+from streams.metrics import observe_switches
 from streams import models
 from streams.envelopes import MAX_MESSAGE_BYTES
 from streams.sender import Sender
@@ -54,6 +55,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     budget_file = Path(settings.data_dir) / "budgets.json"
     book = load_book(budget_file)
     controls.listeners.append(apply_budget_controls(book))
+    controls.listeners.append(lambda _: observe_switches(controls.switches))
+    observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir(), stream_config.load(settings.stream_config))
     saved = {"revision": book.revision}

@@ -27,9 +27,10 @@ async def take_work(stream, settings) -> AsyncIterator[list]:
         yield [work for batch in batches for work in batch.items]
 
 
-async def run_agent(batches: AsyncIterator, handle: Callable[[list], Awaitable | object], sender) -> None:
-    """A Faust agent's loop: each micro-batch handled (`handle` may be a coroutine function or a plain one), and
-    the Outbox it returned delivered, before the next is taken (and the ones before acknowledged)."""
+async def run_agent(batches: AsyncIterator, handle: Callable[[object], Awaitable | object], sender) -> None:
+    """A Faust agent's loop: each micro-batch (or message) handled (`handle` may be a coroutine function or a
+    plain one), and the Outbox it returned delivered, before the next is taken (and the ones before
+    acknowledged)."""
     async for batch in batches:
         outbox = handle(batch)
         await sender.deliver(await outbox if inspect.isawaitable(outbox) else outbox)
@@ -45,7 +46,7 @@ class BatchConsumer(mode.Service):
     are committed: at-least-once."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 sender=None, linger_ms: int = 0, depth: int = 1, **kwargs):
+                 linger_ms: int = 0, depth: int = 1, sender=None, **kwargs):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
         fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,

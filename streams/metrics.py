@@ -6,6 +6,8 @@ Workers call start_metrics_server(settings) once, then the observe_* helpers.
 """
 from __future__ import annotations
 
+import time
+
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
 MAX_LABEL_VALUES = 50
@@ -17,12 +19,20 @@ TOKENS = Counter("jev_tokens", "Tokens metered into ClickHouse (after dedup), by
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
 DECISIONS = Counter("jev_decisions", "Decisions made, by the tier that answered.", ["tier", "decision_type"])
 CACHE = Counter("jev_cache_lookups", "Cache look-ups by level and result.", ["level", "result"])
-STAGE_LATENCY = Histogram("jev_stage_latency_seconds", "Time a request spent in each stage.", ["stage"],
-                          buckets=LATENCY_BUCKETS)
+STAGE_LATENCY = Histogram("jev_stage_latency_seconds",
+                          "Seconds from a request's arrival (admission) until each stage was done with it.",
+                          ["stage"], buckets=LATENCY_BUCKETS)
 FALLBACKS = Counter("jev_fallbacks", "Decisions that fell back to rules, by reason.", ["reason"])
 BREAKERS = Counter("jev_breaker_trips", "Circuit breakers tripped, by breaker.", ["breaker"])
 CONSUMER_LAG = Gauge("jev_consumer_lag_messages", "Messages behind the end of the topic, per consumer group.",
                      ["group", "topic"])
+PROTOCOL_BYTES = Counter("jev_protocol_bytes", "Bytes of admitted requests' prompts: as rendered for the model "
+                         "(sent) and in a compact encoding (compact); their ratio is protocol expansion (PE).",
+                         ["encoding"])
+GPU_MEMORY = Gauge("jev_gpu_memory_utilization", "Share of the GPU's memory in use, per scoring worker on a GPU "
+                   "backend (MU).", ["device"])
+SWITCH_ON = Gauge("jev_switch_on", "1 while a kill switch is on, 0 while an operator has it off (per process).",
+                  ["switch"])
 SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or dropped as redelivered.",
                     ["result"])
 SINK_SECONDS = Histogram("jev_usage_insert_seconds", "Time of one usage-sink insert (dedup look-up included).",
@@ -52,8 +62,22 @@ def bounded(label: str, value: str) -> str:
     return value
 
 
+# Series that alert rules read with rate()/increase(): present at 0 from a process's start, so a rule sees "none
+# yet" rather than no series at all (JevUsageSinkStalled could not fire before the sink's first insert).
+KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
+                (BREAKERS, ("timeout",)), (FALLBACKS, ("token_cap",)), (FALLBACKS, ("timeout",)),
+                (FALLBACKS, ("budget",)), *((CACHE, (level, result)) for level in ("l1", "l2")
+                                            for result in ("hit", "miss")))
+
+
+def declare_known_series() -> None:
+    for metric, labels in KNOWN_SERIES:
+        metric.labels(*labels)
+
+
 def start_metrics_server(settings) -> bool:
-    """Serve /metrics on settings.metrics_port (0 = off); True when started."""
+    """Serve /metrics on settings.metrics_port (0 = off); True when started. The alerting series start at 0."""
+    declare_known_series()
     if not settings.metrics_port:
         return False
     start_http_server(settings.metrics_port, registry=REGISTRY)
@@ -89,15 +113,25 @@ def observe_sink(inserted: list, dropped: int, seconds: float) -> None:
     SINK_SECONDS.observe(seconds)
 
 
-def observe_decision(decision, decision_type: str, stage_latencies_ms: dict[str, float] | None = None) -> None:
-    """A finished Decision: its tier, and the milliseconds it spent per stage ({"ingest": 1.2, ...})."""
+def observe_decision(decision, decision_type: str) -> None:
+    """A finished Decision, by the tier that answered it (observe_stage times it)."""
     DECISIONS.labels(bounded("tier", decision.tier), bounded("decision_type", decision_type)).inc()
-    for stage, ms in (stage_latencies_ms or {}).items():
-        STAGE_LATENCY.labels(bounded("stage", stage)).observe(ms / 1000)
+
+
+def observe_stage(stage: str, admitted_at: float, now: float | None = None) -> None:
+    """A stage is done with a request admitted at `admitted_at` (epoch seconds): the time since its arrival."""
+    STAGE_LATENCY.labels(bounded("stage", stage)).observe(max(0.0, (now or time.time()) - admitted_at))
+
+
+def observe_stages(stage: str, works) -> None:
+    """observe_stage for each Work of a micro-batch, one clock read."""
+    now = time.time()
+    for work in works:
+        observe_stage(stage, work.admitted_at, now)
 
 
 def observe_cache(level: str, hit: bool) -> None:
-    """One cache look-up: level l1 | l2 | l3 | state."""
+    """One look-up in cache level l1 | l2 | l3 | state, and whether it hit (a miss keeps the level it missed in)."""
     CACHE.labels(bounded("cache_level", level), "hit" if hit else "miss").inc()
 
 
@@ -115,6 +149,19 @@ def observe_stream(client: str, question_type: str, first_chunk_ms: float, token
     STREAM_FIRST_CHUNK.labels(client, qtype).observe(first_chunk_ms / 1000)
     STREAM_RATE.labels(client, qtype).observe(tokens_per_s)
     STREAM_CHUNKS.labels(client).inc(chunks)
+def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
+    PROTOCOL_BYTES.labels("sent").inc(sent_bytes)
+    PROTOCOL_BYTES.labels("compact").inc(compact_bytes)
+
+
+def set_gpu_memory(device: str, used_share: float) -> None:
+    GPU_MEMORY.labels(bounded("device", device)).set(used_share)
+
+
+def observe_switches(switches: dict[str, bool]) -> None:
+    """Every kill switch's state as this process follows it from the control topic."""
+    for switch, on in switches.items():
+        SWITCH_ON.labels(switch).set(1 if on else 0)
 
 
 def set_consumer_lag(group: str, topic: str, lag: int) -> None:

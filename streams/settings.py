@@ -74,6 +74,21 @@ class Settings:
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
+    index_te_min: float = _doc(0.85, "Token efficiency (TE) is healthy at or above this share.")
+    index_te_alert: float = _doc(0.75, "`jev alerts` fires when TE over the last 15 minutes is under this.")
+    index_cp_max: float = _doc(0.15, "Cache penetration (CP, share of decisions a model tier made) is healthy "
+                                     "at or under this.")
+    index_cp_alert: float = _doc(0.25, "`jev alerts` fires when CP over the last 15 minutes is over this.")
+    index_pe_max: float = _doc(1.8, "Protocol expansion (PE, prompt bytes as rendered / compact bytes) is healthy "
+                                    "under this; `jev alerts` fires over it.")
+    index_hr_min: float = _doc(0.60, "Hybrid routing (HR, share of decisions answered below the fine/escalation "
+                                     "model) is healthy from this share...")
+    index_hr_max: float = _doc(0.85, "...up to this one; `jev alerts` fires outside the range.")
+    index_mu_min: float = _doc(0.65, "GPU memory utilisation (MU) of a GPU scoring worker is healthy from this "
+                                     "share...")
+    index_mu_max: float = _doc(0.80, "...up to this one (Prometheus alerts JevGpuMemoryOutOfRange).")
+    lag_export_s: float = _doc(15.0, "Seconds between consumer-lag reads that the stage process and each scoring "
+                                     "worker export as jev_consumer_lag_messages.")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "

@@ -25,6 +25,7 @@ from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
 from streams.control import publish as publish_controls
 from streams.kafka_tuning import FETCH_MAX_WAIT_MS
+from streams.deadletter import ORIGINAL_MAX
 from workers import workload
 from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types
@@ -49,6 +50,19 @@ POISONED_TOPICS = ("distilled", "scored")  # every Faust stage input; score belo
 def internal_poison() -> list[tuple[str, bytes]]:
     """Malformed envelopes on the internal topics: each must be dead-lettered (bad_internal_message)."""
     return [(name(t), raw) for t in POISONED_TOPICS for raw in POISON] + [(name("usage"), b'{"events": "x"}')]
+
+
+def injected_id(topic: str, raw: bytes) -> str:
+    """What identifies an injected input in the rejected topic: the topic it was sent to and a digest of the bytes a
+    dead letter keeps of it."""
+    return f"{topic}:{hashlib.sha1(raw[:ORIGINAL_MAX]).hexdigest()}"
+
+
+def rejected_id(r: Rejection) -> str:
+    """injected_id of the input a dead letter stands for (its stage names the topic: ingest reads requests, the
+    scoring worker score, the Faust stages and the usage sink name their topic)."""
+    topic = {"ingest": name("requests"), "score": name("score")}.get(r.stage, r.stage)
+    return injected_id(topic, r.original.encode("latin-1"))
 
 
 async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]]) -> None:
@@ -83,7 +97,7 @@ class Collector:
                     for msg in msgs:
                         if tp.topic == name("rejected"):
                             r = Rejection.loads(msg.value)
-                            self.rejections[f"{r.stage}:{hashlib.sha1(r.original.encode('latin-1')).hexdigest()}"] = r
+                            self.rejections[rejected_id(r)] = r
                             continue
                         d = Decision.loads(msg.value)
                         self.decisions[d.request_id] = d
@@ -157,6 +171,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     expected = {orjson.loads(p)["request_id"] for p in payloads}
     bad = hostile_inputs()
     poison = internal_poison()
+    injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}
     started = time.monotonic()
     async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True) as pipe:
         collector = Collector(pipe.settings.bootstrap)
@@ -172,7 +187,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
             await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
             await asyncio.sleep(0.2)
         deadline = time.monotonic() + timeout
-        while (not expected <= collector.decisions.keys() or len(collector.rejections) < len(bad) + len(poison) or
+        while (not expected <= collector.decisions.keys() or not injected <= collector.rejections.keys() or
                not faults.done()) and time.monotonic() < deadline:
             on_progress(len(collector.decisions) + len(collector.rejections), n + len(bad))
             await asyncio.sleep(0.5)
@@ -198,7 +213,8 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         + int(totals["raw_nominal_tokens"] != totals["final_nominal_tokens"]),
         "duplicate_decisions": sum(c - 1 for r, c in collector.deliveries.items() if r in expected),
         "bad_inputs_tried": len(bad) + len(poison),
-        "bad_inputs_caught": min(len(bad) + len(poison), len(collector.rejections)),
+        "bad_inputs_caught": len(injected & collector.rejections.keys()),
+        "bad_inputs_missed": sorted(injected - collector.rejections.keys()),
         "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
         "worker_restarts": sum(restarts.values()), "restarts": restarts,
         "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",

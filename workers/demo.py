@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from pathlib import Path
 
 import orjson
 
@@ -15,6 +16,7 @@ from streams.shadow.sample import Sampler, bucket
 from workers import workload
 from workers.analytics.agreement import agreement, shadow_work
 from workers.pipeline import Pipeline, known_decision_types, percentile
+from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
@@ -40,14 +42,17 @@ async def wait_verdicts(pipe: Pipeline, expected: int, since: dt.datetime, timeo
         await asyncio.sleep(0.5)
 
 
-async def run_demo(settings, n: int, progress) -> dict:
+async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
+    """`metrics_out`: write the final /metrics scrape of every process the demo ran there (Prometheus text, each
+    sample labelled with its process) and report which series the alerts and dashboard read it lacks."""
     payloads = workload.generate(n, stream_share=STREAM_SHARE)
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
     expected = sampled(payloads, settings.shadow_rate)
-    async with Pipeline(settings, known_decision_types(settings.decision_types)) as pipe:
+    metrics = {}
+    async with Pipeline(settings, known_decision_types(settings.decision_types), metrics=bool(metrics_out)) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
         for wave in range(WAVES):
@@ -71,6 +76,8 @@ async def run_demo(settings, n: int, progress) -> dict:
         cache["l3_prefetch_tokens"] = int(pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens) FROM usage_events FINAL "
             "WHERE position(request_id, '~l3~') > 0").result_rows[0][0])
+        if metrics_out:
+            metrics = write_scrapes(pipe.scrape_metrics(), metrics_out)
     tiers: dict[str, int] = {}
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
@@ -80,7 +87,7 @@ async def run_demo(settings, n: int, progress) -> dict:
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
-            "clickhouse_rows": rows, "wall_s": round(time.monotonic() - started, 1), "stream": stream}
+            "clickhouse_rows": rows, **metrics, "wall_s": round(time.monotonic() - started, 1), "stream": stream}
 
 
 def stream_report(ch, chunks: dict[str, list]) -> dict:
@@ -99,3 +106,12 @@ def stream_report(ch, chunks: dict[str, list]) -> dict:
             "first_chunk_ms_p50": percentile([rows[rid][1] for rid in generated], 0.5),
             "first_chunk_ms_p95": percentile([rows[rid][1] for rid in generated], 0.95),
             "tokens_per_s_p50": percentile([rows[rid][2] for rid in generated], 0.5)}
+
+
+def write_scrapes(scraped: dict[str, str], path: str) -> dict:
+    """Write every process's scrape to `path` as one exposition (label `process` says whose); {"metrics":
+    {processes, referenced, not_moved}} for the report."""
+    Path(path).write_text(merge_scrapes(scraped))
+    wanted = referenced_series(gpu=gpu_present())
+    return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
+                        "not_moved": missing_or_still(list(scraped.values()), wanted)}}

@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,16 +18,19 @@ from pathlib import Path
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from prometheus_client import REGISTRY, generate_latest
 
 from infra import clickhouse
 from infra.broker import LocalBroker, create_topics, die_with_parent
 from schemas.records import Chunk, Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
+from streams.metrics import declare_known_series
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.analytics.tenancy import load_tokens
-from workers.lag import stage_lag
+from workers.lag import export_lag_forever, stage_lag
+from workers.scrape import fetch
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -39,9 +43,12 @@ def percentile(values: list[float], q: float) -> float:
 class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
-    def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False):
+    def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False,
+                 metrics: bool = False):
         """`stages_process`: run the Faust stages in a child process (`python -m workers.pipeline`) that owns
-        ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None."""
+        ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
+        `metrics`: every child process serves /metrics on a port of its own and the in-process stages export
+        consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml)."""
         self.root = Path(settings.data_dir).resolve() / "pipeline"
         self.fresh = fresh
         self.query_server = None
@@ -55,6 +62,9 @@ class Pipeline:
         self.stages: subprocess.Popen | None = None
         self.ch = self.app = self.worker = None
         self.restarts = {"faust": 0, "scoring": 0}
+        self.metrics = metrics
+        self.metrics_ports: dict[subprocess.Popen, int] = {}
+        self.lag_task: asyncio.Task | None = None
 
     async def __aenter__(self) -> "Pipeline":
         self.broker.start()
@@ -76,6 +86,9 @@ class Pipeline:
                                    daemon=False, redirect_stdouts=False, quiet=True)
         self.worker.spinner = None  # Faust's terminal spinner writes escape codes at exit
         await self.worker.start()
+        if self.metrics:
+            declare_known_series()
+            self.lag_task = asyncio.create_task(export_lag_forever(self.settings.bootstrap, self.settings.lag_export_s))
         self.start_scoring()
         return self
 
@@ -86,8 +99,12 @@ class Pipeline:
 
     def spawn(self, module: str, ready_prefix: str) -> subprocess.Popen:
         """Start `python -m module` and wait for its readiness file (<data_dir>/<prefix>-<pid>.ready)."""
-        proc = subprocess.Popen([sys.executable, "-m", module], env=self.child_env(), stdin=subprocess.DEVNULL,
+        port = free_port() if self.metrics else 0
+        env = {**self.child_env(), "JEV_METRICS_PORT": str(port)}
+        proc = subprocess.Popen([sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL,
                                 preexec_fn=die_with_parent)
+        if port:
+            self.metrics_ports[proc] = port
         ready = Path(self.settings.data_dir) / f"{ready_prefix}-{proc.pid}.ready"
         deadline = time.monotonic() + 300
         while not ready.exists():
@@ -130,7 +147,21 @@ class Pipeline:
                 proc.kill()
                 proc.wait()
 
+    def scrape_metrics(self) -> dict[str, str]:
+        """{process: its /metrics text} of every running process of this pipeline: this one when it runs the
+        stages, and each child (`<module>-<pid>`) over its own port. Needs metrics=True."""
+        if not self.metrics:
+            raise RuntimeError("scrape_metrics() needs Pipeline(..., metrics=True): the children serve no /metrics")
+        scraped = {f"stages-{os.getpid()}": generate_latest(REGISTRY).decode()} if self.worker is not None else {}
+        for proc, port in self.metrics_ports.items():
+            if proc.poll() is None:
+                role = "stages" if proc is self.stages else "scoring"
+                scraped[f"{role}-{proc.pid}"] = fetch(port)
+        return scraped
+
     async def __aexit__(self, *exc) -> None:
+        if self.lag_task is not None:
+            self.lag_task.cancel()
         await asyncio.to_thread(self.stop_process, self.scoring, 10)
         await self.stop_stages()
         if self.query_server is not None:
@@ -220,6 +251,12 @@ class Pipeline:
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def known_decision_types(path: str = "") -> set[str]:
     """The decision types ingest admits: those of the scoring engine's configuration (JEV_DECISION_TYPES)."""
     from streams.scoring.engine import known_decision_types as configured
@@ -246,6 +283,10 @@ def serve_stages() -> None:
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens))
+
+    @app.task
+    async def export_consumer_lag():
+        await export_lag_forever(settings.bootstrap, settings.lag_export_s)
 
     @app.task
     async def mark_ready():

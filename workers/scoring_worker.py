@@ -16,6 +16,7 @@ from pathlib import Path
 from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
 from streams.control import ControlReader
+from streams.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.deadletter import dead_letter
 from streams.switches import Controls
 from streams.consumer import BatchConsumer
@@ -64,8 +65,11 @@ class ScoringWorker:
         controls.switches = self.engine.switches  # the engine reads switch changes live
         controls.listeners.append(EngineTuning(self.engine).on_control)
         shadow = self.shadow.consumer(sender)
+        controls.listeners.append(lambda _: observe_switches(controls.switches))
+        observe_switches(controls.switches)
         follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
-        lag = asyncio.create_task(export_lag_forever(s.bootstrap))
+        lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
+        gpu = asyncio.create_task(export_gpu_memory_forever(s.lag_export_s))
         await sender.start()
         await consumer.start()
         await shadow.start()
@@ -78,6 +82,7 @@ class ScoringWorker:
         finally:
             follow.cancel()
             lag.cancel()
+            gpu.cancel()
             if self.chunk_sender is not None:
                 self.chunk_sender.cancel()
             self.streams.shutdown(wait=False, cancel_futures=True)
@@ -109,10 +114,12 @@ class ScoringWorker:
         async with self.deciding:
             with self.shadow.served_batch():
                 decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
+        observe_stages("score", plain)
         if streams:
             await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams
             out = Outbox()
             decided(out, streamed, [r for task in streams for r in await task])
+            observe_stages("score", streamed)
             await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
         self.decided += len(works)
         return out
@@ -176,6 +183,22 @@ def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]]
         if work.shadow == "served":
             work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
     out.send_work("scored", works)
+
+
+async def export_gpu_memory_forever(interval_s: float) -> None:
+    """MU, GPU memory utilisation, of each GPU this worker sees (jev_gpu_memory_utilization): the share of the
+    device's memory in use, from the driver (what vLLM or a torch model holds, and anything else on it).
+    Nothing where torch or a GPU is absent."""
+    import sys
+
+    torch = sys.modules.get("torch")  # only a backend that loaded torch can be on a GPU
+    if torch is None or not torch.cuda.is_available():
+        return
+    while True:
+        for device in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(device)
+            set_gpu_memory(f"cuda:{device}", 1 - free / total)
+        await asyncio.sleep(interval_s)
 
 
 def decode_batch(raw: bytes) -> WorkBatch | Rejection:

@@ -12,6 +12,7 @@ import orjson
 
 from schemas.batch import BatchMember, BatchResult, MergedCall
 from schemas.records import Request
+from streams.consumer import run_agent
 from streams.deadletter import dead_letter
 from streams.outbox import Outbox
 from streams.usage.events import usage_event
@@ -71,32 +72,39 @@ def register(app, topics, settings, sender) -> None:
     def result_record(result: BatchResult) -> tuple[str, bytes, bytes]:
         return "batch_results", result.job.encode(), result.dumps()
 
+    async def aggregate_members(raws: list) -> Outbox:
+        """One window of batch members: merged calls generated, members that cannot join one answered failed."""
+        members, out = [], Outbox()
+        for raw in raws:
+            try:
+                members.append(decode_member(raw))
+            except ValueError as exc:
+                out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
+        cfg = config.load(settings.batch_templates)
+        for group in aggregate.group(members, settings.batch_window_max):
+            calls, failed = aggregate.plan(group, cfg, model)
+            for result in failed:
+                out.records.append(result_record(result))
+                out.usage.append(usage(result, next(m for m in group if m.member == result.member), model))
+            for call in calls:
+                call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
+                out.records.append(("batch_merged", call.job.encode(), call.dumps()))
+        return out
+
+    async def split_call(raw: bytes) -> Outbox:
+        """One merged call's output split into per-member results."""
+        call = MergedCall.loads(raw)
+        template = config.load(settings.batch_templates).template(call.template)
+        results = await asyncio.to_thread(split.split, call, template, await generator(), model)
+        members = {s.member.member: s.member for s in call.shares}
+        return Outbox(usage=[usage(r, members[r.member], model) for r in results],
+                      records=[result_record(r) for r in results])
+
     @app.agent(topics.batch, name="aggregate_batch")
     async def aggregate_batch(stream):
-        async for raws in stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000):
-            members, out = [], Outbox()
-            for raw in raws:
-                try:
-                    members.append(decode_member(raw))
-                except ValueError as exc:
-                    out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
-            cfg = config.load(settings.batch_templates)
-            for group in aggregate.group(members, settings.batch_window_max):
-                calls, failed = aggregate.plan(group, cfg, model)
-                for result in failed:
-                    out.records.append(result_record(result))
-                    out.usage.append(usage(result, next(m for m in group if m.member == result.member), model))
-                for call in calls:
-                    call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
-                    out.records.append(("batch_merged", call.job.encode(), call.dumps()))
-            await sender.deliver(out)
+        await run_agent(stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000),
+                        aggregate_members, sender)
 
     @app.agent(topics.batch_merged, name="split_batch")
     async def split_batch(stream):
-        async for raw in stream:
-            call = MergedCall.loads(raw)
-            template = config.load(settings.batch_templates).template(call.template)
-            results = await asyncio.to_thread(split.split, call, template, await generator(), model)
-            members = {s.member.member: s.member for s in call.shares}
-            await sender.deliver(Outbox(usage=[usage(r, members[r.member], model) for r in results],
-                                        records=[result_record(r) for r in results]))
+        await run_agent(stream, split_call, sender)  # one merged call per message: each is a model call already

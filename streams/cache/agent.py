@@ -7,7 +7,7 @@ import asyncio
 
 from streams.answer import answer_locally
 from streams.consumer import run_agent, take_work
-from streams.metrics import observe_cache
+from streams.metrics import observe_cache, observe_stages
 from streams.outbox import Outbox
 
 
@@ -18,6 +18,8 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
         answered, rest = [], []
         for work in works:
             if (done := answer_locally(work, switches, stage, rules)) is None:
+                if switches["cache.l1"]:  # a miss keeps the level it missed in
+                    observe_cache("l1", False)
                 rest.append(work)
             else:
                 answered.append(done)
@@ -31,15 +33,18 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
             semantic = {id(work): hit for work, vector in zip(asking, vectors)
                         if (hit := stage.lookup_semantic(work, vector)) is not None}
         hits = []
+        asked = {id(work) for work in asking}
         for work in rest:
             hit = semantic.get(id(work))
-            observe_cache(hit.level if hit else "miss", hit is not None)
+            if id(work) in asked:
+                observe_cache(hit.level if hit else "l2", hit is not None)
             if hit is None:
                 misses.append(work)
             else:
                 hits.append(stage.answer(work, hit))
             misses.extend(stage.prefetches(work, switches))
         misses.extend(stage.refreshes())
+        observe_stages("cache", works)
         return out.extend(postprocess(hits)).send_work("score", misses)
 
     @app.agent(topics.distilled, name="lookup_cache")

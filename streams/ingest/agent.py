@@ -15,6 +15,8 @@ from streams.ingest.budgets import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.postprocess import stream as stream_mod
+from streams.ingest.protocol import protocol_bytes
+from streams.metrics import observe_protocol, observe_stages
 from streams.usage.events import usage_event
 from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
@@ -58,9 +60,12 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 out.dead_letters.append(result)
                 continue
             admitted.append(result)
+            sent_bytes, compact_bytes = protocol_bytes(result)
+            observe_protocol(sent_bytes, compact_bytes)
             out.usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
-                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted"))
+                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
+                                     prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
@@ -68,6 +73,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
         naive = shadow.pair(twins, distilled, saved) if twins else []
+        observe_stages("ingest", distilled)
         out.usage += saved + skipped
         onward, answered = local.answer_owned(distilled)
         return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from streams.consumer import run_agent, take_work
-from streams.metrics import observe_decision
+from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
 from streams.postprocess import stream as stream_config
@@ -40,7 +40,8 @@ class Postprocess:
             usage.extend(done.usage)
             if work.shadow == "served" and not work.refresh:
                 verdicts.append(self.shadow.served(work, done.usage))
-            observe_decision(decision, work.request.decision_type)
+            if not work.refresh and not work.predictive:  # a refill or an L3 pre-answer is no decision
+                observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(decision.request_id)
             if reservation is not None:
                 out.alerts += self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
@@ -59,7 +60,13 @@ class Postprocess:
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
         out.records += verdict_records(v for v in verdicts if v is not None)
+        observe_stages("postprocess", decisions_of(items))
         return out
+
+
+def decisions_of(items: list) -> list:
+    """The works that answer a request (not a stale entry's refresh or an L3 pre-answer)."""
+    return [work for work in items if not work.refresh and not work.predictive]
 
 
 def register(app, topics, settings, postprocess: Postprocess, sender) -> None:

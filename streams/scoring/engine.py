@@ -15,7 +15,7 @@ from streams import tokens
 from streams.ingest.prompt import render_context
 from streams.scoring import backends, cascade, policy as policy_mod, rules as rules_mod, streaming
 from streams.switches import SWITCHES
-from streams.metrics import observe_fallback
+from streams.metrics import observe_breaker, observe_fallback
 from streams.models import configure as configure_models
 from streams.scoring.backends import Backend, Scored
 from streams.scoring.ledger import Ledger
@@ -94,6 +94,7 @@ class Engine:
                 else:
                     ranking = self.rank(work, list(range(len(ids))), lengths, pol, ledger, budget)
             except Fallback as stop:
+                observe_breaker(str(stop))
                 ranking, outcome = self.fallback(work, pol, ledger, str(stop)), "fallback"
                 ledger.balance("fallback", nominal)
         action, chain = self.rollout(req, pol, ranking, ids)

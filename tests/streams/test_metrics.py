@@ -36,12 +36,26 @@ def test_observe_sink_counts_tokens_by_kind_and_rows():
 
 
 @pytest.mark.parametrize("tier", ["fine", "cache_l1", "fallback"])
-def test_observe_decision_counts_tier_and_stage_latency(tier):
+def test_observe_decision_counts_tier(tier):
     before = value("jev_decisions_total", tier=tier, decision_type="ranking")
-    count_before = value("jev_stage_latency_seconds_count", stage="score")
-    metrics.observe_decision(Decision(request_id="r", tier=tier), "ranking", {"score": 12.0, "ingest": 0.5})
+    metrics.observe_decision(Decision(request_id="r", tier=tier), "ranking")
     assert value("jev_decisions_total", tier=tier, decision_type="ranking") - before == 1
-    assert value("jev_stage_latency_seconds_count", stage="score") - count_before == 1
+
+
+def test_stage_latency_runs_from_the_requests_arrival():
+    count = value("jev_stage_latency_seconds_count", stage="score")
+    total = value("jev_stage_latency_seconds_sum", stage="score")
+    metrics.observe_stage("score", admitted_at=100.0, now=100.75)
+    assert value("jev_stage_latency_seconds_count", stage="score") - count == 1
+    assert value("jev_stage_latency_seconds_sum", stage="score") - total == pytest.approx(0.75)
+
+
+def test_known_series_exist_at_zero_and_switches_show_their_state():
+    metrics.declare_known_series()
+    assert REGISTRY.get_sample_value("jev_usage_rows_total", {"result": "inserted"}) is not None
+    assert REGISTRY.get_sample_value("jev_breaker_trips_total", {"breaker": "token_cap"}) is not None
+    metrics.observe_switches({"cache.l2": False, "cache.l1": True})
+    assert value("jev_switch_on", switch="cache.l2") == 0 and value("jev_switch_on", switch="cache.l1") == 1
 
 
 def test_cache_fallback_breaker_and_lag_helpers():

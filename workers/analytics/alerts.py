@@ -12,7 +12,7 @@ import urllib.request
 import orjson
 
 from schemas.records import Alert
-from workers.analytics.levels import BY_PARTITION, rows
+from workers.analytics.levels import BY_PARTITION, index_values, rows
 
 PER_REQUEST = ("SELECT service, decision_type, first_ts AS t, tier, input_tokens + output_tokens AS tokens "
                "FROM usage_by_request FINAL WHERE first_ts >= {since:DateTime64(3)}")
@@ -28,6 +28,16 @@ class Thresholds:
     fallback_rate: float = 0.05
     efficiency_falling_days: int = 3  # business events per 1,000 tokens falling this many days in a row
     min_requests: int = 20  # fewer requests than this in a window: no percentile or rate alert
+    te_alert: float = 0.75  # the efficiency indices over the last 15 minutes (seed 004; JEV_INDEX_* settings)
+    cp_alert: float = 0.25
+    pe_max: float = 1.8
+    hr_min: float = 0.60
+    hr_max: float = 0.85
+
+    @classmethod
+    def from_settings(cls, settings) -> "Thresholds":
+        return cls(te_alert=settings.index_te_alert, cp_alert=settings.index_cp_alert, pe_max=settings.index_pe_max,
+                   hr_min=settings.index_hr_min, hr_max=settings.index_hr_max)
 
     def replace(self, **changes) -> "Thresholds":
         return dataclasses.replace(self, **changes)
@@ -165,7 +175,28 @@ def business_efficiency(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
     return out
 
 
-RULES = (p95_drift, session_tokens, daily_budget, tail_spike, fallback_rate, business_efficiency)
+def efficiency_indices(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
+    """TE, CP, HR and PE over the last 15 minutes against their alert thresholds (CP and HR need min_requests
+    decisions in the window)."""
+    v = index_values(client, now - dt.timedelta(minutes=15))
+    query = "SELECT * FROM efficiency_indices(since = toUInt32(now()) - 900)"
+    checks = [("te", "token_efficiency_low", v["te"], v["te"] is not None and v["te"] < t.te_alert, t.te_alert,
+               "of tokens went to decisions (not fallbacks or output repair)"),
+              ("cp", "cache_penetration_high", v["cp"], v["decisions"] >= t.min_requests and v["cp"] > t.cp_alert,
+               t.cp_alert, "of decisions went past every cache and rule to a model tier"),
+              ("hr", "hybrid_routing_out_of_range", v["hr"], v["decisions"] >= t.min_requests
+               and not t.hr_min <= v["hr"] <= t.hr_max, t.hr_min if (v["hr"] or 0) < t.hr_min else t.hr_max,
+               "of decisions were answered below the fine/escalation model"),
+              ("pe", "protocol_expansion_high", v["pe"], v["pe"] is not None and v["pe"] > t.pe_max, t.pe_max,
+               "bytes of prompt per byte of compact request")]
+    return [_alert(rule, "warning", f"index={key}",
+                   f"{key.upper()} {value:.2f} over the last 15 minutes: {value:.0%} {what}" if key != "pe" else
+                   f"PE {value:.2f} over the last 15 minutes: {value:.2f} {what} (healthy under {threshold})",
+                   value, threshold, query, now)
+            for key, rule, value, fired, threshold, what in checks if fired]
+
+
+RULES = (p95_drift, session_tokens, daily_budget, tail_spike, fallback_rate, business_efficiency, efficiency_indices)
 
 
 def evaluate_alerts(client, thresholds: Thresholds, now: dt.datetime) -> list[Alert]:

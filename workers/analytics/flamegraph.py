@@ -79,8 +79,10 @@ document.querySelectorAll('g.f').forEach(function (g) { g.addEventListener('clic
 ]]></script>"""
 
 
-def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit: str = "tokens") -> str:
-    """An SVG document: one <g class="f"> per frame with a <title> tooltip carrying its weight."""
+def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit: str = "tokens",
+               note: str = "") -> str:
+    """An SVG document: one <g class="f"> per frame with a <title> tooltip carrying its weight; `note` (why the
+    frames show what they show) goes under the title."""
     root = tree(stacks)
     depth = _depth(root)
     top = 40
@@ -89,11 +91,14 @@ def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit:
     body: list[str] = []
     if root["value"]:
         _frames(root, 0.0, 0, top + (depth - 1) * FRAME_H, scale, unit, root["value"], "all", body)
-    subtitle = f"total {_fmt(root['value'], unit)}" if root["value"] else "no usage in the window"
+    subtitle = f"total {_fmt(root['value'], unit)}" if root["value"] else f"no {unit} in the window"
+    height += 18 if note else 0
+    notes = f'<text x="{WIDTH / 2}" y="{height - 6}" text-anchor="middle" fill="#555">{escape(note)}</text>\n' \
+        if note else ""
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
             f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="{FONT}">\n'
             f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="16">{escape(title)}</text>\n'
             f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#555">{escape(subtitle)} · click a frame '
-            f'to zoom, the root to reset</text>\n' + "\n".join(body) + "\n"
+            f'to zoom, the root to reset</text>\n' + notes + "\n".join(body) + "\n"
             + ZOOM_JS.replace("WIDTH", str(WIDTH)) + "\n</svg>\n")

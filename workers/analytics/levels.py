@@ -25,22 +25,41 @@ def rows(client, sql: str, params: dict | None = None, settings: dict | None = N
     return [dict(zip(result.column_names, r)) for r in result.result_rows]
 
 
+PRE_ANSWER = "position(request_id, '~l3~') > 0"  # an L3 pre-answer's id: <request it follows>~l3~<n>
+
+
 def totals(client, since: dt.datetime) -> dict:
+    """Totals over the window. `requests` are the upstream's; L3 pre-answers (speculative answers to likely
+    follow-ups, under ids ending ~l3~N) are counted apart in `pre_answers`, their tokens in `pre_answer_tokens`
+    (and in `tokens`: they were spent)."""
     r = rows(client, "SELECT toUInt64(sum(input_tokens + output_tokens)) AS tokens, sum(input_tokens) AS input_tokens, "
                      "sum(cache_read_tokens) AS cache_read_tokens, sum(output_tokens) AS output_tokens, "
                      "sum(nominal_tokens) AS nominal_tokens, round(sum(cost), 6) AS cost, count() AS events, "
-                     "uniqExact(request_id) AS requests FROM usage_events WHERE ts >= {since:DateTime64(3)} "
-                     "AND stage != 'shadow'",
+                     f"uniqExactIf(request_id, NOT {PRE_ANSWER}) AS requests, "
+                     f"uniqExactIf(request_id, {PRE_ANSWER}) AS pre_answers, "
+                     f"toUInt64(sumIf(input_tokens + output_tokens, {PRE_ANSWER})) AS pre_answer_tokens "
+                     "FROM usage_events WHERE ts >= {since:DateTime64(3)} AND stage != 'shadow'",
              {"since": since})[0]
     r["saved_tokens"] = int(r["nominal_tokens"]) - int(r["tokens"])
     return r
+
+
+def empty_reason(client, since: dt.datetime) -> str:
+    """Why a window holds no usage, in words: nothing metered yet at all, or only before the window."""
+    total, newest = rows(client, "SELECT count() AS n, max(ts) AS newest FROM usage_events")[0].values()
+    if not total:
+        return ("no usage has been metered yet: the usage table is empty (run `jev demo`, or start `jev worker "
+                "stream` and send requests)")
+    return (f"no usage since {since.isoformat(timespec='seconds')}: the newest of {total:,} usage rows is from "
+            f"{newest.isoformat(timespec='seconds')} (widen the window, e.g. --since all)")
 
 
 # one row per request in the window: FINAL merges a request's partial rows per day partition (7x faster than a
 # GROUP BY over all partitions; a request whose events straddle midnight UTC counts once per day)
 PER_REQUEST = ("SELECT service, decision_type, request_id, session_id, tier, first_ts AS started, "
                "toUInt64(input_tokens + output_tokens) AS tokens, nominal_tokens, cost, latency_ms "
-               "FROM usage_by_request FINAL WHERE first_ts >= {since:DateTime64(3)}")
+               "FROM usage_by_request FINAL WHERE first_ts >= {since:DateTime64(3)} "
+               f"AND NOT {PRE_ANSWER}")
 BY_PARTITION = {"do_not_merge_across_partitions_select_final": 1}
 
 
@@ -130,21 +149,63 @@ def breakdown(client, by: str, since: dt.datetime, limit: int = 20) -> list[dict
                                   f"ORDER BY tokens DESC LIMIT {int(limit)}", {"since": since})]
 
 
-def tokens_over_time(client, since: dt.datetime) -> list[dict]:
-    return [{"hour": r["hour"].isoformat(), "tokens": int(r["tokens"]), "nominal_tokens": int(r["nominal_tokens"])}
-            for r in rows(client, "SELECT hour, sum(input_tokens) + sum(output_tokens) AS tokens, "
-                                  "sum(nominal_tokens) AS nominal_tokens FROM usage_by_stack_hour "
-                                  "WHERE hour >= toStartOfHour({since:DateTime64(3)}) GROUP BY hour ORDER BY hour",
-                          {"since": since})]
+BUCKETS_S = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)  # time-chart buckets: a minute to a week
+MAX_POINTS = 120
+
+
+def bucket_for(span_s: float) -> int:
+    """The smallest bucket that draws `span_s` seconds in at most MAX_POINTS points (minutes for a short window)."""
+    return next((b for b in BUCKETS_S if span_s / b <= MAX_POINTS), BUCKETS_S[-1])
+
+
+def tokens_over_time(client, since: dt.datetime, now: dt.datetime | None = None) -> dict:
+    """{"bucket_s", "points": [{"t", "tokens", "nominal_tokens"}]}: actual and nominal tokens per bucket, the bucket
+    chosen from the span of the window that holds data (a 20-minute demo is drawn by the minute)."""
+    now = now or dt.datetime.now(UTC)
+    first = rows(client, "SELECT min(minute) AS first FROM indices_by_minute WHERE minute >= "
+                         "toStartOfMinute({since:DateTime64(3)})", {"since": since})[0]["first"]
+    start = max(since, first.replace(tzinfo=UTC)) if first and first.year > 1970 else since
+    bucket = bucket_for(max(60.0, (now - start).total_seconds()))
+    points = rows(client, "SELECT toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND) AS t, "
+                          "toUInt64(sum(tokens)) AS actual, toUInt64(sum(nominal_tokens)) AS nominal "
+                          "FROM indices_by_minute WHERE minute >= toStartOfMinute({since:DateTime64(3)}) "
+                          "GROUP BY t ORDER BY t", {"since": since, "bucket": bucket})
+    return {"bucket_s": bucket, "points": [{"t": r["t"].isoformat(), "tokens": int(r["actual"]),
+                                            "nominal_tokens": int(r["nominal"])} for r in points]}
+
+
+# What a mechanism whose actual tokens exceed its nominal share is doing (see streams/scoring/ledger.py)
+NEGATIVE_SAVING = {
+    "score;fine": "the fine model reads each kept candidate with the context in its own tokenizer (special tokens "
+                  "per pair included), which counts more than the request model's tokens that nominal is measured "
+                  "in; the context it does not re-send per candidate is credited to score;shared_context",
+    "score;state_cache": "cache reads count as input tokens (OTel: input includes cache reads), in the fine model's "
+                         "tokenizer against their share of nominal in the request model's; they are billed at the "
+                         "cache-read price, so cost falls where tokens do not",
+    "score;escalation": "the escalation model re-ranks low-confidence decisions: spending beyond the naive baseline "
+                        "by design (its nominal is 0)",
+    "score;coarse": "the coarse model scored every candidate before the fine tier: the price of pruning",
+    "postprocess;retry": "a second generation for an answer under min_output_tokens, which the naive path never asks",
+    "distill;provenance": "the markers that say what distill kept or folded cost tokens the raw history did not have",
+}
 
 
 def savings_by_mechanism(client, since: dt.datetime) -> list[dict]:
-    """Nominal vs actual per stage and section: the saving each mechanism made."""
-    return [{**r, "saved_tokens": int(r["nominal_tokens"]) - int(r["tokens"])}
-            for r in rows(client, "SELECT stage, section, toUInt64(sum(input_tokens) + sum(output_tokens)) AS tokens, "
-                                  "sum(nominal_tokens) AS nominal_tokens FROM usage_by_stack_hour "
-                                  "WHERE hour >= toStartOfHour({since:DateTime64(3)}) GROUP BY stage, section "
-                                  "ORDER BY sum(nominal_tokens) - tokens DESC", {"since": since})]
+    """Nominal vs actual per stage and section: the saving each mechanism made. A mechanism that neither spent nor
+    stood for any tokens is left out; one that spent more than its nominal share carries a `note` saying why."""
+    out = []
+    for r in rows(client, "SELECT stage, section, toUInt64(sum(input_tokens) + sum(output_tokens)) AS tokens, "
+                          "sum(nominal_tokens) AS nominal_tokens FROM usage_by_stack_hour "
+                          "WHERE hour >= toStartOfHour({since:DateTime64(3)}) GROUP BY stage, section "
+                          "HAVING sum(input_tokens) + sum(output_tokens) > 0 OR sum(nominal_tokens) > 0 "
+                          "ORDER BY sum(nominal_tokens) - tokens DESC", {"since": since}):
+        row = {**r, "saved_tokens": int(r["nominal_tokens"]) - int(r["tokens"])}
+        if row["saved_tokens"] < 0:
+            mechanism = f"{r['stage']};{r['section']}".rstrip(";")
+            row["note"] = NEGATIVE_SAVING.get(mechanism, f"{mechanism} spent {-row['saved_tokens']:,} tokens more "
+                                                         f"than the naive baseline attributes to it")
+        out.append(row)
+    return out
 
 
 def tier_shares(client, since: dt.datetime) -> dict[str, float]:
@@ -166,6 +227,49 @@ def efficiency(client, since: dt.datetime) -> dict:
     return {"token_efficiency": round(r["effective"] / r["total"], 4) if r["total"] else 1.0,
             "cache_miss_rate": round(1 - sum(v for k, v in shares.items() if k.startswith("cache")), 4),
             "small_model_share": round(sum(v for k, v in shares.items() if k not in BIG_MODEL_TIERS), 4)}
+
+
+INDEX_SQL = ("SELECT sum(tokens) AS tokens_spent, sum(effective_tokens) AS effective, sum(decisions) AS decided, "
+             "sum(model_decisions) AS model_decided, sum(top_tier_decisions) AS top_tier, "
+             "sum(pre_answers) AS pre_answered, sum(prompt_bytes) AS sent_bytes, sum(compact_bytes) AS compact "
+             "FROM indices_by_minute WHERE minute >= toStartOfMinute({since:DateTime64(3)})")
+
+
+def index_ranges(settings=None) -> dict[str, tuple[float | None, float | None]]:
+    """Each index's healthy range (low, high; None = open), from the settings (JEV_INDEX_*: seed 004's values)."""
+    if settings is None:
+        from streams import settings as settings_mod
+
+        settings = settings_mod.load()
+    s = settings
+    return {"te": (s.index_te_min, None), "cp": (None, s.index_cp_max), "hr": (s.index_hr_min, s.index_hr_max),
+            "pe": (None, s.index_pe_max), "mu": (s.index_mu_min, s.index_mu_max)}
+
+
+def index_values(client, since: dt.datetime) -> dict:
+    """TE, CP, HR and PE over the window from the indices_by_minute view (None where the window has no data),
+    with the counts behind them. L3 pre-answers are counted apart: they are no decisions."""
+    r = rows(client, INDEX_SQL, {"since": since})[0]
+    ratio = lambda a, b: round(a / b, 4) if b else None  # noqa: E731
+    return {"te": ratio(r["effective"], r["tokens_spent"]), "cp": ratio(r["model_decided"], r["decided"]),
+            "hr": None if not r["decided"] else round(1 - r["top_tier"] / r["decided"], 4),
+            "pe": ratio(r["sent_bytes"], r["compact"]), "decisions": int(r["decided"]),
+            "pre_answers": int(r["pre_answered"])}
+
+
+def indices(client, since: dt.datetime, settings=None) -> dict:
+    """{"te": {"value", "healthy", "status"}, "cp": ..., "hr": ..., "pe": ...}: each index, its healthy range and
+    whether the window is in it ("ok", "low", "high" or "no data")."""
+    values = index_values(client, since)
+    out = {}
+    for key, (low, high) in index_ranges(settings).items():
+        if key not in values:
+            continue  # MU is a Prometheus gauge of GPU scoring workers, not usage
+        value = values[key]
+        status = ("no data" if value is None else "low" if low is not None and value < low
+                  else "high" if high is not None and value > high else "ok")
+        out[key] = {"value": value, "healthy": [low, high], "status": status}
+    return out
 
 
 def four_levels(client, since: dt.datetime, now: dt.datetime) -> dict:

@@ -21,10 +21,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def thresholds(sets: list[str], budgets: list[str]):
+def thresholds(sets: list[str], budgets: list[str], settings=None):
     from workers.analytics.alerts import Thresholds
 
-    base, changes = Thresholds(), {}
+    base, changes = Thresholds() if settings is None else Thresholds.from_settings(settings), {}
     for item in sets:
         name, _, value = item.partition("=")
         if name not in Thresholds.__dataclass_fields__ or name == "daily_budgets":
@@ -54,7 +54,7 @@ def run(args, settings) -> int:
     from workers.analytics import alerts as alerts_mod, source
 
     try:
-        found = alerts_mod.evaluate_alerts(source.open_client(settings), thresholds(args.set, args.budget),
+        found = alerts_mod.evaluate_alerts(source.open_client(settings), thresholds(args.set, args.budget, settings),
                                            source.now())
         if args.publish and found:
             asyncio.run(publish(settings, found))

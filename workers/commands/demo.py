@@ -18,6 +18,9 @@ def register(sub) -> None:
                    help="share of requests also decided the naive way to measure each saving's agreement "
                         "(default 0.1 here, for a useful sample of a short run; JEV_SHADOW_RATE in production)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--metrics-out", metavar="FILE", default="",
+                   help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
+                        "and report the series the alert rules and dashboard read that none of them moved")
     p.set_defaults(func=run)
 
 
@@ -36,7 +39,8 @@ def run(args, settings) -> int:
         return 2
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
-        report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress))
+        report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress,
+                                      args.metrics_out))
     if args.json:
         print(orjson.dumps(report).decode())
     else:

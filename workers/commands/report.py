@@ -31,6 +31,7 @@ def run(args, settings) -> int:
     except (ValueError, RuntimeError) as e:
         print(f"jev report: {e}", file=sys.stderr)
         return 2
+    data["switches"] = current_switches(settings)
     if args.json:
         for row in data["breakdown"]:
             print(orjson.dumps({"by": args.by, **row}).decode())
@@ -43,14 +44,50 @@ def run(args, settings) -> int:
     return 0
 
 
+def current_switches(settings, timeout: float = 3.0) -> dict[str, bool] | None:
+    """Every kill switch's state as the control topic holds it now; None when no broker answers at JEV_BROKER
+    (the report then says the state is unknown rather than guessing "on")."""
+    import asyncio
+    import socket
+
+    from streams.control import ControlReader
+    from streams.switches import Controls
+
+    host, _, port = settings.bootstrap.split(",")[0].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.3).close()
+    except (OSError, ValueError):
+        return None
+    controls = Controls()
+
+    async def read_once():
+        reader = ControlReader(settings.bootstrap, controls, poll_ms=200)
+        task = asyncio.create_task(reader.run())
+        await asyncio.sleep(1.0)
+        reader.stopping.set()
+        await asyncio.wait_for(task, timeout)
+
+    try:
+        asyncio.run(read_once())
+    except (asyncio.TimeoutError, OSError):
+        return None
+    return controls.switches
+
+
 def print_tables(data: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from workers.analytics import numbers
+
     console = Console()
     t = data["totals"]
+    if data.get("empty"):
+        console.print(f"[bold]no usage in the window[/]: {data['empty']}")
     console.print(f"[bold]usage since {data['since']}[/]: {t['tokens']:,} tokens (nominal {t['nominal_tokens']:,}, "
-                  f"saved {t['saved_tokens']:,}), ${t['cost']:.4f}, {t['requests']:,} requests")
+                  f"saved {t['saved_tokens']:,}), {numbers.dollars(t['cost'])}, {t['requests']:,} requests"
+                  + (f" (+ {t['pre_answers']:,} L3 pre-answers, {t['pre_answer_tokens']:,} tokens)"
+                     if t.get("pre_answers") else ""))
     tables = [
         (f"tokens by {data['by']}", data["breakdown"], ["key", "tokens", "nominal_tokens", "saved_tokens", "cost"]),
         ("service level: tokens per request", data["service"]["overall"],
@@ -70,12 +107,21 @@ def print_tables(data: dict) -> None:
     for title, rows, columns in tables:
         table = Table(*columns, title=title)
         for r in rows:
-            table.add_row(*(f"{r[c]:,}" if isinstance(r[c], int) else f"{r[c]:.6g}" if isinstance(r[c], float)
-                            else str(r[c]) for c in columns))
+            table.add_row(*(numbers.cell(c, r.get(c)) for c in columns))
         console.print(table)
+    for row in data["savings_by_mechanism"]:
+        if row.get("note"):
+            console.print(f"[bold]{row['stage']};{row['section']}[/] spent more than its nominal share: {row['note']}")
     r = data["request"]
     console.print(f"request level: {r['requests']:,} requests, tokens/request p50 {r['tokens_per_request']['p50']} "
                   f"p95 {r['tokens_per_request']['p95']} p99 {r['tokens_per_request']['p99']}; by stage "
                   + ", ".join(f"{k} {v:,}" for k, v in r["tokens_by_stage"].items()))
     console.print("tiers: " + ", ".join(f"{k} {v:.1%}" for k, v in data["tier_shares"].items()))
     console.print("efficiency: " + ", ".join(f"{k} {v:.1%}" for k, v in data["efficiency"].items()))
+    shown = {k: "–" if i["value"] is None else f"{i['value']:.2f}" for k, i in data["indices"].items()}
+    console.print("indices (seed 004): " + ", ".join(f"{k.upper()} {shown[k]} ({i['status']})"
+                                                      for k, i in data["indices"].items()))
+    switches = data.get("switches")
+    console.print("kill switches: " + ("unknown (no broker answers at JEV_BROKER)" if switches is None else
+                                       "all on" if all(switches.values()) else
+                                       "OFF: " + ", ".join(k for k, v in switches.items() if not v)))

@@ -1,0 +1,126 @@
+"""docker-compose.yml, prometheus.yml and the Grafana provisioning checked against each other and against `jev
+config` (Docker cannot run on the development machines, so this is what stands between a typo and a crash loop)."""
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streams.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+PROMETHEUS = yaml.safe_load((ROOT / "infra/prometheus/prometheus.yml").read_text())
+JEV_SERVICES = [name for name, s in SERVICES.items() if s.get("command", [""])[0] == "worker"]
+SETTINGS = {f"JEV_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+
+
+def exposed_ports(service: dict) -> set[int]:
+    ports = {int(str(p).split(":")[-1].split("/")[0]) for p in service.get("ports", []) + service.get("expose", [])}
+    if "JEV_METRICS_PORT" in service.get("environment", {}):
+        ports.add(int(service["environment"]["JEV_METRICS_PORT"]))
+    return ports
+
+
+def test_jev_services_are_the_stream_and_scoring_workers():
+    assert set(JEV_SERVICES) == {"stream", "score-cpu", "score-gpu"}
+
+
+@pytest.mark.parametrize("service", JEV_SERVICES)
+def test_every_jev_variable_is_a_setting_and_the_shared_block_survives(service):
+    env = SERVICES[service]["environment"]
+    unknown = {k for k in env if k.startswith("JEV_")} - SETTINGS
+    assert not unknown, f"{service}: {unknown} are not settings (see `jev config`)"
+    for shared in ("JEV_BROKER", "JEV_CLICKHOUSE_DSN", "JEV_METRICS_PORT", "JEV_DATA_DIR"):
+        assert shared in env, f"{service} lost {shared}: its own environment replaced the shared block"
+
+
+@pytest.mark.parametrize("service", JEV_SERVICES)
+def test_jev_services_keep_their_data_dir_on_a_volume_and_wait_for_healthy_dependencies(service):
+    s = SERVICES[service]
+    data_dir = s["environment"]["JEV_DATA_DIR"]
+    assert any(str(v).split(":")[1] == data_dir for v in s["volumes"]), f"{service}: {data_dir} is not a volume"
+    assert all(cond == {"condition": "service_healthy"} for cond in s["depends_on"].values())
+    assert "healthcheck" in s
+
+
+def test_dependencies_have_healthchecks():
+    for service in JEV_SERVICES:
+        for dependency in SERVICES[service]["depends_on"]:
+            assert "healthcheck" in SERVICES[dependency], f"{service} waits on {dependency}, which has no healthcheck"
+
+
+def test_vllm_worker_names_a_model_directory_it_mounts():
+    s = SERVICES["score-gpu"]
+    backend = s["environment"]["JEV_BACKEND"]
+    assert backend.startswith("vllm:"), backend
+    model_dir = backend.removeprefix("vllm:")
+    assert any(str(v).split(":")[-2] == model_dir for v in s["volumes"])
+    assert s.get("profiles") == ["gpu"]  # started only when asked: no crash loop on a machine without one
+
+
+def test_kafka_advertises_a_listener_the_host_can_reach():
+    env = SERVICES["kafka"]["environment"]
+    advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    published = {int(str(p).split(":")[0]) for p in SERVICES["kafka"]["ports"]}
+    host_side = [a for a in advertised.values() if a.split(":")[0] == "localhost"]
+    assert host_side and int(host_side[0].split(":")[1]) in published
+    assert advertised["PLAINTEXT"] == "kafka:9092"  # what JEV_BROKER names inside the network
+    names = {item.split(":")[0] for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")}
+    assert set(advertised) <= names
+
+
+def test_every_scrape_target_is_a_service_exposing_that_port():
+    for job in PROMETHEUS["scrape_configs"]:
+        for sd in job["dns_sd_configs"]:
+            for name in sd["names"]:
+                assert name in SERVICES, f"{job['job_name']}: no service {name}"
+                assert sd["port"] in exposed_ports(SERVICES[name]), f"{name} does not expose {sd['port']}"
+    scraped = {n for job in PROMETHEUS["scrape_configs"] for sd in job["dns_sd_configs"] for n in sd["names"]}
+    assert scraped == set(JEV_SERVICES), "every Jev process is scraped"
+
+
+def test_grafana_provisioning_points_at_services_and_mounts():
+    grafana = SERVICES["grafana"]
+    mount = next(v for v in grafana["volumes"] if v.startswith("./infra/grafana:")).split(":")[1]
+    datasources = yaml.safe_load((ROOT / "infra/grafana/datasources/jev.yml").read_text())["datasources"]
+    for ds in datasources:
+        if "url" in ds:
+            host, port = re.match(r"https?://([^:/]+):(\d+)", ds["url"]).groups()
+        else:
+            host, port = ds["jsonData"]["host"], ds["jsonData"]["port"]
+        assert host in SERVICES and int(port) in exposed_ports(SERVICES[host]), ds["name"]
+    provider = yaml.safe_load((ROOT / "infra/grafana/dashboards/jev.yml").read_text())["providers"][0]
+    assert provider["options"]["path"] == f"{mount}/dashboards"
+    uids = {ds["uid"] for ds in datasources}
+    for dashboard in (ROOT / "infra/grafana/dashboards").glob("*.json"):
+        for panel in json.loads(dashboard.read_text())["panels"]:
+            if panel.get("datasource"):
+                assert panel["datasource"]["uid"] in uids, panel["title"]
+    assert "grafana-clickhouse-datasource" in grafana["environment"]["GF_INSTALL_PLUGINS"]
+
+
+def test_prometheus_mount_holds_the_config_and_its_rules():
+    mount = next(v for v in SERVICES["prometheus"]["volumes"] if v.startswith("./infra/prometheus:"))
+    assert mount.split(":")[1] == "/etc/prometheus"
+    for rule_file in PROMETHEUS["rule_files"]:
+        assert (ROOT / "infra/prometheus" / rule_file).is_file()
+
+
+def promtool() -> str:
+    found = shutil.which("promtool") or str(ROOT / ".ci/tools/promtool")
+    if not Path(found).is_file():
+        pytest.skip("promtool is not installed (.ci/run extracts it from Debian's prometheus package)")
+    return found
+
+
+@pytest.mark.parametrize("check, path", [("rules", "alerts.yml"), ("config", "prometheus.yml")])
+def test_promtool_accepts_the_config_and_rules(check, path):
+    done = subprocess.run([promtool(), "check", check, path], cwd=ROOT / "infra/prometheus", capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

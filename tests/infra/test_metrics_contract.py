@@ -1,0 +1,62 @@
+"""The metrics contract: every series an alert rule or a dashboard panel reads is recorded by the product. A short
+pipeline run that should move each of them (a token-cap breaker trip and its fallback included), every process
+scraped over its own /metrics port; a referenced series missing from all scrapes, or never above zero, fails."""
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from workers import workload
+from workers.pipeline import Pipeline, known_decision_types
+from workers.scrape import gpu_present, missing_or_still, referenced_series, samples
+
+pytestmark = pytest.mark.integration
+BUNDLED_TYPES = Path(__file__).resolve().parents[2] / "streams/scoring/decision_types.yaml"
+
+
+def tight_ranking_cap(tmp_path: Path) -> str:
+    """The bundled decision types with a 10-token cap on ranking: every ranking request the model tier takes
+    trips the token breaker and falls back."""
+    text = BUNDLED_TYPES.read_text()
+    assert "  ranking: {}\n" in text
+    path = tmp_path / "decision_types.yaml"
+    path.write_text(text.replace("  ranking: {}\n", "  ranking: {token_cap: 10}\n"))
+    return str(path)
+
+
+def test_referenced_series_cover_every_alert_and_panel():
+    wanted = referenced_series()
+    assert {"jev_breaker_trips_total", "jev_stage_latency_seconds_bucket", "jev_consumer_lag_messages",
+            "jev_usage_rows_total", "jev_cache_lookups_total"} <= set(wanted)
+
+
+async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_path):
+    settings = settings.replace(decision_types=tight_ranking_cap(tmp_path), lag_export_s=0.5)
+    payloads = workload.generate(80, seed=11)
+    scrapes: list[str] = []
+    async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True,
+                        metrics=True) as pipe:
+        first = await asyncio.to_thread(pipe.scrape_metrics)
+        assert len(first) == 2, f"expected the stage process and a scoring worker, scraped {sorted(first)}"
+        await pipe.publish(payloads[:40])
+        await pipe.collect(40, 0, timeout=180)
+        await pipe.publish(payloads[40:])  # repeats of the first wave: cache hits
+        collecting = asyncio.create_task(pipe.collect(80, 0, timeout=180))
+        while not collecting.done():
+            scrapes += (await asyncio.to_thread(pipe.scrape_metrics)).values()
+            await asyncio.sleep(0.5)
+        decisions, _ = collecting.result()
+        for _ in range(20):  # the usage sink inserts once a second
+            final = await asyncio.to_thread(pipe.scrape_metrics)
+            if all(samples(text).get("jev_usage_rows_total") for name, text in final.items()
+                   if name.startswith("stages")):
+                break
+            await asyncio.sleep(0.5)
+        scrapes += final.values()
+    assert len(decisions) == 80
+    assert any(d.chain and d.chain[0].startswith("fallback:token_cap") for d in decisions.values())
+    assert missing_or_still(scrapes, referenced_series(gpu=gpu_present())) == {}
+    assert not any('level="miss"' in text for text in scrapes)  # a miss keeps the level it missed in
+    assert any('jev_cache_lookups_total{level="l1",result="miss"}' in text for text in scrapes)
+    assert missing_or_still(list(first.values()), ["jev_usage_rows_total", "jev_breaker_trips_total"]) == {
+        "jev_usage_rows_total": "zero", "jev_breaker_trips_total": "zero"}  # present from the start, at zero

@@ -1,0 +1,24 @@
+"""`jev chaos` counts an injected bad input as caught only when a dead letter for that very input comes back."""
+from schemas.topics import name
+from streams.deadletter import dead_letter, undecodable
+from tests.conftest import consumed
+from workers.chaos import hostile_inputs, injected_id, internal_poison, rejected_id
+
+
+def test_each_injected_input_has_its_own_id():
+    ids = [injected_id(name("requests"), raw) for raw in hostile_inputs()] + [injected_id(t, raw)
+                                                                              for t, raw in internal_poison()]
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_dead_letter_names_the_input_it_stands_for():
+    raw = hostile_inputs()[0]
+    assert rejected_id(dead_letter("bad_json", "x", "ingest", raw)) == injected_id(name("requests"), raw)
+    topic, poison = internal_poison()[0]
+    letter = undecodable(consumed(topic, [poison])[0], ValueError("x"))
+    assert rejected_id(letter) == injected_id(topic, poison)
+    assert rejected_id(letter) != injected_id(name("scored"), poison)  # the same bytes sent elsewhere
+    huge = hostile_inputs()[8]
+    assert len(huge) > 65_536 and rejected_id(undecodable(consumed(name("scored"), [huge])[0], ValueError())) \
+        == injected_id(name("scored"), huge)
+    assert rejected_id(dead_letter("bad_internal_message", "x", "score", poison)) == injected_id(name("score"), poison)
