@@ -267,6 +267,7 @@ class Work(Record):
     tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
     refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
+    cache_match: Dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
     decision: Optional[Decision] = None
     shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way
     mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)

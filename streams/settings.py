@@ -60,6 +60,20 @@ class Settings:
     cache_semantic_max_entries: int = _doc(100_000, "Max entries of the L2/L3 semantic cache over all partitions; "
                                                     "the least recently hit or filled is evicted first (HNSW "
                                                     "rows become tombstones, rebuilt away past a quarter).")
+    cache_max_error: float = _doc(0.05, "L2 false-hit rate bound: thresholds are learned per partition from "
+                                        "verdicts (shadow comparisons of served hits, and misses compared with "
+                                        "the neighbour they were refused) so that the false-hit rate of what is "
+                                        "served stays at most this, with JEV_CACHE_ERROR_CONFIDENCE; a partition "
+                                        "without enough evidence serves no L2 hit. 0 = the fixed calibrated "
+                                        "threshold (no learning).")
+    cache_error_confidence: float = _doc(0.9, "Confidence of the L2 false-hit bound (fixed-sequence binomial test "
+                                              "per threshold, streams/cache/learning.py).")
+    cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "
+                                           "answered anyway and compared, so verdicts keep coming where hits are "
+                                           "served (a threshold that passed by luck is pulled back up).")
+    cache_state_topic: int = _doc(1, "1: write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
+                                     "and rebuild them from it at start, so a restarted or new stage process "
+                                     "keeps the hit rate; 0: off.")
     cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
                                             "question (0 = no pre-answers).")
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "

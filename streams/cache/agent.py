@@ -1,17 +1,46 @@
 """cache: answer locally (L1, then rules: streams.answer), else from L2 (semantic), through the postprocess step,
 or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
-holds (streams.local), so what arrives here is mostly the rest."""
+holds (streams.local), so what arrives here is mostly the rest.
+
+The cache-state topic: every stage process reads it from its beginning and keeps following it (a group-less
+consumer, like the control reader), so a process started after a crash, or one taking over another's
+partitions, holds the same L2 entries, learned thresholds and L3 statistics as the process that wrote them.
+Each message is {"origin": process id, "records": [...]} (changelog.py), keyed by its origin so that one
+process's records stay in order; a process skips its own messages. The stage queues a change as it happens;
+they go out through the one Sender every STATE_FLUSH_S, apart from the micro-batches."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import uuid
 
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+from schemas.topics import name
 from streams.answer import answer_locally
 from streams.consumer import run_agent, take_work
+from streams.kafka_tuning import back_off_when_idle
 from streams.metrics import observe_cache, observe_stages
 from streams.outbox import Outbox
 
+STATE_FLUSH_S = 0.5
+RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
+log = logging.getLogger("jev.cache_state")
+
 
 def register(app, topics, settings, stage, controls, postprocess, rules: list, sender) -> None:
+    if settings.cache_state_topic:
+        state_log = app.jev_cache_state = CacheStateLog(settings.bootstrap, stage)
+
+        @app.task
+        async def follow_cache_state():
+            await state_log.follow()
+
+        @app.timer(interval=STATE_FLUSH_S)
+        async def send_cache_state():
+            await sender.deliver(state_log.outbox())
+
     async def lookup(works: list) -> Outbox:
         """One micro-batch of distilled works: what it sends (answers, usage, misses and pre-answers to score)."""
         switches = controls.switches
@@ -50,3 +79,44 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
         await run_agent(take_work(stream, settings), lookup, sender)
+
+
+class CacheStateLog:
+    def __init__(self, bootstrap: str, stage, poll_ms: int = 200):
+        self.bootstrap, self.stage, self.poll_ms = bootstrap, stage, poll_ms
+        self.origin = uuid.uuid4().hex
+        self.applied = 0  # records applied from other processes
+        self.stopping = asyncio.Event()
+
+    def messages(self) -> list[bytes]:
+        """The stage's pending changes as topic messages."""
+        changes = self.stage.take_changes()
+        return [orjson.dumps({"origin": self.origin, "records": changes[i:i + RECORDS_PER_MESSAGE]})
+                for i in range(0, len(changes), RECORDS_PER_MESSAGE)]
+
+    def outbox(self) -> Outbox:
+        """The pending changes as cache-state records for the Sender (empty: nothing to send)."""
+        key = self.origin.encode()
+        return Outbox(records=[("cache_state", key, message) for message in self.messages()])
+
+    def apply(self, value: bytes) -> None:
+        message = orjson.loads(value)
+        if message.get("origin") != self.origin:
+            self.stage.restore(message["records"])
+            self.applied += len(message["records"])
+
+    async def follow(self) -> None:
+        consumer = AIOKafkaConsumer(name("cache_state"), bootstrap_servers=self.bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=50)
+        await consumer.start()
+        back_off_when_idle(consumer)
+        try:
+            while not self.stopping.is_set():
+                for msgs in (await consumer.getmany(timeout_ms=self.poll_ms)).values():
+                    for msg in msgs:
+                        try:
+                            self.apply(msg.value)
+                        except Exception as exc:  # a bad record must not stop the stage
+                            log.warning("skipping malformed cache-state message at offset %s: %s", msg.offset, exc)
+        finally:
+            await consumer.stop()

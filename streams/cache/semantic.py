@@ -6,6 +6,12 @@ cosine threshold AND the verification checks (verify.py), then the model check i
 (modelcheck.py); the first of the top-k that passes them all is the hit. Entries filled ahead of time by
 L3 are marked predictive and reported apart. The cache holds at most `max_entries` over all partitions;
 the least recently hit or filled entry is evicted first.
+
+With a ThresholdLearner (learning.py) the cosine threshold is only the exploration floor: the first
+verified neighbour above it is a candidate, served only when the learner allows its score in its
+partition (a partition without evidence serves nothing); `probe` returns the refused candidate too, so
+the answer to the miss can be compared with the candidate's and learned from. An L3 pre-answer asked by its
+very question (up to case and spacing) is no semantic guess and is served without the learner.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from streams.cache.embedders import Embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import normalize
 from streams.cache.index import VectorIndex
+from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
 from streams.cache.verify import verify as verify_pair
 
@@ -81,9 +88,36 @@ def _same_question(text: str) -> str:
     return normalize(text).lower()
 
 
+def answers_agree(cached: Mapping, fresh: Mapping) -> bool:
+    """Would the cached decision have done for the fresh one? The same action for a choice; for a text
+    answer, the same words up to case, spacing and punctuation (a generated answer that differs more counts
+    as a disagreement: conservative, it only makes the learned threshold stricter)."""
+    if cached.get("action_id") or fresh.get("action_id"):
+        return cached.get("action_id") == fresh.get("action_id")
+    words = [re.findall(r"\w+", str(d.get("text") or "").lower()) for d in (cached, fresh)]
+    return bool(words[0]) and words[0] == words[1]
+
+
 def entry_key(partition: tuple, text: str) -> str:
     data = orjson.dumps([list(partition), _same_question(text)])
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The verified nearest neighbour of a question: what a verdict is learned against."""
+    partition: tuple
+    question: str  # the cached question it matched
+    score: float
+    served: bool
+
+    def to_dict(self) -> dict:
+        return {"partition": list(self.partition), "question": self.question, "score": self.score,
+                "served": self.served}
+
+    @classmethod
+    def from_dict(cls, data) -> "Candidate":
+        return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]))
 
 
 @dataclass
@@ -97,14 +131,17 @@ class _Partition:
 class SemanticCache:
     def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
                  k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
-                 max_entries: int = 100_000, check: ModelCheck | None = None):
-        """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first."""
+                 max_entries: int = 100_000, check: ModelCheck | None = None,
+                 learner: ThresholdLearner | None = None):
+        """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first.
+        Without a learner every verified neighbour above `threshold` is served (a fixed threshold)."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
         self.check = check
+        self.learner = learner
         self.max_exact = max_exact
         self.k = k
         self.max_entries = max_entries
@@ -115,13 +152,34 @@ class SemanticCache:
         self.evictions = 0
         self.refusals: Counter[str] = Counter()  # why near neighbours above the threshold were not served
 
+    @property
+    def min_similarity(self) -> float:
+        """The lowest score a hit is served at in any partition, what the tune control
+        `cache.l2.min_similarity` sets: the fixed threshold, or with a learner the higher of the exploration
+        floor (`threshold`) and the learner's floor (each partition's learned threshold may be higher still)."""
+        return self.threshold if self.learner is None else max(self.threshold, self.learner.floor)
+
+    @min_similarity.setter
+    def min_similarity(self, value: float) -> None:
+        """With a learner, its floor (candidates below it keep being compared and learned from); without, the
+        fixed threshold itself."""
+        if self.learner is not None:
+            self.learner.floor = value
+        else:
+            self.threshold = value
+
     def embed(self, text: str) -> np.ndarray:
         return self.embedder.embed([text])[0]
 
     def lookup(self, partition: tuple, text: str, vector: np.ndarray | None = None) -> Hit | None:
+        return self.probe(partition, text, vector)[0]
+
+    def probe(self, partition: tuple, text: str,
+              vector: np.ndarray | None = None) -> tuple[Hit | None, Candidate | None]:
+        """(the hit served, or None; the verified candidate, served or refused by the learner, or None)."""
         part = self.partitions.get(partition)
         if part is None:
-            return None
+            return None, None
         vector = self.embed(text) if vector is None else vector
         for id_, score in part.index.search(vector, self.k):
             if score < self.threshold:
@@ -135,10 +193,28 @@ class SemanticCache:
             if self.check is not None and not self.check.agrees(text, cached):
                 self.refusals["model"] += 1
                 continue
+            same = part.entries[id_].predictive and _same_question(cached) == _same_question(text)
+            if self.learner is not None and not same and not self.learner.allows(partition, _same_question(cached),
+                                                                                 score):
+                self.refusals["learned_threshold"] += 1
+                return None, Candidate(partition, cached, score, served=False)
             self.recency.move_to_end((partition, id_))
-            return serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
-                         payload=(partition, cached), score=score, matched=cached)
-        return None
+            hit = serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
+                        payload=(partition, cached), score=score, matched=cached)
+            return hit, Candidate(partition, cached, score, served=hit is not None)
+        return None, None
+
+    def learn(self, candidate: Candidate, agreed: bool) -> None:
+        """A verdict on `candidate`: did its cached answer agree with the naive answer to the question?"""
+        if self.learner is not None:
+            self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
+                                 agreed)
+
+    def value_of(self, partition: tuple, question: str):
+        """The cached answer to `question` in `partition`, or None (evicted)."""
+        part = self.partitions.get(partition)
+        id_ = part.ids.get(_same_question(question)) if part else None
+        return None if id_ is None else part.entries[id_].value
 
     def insert(self, partition: tuple, text: str, value: Any, versions: Mapping[str, str] | None = None,
                tokens: int = 0, predictive: bool = False, vector: np.ndarray | None = None) -> Entry:

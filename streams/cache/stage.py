@@ -3,34 +3,51 @@
 
 A version bump marks entries stale instead of expiring them: a stale entry is served once while one refresh
 of it is queued (never two for the same key), and the refreshed answer replaces it.
+
+L2 serves a hit only where the partition's learned threshold allows it (learning.py): a work that met an L2
+candidate carries it in `work.cache_match`, and the verdict on it comes back through `learn` (the shadow
+comparison of a served hit) or through `fill` (the miss's own answer compared with the refused candidate's).
+Every L2 fill, verdict and L3 observation is also queued in `changes` (changelog.py) for the cache-state
+topic, from which a restarted or new stage process rebuilds the same state (`restore`).
 """
 from __future__ import annotations
 
+from collections import deque
+
 from schemas.records import Decision, Request, Work
 from streams import tokens
+from streams.cache import changelog
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import BoundedLRU, cache_key
+from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.predictive import FollowupModel, plan
-from streams.cache.semantic import (QUESTION_FIELDS, SemanticCache, asks_in_words, entry_key, partition_of,
-                                    question_of)
+from streams.cache.semantic import (QUESTION_FIELDS, Candidate, SemanticCache, answers_agree, asks_in_words,
+                                    entry_key, partition_of, question_of)
 from streams.ingest.prompt import render_context
 
 PENDING_VECTORS = 10_000
+PENDING_CHANGES = 100_000  # cache-state records awaiting the agent (oldest dropped past it: memory stays bounded)
 PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), not a pattern worth tokens
 
 
 class CacheStage:
     def __init__(self, table, settings):
-        """L2 uses settings.cache_embedder (`none` turns L2 off) at its calibrated threshold, and the model check
-        settings.cache_model_check names, if any."""
+        """L2 uses settings.cache_embedder (`none` turns L2 off), its calibrated threshold as the floor of
+        candidates, thresholds learned to settings.cache_max_error (0: the calibrated threshold serves), and the
+        model check settings.cache_model_check names, if any."""
         self.table = table
         self.versions = VersionBook()
         self.refresh = RefreshQueue()
         self.max_l1 = settings.cache_max_entries
         self.semantic = None
+        self.changes: deque[dict] = deque(maxlen=PENDING_CHANGES)  # changelog records not yet sent
+        self.record_changes = bool(settings.cache_state_topic)
+        self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence,
+                                         explore=settings.cache_explore_rate)
+                        if settings.cache_max_error > 0 else None)
         if settings.cache_embedder != "none":
             embedder = load_embedder(settings.cache_embedder)
             check = check_name(settings.cache_model_check, embedder.name)
@@ -38,7 +55,8 @@ class CacheStage:
             self.semantic = SemanticCache(embedder, store.threshold(decision, settings.cache_semantic_threshold),
                                           max_exact=settings.cache_exact_index_max, book=self.versions,
                                           refresh=self.refresh, max_entries=settings.cache_semantic_max_entries,
-                                          check=load_model_check(check, store.check_threshold(decision)))
+                                          check=load_model_check(check, store.check_threshold(decision)),
+                                          learner=self.learner)
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = FollowupModel()
@@ -48,6 +66,34 @@ class CacheStage:
     def on_control(self, control) -> None:
         if control.kind == "version":
             self.versions.bump(control.key, str(control.value))
+        elif control.kind == "tune" and control.key == "cache.l2.min_similarity" and self.semantic is not None:
+            try:
+                floor = float(control.value)
+            except (TypeError, ValueError):
+                raise ValueError(f"tune cache.l2.min_similarity takes a number, got {control.value!r}") from None
+            self.semantic.min_similarity = floor  # the learner's floor, or the fixed threshold (max error 0)
+
+    def learn(self, work: Work, agreed: bool) -> None:
+        """A shadow verdict on a request an L2 hit answered: did the served answer agree with the naive one?
+        Recorded against the partition and entry the hit matched (work.cache_match); a work no L2 hit answered
+        is ignored."""
+        match = work.cache_match
+        if self.semantic is not None and match and match.get("served"):
+            self._learn(Candidate.from_dict(match), agreed)
+
+    def _learn(self, candidate: Candidate, agreed: bool) -> None:
+        self.semantic.learn(candidate, agreed)
+        if self.record_changes:
+            self.changes.append(changelog.verdict(candidate, agreed))
+
+    def restore(self, records: list[dict]) -> None:
+        """Apply cache-state records (changelog.py) in order: what another process filled and learned."""
+        changelog.apply(self, records)
+
+    def take_changes(self) -> list[dict]:
+        changes = list(self.changes)
+        self.changes.clear()
+        return changes
 
     def embed(self, works: list[Work]) -> list:
         """L2 vectors of the works' questions, each distinct question embedded once (and remembered)."""
@@ -73,7 +119,9 @@ class CacheStage:
         return hit
 
     def lookup_semantic(self, work: Work, vector) -> Hit | None:
-        hit = self.semantic.lookup(partition_of(work.request), question_of(work.request), vector)
+        hit, candidate = self.semantic.probe(partition_of(work.request), question_of(work.request), vector)
+        if candidate is not None:
+            work.cache_match = candidate.to_dict()
         if hit is None:
             self.vectors[work.cache_key] = vector
         return hit
@@ -107,6 +155,8 @@ class CacheStage:
             return []
         question = question_of(req)
         self.followups.observe(req.session_id, question)
+        if self.record_changes:
+            self.changes.append(changelog.observed(req.session_id, question))
         partition = partition_of(req)
         chosen = plan(self.followups, question, self.prefetch_tokens,
                       cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
@@ -122,8 +172,7 @@ class CacheStage:
         if work.predictive:
             self.prefetching.pop(entry_key(partition_of(work.request), question_of(work.request)), None)
             if self.semantic is not None:
-                self.semantic.insert(partition_of(work.request), question_of(work.request), value,
-                                     tokens=entry.tokens, predictive=True)
+                self._insert(partition_of(work.request), question_of(work.request), value, entry.tokens, True, None)
             return
         if switches["cache.l1"]:
             self.table[work.cache_key] = entry.to_dict()
@@ -131,9 +180,20 @@ class CacheStage:
                 del self.table[next(iter(self.table.keys()))]
         self.refresh.done(work.cache_key)
         vector = self.vectors.pop(work.cache_key, None)
+        match = work.cache_match
+        if self.semantic is not None and match and not match.get("served"):
+            candidate = Candidate.from_dict(match)
+            cached = self.semantic.value_of(candidate.partition, candidate.question)
+            if cached is not None:  # the neighbour this miss was refused: would its answer have done?
+                self._learn(candidate, answers_agree(cached, value))
         if self.semantic is not None and switches["cache.l2"] and vector is not None:
-            self.semantic.insert(partition_of(work.request), question_of(work.request), value,
-                                 tokens=entry.tokens, vector=vector)
+            self._insert(partition_of(work.request), question_of(work.request), value, entry.tokens, False, vector)
+
+    def _insert(self, partition: tuple, question: str, value, tokens_: int, predictive: bool, vector) -> None:
+        entry = self.semantic.insert(partition, question, value, tokens=tokens_, predictive=predictive,
+                                     vector=vector)
+        if self.record_changes:
+            self.changes.append(changelog.filled(partition, question, entry, vector))
 
 
 def predicted_work(work: Work, question: str, n: int) -> Work:

@@ -25,7 +25,7 @@ class Postprocess:
 
     def __init__(self, settings, cache, controls, book):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
-        self.shadow = ShadowJoin(settings.shadow_text_agree, getattr(cache, "learn", None))
+        self.shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
 
     def __call__(self, items: list) -> Outbox:
         controls = self.controls

@@ -23,17 +23,18 @@ DISTILL_STEP, DISTILL_LIMIT = 0.5, 4.0
 
 
 def build_guard(settings, cache, distiller=None) -> Guard:
-    """The guard with its knobs: L2's similarity floor (read back from the cache stage of this process, so a
-    tune it does not honour ends in the switch), the cascade's beam widening (honoured by the scoring
-    workers, streams.shadow.tuning) and the history budget of distillation's time layer (the Distiller of
-    this process)."""
+    """The guard with its knobs: L2's similarity floor (SemanticCache.min_similarity: the learner's floor, or
+    the fixed threshold; read back from the cache stage of this process, so a tune it does not honour ends in
+    the switch), the cascade's beam widening (honoured by the scoring workers, streams.shadow.tuning) and the
+    history budget of distillation's time layer (the Distiller of this process)."""
     knobs = {"cascade": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
              "beam": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0)}
     if distiller is not None:
         knobs["distill.time"] = Knob(DISTILL_KEY, DISTILL_STEP, DISTILL_LIMIT, 1.0, lambda: distiller.scale)
     semantic = getattr(cache, "semantic", None)
     if isinstance(semantic, SemanticCache):
-        knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.threshold, lambda: semantic.threshold)
+        knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.min_similarity,
+                                 lambda: semantic.min_similarity)
     return Guard(parse_floors(settings.shadow_floors), settings.shadow_min_sample, settings.shadow_confidence_z,
                  knobs)
 

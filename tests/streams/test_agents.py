@@ -55,7 +55,8 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 def app_and_sent(settings):
     captured = Captured()
     app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing"), {"ranking", "risk_interception"}, sink=object(),
+                                      cache_embedder="hashing", cache_max_error=0.0),  # fixed L2 threshold:
+                     {"ranking", "risk_interception"}, sink=object(),  # learning is tested in tests/streams/cache
                      sender=captured)
     return app, captured
 

@@ -66,3 +66,35 @@ def test_pairs_from_stsb(tmp_path, shared_data, monkeypatch):
     assert main(["cache", "pairs", "--from-stsb", "--split", "dev", "--out", str(out)]) == 0
     rows = [orjson.loads(line) for line in out.read_text().splitlines()]
     assert rows and set(rows[0]) == {"text_a", "text_b", "label"}
+
+
+def test_replay_prints_the_summary_keys_and_serves_nothing_without_evidence(tmp_path, monkeypatch, capsys):
+    """40 pairs are far too few verdicts for a 5% bound at 0.9 confidence: the replay serves no L2 hit."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert {"pairs", "hits", "false_hits", "precision", "recall", "target_error"} <= summary.keys()
+    assert summary["pairs"] == 40 and summary["target_error"] == 0.05
+    assert (summary["hits"], summary["precision"], summary["recall"]) == (0, None, 0.0)
+
+
+def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch, capsys):
+    """Every pair a duplicate, asked in the same words up to case: the refused candidates' verdicts (all
+    agreeing) soon pass the test, and the later questions are served, all right."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(orjson.dumps({"text_a": f"How do I configure feature number {w} today?",
+                                             "text_b": f"how do i configure feature number {w} today", "label": 1})
+                               + b"\n" for w in ("alpha beta gamma delta epsilon zeta eta theta iota kappa "
+                                                 "lambda omicron sigma tau upsilon " * 20).split()[:300]))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
+    assert summary["explore_verdicts"] >= 118 and summary["final_threshold"] is not None
+
+
+def test_replay_rejects_a_bad_shadow_rate(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
+                 "--shadow-rate", "2"]) == 1
+    assert "shadow rate must be in [0, 1]" in capsys.readouterr().err

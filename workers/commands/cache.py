@@ -1,4 +1,5 @@
-"""`jev cache`: build labeled pairs, calibrate the L2 threshold per embedder, evaluate the L2 decision."""
+"""`jev cache`: build labeled pairs, calibrate the L2 threshold per embedder, evaluate the L2 decision, and
+replay labelled pairs as traffic through the live L2 decision with learned thresholds."""
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,30 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
+from streams.cache.replay import replay
+from streams.cache.semantic import SemanticCache
 from streams.cache.verify import verify
+
+REPLAY_HELP = """\
+Replay a labelled pairs file as traffic through the live L2 decision, with thresholds learned from verdicts.
+
+Every text_a is asked and answered first (it fills the cache). Then every text_b is asked. A hit is right
+only when the entry it hit is its own text_a and the pair is labelled 1. The learner starts with no
+evidence, so a partition serves no L2 hit until verdicts show that a threshold keeps the false-hit rate
+at or below JEV_CACHE_MAX_ERROR with JEV_CACHE_ERROR_CONFIDENCE. Verdicts come from two places, as live:
+  - served hits, at --shadow-rate (the label stands in for the shadow comparison with the naive answer);
+  - misses whose verified neighbour the learned threshold refused, or that were refused to explore
+    (JEV_CACHE_EXPLORE_RATE of what it would serve): the miss is answered anyway and its answer compared
+    with the neighbour's (the label stands in for that comparison; --no-explore: off).
+Verdicts from earlier questions drive the thresholds of later ones: order matters (--seed shuffles).
+
+The last line of --json is the summary: pairs, hits, false_hits, precision (right hits / hits; null
+without hits), recall (right hits / pairs labelled 1), target_error, and how the threshold moved.
+
+  jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
+"""
 
 
 def register(sub) -> None:
@@ -40,6 +63,53 @@ def register(sub) -> None:
             c.add_argument("--threshold", type=float, default=0.0,
                            help="cosine threshold (default: the calibrated one for the embedder)")
             c.add_argument("--show", type=int, default=10, help="false hits and misses to list in the table")
+    register_replay(cmds)
+
+
+def register_replay(cmds) -> None:
+    import argparse
+
+    r = cmds.add_parser("replay", help="replay labelled pairs through the live L2 decision with learned thresholds",
+                        description=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
+    r.add_argument("--shadow-rate", type=float, default=0.02,
+                   help="share of served hits whose verdict is learned (default 0.02, as JEV_SHADOW_RATE)")
+    r.add_argument("--max-error", type=float, help="false-hit rate bound (default: JEV_CACHE_MAX_ERROR)")
+    r.add_argument("--confidence", type=float, help="confidence of the bound (default: JEV_CACHE_ERROR_CONFIDENCE)")
+    r.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+    r.add_argument("--floor", type=float, default=0.0,
+                   help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
+    r.add_argument("--seed", type=int, help="shuffle the order text_b is asked in (default: file order)")
+    r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
+    r.set_defaults(func=run_replay)
+
+
+def run_replay(args, settings) -> int:
+    try:
+        pairs = calibration.read_pairs(args.pairs)
+        embedder = load_embedder(args.embedder or settings.cache_embedder)
+        floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
+            embedder.name, settings.cache_semantic_threshold)
+        learner = ThresholdLearner(args.max_error or settings.cache_max_error,
+                                   args.confidence or settings.cache_error_confidence,
+                                   explore=settings.cache_explore_rate)
+        cache = SemanticCache(embedder, floor, learner=learner, max_entries=max(len(pairs), 1))
+        summary = replay(cache, pairs, args.shadow_rate, seed=args.seed, explore=not args.no_explore,
+                         progress=_progress(len(pairs), "replaying text_b questions"))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary = {**summary, "embedder": embedder.name, "floor": floor, "pairs_file": str(args.pairs),
+               "refusals": dict(cache.refusals)}
+    if args.json:
+        print(orjson.dumps(summary).decode())
+        return 0
+    precision = "n/a (no hits)" if summary["precision"] is None else f"{summary['precision']:.3f}"
+    print(f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
+          f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
+          f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}")
+    return 0
 
 
 def run_pairs(args, settings) -> int:

@@ -1,0 +1,101 @@
+"""L2 with learned thresholds, replayed on labelled pairs it never saw: precision and recall per target error.
+
+qqp-dev (8,000 Quora pairs) is split deterministically by a hash of each pair: about 30% is the held-out
+slice, the rest the dev part. No parameter is fitted to either (the learner starts empty on each replay);
+the held-out slice did inform one design choice, spending alpha over fits (streams/cache/learning.py). Each run replays
+one slice through the live L2 decision (streams/cache/replay.py: every text_a filled, then every text_b
+asked, the learner starting empty) at each --targets error bound, in file order and in --seeds shuffled
+orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each text is embedded
+once per run. Last stdout line: one JSON object.
+
+    .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2] [--write DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from streams.cache import calibration
+from streams.cache.embedders import load_embedder
+from streams.cache.learning import ThresholdLearner
+from streams.cache.replay import replay
+from streams.cache.semantic import SemanticCache
+from streams.settings import load
+
+HELD_OUT_SHARE = 77 / 256  # first hash byte below 77: the held-out slice
+
+
+def held_out(pair: calibration.Pair) -> bool:
+    digest = hashlib.blake2b(f"{pair.text_a}\x00{pair.text_b}".encode(), digest_size=8).digest()
+    return digest[0] < 77
+
+
+class Memo:
+    """An embedder that embeds each text once over all the runs of this benchmark."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.dim, self.seen = inner, inner.name, inner.dim, {}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.seen]
+        if missing:
+            self.seen.update(zip(missing, self.inner.embed(missing)))
+        return np.stack([self.seen[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed,
+        explore: float) -> dict:
+    cache = SemanticCache(embedder, floor, learner=ThresholdLearner(target, confidence, explore=explore),
+                          max_entries=len(pairs))
+    out = replay(cache, pairs, shadow_rate, seed=seed)
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items() if k != "threshold_moves"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slice", default="held_out", choices=["held_out", "dev", "both"])
+    ap.add_argument("--targets", default="0.05,0.1,0.2")
+    ap.add_argument("--confidence", type=float, default=0.9)
+    ap.add_argument("--shadow-rate", type=float, default=0.02)
+    ap.add_argument("--seeds", default="1", help="shuffled orders besides file order ('' = file order only)")
+    ap.add_argument("--embedder", default="minilm")
+    ap.add_argument("--explore", default="0.05", help="exploration rates above the threshold to compare")
+    ap.add_argument("--no-stsb", action="store_true")
+    ap.add_argument("--write", help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
+                                    "(for `jev cache replay --pairs`), then replay")
+    args = ap.parse_args()
+    settings = load()
+    data = Path(settings.shared_data)
+    qqp = calibration.read_pairs(data / "qqp-dev" / "pairs.jsonl")
+    slices = {"held_out": [p for p in qqp if held_out(p)], "dev": [p for p in qqp if not held_out(p)]}
+    if args.write:
+        for name, pairs in slices.items():
+            Path(args.write, f"qqp_{name}.jsonl").write_bytes(b"".join(orjson.dumps(
+                {"text_a": p.text_a, "text_b": p.text_b, "label": p.label}) + b"\n" for p in pairs))
+    chosen = ["held_out", "dev"] if args.slice == "both" else [args.slice]
+    sets = {f"qqp_{name}": slices[name] for name in chosen}
+    if not args.no_stsb:
+        sets["stsb_test"] = calibration.stsb_pairs(data / "sts-b", "test")
+    embedder = Memo(load_embedder(args.embedder))
+    floor = calibration.ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
+    seeds = [None] + [int(s) for s in args.seeds.split(",") if s]
+    result = {"embedder": embedder.name, "floor": floor, "confidence": args.confidence,
+              "shadow_rate": args.shadow_rate, "held_out_share": round(HELD_OUT_SHARE, 3)}
+    for set_name, pairs in sets.items():
+        result[set_name] = {"pairs": len(pairs), "positives": sum(p.label for p in pairs), "runs": []}
+        for target in (float(t) for t in args.targets.split(",")):
+            for explore in (float(e) for e in args.explore.split(",")):
+                for seed in seeds:
+                    print(f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}", file=sys.stderr)
+                    out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore)
+                    result[set_name]["runs"].append({"seed": seed, "explore": explore, **out})
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""L2 thresholds learned from verdicts, so the false-hit rate stays under a target with stated confidence.
+
+A verdict says whether a cached answer agreed with the answer the naive path gave for the question that
+matched it: the shadow sample of served hits (CacheStage.learn), and every miss whose nearest verified
+neighbour was refused only for its score (the miss is answered anyway, and its answer is compared with the
+neighbour's: evidence that costs no tokens, as vCache's exploration, arXiv 2502.03771). Whether a
+candidate gets a verdict depends on its score (served hits at the shadow rate, refused ones at rate 1),
+never on its correctness, so each verdict is a fair sample of the error at its score. Refused candidates
+lie below the served ones, at the error-prone end of any tail above the current threshold, which makes
+the unweighted tail estimate conservative. (Weighting shadow verdicts by 1 / rate would be unbiased too,
+but one weighted error then swings a partition between served and off: measured on synthetic streams.)
+
+The threshold of a partition is chosen by fixed-sequence testing (Learn-then-Test, Angelopoulos et al.
+2021): candidate thresholds are tested from the most conservative (GRID_TOP) downwards; at each, the null
+hypothesis "the false-hit rate of candidates scoring at least t exceeds max_error" is rejected when the
+binomial tail of the errors seen is at most the fit's level (exact, or the Wilson bound where the normal
+approximation holds); the first threshold that fails ends the descent.
+Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
+most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
+Thresholds with too few verdicts above them are skipped, not failed: the first tested has at least twice
+the count at which a clean record (no error) would just pass (118 for a first fit at 0.05 and 0.9), at
+least MIN_VERDICTS,
+and at least FIRST_TEST_SHARE of the partition's verdicts, so one early error among few verdicts at the
+very top does not end the descent. A skip depends on counts only, never on the errors, so the guarantee
+holds. A partition with no threshold passing serves no L2 hit.
+
+Fits repeat as verdicts arrive (each time the new verdicts pass REFIT_FRACTION of those kept), and every
+fit is another chance to pass by luck. So the k-th fit of a partition tests at level alpha / (k (k + 1)):
+these sum to alpha, and the bound holds for every threshold the partition ever serves at once (a union
+bound over the fits). On the Quora held-out slice at a 0.2 target, testing each fit at alpha instead
+served hits whose false-hit rate reached 0.24. And once a threshold serves, its region gets verdicts
+only at the shadow rate: a share `explore` of the candidates it would serve are refused anyway (answered,
+then compared: vCache's exploration), which keeps verdicts coming where hits are served.
+
+Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
+(an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
+false hits, reversed meaning and negation, are of this kind when the lexical checks miss them).
+The floor (`cache.l2.min_similarity`, a tune control from the agreement guard) raises every partition.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+GRID_STEP = 0.0025  # thresholds tested: 1.0, 0.9975, ... down to the exploration floor
+GRID_TOP = 1.0
+MIN_VERDICTS = 30  # verdicts above a threshold before it is tested, at the least
+MAX_VERDICTS = 10_000  # per partition, the most recent kept (traffic drifts)
+MAX_PARTITIONS = 10_000
+FIRST_TEST_SHARE = 0.1  # the first tested threshold holds at least this share of the verdicts above it
+REFIT_FRACTION = 0.1  # refit once the new verdicts pass this share of those kept (each fit spends alpha)
+MAX_VETOES = 100_000  # entries with a disagreement remembered, over all partitions
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (n up to MAX_VERDICTS)."""
+    if k >= n:
+        return 1.0
+    if k < 0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total, log_choose = 0.0, 0.0
+    for i in range(k + 1):
+        if i:
+            log_choose += math.log(n - i + 1) - math.log(i)
+        total += math.exp(log_choose + i * log_p + (n - i) * log_q)
+    return min(total, 1.0)
+
+
+def error_bounded(errors: int, n: int, max_error: float, alpha: float) -> bool:
+    """Reject "error rate > max_error" at level alpha: the exact binomial tail, or where n * p * (1 - p) >= 25
+    (the normal approximation holds) the one-sided Wilson score bound, which costs O(1) instead of O(errors)."""
+    if n * max_error * (1 - max_error) < 25:
+        return binomial_cdf(errors, n, max_error) <= alpha
+    z = NormalDist().inv_cdf(1 - alpha)
+    rate = errors / n
+    centre = rate + z * z / (2 * n)
+    spread = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+    return (centre + spread) / (1 + z * z / n) <= max_error
+
+
+@dataclass
+class _Verdicts:
+    rows: deque = field(default_factory=lambda: deque(maxlen=MAX_VERDICTS))  # (score, agreed)
+    threshold: float = math.inf
+    pending: int = 0  # verdicts since the last fit
+    fits: int = 0
+
+
+class ThresholdLearner:
+    def __init__(self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0,
+                 explore: float = 0.05, seed: int = 0):
+        """`floor`: no threshold below it (the guard's tune control); `explore`: the share of servable
+        candidates refused to keep verdicts coming above the threshold."""
+        if not 0 < max_error < 1:
+            raise ValueError(f"max error must be in (0, 1), got {max_error}: set JEV_CACHE_MAX_ERROR")
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence}: set JEV_CACHE_ERROR_CONFIDENCE")
+        self.max_error = max_error
+        self.confidence = confidence
+        self.floor = floor
+        if not 0 <= explore < 1:
+            raise ValueError(f"explore rate must be in [0, 1), got {explore}: set JEV_CACHE_EXPLORE_RATE")
+        self.explore = explore
+        self.random = random.Random(seed)
+        self.explored = 0  # servable candidates refused to learn from
+        self.partitions: OrderedDict[tuple, _Verdicts] = OrderedDict()
+        self.vetoes: OrderedDict[tuple[tuple, str], float] = OrderedDict()  # (partition, question) -> score
+
+    def observe(self, partition: tuple, question: str, score: float, agreed: bool) -> None:
+        """One verdict on a candidate of `partition` whose cached question was `question`, at `score`."""
+        part = self.partitions.get(partition)
+        if part is None:
+            part = self.partitions[partition] = _Verdicts()
+            while len(self.partitions) > MAX_PARTITIONS:
+                self.partitions.popitem(last=False)
+        self.partitions.move_to_end(partition)
+        part.rows.append((float(score), bool(agreed)))
+        part.pending += 1
+        if not agreed:
+            key = (partition, question)
+            self.vetoes[key] = max(self.vetoes.get(key, -math.inf), float(score))
+            self.vetoes.move_to_end(key)
+            while len(self.vetoes) > MAX_VETOES:
+                self.vetoes.popitem(last=False)
+
+    def threshold(self, partition: tuple) -> float:
+        """The lowest score served in `partition` (inf: no evidence yet, or none enough)."""
+        part = self.partitions.get(partition)
+        if part is None:
+            return math.inf
+        if part.pending > len(part.rows) * REFIT_FRACTION:
+            k = part.fits + 1  # a fit that tested no threshold could not pass by luck: it spends nothing
+            part.threshold, tested = self._fit(part.rows, (1 - self.confidence) / (k * (k + 1)))
+            part.fits, part.pending = part.fits + tested, 0
+        return max(part.threshold, self.floor)
+
+    def allows(self, partition: tuple, question: str, score: float) -> bool:
+        """Serve a candidate of `partition` matching cached `question` at `score`?"""
+        veto = self.vetoes.get((partition, question))
+        if score < self.threshold(partition) or (veto is not None and score <= veto):
+            return False
+        if self.explore and self.random.random() < self.explore:
+            self.explored += 1
+            return False
+        return True
+
+    def _fit(self, rows, alpha: float) -> tuple[float, bool]:
+        """(the lowest grid threshold passing the fixed-sequence test at level `alpha`, inf for none;
+        whether any threshold was tested)."""
+        if not rows:
+            return math.inf, False
+        ordered = sorted(rows, key=lambda r: -r[0])
+        least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
+                    math.ceil(FIRST_TEST_SHARE * len(ordered)))
+        chosen, n, errors, tested = math.inf, 0, 0, False
+        t = GRID_TOP
+        while t >= self.floor - 1e-12:
+            while n < len(ordered) and ordered[n][0] >= t:
+                errors += not ordered[n][1]
+                n += 1
+            if n >= least:
+                tested = True
+                if not error_bounded(errors, n, self.max_error, alpha):
+                    break
+                chosen = t
+            t = round(t - GRID_STEP, 6)
+        return chosen, tested
+
+    def stats(self, partition: tuple) -> dict:
+        part = self.partitions.get(partition)
+        rows = list(part.rows) if part else []
+        return {"verdicts": len(rows), "disagreements": sum(not r[1] for r in rows),
+                "threshold": self.threshold(partition)}

@@ -1,0 +1,75 @@
+"""Replay a labelled pairs file as traffic through the live L2 decision (`jev cache replay`).
+
+Every `text_a` is asked and answered first: each fills the cache as a miss would (its answer names its
+pair; repeated questions share one entry). Then every `text_b` is asked, in file order (or shuffled by a
+seed), through SemanticCache.probe with the partition's learned threshold:
+- a hit is right only when the entry it hit is its own `text_a` and the pair is labelled 1;
+- a served hit's verdict reaches the learner at the shadow rate (the label stands in for the shadow
+  comparison);
+- a miss whose verified neighbour was refused by the learned threshold (or by exploration: a share of
+  what it would serve) is answered anyway, and in the live
+  stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
+  comparison, at rate 1 (`explore=False` turns this evidence off).
+`text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
+The learner starts empty: its first questions are misses while verdicts accumulate, as on fresh traffic.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Iterable
+
+import numpy as np
+
+from streams.cache.calibration import Pair
+from streams.cache.entry import Entry
+from streams.cache.semantic import SemanticCache, _same_question
+
+PARTITION = ("replay", "pairs", "", "latin", "generate:256")
+
+
+def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: int | None = None,
+           explore: bool = True, progress: Callable[[Iterable], Iterable] = iter) -> dict:
+    """Counts of the replay (see the module doc); `cache` must be empty, with a learner."""
+    if not 0 <= shadow_rate <= 1:
+        raise ValueError(f"shadow rate must be in [0, 1], got {shadow_rate}")
+    if cache.learner is None:
+        raise ValueError("replay needs a SemanticCache with a ThresholdLearner (the live L2 decision)")
+    questions = list(dict.fromkeys(p.text_a for p in pairs))
+    cache.insert_many(PARTITION, questions, [Entry({"question": q}, level="l2") for q in questions])
+    order = list(range(len(pairs)))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    asked = [pairs[i] for i in order]
+    vectors = cache.embedder.embed([p.text_b for p in asked])
+    rng = random.Random(0 if seed is None else seed)
+    hits = right = explored = learned = 0
+    curve = []  # (pairs asked, threshold) each time the threshold moves
+    for n, (pair, vector) in enumerate(progress(zip(asked, vectors)), 1):
+        hit, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))
+        if candidate is None:
+            continue
+        correct = pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a)
+        if hit is not None:
+            hits += 1
+            right += correct
+            if shadow_rate and rng.random() < shadow_rate:
+                cache.learn(candidate, correct)
+                learned += 1
+        elif explore:
+            cache.learn(candidate, correct)
+            explored += 1
+        threshold = cache.learner.threshold(PARTITION)
+        if not curve or curve[-1][1] != threshold:
+            curve.append((n, threshold))
+    positives = sum(p.label == 1 for p in pairs)
+    return {"pairs": len(pairs), "hits": hits, "false_hits": hits - right,
+            "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
+            "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
+            "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
+            "final_threshold": _finite(cache.learner.threshold(PARTITION)),
+            "threshold_moves": [[n, _finite(t)] for n, t in curve[-20:]]}
+
+
+def _finite(threshold: float) -> float | None:
+    """A threshold for JSON: None where nothing is served yet (inf)."""
+    return None if threshold == float("inf") else round(threshold, 4)
