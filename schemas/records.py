@@ -269,8 +269,29 @@ class Work(Record):
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
     cache_match: Dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
     decision: Optional[Decision] = None
+    budget_holds: Dict[str, str] = {}  # hard budget key -> the lease its tokens were reserved against
+    budget_tokens: int = 0  # tokens reserved against each of those leases (the request's worst case)
     shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way
     mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
+
+
+class BudgetEvent(Record):
+    """One event of a hard budget's lease log (the budget topic, keyed by budget key, so one partition owns each
+    budget): a stage process asks for a slice (`lease`), the owner grants it (`grant`, also sent to the holder on
+    the leases topic), decisions settle against it wherever they complete (`settle`), the holder hands back what it
+    did not use (`return`), and the owner takes back what a lease still holds once it can no longer be spent
+    (`reclaim`). The owner's state is the fold of grant, settle, return and reclaim events."""
+    kind: str  # lease | grant | settle | return | reclaim
+    key: str  # budget key, e.g. tenant:acme@day
+    holder: str = ""  # the stage process holding the lease
+    lease_id: str = ""
+    request: str = ""  # id of the lease request a grant answers (a redelivered request is granted once)
+    window: str = ""  # the budget period the lease belongs to, e.g. 2026-12-01
+    tokens: int = 0  # lease: asked; grant: granted; return: handed back
+    reserved: int = 0  # settle: the reservations' worst case being settled
+    actual: int = 0  # settle: tokens actually spent
+    expires: float = 0.0  # grant: the holder reserves against the lease until then
+    ts: float = 0.0
 
 
 class Verdict(Record):

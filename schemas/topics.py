@@ -28,6 +28,8 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.batch_merged.v1", "job", "MergedCall: generated merged prompt of several batch members"),
     TopicSpec("jev.batch_results.v1", "job", "BatchResult (one per batch member)", external=True),
     TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review", external=True),
+    TopicSpec("jev.budget.v1", "key", "BudgetEvent: a hard budget's lease log, owned per partition"),
+    TopicSpec("jev.leases.v1", "holder", "BudgetEvent grants, to the stage process that asked"),
     TopicSpec("jev.shadow.v1", "cache_key", "WorkBatch of naive twins of sampled requests, for the scoring workers"),
     TopicSpec("jev.verdicts.v1", "request_id", "Verdict: a sampled request's served vs naive decision", external=True),
     TopicSpec("jev.cache_state.v1", "origin", "cache-state records: L2 fills and verdicts, L3 follow-ups"),

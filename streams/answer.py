@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import UsageEvent, Work
 from streams.metrics import observe_cache
-from streams.scoring.engine import rule_decision
+from streams.scoring.rule_tier import rule_decision
 
 
 @dataclass

@@ -22,10 +22,12 @@ from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
+from streams.leases.agent import BudgetOwner, LeaseClient
 from streams.switches import Controls
 from streams.metrics import observe_switches
 from streams import models
 from streams.envelopes import MAX_MESSAGE_BYTES
+from streams.outbox import Outbox
 from streams.sender import Sender
 from streams.topics import KeyPartitionedTable, Topics
 from streams.scoring import rules
@@ -63,6 +65,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
 
     @app.timer(interval=1.0)
     async def save_budgets():
+        book.expire(settings.budget_reservation_ttl_s)
         if book.revision != saved["revision"]:
             saved["revision"] = book.revision
             save_book(book, budget_file)
@@ -86,24 +89,46 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     if hasattr(sink, "on_control"):
         controls.listeners.append(sink.on_control)
 
+    leases = None
+    if settings.budget_leases:
+        async def send(topic, values):  # the lease agents' events (topic by full name), each to its partition
+            short = topic.split(".")[1]
+            await sender.deliver(Outbox(placed=[(short, partition, value) for partition, value in values]))
+
+        book.leased_tokens = True
+        leases = LeaseClient(settings.bootstrap, settings.app_id, settings.partitions, book, send,
+                             settings.budget_lease_share, settings.budget_lease_s)
+        owner = BudgetOwner(settings.bootstrap, settings.app_id, book, send, settings.budget_lease_s,
+                            settings.budget_reservation_ttl_s)
+
+        @app.task
+        async def own_budgets():
+            await owner.run()
+
+        @app.task
+        async def hold_leases():
+            await leases.run()
+
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
     postprocess = Postprocess(settings, cache, controls, book)
+    postprocess.leases = leases
     rule_list = rules.load(settings.rules)
     distiller = Distiller(settings.distill_policies)
     controls.listeners.append(distiller.on_control)
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, distiller,
         LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender,
-        shadow=Sampler(settings.shadow_rate))
+        shadow=Sampler(settings.shadow_rate), leases=leases)
     cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
     postprocess_agent.register(app, topics, settings, postprocess, sender)
-    app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender)
+    app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None
     batch_agent.register(app, topics, settings, sender)
     guard = shadow_agent.build_guard(settings, cache, distiller)
     controls.listeners.append(guard.on_control)
-    app.jev_verdicts = shadow_agent.register(
-        app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender)
+    app.jev_verdicts = shadow_agent.register(  # where ClickHouse is: the verdicts are stored and judged there
+        app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender) \
+        if settings.usage_sink else None
     app.jev_guard = guard
     app.jev_topics = topics
     app.jev_controls = controls

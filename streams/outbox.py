@@ -17,6 +17,7 @@ class Outbox:
     dead_letters: list[Rejection] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
     records: list[tuple[str, bytes | None, bytes]] = field(default_factory=list)  # (topic short name, key, value)
+    placed: list[tuple[str, int | None, bytes]] = field(default_factory=list)  # (topic short name, partition, value)
     chunks: list[Chunk] = field(default_factory=list)  # of streamed answers, in order; acknowledged before the rest
 
     def send_work(self, topic: str, works: list[Work]) -> Outbox:

@@ -70,7 +70,8 @@ class Sender(mode.Service):
 
     async def send(self, outbox: Outbox) -> list[asyncio.Future]:
         """Queue every record of `outbox` in order (chunks, decisions, review, usage, work, dead letters, alerts,
-        batch records); the delivery futures. Chunks are keyed by request id, partitioned as decisions are."""
+        batch records, records placed on a partition); the delivery futures. Chunks are keyed by request id,
+        partitioned as decisions are."""
         send = self.producer.send
         futures = []
         if outbox.chunks:
@@ -94,6 +95,8 @@ class Sender(mode.Service):
             futures.append(await send(name("alerts"), encode(alert), key=alert.scope.encode()))
         for topic, key, value in outbox.records:
             futures.append(await send(name(topic), value, key=key))
+        for topic, partition, value in outbox.placed:  # the partition was chosen by the stage (a budget key's)
+            futures.append(await send(name(topic), value, partition=partition))
         return futures
 
     async def send_keyed(self, topic: str, encoded: list[tuple[str, bytes, list]]) -> list[asyncio.Future]:

@@ -87,6 +87,23 @@ class Settings:
                                     "streams/batch/templates.yaml.")
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
+    budget_leases: int = _doc(1, "Hard token budgets through leases from each budget's owner partition (1), so they "
+                                 "hold across any number of stage processes; 0 = each process checks its own view "
+                                 "(right for one stage process only).")
+    budget_lease_share: float = _doc(0.05, "Share of a hard token limit one lease asks for. Bounds what unused leases "
+                                           "can strand at the end of a period: at most stage processes × "
+                                           "max(share × limit, the largest request) per budget, until they are "
+                                           "returned (at the latest JEV_BUDGET_LEASE_S later).")
+    budget_lease_s: float = _doc(10.0, "Seconds a lease lives unless topped up; then its unused balance is returned.")
+    budget_reservation_ttl_s: float = _doc(120.0, "Seconds a reservation may wait for its decision: older works get "
+                                                  "no model tokens (fallback), and an owner reclaims a lease's "
+                                                  "unsettled part this long after the lease expired (a crashed "
+                                                  "process's leases come back then). Local reservations older than "
+                                                  "this are released too.")
+    usage_sink: int = _doc(1, "This stage process runs the usage sink and owns ClickHouse (1). With several stage "
+                              "processes set 0 on all but one: the embedded engine lets one process own its data "
+                              "directory, and the others' usage reaches it by the usage topic. The shadow "
+                              "verdicts are stored and judged (the guard) where it is 1.")
     metrics_port: int = _doc(0, "Port of the Prometheus /metrics endpoint (0 = off).")
     index_te_min: float = _doc(0.85, "Token efficiency (TE) is healthy at or above this share.")
     index_te_alert: float = _doc(0.75, "`jev alerts` fires when TE over the last 15 minutes is under this.")

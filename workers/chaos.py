@@ -1,7 +1,8 @@
 """`jev chaos`: run the local pipeline, inject faults mid-stream, and account for every request and token.
 
-Faults: SIGKILL of the Faust stage process and/or the scoring worker (each restarted at once; the broker keeps
-their uncommitted input, so redelivery is at-least-once), a ClickHouse outage of S seconds (the stage's
+Faults: SIGKILL of a stage process (the one that owns ClickHouse, or with --stages N another one) and/or a
+scoring worker (each restarted at once; the broker keeps their uncommitted input, so redelivery is
+at-least-once), a ClickHouse outage of S seconds (the stage's
 SpillingSink holds the events on disk and writes them after recovery), and hostile inputs mixed into the
 stream (each must come back as a dead letter with a reason). The audit runs in a child process because the
 ClickHouse directory belongs to one process at a time.
@@ -165,7 +166,7 @@ async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, 
 
 
 async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeout: float, log=lambda m: None,
-                    on_progress=lambda done, total: None) -> dict:
+                    on_progress=lambda done, total: None, stages: int = 1, scorers: int = 1) -> dict:
     settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-chaos-"), clickhouse_dsn="")
     payloads = workload.generate(n, seed=11)
     expected = {orjson.loads(p)["request_id"] for p in payloads}
@@ -173,7 +174,8 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     poison = internal_poison()
     injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}
     started = time.monotonic()
-    async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True) as pipe:
+    async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True, stages=stages,
+                        scorers=scorers) as pipe:
         collector = Collector(pipe.settings.bootstrap)
         following = asyncio.create_task(collector.run())
         if sink_outage:
@@ -216,7 +218,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         "bad_inputs_caught": len(injected & collector.rejections.keys()),
         "bad_inputs_missed": sorted(injected - collector.rejections.keys()),
         "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
-        "worker_restarts": sum(restarts.values()), "restarts": restarts,
+        "worker_restarts": sum(restarts.values()), "restarts": restarts, "stages": stages, "scorers": scorers,
         "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",
                                               "final_tokens", "raw_nominal_tokens", "final_nominal_tokens",
                                               "spill_drained")},

@@ -42,9 +42,10 @@ async def wait_verdicts(pipe: Pipeline, expected: int, since: dt.datetime, timeo
         await asyncio.sleep(0.5)
 
 
-async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
-    """`metrics_out`: write the final /metrics scrape of every process the demo ran there (Prometheus text, each
-    sample labelled with its process) and report which series the alerts and dashboard read it lacks."""
+async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1, metrics_out: str = "") -> dict:
+    """`stages`, `scorers`: stage processes and scoring workers. `metrics_out`: write the final /metrics scrape of
+    every process the demo ran there (Prometheus text, each sample labelled with its process) and report which
+    series the alerts and dashboard read it lacks."""
     payloads = workload.generate(n, stream_share=STREAM_SHARE)
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
@@ -52,7 +53,8 @@ async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
     expected = sampled(payloads, settings.shadow_rate)
     metrics = {}
-    async with Pipeline(settings, known_decision_types(settings.decision_types), metrics=bool(metrics_out)) as pipe:
+    async with Pipeline(settings, known_decision_types(settings.decision_types), stages=stages, scorers=scorers,
+                        metrics=bool(metrics_out)) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
         await pipe.publish(bad)
         for wave in range(WAVES):
@@ -87,7 +89,8 @@ async def run_demo(settings, n: int, progress, metrics_out: str = "") -> dict:
             "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
-            "clickhouse_rows": rows, **metrics, "wall_s": round(time.monotonic() - started, 1), "stream": stream}
+            "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
+            "wall_s": round(time.monotonic() - started, 1), "stream": stream}
 
 
 def stream_report(ch, chunks: dict[str, list]) -> dict:

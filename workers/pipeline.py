@@ -1,12 +1,11 @@
-"""The local pipeline as one object: broker, Faust stages, scoring-worker process, ClickHouse sink.
-
-Used by `jev demo`, the integration tests, `jev chaos` and the benchmarks.
+"""The demo harness: the local pipeline as one object (broker, Faust stages, scoring-worker process, ClickHouse
+sink), used by `jev demo`, the integration tests, `jev chaos` and the benchmarks. The production entry of the stage
+process is workers/stage_process.py.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import shutil
 import signal
@@ -44,11 +43,16 @@ class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
     def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False,
-                 metrics: bool = False):
-        """`stages_process`: run the Faust stages in a child process (`python -m workers.pipeline`) that owns
+                 stages: int = 1, scorers: int = 1, metrics: bool = False):
+        """`stages_process`: run the Faust stages in a child process (`python -m workers.stage_process`) that owns
         ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
+        `stages`, `scorers`: stage processes and scoring workers. Stage processes past the first run as children
+        with JEV_USAGE_SINK=0 (one process owns the embedded ClickHouse) and a data directory of their own.
         `metrics`: every child process serves /metrics on a port of its own and the in-process stages export
         consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml)."""
+        if stages < 1 or scorers < 1:
+            raise ValueError(f"a pipeline needs at least one stage process and one scoring worker "
+                             f"(got stages={stages}, scorers={scorers})")
         self.root = Path(settings.data_dir).resolve() / "pipeline"
         self.fresh = fresh
         self.query_server = None
@@ -57,14 +61,24 @@ class Pipeline:
         self.broker = LocalBroker(log=None)
         self.known_types = known_types
         self.base = settings
-        self.scoring: subprocess.Popen | None = None
         self.stages_process = stages_process
-        self.stages: subprocess.Popen | None = None
+        self.stage_count, self.scorer_count = stages, scorers
+        self.stage_procs: dict[int, subprocess.Popen] = {}  # index -> process; index 0 owns ClickHouse
+        self.scorers: dict[int, subprocess.Popen] = {}
         self.ch = self.app = self.worker = None
         self.restarts = {"faust": 0, "scoring": 0}
         self.metrics = metrics
         self.metrics_ports: dict[subprocess.Popen, int] = {}
         self.lag_task: asyncio.Task | None = None
+
+    @property
+    def stages(self) -> subprocess.Popen | None:
+        """The stage process that owns ClickHouse (None when the stages run in this process)."""
+        return self.stage_procs.get(0)
+
+    @property
+    def scoring(self) -> subprocess.Popen | None:
+        return self.scorers.get(0)
 
     async def __aenter__(self) -> "Pipeline":
         self.broker.start()
@@ -74,7 +88,7 @@ class Pipeline:
         await create_topics(self.settings.bootstrap, [t.name for t in TOPICS.values()], self.settings.partitions)
         if self.stages_process:
             await asyncio.to_thread(self.start_stages)
-            await asyncio.to_thread(self.start_scoring)
+            await self.start_fleet()
             return self
         self.ch = clickhouse.open_migrated(self.settings.clickhouse, self.settings.usage_ttl_days)
         if self.fresh:
@@ -89,23 +103,32 @@ class Pipeline:
         if self.metrics:
             declare_known_series()
             self.lag_task = asyncio.create_task(export_lag_forever(self.settings.bootstrap, self.settings.lag_export_s))
-        self.start_scoring()
+        await self.start_fleet()
         return self
+
+    async def start_fleet(self) -> None:
+        """The other stage processes and every scoring worker, started side by side."""
+        await asyncio.gather(*(asyncio.to_thread(self.start_stages, i) for i in range(1, self.stage_count)),
+                             *(asyncio.to_thread(self.start_scoring, i) for i in range(self.scorer_count)))
 
     def child_env(self) -> dict:
         """Every setting as its JEV_* variable, so a child process sees exactly this pipeline's settings."""
         return {**os.environ, **{f"JEV_{f.name.upper()}": str(getattr(self.settings, f.name))
                                  for f in dataclasses.fields(self.settings)}}
 
-    def spawn(self, module: str, ready_prefix: str) -> subprocess.Popen:
-        """Start `python -m module` and wait for its readiness file (<data_dir>/<prefix>-<pid>.ready)."""
+    def spawn(self, module: str, ready_prefix: str, data_dir: Path | None = None, **env) -> subprocess.Popen:
+        """Start `python -m module` (settings overridden by `env`, JEV_* names) and wait for its readiness file
+        (<data_dir>/<prefix>-<pid>.ready)."""
+        data_dir = data_dir or Path(self.settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
         port = free_port() if self.metrics else 0
-        env = {**self.child_env(), "JEV_METRICS_PORT": str(port)}
-        proc = subprocess.Popen([sys.executable, "-m", module], env=env, stdin=subprocess.DEVNULL,
-                                preexec_fn=die_with_parent)
+        proc = subprocess.Popen([sys.executable, "-m", module], env={**self.child_env(), **env,
+                                                                    "JEV_DATA_DIR": str(data_dir),
+                                                                    "JEV_METRICS_PORT": str(port)},
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         if port:
             self.metrics_ports[proc] = port
-        ready = Path(self.settings.data_dir) / f"{ready_prefix}-{proc.pid}.ready"
+        ready = data_dir / f"{ready_prefix}-{proc.pid}.ready"
         deadline = time.monotonic() + 300
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -114,28 +137,47 @@ class Pipeline:
             time.sleep(0.1)
         return proc
 
-    def start_scoring(self) -> None:
-        self.scoring = self.spawn("workers.scoring_worker", "scoring")
+    def start_scoring(self, index: int = 0) -> None:
+        self.scorers[index] = self.spawn("workers.scoring_worker", "scoring")
 
-    def start_stages(self) -> None:
-        self.stages = self.spawn("workers.pipeline", "stages")
+    def stage_dir(self, index: int) -> Path:
+        return Path(self.settings.data_dir) / (f"stage{index}" if index else "")
+
+    def start_stages(self, index: int = 0) -> None:
+        """Stage process `index`; 0 owns ClickHouse (the usage sink), the others send usage by the topic only."""
+        extra = {"JEV_USAGE_SINK": "0"} if index else {}
+        self.stage_procs[index] = self.spawn("workers.stage_process", "stages", self.stage_dir(index), **extra)
+
+    ROLES = {"faust": "the stage process that owns ClickHouse", "stage": "the last stage process (the owner when "
+             "it runs alone)", "scoring": "the first scoring worker"}
+
+    def target(self, role: str) -> tuple[str, int]:
+        if role == "scoring":
+            return "scoring", 0
+        if role == "faust" or (role == "stage" and len(self.stage_procs) == 1):
+            return "stages", 0
+        if role == "stage":
+            return "stages", max(self.stage_procs)
+        raise ValueError(f"unknown role {role!r}: choose {', '.join(self.ROLES)}")
 
     def kill(self, role: str) -> int:
-        """SIGKILL the Faust stage process (`faust`) or the scoring worker (`scoring`); returns its pid."""
-        proc = {"faust": self.stages, "scoring": self.scoring}[role]
+        """SIGKILL one process (see ROLES); returns its pid."""
+        kind, index = self.target(role)
+        proc = (self.scorers if kind == "scoring" else self.stage_procs).get(index)
         if proc is None:
             raise ValueError(f"no {role} process to kill (the Faust stages run in a process only with "
-                             f"stages_process=True)")
+                             f"stages_process=True, or stages > 1)")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        prefix = "stages" if role == "faust" else "scoring"
-        (Path(self.settings.data_dir) / f"{prefix}-{proc.pid}.ready").unlink(missing_ok=True)
+        ready_dir = Path(self.settings.data_dir) if kind == "scoring" else self.stage_dir(index)
+        (ready_dir / f"{kind}-{proc.pid}.ready").unlink(missing_ok=True)
         return proc.pid
 
     async def restart(self, role: str) -> None:
         """Start a fresh process in place of a killed one (blocking start moved off the event loop)."""
-        await asyncio.to_thread(self.start_stages if role == "faust" else self.start_scoring)
-        self.restarts[role] += 1
+        kind, index = self.target(role)
+        await asyncio.to_thread(self.start_scoring if kind == "scoring" else self.start_stages, index)
+        self.restarts[role] = self.restarts.get(role, 0) + 1
 
     @staticmethod
     def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
@@ -155,14 +197,14 @@ class Pipeline:
         scraped = {f"stages-{os.getpid()}": generate_latest(REGISTRY).decode()} if self.worker is not None else {}
         for proc, port in self.metrics_ports.items():
             if proc.poll() is None:
-                role = "stages" if proc is self.stages else "scoring"
+                role = "stages" if proc in self.stage_procs.values() else "scoring"
                 scraped[f"{role}-{proc.pid}"] = fetch(port)
         return scraped
 
     async def __aexit__(self, *exc) -> None:
         if self.lag_task is not None:
             self.lag_task.cancel()
-        await asyncio.to_thread(self.stop_process, self.scoring, 10)
+        await asyncio.gather(*(asyncio.to_thread(self.stop_process, p, 10) for p in self.scorers.values()))
         await self.stop_stages()
         if self.query_server is not None:
             await self.query_server.__aexit__(*exc)
@@ -170,6 +212,7 @@ class Pipeline:
 
     async def stop_stages(self) -> None:
         """Stop the Faust stages (gracefully: the sink flushes and releases ClickHouse)."""
+        await asyncio.gather(*(asyncio.to_thread(self.stop_process, p) for i, p in self.stage_procs.items() if i))
         if self.worker is not None:
             await self.worker.stop()
             self.worker = None
@@ -259,52 +302,6 @@ def free_port() -> int:
 
 def known_decision_types(path: str = "") -> set[str]:
     """The decision types ingest admits: those of the scoring engine's configuration (JEV_DECISION_TYPES)."""
-    from streams.scoring.engine import known_decision_types as configured
+    from streams.scoring.factory import known_decision_types as configured
 
     return configured(path)
-
-
-def serve_stages() -> None:
-    """The Faust stage process (`jev worker stream`): every stage agent; ClickHouse through the durable sink,
-    answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
-
-    Writes <data_dir>/stages-<pid>.ready once the app runs. Events spilled while ClickHouse was unavailable
-    (or by a killed predecessor) are drained from <data_dir>/spill.
-    """
-    from streams import logsafe, settings as settings_mod
-    from streams.metrics import start_metrics_server
-    from streams.process import freeze_heap
-
-    logsafe.install()
-    settings = settings_mod.load()
-    logging.basicConfig(level=settings.log_level.upper())
-    start_metrics_server(settings)
-    sink = durable_sink(settings)
-    app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
-    ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens))
-
-    @app.task
-    async def export_consumer_lag():
-        await export_lag_forever(settings.bootstrap, settings.lag_export_s)
-
-    @app.task
-    async def mark_ready():
-        await query_server.__aenter__()
-        freeze_heap()
-        ready.touch()
-
-    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True)
-    worker.spinner = None
-    try:
-        worker.execute_from_commandline()
-    finally:
-        ready.unlink(missing_ok=True)
-        if query_server.path is not None:
-            query_server.path.unlink(missing_ok=True)
-        sink.drain(timeout=10)
-        sink.close()
-
-
-if __name__ == "__main__":
-    serve_stages()

@@ -6,6 +6,7 @@ Per decision type (C context tokens, N candidates, d tokens per candidate descri
   cascade    = I × (C + min(N, K) × X)   only the top K candidates reach the big model (X = d shared, else C + d)
   optimized  = (1 − rules_share) × (1 − cache_hit_rate) × cascade
 Savings are attributed in that order: rules, cache, shared context, cascade; they sum to naive − optimized.
+The summary's `fleet` sizes the processes, GPUs and partitions for the mix from measured costs (workers/fleet.py).
 """
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import math
 from dataclasses import dataclass
 
 from streams import pricing
+from workers import fleet as fleet_mod
 
 SECONDS_PER_DAY = 86_400
 MECHANISMS = ("rules", "cache", "shared_context", "cascade")
 TYPE_FIELDS = {"share", "context_tokens", "candidates", "candidate_tokens", "iterations", "output_tokens"}
 OPT_FIELDS = {"shared_context", "cascade_top_k", "cache_hit_rate", "rules_share"}
-TOP_FIELDS = {"qps", "decision_types", "optimizations", "prices"}
+TOP_FIELDS = {"qps", "decision_types", "optimizations", "prices", "fleet"}
 
 
 class PlanError(ValueError):
@@ -101,8 +103,12 @@ def per_decision(t: DecisionType, opt: dict) -> dict[str, float]:
             "output_naive": i * t.output_tokens, "output_optimized": rest * i * t.output_tokens}
 
 
-def plan(doc: dict) -> dict:
+def plan(doc: dict, costs: dict | None = None) -> dict:
+    """`costs`: measured figures (workers/fleet_costs.json when None)."""
     qps, types, opt, price = parse(doc)
+    fleet_doc = doc.get("fleet") or {}
+    unknown(fleet_doc, {"utilization"}, "fleet")
+    utilization = number(fleet_doc, "utilization", "fleet", low=0.05, high=1, default=0.7)
     per_day = qps * SECONDS_PER_DAY
     rows = {t.name: per_decision(t, opt) for t in types}
     mix = {k: sum(t.share * rows[t.name][k] for t in types) for k in next(iter(rows.values()))}
@@ -126,4 +132,5 @@ def plan(doc: dict) -> dict:
                                     "naive_tokens_per_day": round(rows[t.name]["naive"] * t.share * per_day),
                                     "optimized_tokens_per_day": round(rows[t.name]["optimized"] * t.share * per_day)}
                            for t in types},
+        "fleet": fleet_mod.size(qps, types, opt, costs if costs is not None else fleet_mod.load(), utilization),
     }

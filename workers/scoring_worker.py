@@ -1,5 +1,6 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer),
-decides, and commits once the Sender delivered what it decided.
+"""The scoring worker process: reads micro-batches of the score topic (a streams.consumer.BatchConsumer), decides
+the whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
+and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
@@ -23,7 +24,7 @@ from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 from streams.sender import Sender
 from workers.lag import export_lag_forever
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 from streams.shadow import mechanisms
 from streams.shadow.tuning import EngineTuning
 from workers.shadow_scoring import ShadowScorer
@@ -110,7 +111,7 @@ class ScoringWorker:
         # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
         # (nor does shadow work: a stream mostly waits on its token bucket)
         loop = asyncio.get_running_loop()
-        streams = [loop.run_in_executor(self.streams, self.decide_each, [w]) for w in streamed]
+        streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
         async with self.deciding:
             with self.shadow.served_batch():
                 decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
@@ -160,7 +161,17 @@ class ScoringWorker:
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
-        instead of taking the whole micro-batch (and the worker) down."""
+        instead of taking the whole micro-batch (and the worker) down. Never beside the shadow side's naive engine,
+        which shares the models."""
+        with self.shadow.deciding:
+            return self.decide_guarded(works)
+
+    def decide_stream(self, work: Work) -> list[tuple[Decision, list]]:
+        """One streamed answer, in its own thread and without the shadow lock: a stream would hold it for as long
+        as it is paced, and it uses the generator, not the scoring backends the lock keeps to one thread."""
+        return self.decide_guarded([work])
+
+    def decide_guarded(self, works: list[Work]) -> list[tuple[Decision, list]]:
         try:
             return self.engine.decide_batch(works)
         except Exception:

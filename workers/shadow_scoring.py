@@ -1,6 +1,7 @@
 """The scoring worker's shadow side: decides naive twins (streams.shadow.naive) only while no served batch
-is being decided, so shadow work never holds a served decision, and drops twins older than
-JEV_SHADOW_MAX_AGE_MS (the first work dropped under load). Decided twins go to the scored topic on their
+is being decided and never beside one (the two engines share their models), so shadow work holds a served
+decision back by one chunk of twins at most, and drops twins older than JEV_SHADOW_MAX_AGE_MS (the first work
+dropped under load). Decided twins go to the scored topic on their
 cache-key partition (through the worker's Sender, like served work), where the stage process pairs them with
 their served decisions; their tokens are metered as stage "shadow"; each dropped twin leaves a usage row
 (shadow;dropped) so a sample can be accounted for."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 from schemas.records import Rejection, Work
@@ -25,6 +27,9 @@ class ShadowScorer:
         """`decode(raw)`: a WorkBatch, or the Rejection of an envelope that does not decode."""
         self.settings, self.decode = settings, decode
         self.engine = naive_engine(engine)
+        # held while either engine decides: both share the backends, whose tokenizers and caches are not safe in
+        # two threads at once ("Already borrowed"); a served batch waits at most for one CHUNK of twins
+        self.deciding = threading.Lock()
         self.serving = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -62,11 +67,15 @@ class ShadowScorer:
             fresh, dropped = self.drop_stale(works[i:i + CHUNK])
             out.usage += dropped
             if fresh:
-                decided, usage = await asyncio.to_thread(decide_naive, self.engine, fresh)
+                decided, usage = await asyncio.to_thread(self.decide, fresh)
                 out.usage += usage
                 out.send_work("scored", decided)
                 self.decided += len(decided)
         return out
+
+    def decide(self, works: list[Work]) -> tuple[list[Work], list]:
+        with self.deciding:
+            return decide_naive(self.engine, works)
 
     async def until_idle(self) -> None:
         """Until no served batch is being decided, or at most the twins' maximum age (by then the waiting

@@ -24,18 +24,29 @@ from streams.outbox import Outbox
 log = logging.getLogger("jev.ingest")
 
 
-def reserve(book, work: Work, stream_config=None):
-    """Hold the most this request can spend (input + max output: a stream's length) before any model work."""
+async def reserve(book, leases, work: Work, stream_config=None):
+    """Hold the most this request can spend (input + max output: a stream's length) before any model work:
+    against the leases of its hard token budgets (streams.leases, when on), then the local book (soft budgets,
+    alerts, cost)."""
     req = work.request
+    hold = await leases.reserve(work) if leases is not None else None
+    if isinstance(hold, Refused):
+        return hold
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
     output = stream_mod.reserved_output(req, stream_config)
-    return book.reserve(request_scopes(req), input_tokens + output, pricing.max_cost(work.model, input_tokens, output),
+    held = book.reserve(request_scopes(req), input_tokens + output, pricing.max_cost(work.model, input_tokens, output),
                         reservation_id=req.request_id)
+    if hold is not None and isinstance(held, Refused):
+        leases.release(hold)
+    elif hold is not None:
+        work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
+    return held
 
 
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
-             shadow=None) -> BatchConsumer:
-    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way."""
+             shadow=None, leases=None) -> BatchConsumer:
+    """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `leases` (a
+    streams.leases.agent.LeaseClient, when hard budgets are leased) holds reservations against hard budgets."""
     async def ingest_requests(messages: list) -> Outbox:
         """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, the rest as
         distilled work, and the naive twins of sampled requests as shadow work)."""
@@ -49,7 +60,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
                                                        f"to be replayed once fixed", "ingest", raw)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = reserve(book, result, admission.stream_config)
+                held = await reserve(book, leases, result, admission.stream_config)
                 out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to

@@ -5,6 +5,8 @@ its scopes *before* any model work, and settles with the actuals afterwards, rel
 `reserve` is one synchronous check-and-update under a lock (no await inside), so concurrent asyncio
 tasks or threads can never overshoot a hard budget. Budgets arrive as control records
 (kind="budget", key="tenant:acme" or "tenant:acme@month"); `snapshot`/`restore` persist the book.
+This book is one process's view: with several stage processes, hard token limits are enforced by leases from each
+budget's owner (streams.leases, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
 """
 from __future__ import annotations
 
@@ -132,6 +134,7 @@ class BudgetBook:
         self.usage: dict[str, Usage] = {}
         self.open: dict[str, Reservation] = {}
         self.revision = 0  # bumped by every change worth a snapshot
+        self.leased_tokens = False  # hard token limits are enforced by leases (streams.leases), not by this book
         self._lock = threading.Lock()
 
     def apply(self, control: Control) -> None:
@@ -168,7 +171,7 @@ class BudgetBook:
                 return self.open[reservation_id]
             now = self.clock()
             held = [(b, self._usage(b, now)) for s in scopes for b in self.by_scope.get(s, ())]
-            refusals = [r for b, u in held if (r := over_hard(b, u, tokens, cost))]
+            refusals = [r for b, u in held if (r := over_hard(b, u, tokens, cost, self.leased_tokens))]
             if refusals:
                 first = next((r for r in refusals if r.policy == "reject"), refusals[0])
                 b, u = next((b, u) for b, u in held if b.key == first.budget)
@@ -260,8 +263,8 @@ class BudgetBook:
         return book
 
 
-def over_hard(b: Budget, u: Usage, tokens: int, cost: float) -> Refused | None:
-    if b.hard_tokens is not None and u.used_tokens + u.reserved_tokens + tokens > b.hard_tokens:
+def over_hard(b: Budget, u: Usage, tokens: int, cost: float, leased_tokens: bool = False) -> Refused | None:
+    if b.hard_tokens is not None and not leased_tokens and u.used_tokens + u.reserved_tokens + tokens > b.hard_tokens:
         reason = (f"budget {b.key} hard_tokens {b.hard_tokens}: used {u.used_tokens} + reserved "
                   f"{u.reserved_tokens} + asked {tokens} would exceed it")
     elif b.hard_cost is not None and u.used_cost + u.reserved_cost + cost > b.hard_cost + 1e-12:

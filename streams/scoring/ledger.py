@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.records import Request, UsageEvent
-from streams import pricing
+from schemas.records import Request, UsageEvent, Work
+from streams import pricing, tokens
 from streams.usage.events import usage_event
 from streams.scoring.backends import Scored
 
@@ -90,3 +90,12 @@ class Ledger:
                             nominal_tokens=e.nominal_tokens, latency_ms=latency_ms, outcome=outcome,
                             candidates=e.candidates, beam=e.beam, iteration=iterations)
                 for section, e in self.entries.items()]
+
+
+def candidate_lengths(work: Work) -> list[int]:
+    return work.candidate_tokens or [tokens.count(c.text, work.model) for c in work.request.candidates]
+
+
+def nominal_tokens(work: Work, lengths: list[int]) -> int:
+    """What a naive system sends: the context once per candidate, Σ_i (context + candidate_i)."""
+    return sum(work.context_tokens + n for n in lengths) or work.context_tokens

@@ -7,7 +7,7 @@ from streams.ingest.decode import Admission
 from workers import workload
 from workers.pipeline import Pipeline, known_decision_types
 from workers.replay import compare, read_topic, since_ms
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 
 pytestmark = pytest.mark.integration
 

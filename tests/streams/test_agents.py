@@ -20,7 +20,8 @@ def requests(values: list[bytes]) -> list:
 
 class Captured:
     """The one fake sender: what each stage returned for delivery, by topic short name (work and usage as the
-    envelopes the real Sender would send, other records as their (key, value) bytes)."""
+    envelopes the real Sender would send, other records as their (key, value) bytes, placed ones as (partition,
+    value))."""
 
     def __init__(self):
         self.sent: dict[str, list] = {}
@@ -41,6 +42,8 @@ class Captured:
                 self.sent.setdefault(short, []).extend(records)
         for topic, key, value in outbox.records:
             self.sent.setdefault(topic, []).append((key, value))
+        for topic, partition, value in outbox.placed:
+            self.sent.setdefault(topic, []).append((partition, value))
 
 
 async def eventually(condition, timeout: float = 10.0) -> None:
@@ -54,10 +57,10 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 @pytest.fixture
 def app_and_sent(settings):
     captured = Captured()
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1,
-                                      cache_embedder="hashing", cache_max_error=0.0),  # fixed L2 threshold:
-                     {"ranking", "risk_interception"}, sink=object(),  # learning is tested in tests/streams/cache
-                     sender=captured)
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
+                                      budget_leases=0),  # no broker, so no budget owner: the book's own hard check
+                     {"ranking", "risk_interception"}, sink=object(), sender=captured)
     return app, captured
 
 

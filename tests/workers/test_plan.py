@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from workers.plan import PlanError, plan
@@ -60,3 +62,30 @@ def test_cost_uses_the_price_table_or_given_prices():
 def test_bad_plans_are_clear_errors(change, match):
     with pytest.raises(PlanError, match=match):
         plan(ISSUE_EXAMPLE | change)
+
+
+def test_fleet_sizing_follows_the_measured_costs():
+    from workers import fleet
+
+    figures = {name: {"value": value} for name, value in {
+        "stage_cpu_ms_per_cached_decision": 0.5, "stage_cpu_ms_per_model_decision": 2.0,
+        "scorer_cpu_ms_per_candidate": 10.0, "gpu_candidates_per_s": [[512, 4000], [2048, 2000]],
+        "usage_rows_per_decision": 4.0, "clickhouse_rows_per_s": 60_000}.items()}
+    out = plan(ISSUE_EXAMPLE, figures)["fleet"]
+    # m = 0.56; stage CPU = 1800 × (0.44 × 0.5 + 0.56 × 2.0) = 2,412 ms/s → ⌈2.412 / 0.7⌉ = 4
+    assert out["stage_processes"] == 4
+    # fine candidates per model decision: 0.6 × 1 × 5 + 0.4 × 3 × 5 = 9; 1800 × 0.56 × 9 = 9,072/s
+    assert out["fine_candidates_per_s"] == 9072
+    assert out["scoring_workers"] == math.ceil(9072 * 10.0 / 700)
+    # mix context 0.6 × 1800 + 0.4 × 3000 = 2,280 tokens: beyond the last point, 2000 × 2048 / 2280 candidates/s
+    assert out["gpus"] == math.ceil(9072 / (2000 * 2048 / 2280 * 0.7))
+    assert out["partitions"] == 16 and out["clickhouse_rows_per_s"] == 7200
+
+
+def test_costs_file_missing_a_figure_names_it(tmp_path):
+    from workers import fleet
+
+    path = tmp_path / "costs.json"
+    path.write_text('{"figures": {"usage_rows_per_decision": {"value": 4}}}')
+    with pytest.raises(fleet.CostsError, match="stage_cpu_ms_per_cached_decision"):
+        fleet.load(path)

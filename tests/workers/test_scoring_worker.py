@@ -6,7 +6,7 @@ import asyncio
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 from workers.scoring_worker import ScoringWorker
 
 

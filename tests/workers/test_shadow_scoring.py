@@ -5,7 +5,7 @@ import time
 
 from schemas.records import WorkBatch
 from schemas.topics import name
-from streams.scoring.engine import build_engine
+from streams.scoring.factory import build_engine
 from tests.conftest import consumed
 from tests.workers.test_scoring_worker import work
 from workers.scoring_worker import ScoringWorker
@@ -49,3 +49,22 @@ async def test_under_steady_served_load_twins_are_dropped_not_held(settings):
             WorkBatch(items=[twin("n1", time.time())]).dumps()])), timeout=5)
     assert (worker.shadow.decided, worker.shadow.dropped) == (0, 1)
     assert "scored" not in out.work and [e.outcome for e in out.usage] == ["dropped:age"]
+
+
+async def test_a_twin_never_decides_beside_a_served_batch(settings):
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    served = [work("s1")]
+    worker.shadow.deciding.acquire()  # a served batch is deciding in its worker thread (decide_each holds this)
+    try:
+        shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
+            WorkBatch(items=[twin("n1", time.time())]).dumps()])))
+        await asyncio.sleep(0.3)
+        assert not shadow.done() and worker.shadow.decided == 0, "a twin was decided beside a served batch"
+    finally:
+        worker.shadow.deciding.release()
+    out = await asyncio.wait_for(shadow, timeout=10)
+    assert [w.request.request_id for w in out.work["scored"]] == ["n1"]
+    assert not worker.shadow.deciding.locked()
+    [(decision, _)] = worker.decide_each(served)  # the served side takes the same lock and gives it back
+    assert decision.request_id == "s1" and not worker.shadow.deciding.locked()

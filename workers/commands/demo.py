@@ -14,6 +14,9 @@ def register(sub) -> None:
                                    "malformed ones) and reports tiers, tokens and latency. Exits 1 if any "
                                    "request got no decision.")
     p.add_argument("--requests", type=int, default=500, metavar="N", help="requests to replay (default 500)")
+    p.add_argument("--stages", type=int, default=1, metavar="N",
+                   help="stage processes (default 1; the first owns ClickHouse, the others are child processes)")
+    p.add_argument("--scorers", type=int, default=1, metavar="M", help="scoring worker processes (default 1)")
     p.add_argument("--shadow-rate", default="0.1", metavar="R",
                    help="share of requests also decided the naive way to measure each saving's agreement "
                         "(default 0.1 here, for a useful sample of a short run; JEV_SHADOW_RATE in production)")
@@ -28,10 +31,12 @@ def run(args, settings) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from streams.shadow.sample import parse_rates
     from workers.demo import run_demo
 
-    from streams.shadow.sample import parse_rates
-
+    if args.stages < 1 or args.scorers < 1:
+        print("jev demo: --stages and --scorers must be at least 1", file=sys.stderr)
+        return 2
     try:
         parse_rates(args.shadow_rate)
     except ValueError as exc:
@@ -40,7 +45,7 @@ def run(args, settings) -> int:
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress,
-                                      args.metrics_out))
+                                      args.stages, args.scorers, args.metrics_out))
     if args.json:
         print(orjson.dumps(report).decode())
     else:

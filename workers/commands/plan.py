@@ -6,6 +6,7 @@ import sys
 import orjson
 import yaml
 
+from workers import fleet
 from workers.plan import MECHANISMS, PlanError, plan
 
 
@@ -14,14 +15,16 @@ def register(sub) -> None:
     p.add_argument("file", help="YAML: qps, decision_types {share, context_tokens, candidates, candidate_tokens, "
                                 "iterations}, optimizations {shared_context, cascade_top_k, cache_hit_rate, rules_share}")
     p.add_argument("--json", action="store_true", help="one JSON line per decision type, then the summary")
+    p.add_argument("--costs", default="", metavar="FILE",
+                   help="measured per-decision costs for the fleet sizing (default workers/fleet_costs.json)")
     p.set_defaults(func=run)
 
 
 def run(args, settings) -> int:
     try:
         with open(args.file) as f:
-            result = plan(yaml.safe_load(f) or {})
-    except (OSError, yaml.YAMLError, PlanError) as exc:
+            result = plan(yaml.safe_load(f) or {}, fleet.load(args.costs) if args.costs else None)
+    except (OSError, yaml.YAMLError, PlanError, fleet.CostsError) as exc:
         print(f"jev plan: {args.file}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -49,4 +52,8 @@ def run(args, settings) -> int:
     console.print(f"tokens/day: naive {result['naive_tokens_per_day']:,} → optimized "
                   f"{result['optimized_tokens_per_day']:,} ({result['savings_ratio']:.1%} saved); cost/day at "
                   f"{result['model']} prices: ${result['naive_cost_per_day']:,.2f} → ${result['optimized_cost_per_day']:,.2f}")
+    f = result["fleet"]
+    console.print(f"fleet: {f['stage_processes']} stage processes, {f['scoring_workers']} CPU scoring workers or "
+                  f"{f['gpus']} GPUs, {f['partitions']} partitions, {f['clickhouse_rows_per_s']:,} ClickHouse rows/s "
+                  f"(measured costs: workers/fleet_costs.json)")
     return 0

@@ -25,7 +25,7 @@ def run(args, settings) -> int:
     from streams.ingest.templates import Templates
     from workers.pipeline import known_decision_types
     from workers.replay import compare, read_topic, since_ms
-    from streams.scoring.engine import build_engine
+    from streams.scoring.factory import build_engine
 
     try:
         start = since_ms(args.since)

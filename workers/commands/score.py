@@ -11,7 +11,8 @@ from pathlib import Path
 import orjson
 
 from schemas.records import Candidate, Request
-from streams.scoring.engine import MODES, build_engine, work_for
+from streams.scoring.engine import MODES
+from streams.scoring.factory import build_engine, work_for
 
 
 def register(sub) -> None:

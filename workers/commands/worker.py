@@ -15,6 +15,6 @@ def run(args, settings) -> int:
     if args.role == "score":
         from workers.scoring_worker import main
     else:
-        from workers.pipeline import serve_stages as main
+        from workers.stage_process import serve_stages as main
     main()
     return 0

@@ -34,9 +34,9 @@ def test_a_request_that_cannot_stream_is_rejected_with_the_fix(change, detail):
 @pytest.mark.parametrize("change, output", [({}, 128), ({"question_type": "creative"}, 512),
                                             ({"client": "mobile", "question_type": "fact"}, 128),
                                             ({"stream": False}, 1000)])
-def test_the_reservation_holds_the_planned_length(change, output):
+async def test_the_reservation_holds_the_planned_length(change, output):
     work = run({**STREAM, **change})
     assert isinstance(work, Work)
     book = BudgetBook()
-    held = reserve(book, work, POLICY.stream_config)
+    held = await reserve(book, None, work, POLICY.stream_config)  # no leases: the local book alone
     assert isinstance(held, Reservation) and held.tokens == work.context_tokens + output

@@ -3,7 +3,10 @@ import pytest
 from schemas.records import Candidate, Request
 from streams import models
 from streams.scoring import backends, policy, rules
-from streams.scoring.engine import Engine, bucket, children, work_for
+from streams.scoring.engine import Engine
+from streams.scoring.factory import work_for
+from streams.scoring.hierarchy import children
+from streams.scoring.rollout import bucket
 
 MODEL = "gpt-4o-mini"
 CANDIDATES = [

@@ -1,7 +1,7 @@
 import pytest
 
 from streams.scoring import policy
-from streams.scoring.engine import known_decision_types
+from streams.scoring.factory import known_decision_types
 
 
 def test_bundled_file_lists_the_pipeline_decision_types():

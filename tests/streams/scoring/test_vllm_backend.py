@@ -30,3 +30,31 @@ def test_vllm_scores_with_prefix_cache_reads(tmp_path):
     assert len(first.scores) == 2 and first.output_tokens == 2
     assert 0 <= second.cache_read_tokens < second.input_tokens
     assert second.cache_read_tokens > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from schemas.records import Candidate, Request
+    from streams.scoring import backends, policy
+    from streams.scoring.engine import Engine
+    from streams.scoring.factory import work_for
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench" / "gpu"))
+    from vllm_prefix import export_smollm2
+
+    backend = vllm_backend.VLLMBackend(export_smollm2(tmp_path / "smollm2"), gpu_memory_utilization=0.3)
+    calls = []
+    generate = backend.llm.generate
+    backend.llm.generate = lambda prompts, *a, **k: calls.append(len(prompts)) or generate(prompts, *a, **k)
+    engine = Engine(coarse=backends.LexicalBackend(), fine=backend, mode="fine-only",
+                    config=policy.Config(tiers={}, policies={"ranking": policy.Policy()}, default=policy.Policy()))
+    works = [work_for(Request(request_id=f"r{i}", tenant="t", service="s", decision_type="ranking",
+                              state=f"question {i} about a guitar",
+                              candidates=[Candidate(id=c, text=c) for c in ("music", "stocks", "rain")]),
+                      "gpt-4o-mini") for i in range(4)]
+    decisions = engine.decide_batch(works)
+    assert calls == [12] and all(d.tier == "fine" for d, _ in decisions)

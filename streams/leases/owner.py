@@ -1,0 +1,127 @@
+"""The owner of hard token budgets: the partition of the budget topic that holds a budget's key grants slices of
+it (leases) to stage processes, so no process ever needs a global lock and no budget is overshot.
+
+State is the fold of the budget log's grant, settle, return and reclaim events (schemas.records.BudgetEvent), so
+an owner that takes a partition over (after a crash or a rebalance) rebuilds it by reading the partition from the
+start. Per budget and window the owner keeps what is spent (`used`, from settles) and what each lease still holds:
+
+    held(lease) = granted − reserved-and-settled − returned
+
+and grants only while used + Σ held + asked ≤ hard limit: the sum of everything that can still be spent never
+passes the limit. A lease's held part comes back three ways: settles (wherever the decision completes, with its
+actual tokens), the holder's return of its unused balance (when the lease expires or the holder stops), and the
+owner's reclaim of whatever is still held once the lease expired and the reservations made against it can no
+longer be spent (`grace`: the scoring engine spends no model tokens on a reservation older than that). A crashed
+process's leases thus come back `lease_s + grace` after their last grant.
+
+Stranding: at the end of a period, budget sits unused in leases only up to what each holder was granted and has
+not reserved: at most holders × max(lease_share × hard limit, the largest single request) per budget.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from schemas.records import BudgetEvent
+from streams.ingest.budgets import PERIODS
+
+CHANGES = ("grant", "settle", "return", "reclaim")
+
+
+@dataclass
+class Lease:
+    holder: str
+    granted: int
+    expires: float
+    settled: int = 0  # reservations against it that settled (their worst case)
+    returned: int = 0
+
+    @property
+    def held(self) -> int:
+        return max(0, self.granted - self.settled - self.returned)
+
+
+@dataclass
+class Account:
+    window: str
+    used: int = 0
+    leases: dict[str, Lease] = field(default_factory=dict)
+
+    @property
+    def held(self) -> int:
+        return sum(lease.held for lease in self.leases.values())
+
+
+def window_of(period: str, now: float) -> str:
+    return time.strftime(PERIODS[period], time.gmtime(now))
+
+
+class LeaseOwner:
+    """The accounts of the budget keys one owner holds. `limits(key)` gives a key's hard token limit and period
+    (from the control topic's budget records), or None when the key has no hard token budget."""
+
+    def __init__(self, limits, lease_s: float, grace_s: float):
+        self.limits, self.lease_s, self.grace_s = limits, lease_s, grace_s
+        self.accounts: dict[str, Account] = {}
+        self.answered: dict[str, int] = {}  # lease request -> tokens granted (a request is answered once)
+
+    def account(self, key: str, window: str) -> Account:
+        acc = self.accounts.get(key)
+        if acc is None or acc.window < window:  # a new period starts from nothing
+            acc = self.accounts[key] = Account(window)
+        return acc
+
+    def apply(self, event: BudgetEvent) -> None:
+        """Fold one change of the log (a grant, settle, return or reclaim) into the accounts."""
+        if event.kind not in CHANGES:
+            return
+        acc = self.account(event.key, event.window)
+        if acc.window != event.window:  # an event of a period already over
+            return
+        lease = acc.leases.get(event.lease_id)
+        if event.kind == "grant":
+            # A grant read again (the owner's own, or one answered twice across an owner's crash) counts once, at
+            # the larger amount: the holder may have taken either.
+            before = self.answered.get(event.request)
+            extra = event.tokens - (before or 0)
+            self.answered[event.request] = max(event.tokens, before or 0)
+            if lease is None:
+                acc.leases[event.lease_id] = Lease(event.holder, max(0, extra), event.expires)
+            else:  # a top-up of the holder's lease, or a repeat
+                lease.granted += max(0, extra)
+                lease.expires = max(lease.expires, event.expires)
+        elif event.kind == "settle":
+            acc.used += event.actual
+            if lease is not None:
+                lease.settled += event.reserved
+        elif event.kind == "return" and lease is not None:
+            lease.returned += event.tokens
+        elif event.kind == "reclaim":
+            acc.leases.pop(event.lease_id, None)
+
+    def grant(self, request: BudgetEvent, now: float) -> BudgetEvent | None:
+        """Answer a lease request: the grant event to append to the log (and send to the holder), already folded
+        in; None for a request answered before. A grant of 0 tokens is a refusal: the budget is spent or held."""
+        if request.request in self.answered:
+            return None
+        limit = self.limits(request.key)
+        window = window_of(limit[1], now) if limit else request.window
+        acc = self.account(request.key, window)
+        room = limit[0] - acc.used - acc.held if limit else request.tokens
+        tokens = max(0, min(request.tokens, room))
+        # A top-up adds to the holder's live lease and keeps its expiry; in the last third of its life the holder gets
+        # a new lease instead, so leases rotate and what never settles on the old one is reclaimed after its grace.
+        current = next((lease_id for lease_id, lease in acc.leases.items() if lease.holder == request.holder
+                        and lease.expires - now > self.lease_s / 3), "")
+        expires = acc.leases[current].expires if current else now + self.lease_s
+        grant = BudgetEvent(kind="grant", key=request.key, holder=request.holder, request=request.request,
+                            lease_id=current or request.request, window=window, tokens=tokens, expires=expires, ts=now)
+        self.apply(grant)
+        return grant
+
+    def reclaims(self, now: float) -> list[BudgetEvent]:
+        """Reclaim events for every lease past its expiry and the grace of its last reservations."""
+        return [BudgetEvent(kind="reclaim", key=key, lease_id=lease_id, holder=lease.holder, window=acc.window,
+                            tokens=lease.held, ts=now)
+                for key, acc in self.accounts.items() for lease_id, lease in acc.leases.items()
+                if lease.expires + self.grace_s < now]

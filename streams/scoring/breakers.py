@@ -1,0 +1,40 @@
+"""The breakers of one decision (its token cap and its time budget) and the ranking it falls back to when one
+trips. Not the tenant budgets of streams/ingest/budgets.py: these bound a single decision's model work."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from schemas.records import Work
+from streams.scoring import backends, policy as policy_mod
+from streams.scoring.ledger import Ledger
+from streams.scoring.steps import Ranking
+
+
+class Fallback(Exception):
+    """A breaker tripped: the decision stops and falls back."""
+
+
+@dataclass
+class DecisionBreakers:
+    """Checked before each model tier: the time since the decision started against the policy's timeout, and
+    the tokens spent so far plus the next call's against its token cap. A tier already running finishes."""
+    start: float
+    pol: policy_mod.Policy
+
+    def check(self, ledger: Ledger, next_call_tokens: int) -> None:
+        if (time.perf_counter() - self.start) * 1000 > self.pol.timeout_ms:
+            raise Fallback("timeout")
+        if ledger.actual + next_call_tokens > self.pol.token_cap:
+            raise Fallback("token_cap")
+
+
+def fallback_ranking(work: Work, pol: policy_mod.Policy, reason: str) -> Ranking:
+    """The policy's fallback action when offered, else the coarse (lexical) order: no model tokens."""
+    ids = [c.id for c in work.request.candidates]
+    if pol.fallback_action in ids:
+        i = ids.index(pol.fallback_action)
+        return Ranking([i], {i: 1.0}, "fallback", 0.0, [f"fallback:{reason}:policy"])
+    scores = backends.LexicalBackend().score(work.context, [c.text for c in work.request.candidates]).scores
+    order = sorted(range(len(ids)), key=lambda i: scores[i], reverse=True)
+    return Ranking(order, dict(enumerate(scores)), "fallback", 0.0, [f"fallback:{reason}:lexical"])

@@ -1,0 +1,31 @@
+"""What a decision in progress hands the batch driver and gets back: a backend call it waits on (`Call`), and the
+order it settles on (`Ranking`).
+
+A decision is a generator (streams.scoring.engine): it yields a Call whenever it needs a model tier and receives
+that call's Scored. The driver (streams.scoring.batching) gathers the calls of every decision of a micro-batch and
+makes one backend call for all of them, so the scoring worker batches across requests, not only within one."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator
+
+from streams.scoring.backends import Backend, Scored
+
+
+@dataclass
+class Call:
+    backend: Backend
+    context: str
+    candidates: list[str]
+
+
+@dataclass
+class Ranking:
+    order: list[int]  # candidate indices, best first
+    scores: dict[int, float]
+    tier: str
+    confidence: float
+    chain: list[str]
+
+
+Deciding = Generator[Call, Scored, object]  # yields calls, receives their scores, returns its result

@@ -1,0 +1,35 @@
+"""Several stage processes on the real broker and ClickHouse engine: one hard budget holds across them."""
+import asyncio
+import time
+
+import pytest
+
+from schemas.records import Control
+from streams.control import publish
+from workers import workload
+from workers.pipeline import Pipeline, known_decision_types
+
+pytestmark = pytest.mark.integration
+
+HARD = 8_000
+
+
+async def test_a_hard_budget_holds_across_two_stage_processes(settings):
+    payloads = workload.generate(120, seed=17, repeat_share=0.0)
+    async with Pipeline(settings.replace(clickhouse_dsn=""), known_decision_types(), stages_process=True,
+                        stages=2, scorers=1) as pipe:
+        await publish(pipe.settings.bootstrap, [Control(kind="budget", key="tenant:acme",
+                                                        value={"hard_tokens": HARD}, ts=time.time())])
+        await asyncio.sleep(2.0)  # every stage process has read the budget
+        await pipe.publish(payloads)
+        decisions, rejections = await pipe.collect(0, 0, timeout=10)
+        deadline = time.monotonic() + 240
+        while len(decisions) + len(rejections) < len(payloads) and time.monotonic() < deadline:
+            more, rejected = await pipe.collect(len(payloads), 0, timeout=5)
+            decisions.update(more)
+            rejections = rejected
+    over = [r for r in rejections if r.reason == "over_budget"]
+    assert len(decisions) + len(rejections) == len(payloads)
+    assert over, "the budget is small enough that some requests are refused"
+    spent = sum(d.input_tokens + d.output_tokens for d in decisions.values())
+    assert 0 < spent <= HARD

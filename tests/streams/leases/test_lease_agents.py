@@ -1,0 +1,71 @@
+"""The budget owner and lease clients on the real local broker: two stage processes' runtimes share one hard budget,
+settle anywhere, and a crashed holder's lease comes back after its expiry."""
+import asyncio
+import time
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.records import Control, Decision, Request, Work
+from schemas.topics import name
+from streams.ingest.budgets import BudgetBook, Refused
+from streams.leases.agent import BudgetOwner, LeaseClient
+from tests.conftest import fresh_topic
+
+HARD = 20_000
+
+
+def book():
+    b = BudgetBook()
+    b.leased_tokens = True
+    b.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": HARD}))
+    return b
+
+
+def work(i: int, tokens: int = 1000) -> Work:
+    return Work(request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state="x"),
+                admitted_at=time.time(), model="gpt-4o-mini", context_tokens=tokens - 256)
+
+
+async def wait_for(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+
+
+async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_comes_back(broker):
+    bootstrap = await fresh_topic(broker, name("budget"), 4)
+    await fresh_topic(broker, name("leases"), 4)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+
+    async def send(topic, values):
+        await asyncio.gather(*[await producer.send(topic, v, partition=p) for p, v in values])
+
+    books = [book(), book()]
+    owners = [BudgetOwner(bootstrap, "lt", b, send, lease_s=1.0, grace_s=1.0) for b in books]
+    clients = [LeaseClient(bootstrap, "lt", 4, b, send, share=0.25, lease_s=1.0, wait_s=10.0) for b in books]
+    tasks = [asyncio.create_task(x.run()) for x in [*owners, *clients]]
+    try:
+        await wait_for(lambda: sum(len(o.owners) for o in owners) == 4)
+        holds = await asyncio.gather(*(clients[i % 2].reserve(work(i)) for i in range(30)))
+        admitted = [h for h in holds if not isinstance(h, Refused)]
+        assert len(admitted) * 1000 <= HARD and len(admitted) >= HARD // 1000 - 6  # little stranded in leases
+        settled = work(0)
+        settled.budget_holds, settled.budget_tokens = admitted[0].leases, admitted[0].tokens
+        settled.decision = Decision(request_id="r0", tier="fine", input_tokens=400)
+        await clients[1].settle([settled])  # settled by the other process than the one that reserved
+        crashed = clients[0]
+        crashed.stopping.set()
+        tasks[2].cancel()  # the holder dies without returning its leases
+        assert isinstance(await clients[1].reserve(work(100)), Refused)  # the budget is held or spent
+        started = time.monotonic()
+        while isinstance(await clients[1].reserve(work(101)), Refused):  # until the leases are reclaimed
+            assert time.monotonic() - started < 20
+            await asyncio.sleep(0.5)
+        assert time.monotonic() - started >= 0.5  # lease expiry (1 s) + grace (1 s), from the last grant
+    finally:
+        for x in [*owners, *clients]:
+            x.stopping.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await producer.stop()

