@@ -63,7 +63,10 @@ class Follower:
 async def live(tmp_path_factory):
     from streams import settings as settings_mod
 
-    settings = settings_mod.load().replace(data_dir=str(tmp_path_factory.mktemp("switches") / "jev"))
+    # L2 serves on a fixed threshold here: with learned thresholds (the default) a fresh partition serves no L2 hit
+    # until shadow verdicts certify one (tests/streams/cache/test_learning.py), and this shows the switch's effect
+    settings = settings_mod.load().replace(data_dir=str(tmp_path_factory.mktemp("switches") / "jev"),
+                                           cache_max_error=0.0)
     async with Pipeline(settings, known_decision_types(), stages_process=True, metrics=True) as pipe:
         follower = Follower(pipe.settings.bootstrap)
         following = asyncio.create_task(follower.run())
