@@ -150,6 +150,9 @@ class Request(Record):
     business_event: str = ""
     created_at: float = 0.0
     human_decision: str = ""
+    stream: bool = False  # generate only: the answer also goes out as ordered Chunks on jev.chunks.v1
+    client: str = ""  # web | mobile (empty = web): the chunk size and pace of a stream
+    question_type: str = ""  # factual | creative (fact works too); empty = classified by rules. Sets the length
 
 
 class Ranked(Record):
@@ -201,6 +204,23 @@ class UsageEvent(Record):
     business_event: str = ""
     prompt_bytes: int = 0  # ingest: the prompt as rendered for the model tiers (protocol expansion's numerator)
     compact_bytes: int = 0  # ingest: the same content in a compact encoding (its denominator)
+    first_chunk_ms: float = 0.0  # a streamed answer: admission to its first chunk
+    tokens_per_s: float = 0.0  # a streamed answer: its output tokens over the seconds it streamed
+
+
+class Chunk(Record):
+    """One piece of a streamed answer, on jev.chunks.v1 keyed by request_id: `seq` counts from 0 and the last
+    chunk has `final` set (its text may be empty). `progress` is the percentage of the answer's output length
+    generated so far, never part of the text. The Decision with the totals follows on jev.decisions.v1.
+    Delivery is at-least-once: a redelivered request streams again with the same seq numbers."""
+    request_id: str
+    seq: int
+    text: str
+    tokens: int  # in this chunk, in the request model's tokenizer
+    tokens_so_far: int
+    progress: int  # 0..100
+    final: bool = False
+    ts: float = 0.0  # unix seconds when the chunk was released
 
 
 class Rejection(Record):

@@ -18,6 +18,8 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.score.v1", "cache_key", "WorkBatch of cache misses for the scoring workers"),
     TopicSpec("jev.scored.v1", "cache_key", "WorkBatch decided by the scoring workers"),
     TopicSpec("jev.decisions.v1", "request_id", "Decision (one per message, to upstream)", external=True),
+    TopicSpec("jev.chunks.v1", "request_id", "Chunk of a streamed answer (one per message, to upstream)",
+              external=True),
     TopicSpec("jev.usage.v1", "request_id", "UsageBatch"),
     TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters)", external=True),
     TopicSpec("jev.control.v1", "key", "Control (latest value per key)", external=True),

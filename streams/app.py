@@ -18,6 +18,7 @@ from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
 from streams.postprocess.agent import Postprocess
+from streams.postprocess import stream as stream_config
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
@@ -60,7 +61,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     controls.listeners.append(lambda _: observe_switches(controls.switches))
     observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
-                          Templates.from_dir(), admitted_tenants(settings.tenants))
+                          Templates.from_dir(), stream_config.load(settings.stream_config),
+                          admitted_tenants(settings.tenants))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

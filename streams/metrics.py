@@ -37,6 +37,11 @@ SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or
                     ["result"])
 SINK_SECONDS = Histogram("jev_usage_insert_seconds", "Time of one usage-sink insert (dedup look-up included).",
                          buckets=LATENCY_BUCKETS)
+STREAM_FIRST_CHUNK = Histogram("jev_stream_first_chunk_seconds", "Streamed answers: admission to the first chunk.",
+                               ["client", "question_type"], buckets=LATENCY_BUCKETS)
+STREAM_RATE = Histogram("jev_stream_tokens_per_second", "Streamed answers: output tokens per second streamed.",
+                        ["client", "question_type"], buckets=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+STREAM_CHUNKS = Counter("jev_stream_chunks", "Chunks of streamed answers released.", ["client"])
 SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mechanism ('all': every verdict) and "
                           "result (kept: agreed with the naive path, or no less accurate where labelled).",
                           ["mechanism", "result"])
@@ -164,6 +169,12 @@ def observe_breaker(breaker: str) -> None:
     BREAKERS.labels(bounded("breaker", breaker)).inc()
 
 
+def observe_stream(client: str, question_type: str, first_chunk_ms: float, tokens_per_s: float, chunks: int) -> None:
+    """One finished streamed answer."""
+    client, qtype = bounded("client", client), bounded("question_type", question_type)
+    STREAM_FIRST_CHUNK.labels(client, qtype).observe(first_chunk_ms / 1000)
+    STREAM_RATE.labels(client, qtype).observe(tokens_per_s)
+    STREAM_CHUNKS.labels(client).inc(chunks)
 def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
     PROTOCOL_BYTES.labels("sent").inc(sent_bytes)
     PROTOCOL_BYTES.labels("compact").inc(compact_bytes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from schemas.records import Alert, Decision, Rejection, UsageEvent, Work
+from schemas.records import Alert, Chunk, Decision, Rejection, UsageEvent, Work
 
 
 @dataclass
@@ -18,6 +18,7 @@ class Outbox:
     alerts: list[Alert] = field(default_factory=list)
     records: list[tuple[str, bytes | None, bytes]] = field(default_factory=list)  # (topic short name, key, value)
     placed: list[tuple[str, int | None, bytes]] = field(default_factory=list)  # (topic short name, partition, value)
+    chunks: list[Chunk] = field(default_factory=list)  # of streamed answers, in order; acknowledged before the rest
 
     def send_work(self, topic: str, works: list[Work]) -> Outbox:
         if works:

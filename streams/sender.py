@@ -1,14 +1,15 @@
 """The one Sender: every stage's Outbox goes to Kafka through it, delivered before the stage's input is
 committed (at-least-once; records carry idempotency keys: request ids, event ids).
 
-One batching aiokafka producer for decisions, review, usage, work envelopes, dead letters, alerts and batch
-records, in the stage process and the scoring worker alike. Faust's own producer sends every record as a batch
+One batching aiokafka producer for chunks of streamed answers, decisions, review, usage, work envelopes, dead
+letters, alerts and batch records, in the stage process and the scoring worker alike. Faust's own producer sends every record as a batch
 of its own (producer_max_batch_size=1, for tansu's end offsets and table recovery), one in flight per partition:
 under load its queue grew to hundreds of messages, adding tens of ms per hop; it carries the L1 table's
 changelog only."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import mode
@@ -53,6 +54,10 @@ class Sender(mode.Service):
         if not outbox:
             return
         await self.maybe_start()  # agents can run before the app starts its services
+        if outbox.chunks and any(getattr(outbox, f.name) for f in dataclasses.fields(outbox) if f.name != "chunks"):
+            # a streamed answer's chunks land before its decision: a caller reads the chunks, then the totals
+            await self.deliver(Outbox(chunks=outbox.chunks))
+            outbox = dataclasses.replace(outbox, chunks=[])
         delay = 0.5
         while True:
             try:
@@ -64,10 +69,13 @@ class Sender(mode.Service):
                 delay = min(delay * 2, 10.0)
 
     async def send(self, outbox: Outbox) -> list[asyncio.Future]:
-        """Queue every record of `outbox` in order (decisions, review, usage, work, dead letters, alerts, batch
-        records, records placed on a partition); the delivery futures."""
+        """Queue every record of `outbox` in order (chunks, decisions, review, usage, work, dead letters, alerts,
+        batch records, records placed on a partition); the delivery futures. Chunks are keyed by request id,
+        partitioned as decisions are."""
         send = self.producer.send
         futures = []
+        if outbox.chunks:
+            futures += await self.send_keyed(name("chunks"), [(c.request_id, encode(c), []) for c in outbox.chunks])
         if outbox.decisions:
             futures += await self.send_keyed(name("decisions"), [
                 (d.request_id, encode(d), [(k, v.encode()) for k, v in headers.items()])

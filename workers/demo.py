@@ -20,6 +20,7 @@ from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referen
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
+STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 
 
@@ -45,7 +46,8 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
     """`stages`, `scorers`: stage processes and scoring workers. `metrics_out`: write the final /metrics scrape of
     every process the demo ran there (Prometheus text, each sample labelled with its process) and report which
     series the alerts and dashboard read it lacks."""
-    payloads = workload.generate(n)
+    payloads = workload.generate(n, stream_share=STREAM_SHARE)
+    streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
     since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
@@ -60,8 +62,10 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
             decisions, rejections = await pipe.collect(
                 (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20),
                 on_progress=lambda done: progress.update(task, completed=done))
+        chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
         await wait_verdicts(pipe, expected, since, SHADOW_WAIT_S)
         rows = await pipe.wait_usage_rows(at_least=USAGE_PER_DECISION * len(decisions))
+        stream = stream_report(pipe.ch, chunks)
         actual, nominal = pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL "
             "WHERE stage != 'shadow'").result_rows[0]
@@ -86,7 +90,25 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
-            "wall_s": round(time.monotonic() - started, 1)}
+            "wall_s": round(time.monotonic() - started, 1), "stream": stream}
+
+
+def stream_report(ch, chunks: dict[str, list]) -> dict:
+    """Streamed answers: chunks and tokens as a client read them, time to first chunk and tokens/s from their
+    usage rows (generated streams; a cached answer goes out as chunks at once and has none), whether every
+    stream arrived in order, and whether the usage rows' output tokens equal the chunks' tokens."""
+    rows = {rid: (int(out), float(first), float(rate)) for rid, out, first, rate in ch.query(
+        "SELECT request_id, output_tokens, first_chunk_ms, tokens_per_s FROM usage_events FINAL "
+        "WHERE stage = 'score' AND section = 'stream'").result_rows}
+    generated = [rid for rid in chunks if rid in rows]
+    return {"requests": len(chunks), "generated": len(generated), "chunks": sum(map(len, chunks.values())),
+            "tokens": sum(c.tokens for cs in chunks.values() for c in cs),
+            "ordered": all([c.seq for c in cs] == list(range(len(cs))) and cs and cs[-1].final
+                           for cs in chunks.values()),
+            "usage_tokens_equal_chunks": all(rows[rid][0] == sum(c.tokens for c in chunks[rid]) for rid in generated),
+            "first_chunk_ms_p50": percentile([rows[rid][1] for rid in generated], 0.5),
+            "first_chunk_ms_p95": percentile([rows[rid][1] for rid in generated], 0.95),
+            "tokens_per_s_p50": percentile([rows[rid][2] for rid in generated], 0.5)}
 
 
 def write_scrapes(scraped: dict[str, str], path: str) -> dict:

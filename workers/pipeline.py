@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from infra import clickhouse
 from infra.broker import LocalBroker, create_topics, die_with_parent
-from schemas.records import Decision, Rejection
+from schemas.records import Chunk, Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
 from streams.metrics import declare_known_series
@@ -255,6 +255,29 @@ class Pipeline:
         finally:
             await consumer.stop()
         return decisions, rejections
+
+    async def read_chunks(self, request_ids: set[str], timeout: float) -> dict[str, list[Chunk]]:
+        """The chunks on the chunk topic of `request_ids`, per request in the order they arrived, read until
+        each has its final chunk or `timeout` passes (a redelivered stream repeats seq numbers: dropped)."""
+        consumer = AIOKafkaConsumer(name("chunks"), bootstrap_servers=self.settings.bootstrap,
+                                    auto_offset_reset="earliest", group_id=None)
+        await consumer.start()
+        chunks: dict[str, list[Chunk]] = {rid: [] for rid in request_ids}
+        seen, finished = set(), set()
+        deadline = time.monotonic() + timeout
+        try:
+            while finished < request_ids and time.monotonic() < deadline:
+                for msgs in (await consumer.getmany(timeout_ms=200)).values():
+                    for msg in msgs:
+                        chunk = Chunk.loads(msg.value)
+                        if chunk.request_id in chunks and (chunk.request_id, chunk.seq) not in seen:
+                            seen.add((chunk.request_id, chunk.seq))
+                            chunks[chunk.request_id].append(chunk)
+                            if chunk.final:
+                                finished.add(chunk.request_id)
+        finally:
+            await consumer.stop()
+        return chunks
 
     async def wait_usage_rows(self, at_least: int, timeout: float = 30.0) -> int:
         """Rows land in ClickHouse shortly after decisions: wait for `at_least`, then until the usage sink has

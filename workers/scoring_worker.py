@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from schemas.records import Decision, Rejection, Work, WorkBatch
@@ -29,6 +30,10 @@ from streams.shadow.tuning import EngineTuning
 from workers.shadow_scoring import ShadowScorer
 
 log = logging.getLogger("jev.scoring")
+# Micro-batches handled at once: while one waits on its paced streams, the next ones are decided (offsets are
+# still committed in order, each once every batch before it is done: at-least-once).
+DEPTH = 8
+STREAM_THREADS = 32  # streamed answers generating or waiting on their token bucket at once
 
 
 def ready_file(settings) -> Path:
@@ -44,13 +49,19 @@ class ScoringWorker:
         self.engine = engine or build_engine(settings)
         self.stopping = asyncio.Event()
         self.decided = 0
+        self.sender: Sender | None = None  # started by run()
+        self.chunks: asyncio.Queue | None = None  # Chunks of streamed answers, from the engine's threads, in order
+        self.chunk_sender: asyncio.Task | None = None
+        self.chunk_acks: list[asyncio.Future] = []
+        self.streams = ThreadPoolExecutor(STREAM_THREADS, thread_name_prefix="jev-stream")  # paced: mostly waiting
+        self.deciding = asyncio.Lock()  # one batch of plain decisions at a time: the backends are not thread-safe
         self.shadow = ShadowScorer(settings, self.engine, decode_batch)
 
     async def run(self) -> None:
         s = self.settings
-        sender = Sender(s.bootstrap, s.partitions)
+        sender = self.sender = Sender(s.bootstrap, s.partitions)
         consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
-                                 s.score_batch_wait_ms, sender=sender)
+                                 s.score_batch_wait_ms, sender=sender, depth=DEPTH)
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         controls.listeners.append(EngineTuning(self.engine).on_control)
@@ -73,6 +84,9 @@ class ScoringWorker:
             follow.cancel()
             lag.cancel()
             gpu.cancel()
+            if self.chunk_sender is not None:
+                self.chunk_sender.cancel()
+            self.streams.shutdown(wait=False, cancel_futures=True)
             ready_file(s).unlink(missing_ok=True)
             await consumer.stop()
             await shadow.stop()
@@ -80,7 +94,9 @@ class ScoringWorker:
 
     async def handle(self, messages: list) -> Outbox:
         """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
-        as they came), their usage and the dead letters of envelopes that do not decode."""
+        as they came), their usage and the dead letters of envelopes that do not decode. With streamed answers
+        in it, the rest of the batch is delivered through the Sender first, and the streamed ones are returned
+        once every chunk of theirs is acknowledged."""
         out, works = Outbox(), []
         for msg in messages:
             batch = decode_batch(msg.value)
@@ -88,34 +104,96 @@ class ScoringWorker:
                 out.dead_letters.append(batch)
                 continue
             works.extend(batch.items)
-        with self.shadow.served_batch():
-            results = await asyncio.to_thread(self.decide_each, works)
-        observe_stages("score", works)
-        for work, (decision, events) in zip(works, results):
-            work.decision = decision
-            out.usage.extend(events)
-            if work.shadow == "served":
-                work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
+        streamed = [w for w in works if w.request.stream and not w.request.candidates]
+        plain = [w for w in works if not (w.request.stream and not w.request.candidates)]
+        if streamed:
+            self.start_chunk_sender()
+        # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
+        # (nor does shadow work: a stream mostly waits on its token bucket)
+        loop = asyncio.get_running_loop()
+        streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
+        async with self.deciding:
+            with self.shadow.served_batch():
+                decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
+        observe_stages("score", plain)
+        if streams:
+            await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams
+            out = Outbox()
+            decided(out, streamed, [r for task in streams for r in await task])
+            observe_stages("score", streamed)
+            await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
         self.decided += len(works)
-        return out.send_work("scored", works)
+        return out
+
+    def start_chunk_sender(self) -> None:
+        """The engine calls its chunk sink from decision threads; one task sends the chunks in that order."""
+        if self.chunk_sender is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self.chunks = asyncio.Queue()
+        self.engine.chunk_sink = lambda chunk: loop.call_soon_threadsafe(self.chunks.put_nowait, chunk)
+        self.chunk_sender = asyncio.create_task(self.send_chunks())
+
+    async def send_chunks(self) -> None:
+        """Chunks go out through the Sender as they come (those queued together in one send), keyed by
+        request id; their acknowledgements are awaited by flush_chunks."""
+        while True:
+            chunks = [await self.chunks.get()]
+            while not self.chunks.empty():
+                chunks.append(self.chunks.get_nowait())
+            try:
+                self.chunk_acks += await self.sender.send(Outbox(chunks=chunks))
+            except Exception as exc:  # failed here: flush_chunks raises it, and the batch is not committed
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                self.chunk_acks.append(failed)
+            finally:
+                for _ in chunks:
+                    self.chunks.task_done()
+
+    async def flush_chunks(self) -> None:
+        """Every chunk released so far is acknowledged by the broker (batches handled at once share the queue)."""
+        await self.chunks.join()
+        try:
+            await asyncio.gather(*self.chunk_acks)
+        finally:  # a failed send fails the batches waiting on it (they are read again), not every later one
+            self.chunk_acks = [ack for ack in self.chunk_acks if not ack.done()]
 
     def decide_each(self, works: list[Work]) -> list[tuple[Decision, list]]:
         """decide_batch, except that a request the engine fails on gets a fallback decision naming the error
         instead of taking the whole micro-batch (and the worker) down. Never beside the shadow side's naive engine,
         which shares the models."""
         with self.shadow.deciding:
-            try:
-                return self.engine.decide_batch(works)
-            except Exception:
-                results = []
-                for work in works:
-                    try:
-                        results.extend(self.engine.decide_batch([work]))
-                    except Exception as exc:
-                        log.exception("engine failed on %s", work.request.request_id)
-                        results.append((Decision(request_id=work.request.request_id, tier="fallback",
-                                                 error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
-                return results
+            return self.decide_guarded(works)
+
+    def decide_stream(self, work: Work) -> list[tuple[Decision, list]]:
+        """One streamed answer, in its own thread and without the shadow lock: a stream would hold it for as long
+        as it is paced, and it uses the generator, not the scoring backends the lock keeps to one thread."""
+        return self.decide_guarded([work])
+
+    def decide_guarded(self, works: list[Work]) -> list[tuple[Decision, list]]:
+        try:
+            return self.engine.decide_batch(works)
+        except Exception:
+            results = []
+            for work in works:
+                try:
+                    results.extend(self.engine.decide_batch([work]))
+                except Exception as exc:
+                    log.exception("engine failed on %s", work.request.request_id)
+                    results.append((Decision(request_id=work.request.request_id, tier="fallback",
+                                             error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
+            return results
+
+
+def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]]) -> None:
+    """Each work with its decision, for `scored` (by cache-key partition, as they came), and its usage."""
+    for work, (decision, events) in zip(works, results):
+        work.decision = decision
+        out.usage.extend(events)
+        if work.shadow == "served":
+            work.mechanisms = mechanisms.merged(work.mechanisms, mechanisms.from_usage(events))
+    out.send_work("scored", works)
 
 
 async def export_gpu_memory_forever(interval_s: float) -> None:

@@ -71,18 +71,56 @@ def ranking(rng: random.Random, i: int) -> dict:
             "history": [{"role": "user", "content": f"I am looking for {query}."}], "candidates": candidates}
 
 
+FACT_QUESTIONS = ["How long does delivery of the {p} to {w} take?", "Can I return the {p} after 30 days?",
+                  "Which warehouse ships the {p} fastest?", "What does the warranty of the {p} cover?"]
+CREATIVE_QUESTIONS = ["Write a short apology letter to a customer whose {p} arrived late in {w}.",
+                      "Write a friendly poem announcing new {p} stock in {w}.",
+                      "Compose a slogan for the {p} sale in {w}."]
+REFERENCE = ["Orders of the {p} leave the {w} warehouse within {n} hours of payment.",
+             "Standard delivery from {w} takes {d} working days; express delivery takes {e}.",
+             "Returns of the {p} are accepted within {r} days when the item is unused and in its box.",
+             "The {p} carries a {y}-year warranty covering manufacturing defects, not wear or accidents.",
+             "Customers in {w} can collect the {p} from the warehouse counter on weekdays.",
+             "A late delivery of more than {d} days earns a voucher worth {v} EUR on the next order.",
+             "Stock of the {p} in {w} is replenished every {e} days from the central supplier.",
+             "Support answers within {n} hours by chat and within {d} days by e-mail."]
+
+
+def support(rng: random.Random, i: int) -> dict:
+    """A customer-service question answered by generation and streamed (to a web or mobile client), with the
+    reference text it is answered from; half declare their question type, the rest are classified by rules."""
+    product, warehouse = rng.choice(PRODUCTS), rng.choice(WAREHOUSES)
+    creative = rng.random() < 0.4
+    question = rng.choice(CREATIVE_QUESTIONS if creative else FACT_QUESTIONS).format(p=product, w=warehouse)
+    lines = [rng.choice(REFERENCE).format(p=product, w=rng.choice(WAREHOUSES), n=rng.choice([4, 12, 24, 48]),
+                                          d=rng.randint(2, 6), e=rng.randint(1, 3), r=rng.choice([14, 30, 60]),
+                                          y=rng.choice([1, 2, 3]), v=rng.choice([5, 10, 20])) for _ in range(48)]
+    body = {"decision_type": "customer_service", "service": "support", "business_line": "retail",
+            "business_event": "support_answer", "kind": "generate", "stream": True,
+            "client": "mobile" if rng.random() < 0.3 else "web", "contracts": {"max_output_tokens": 512},
+            "state": question + "\n\nReference:\n" + "\n".join(lines)}
+    if rng.random() < 0.5:
+        body["question_type"] = "creative" if creative else "fact"
+    return body
+
+
 KINDS = [(inventory, 0.3), (risk, 0.4), (ranking, 0.3)]
 BAD_INPUTS = [b"{not json", b'{"request_id": "bad-1"}', b'{"request_id": 7, "tenant": "acme"}',
               b'{"request_id":"bad-2","tenant":"acme","service":"s","decision_type":"astrology","state":"x"}']
 
 
-def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "acme") -> list[bytes]:
-    """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one."""
+def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "acme",
+             stream_share: float = 0.0) -> list[bytes]:
+    """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one and
+    `stream_share` of the new ones are streamed customer-service answers (0: the same mix as before)."""
     rng = random.Random(seed)
     out, originals = [], []
     for i in range(n):
         if originals and rng.random() < repeat_share:
             body = dict(rng.choice(originals))
+        elif stream_share and rng.random() < stream_share:
+            body = support(rng, i)
+            originals.append(body)
         else:
             make = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
             body = make(rng, i)

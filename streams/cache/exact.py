@@ -34,7 +34,8 @@ def canonical(work: Work) -> dict:
         "context": normalize(work.context or render_context(request)),
         "candidates": sorted((c.id, normalize(c.text)) for c in request.candidates),
         "constraints": [request.tenant, request.decision_type, request.kind,
-                        request.contracts.max_output_tokens, request.contracts.min_output_tokens],
+                        request.contracts.max_output_tokens, request.contracts.min_output_tokens,
+                        *([request.question_type] if request.question_type else [])],  # sets a stream's length
         "template": [template.id, template.version, template.variables] if template else None,
     }
 

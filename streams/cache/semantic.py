@@ -76,6 +76,8 @@ def partition_of(request: Request) -> tuple:
     state = request.state if isinstance(request.state, dict) else {}
     segment = str(state.get("user_segment") or state.get("segment") or "")
     output = f"{request.kind}:{request.contracts.max_output_tokens}"
+    if request.question_type:  # a declared question type sets a streamed answer's length
+        output += f":{request.question_type}"
     if request.candidates:
         ids = orjson.dumps(sorted(c.id for c in request.candidates))
         output += ":" + hashlib.blake2b(ids, digest_size=8).hexdigest()

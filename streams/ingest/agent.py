@@ -15,6 +15,7 @@ from streams.ingest.budgets import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.ingest.idempotency import CONFLICT, REDELIVERY, Requests, conflict_detail, reservation_key
+from streams.postprocess import stream as stream_mod
 from streams.ingest.protocol import protocol_bytes
 from streams.metrics import observe_protocol, observe_stages
 from streams.postprocess.format import http_headers
@@ -25,16 +26,17 @@ from streams.outbox import Outbox
 log = logging.getLogger("jev.ingest")
 
 
-async def reserve(book, leases, work: Work):
-    """Hold the most this request can spend (input + max output) before any model work: against the leases of its
-    hard token budgets (streams.leases, when on), then the local book (soft budgets, alerts, cost)."""
+async def reserve(book, leases, work: Work, stream_config=None):
+    """Hold the most this request can spend (input + max output: a stream's length) before any model work:
+    against the leases of its hard token budgets (streams.leases, when on), then the local book (soft budgets,
+    alerts, cost)."""
     req = work.request
     hold = await leases.reserve(work) if leases is not None else None
     if isinstance(hold, Refused):
         return hold
     input_tokens = work.context_tokens + sum(work.candidate_tokens)
-    held = book.reserve(request_scopes(req), input_tokens + req.contracts.max_output_tokens,
-                        pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
+    output = stream_mod.reserved_output(req, stream_config)
+    held = book.reserve(request_scopes(req), input_tokens + output, pricing.max_cost(work.model, input_tokens, output),
                         reservation_id=reservation_key(req.tenant, req.request_id))
     if hold is not None and isinstance(held, Refused):
         leases.release(hold)
@@ -97,7 +99,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                     result = dead_letter("duplicate_request_id", conflict_detail(req.tenant, req.request_id),
                                          "ingest", raw, req.request_id, result.admitted_at)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = await reserve(book, leases, result)
+                held = await reserve(book, leases, result, admission.stream_config)
                 out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to

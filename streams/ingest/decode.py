@@ -11,6 +11,8 @@ from streams.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.ingest.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
+from streams.postprocess import stream as stream_mod
+from streams.postprocess.stream import StreamConfig
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class Admission:
     default_model: str
     known_types: frozenset[str]
     templates: Templates | None = None
+    stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
     tenants: frozenset[str] | None = None  # the tenants admitted; None = any non-empty tenant (JEV_TENANTS=*)
 
 
@@ -44,6 +47,7 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         request_id = request.request_id
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
+        check_stream(request, policy.stream_config or stream_mod.load())
         check_request(request)
         measured = measure_context(request, model)
         instruction, context, context_tokens = "", measured.text(), measured.tokens()
@@ -92,4 +96,17 @@ def check(request: Request, model: str, known_types: frozenset[str], tenants: fr
         raise Invalid("wrong_value", "candidates: ids must be unique")
     tokens.encoding_name(model)
 
+
+def check_stream(request: Request, config: StreamConfig) -> None:
+    """A stream is asked by a generate request, of a configured client and question type."""
+    if request.stream and (request.kind != "generate" or request.candidates):
+        raise Invalid("wrong_value", "stream: true needs kind 'generate' and no candidates (a ranking decision is "
+                                     "one record, not a stream)")
+    try:
+        if request.client:
+            config.client(request.client)
+        if request.question_type:
+            config.canonical(request.question_type)
+    except ValueError as exc:
+        raise Invalid("wrong_value", str(exc)) from None
 

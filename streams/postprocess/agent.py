@@ -1,12 +1,16 @@
 """postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
 from __future__ import annotations
 
+import time
+
 from streams.consumer import run_agent, take_work
 from streams.ingest.idempotency import reservation_key
 from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
+from streams.postprocess import stream as stream_config
 from streams.postprocess.format import http_headers
+from streams.postprocess.stream import chunk_text, streamed
 from streams.shadow.verdict import ShadowJoin, verdict_records
 from streams.usage.events import usage_event
 
@@ -18,7 +22,7 @@ class Postprocess:
     by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
     same process, same cache-key partition), so none of those takes another topic hop. It fills the caches and
     settles budget reservations, and pairs shadow decisions into verdicts; what it wants sent (decisions, review,
-    usage, alerts, verdicts) it returns."""
+    usage, alerts, verdicts, and the chunks of a streamed request answered without generating) it returns."""
 
     def __init__(self, settings, cache, controls, book, requests=None):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
@@ -57,6 +61,9 @@ class Postprocess:
                 out.decisions.append((decision, http_headers(decision)))
                 if self.requests is not None:
                     self.requests.decided(work.request.tenant, decision)
+                if work.request.stream and not streamed(decision):  # answered without generating: one go
+                    plan = stream_config.load(self.settings.stream_config).plan(work.request)
+                    out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
         out.records += verdict_records(v for v in verdicts if v is not None)
         if self.leases is not None:
             out.placed += [("budget", partition, value) for partition, value in self.leases.settlements(items)]

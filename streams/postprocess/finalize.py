@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 from schemas.records import Decision, UsageEvent, Work
 from streams.postprocess.contracts import enforce
 from streams.postprocess.patterns import Patterns, resolve
+from streams.postprocess.stream import streamed
 from streams.usage.events import usage_event
 
 
@@ -27,7 +28,8 @@ class Finalized:
 
 def finalize(work: Work, now: float | None = None, *, config: Patterns | str | None = None,
              regenerate: Callable[[str], str] | None = None, switches: Mapping[str, bool] | None = None) -> Finalized:
-    """Stamp latency; for a generated answer, clean it under the request's output contracts.
+    """Stamp latency; for a generated answer, clean it under the request's output contracts (a streamed
+    answer was cleaned as it was generated and already went out as chunks: it is only scanned).
 
     `regenerate(instruction) -> str` (optional) is the generation backend, asked once for a longer
     answer when the text is below contracts.min_output_tokens.
@@ -38,7 +40,7 @@ def finalize(work: Work, now: float | None = None, *, config: Patterns | str | N
     done = Finalized(decision, usage=[usage_event(work.request, "postprocess", latency_ms=decision.latency_ms,
                                                   outcome=decision.tier)])
     switches = switches or {}
-    if decision.text and switches.get("postprocess.cleanup", True):
+    if decision.text and switches.get("postprocess.cleanup", True) and not streamed(decision):
         _clean_text(work, done, config, regenerate)
     elif decision.text and switches.get("postprocess.scan", True) and resolve(config).scanner.scan(decision.text):
         _flag(done)

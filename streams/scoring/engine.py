@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import Decision, Ranked, UsageEvent, Work
 from streams.metrics import observe_breaker, observe_fallback
-from streams.scoring import policy as policy_mod
+from streams.scoring import policy as policy_mod, streaming
 from streams.scoring.backends import Backend
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
@@ -44,6 +44,10 @@ class Engine:
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
     generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
     reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
+    stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
+    chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
+    clock: object = field(default_factory=lambda: streaming.Clock())  # where streams read time and wait
+    patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -69,6 +73,8 @@ class Engine:
         lengths = candidate_lengths(work)
         nominal = nominal_tokens(work, lengths)
         ledger, outcome, iterations = Ledger(), "ok", 1
+        if not ids and self.generator is not None and req.stream:
+            return streaming.stream_answer(self, work, ledger, start)
         if not ids and self.generator is not None:
             self.counters["llm"] += 1
             return generated_decision(self.generator, work, start)

@@ -19,12 +19,14 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
     from streams.generation import load_generator
+    from streams.postprocess import stream as stream_config
 
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
                   escalation=None if escalation in ("", "none") else backends.load(escalation),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
                   generator=load_generator(settings.generator, settings.default_model),
-                  reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0)
+                  reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0,
+                  stream_config=stream_config.load(settings.stream_config), patterns=settings.postprocess_patterns)
 
 
 def known_decision_types(path: str = "") -> set[str]:

@@ -97,12 +97,14 @@ class Sampler:
 
 def naive_twin(work: Work) -> Work:
     """The request as a naive system would send it: the whole history rendered (no truncation, no
-    distillation); a template's rendering is kept (it is the prompt, not a saving). The served work records
-    whether ingest truncated it."""
+    distillation); a template's rendering is kept (it is the prompt, not a saving). A streamed request's
+    twin is answered whole, not streamed: it is judged, never sent to the caller, and a naive system neither
+    paces nor sizes an answer by question type. The served work records whether ingest truncated it."""
     req = work.request
     context = work.context if req.template else render_context(req)
     if context != work.context:
         work.mechanisms = mechanisms.merged(work.mechanisms, ["truncation"])
     context_tokens = work.context_tokens if context == work.context else tokens.count(context, work.model)
-    return Work(request=req.derive(history=[]), admitted_at=work.admitted_at, model=work.model, context=context,
-                context_tokens=context_tokens, candidate_tokens=list(work.candidate_tokens), shadow="naive")
+    return Work(request=req.derive(history=[], stream=False), admitted_at=work.admitted_at, model=work.model,
+                context=context, context_tokens=context_tokens, candidate_tokens=list(work.candidate_tokens),
+                shadow="naive")

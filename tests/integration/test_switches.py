@@ -334,6 +334,38 @@ async def test_postprocess__cleanup_off(live):
     assert sent(off[0]) == follower.decisions[off[0]].output_tokens  # as generated
 
 
+SUBJECTS = [("When do the parcels leave the Lyon hub?", "Parcel {i} for depot {d} leaves the Lyon hub within {i} hours."),
+            ("Which invoices does the Madrid office still owe?", "Invoice {i} of supplier {d} is owed {i}00 euros by "
+                                                                 "the Madrid office.")]
+
+
+def streamed(n: int) -> dict:
+    """A creative answer streamed to a mobile client: 512 tokens in 32-token chunks, paced at 256 tokens/s
+    (stream.yaml) while the throttle is on. Each `n` asks about another subject, so no cache answers it."""
+    question, line = SUBJECTS[n]
+    lines = "\n".join(line.format(i=i, d=i % 5) for i in range(60))
+    return {"decision_type": "customer_service", "kind": "generate", "stream": True, "client": "mobile",
+            "question_type": "creative", "state": f"{question}\n{lines}", "contracts": {"max_output_tokens": 512}}
+
+
+async def stream_row(follower: Follower, rid: str, timeout: float = 15.0):
+    """The one usage row of a streamed answer (`score;stream`), once the follower has read it."""
+    deadline = time.monotonic() + timeout
+    while not (rows := [e for e in follower.usage.get(rid, ()) if e.event_id.endswith(":score:stream")]):
+        assert time.monotonic() < deadline, f"no stream usage row for {rid}: {follower.usage.get(rid)}"
+        await asyncio.sleep(0.2)
+    [row] = rows
+    return row
+
+
+async def test_postprocess__throttle_off(live):
+    on, off = await off_round(live, "postprocess.throttle", [streamed(0)], [streamed(1)], "throttle")
+    paced, unpaced = await stream_row(live[1], on[0]), await stream_row(live[1], off[0])
+    assert paced.output_tokens >= 256 and unpaced.output_tokens >= 256  # many chunks each
+    assert paced.tokens_per_s <= 256 * 16 / 15 * 1.05  # the bucket holds one chunk: 16 waits for 15 chunks' worth
+    assert unpaced.tokens_per_s > 1000, unpaced.tokens_per_s
+
+
 async def test_postprocess__scan_off(live):
     text = "The attached file is strictly confidential and internal use only: the refund for order {n} is approved."
     on, off = await off_round(live, "postprocess.scan", [generated(text.format(n=1))], [generated(text.format(n=2))],

@@ -35,7 +35,8 @@ class Captured:
             self.sent.setdefault(topic, []).append(WorkBatch(items=works))
         if outbox.usage:
             self.sent.setdefault("usage", []).append(UsageBatch(events=outbox.usage))
-        for short, records in (("decisions", [d for d, _ in outbox.decisions]), ("review", outbox.review),
+        for short, records in (("chunks", outbox.chunks), ("decisions", [d for d, _ in outbox.decisions]),
+                               ("review", outbox.review),
                                ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
             if records:
                 self.sent.setdefault(short, []).extend(records)

@@ -6,7 +6,7 @@ import uuid
 from aiokafka import AIOKafkaConsumer
 
 from infra.broker import create_topics
-from schemas.records import Alert, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
+from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
 from schemas.topics import name
 from streams.outbox import Outbox
 from streams.partitioning import partition_for
@@ -14,14 +14,18 @@ from streams.sender import Sender
 from tests.conftest import fresh_topic
 
 
-async def read(bootstrap: str, topics: list[str], count: int) -> list:
+async def read(bootstrap: str, topics: list[str], count: int, key: str = "") -> list:
+    """`count` records of `topics` (those keyed `key` when given, read until the topics are idle)."""
     consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
     await consumer.start()
     got = []
     try:
         while len(got) < count:
-            for tp, msgs in (await consumer.getmany(timeout_ms=2000)).items():
-                got += [(tp.topic, tp.partition, m) for m in msgs]
+            polled = await consumer.getmany(timeout_ms=2000)
+            if key and not polled:
+                break
+            for tp, msgs in polled.items():
+                got += [(tp.topic, tp.partition, m) for m in msgs if not key or m.key == key.encode()]
     finally:
         await consumer.stop()
     return got
@@ -78,3 +82,31 @@ async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_rec
     assert Rejection.loads(got[name("rejected")][1].value).reason == "bad_json"
     assert got[name("alerts")][1].key == rid.encode()
     assert got[name("batch_results")][1].value == b'{"job": "%s"}' % rid.encode()
+
+
+class Ordered(Sender):
+    """The real Sender, noting which kinds of record each send carried, in order."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.sends: list[list[str]] = []
+
+    async def send(self, outbox):
+        self.sends.append([kind for kind in ("chunks", "decisions") if getattr(outbox, kind)])
+        return await super().send(outbox)
+
+
+async def test_chunks_are_acknowledged_before_the_decisions_and_keyed_as_they_are(broker):
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [name("chunks"), name("decisions")], 4)
+    rid = f"r-{uuid.uuid4().hex[:8]}"
+    chunks = [Chunk(request_id=rid, seq=i, text=f"piece {i} ", tokens=2, tokens_so_far=2 * (i + 1),
+                    progress=25 * (i + 1), final=i == 3) for i in range(4)]
+    sender = Ordered(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(Outbox(decisions=[(Decision(request_id=rid, tier="llm"), {})], chunks=chunks))
+    await sender.stop()
+    assert sender.sends == [["chunks"], ["decisions"]]  # the decision is sent once every chunk is acknowledged
+    got = [(p, m) for topic, p, m in await read(bootstrap, [name("chunks")], 4, rid)]
+    assert [Chunk.loads(m.value).seq for _, m in got] == [0, 1, 2, 3]
+    assert all(p == partition_for(rid, 4) and m.key == rid.encode() for p, m in got)

@@ -1,10 +1,36 @@
 """The scoring worker's micro-batch handler: decides every work of a batch, hands them on, and
-dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers)."""
+dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers);
+streamed answers go out as chunks through the Sender while the rest of their batch does not wait."""
+import asyncio
+
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
 from streams.scoring.factory import build_engine
 from workers.scoring_worker import ScoringWorker
+
+
+class Sender:
+    """Records, in order, what the worker hands to the Sender (and what its handler returns, as BatchConsumer
+    hands it on); every send is acknowledged at once."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, object]] = []
+
+    async def deliver(self, outbox) -> None:
+        self.record(outbox)
+
+    async def send(self, outbox) -> list[asyncio.Future]:
+        self.record(outbox)
+        acked = asyncio.get_running_loop().create_future()
+        acked.set_result(None)
+        return [acked]
+
+    def record(self, outbox) -> None:
+        self.sent += [("chunks", chunk) for chunk in outbox.chunks]
+        self.sent += list(outbox.work.items())
+        if outbox.usage:
+            self.sent.append(("usage", outbox.usage))
 
 
 def work(request_id: str) -> Work:
@@ -29,3 +55,34 @@ async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered
     assert rejected.reason == "bad_internal_message" and rejected.stage == "score"
     assert {e.request_id for e in out.usage} == {"s1", "s2"}
     assert worker.decided == 2
+
+
+def streamed_work(request_id: str, client: str) -> Work:
+    reference = "\n".join(f"Parcels to depot {i % 5} leave within {i} hours." for i in range(80))
+    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "support",
+                                 "decision_type": "customer_service", "kind": "generate", "stream": True,
+                                 "client": client, "question_type": "creative", "state": "When?",
+                                 "contracts": {"max_output_tokens": 512}})
+    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context=reference, context_tokens=900,
+                cache_key=f"k-{request_id}")
+
+
+async def test_streamed_answers_send_their_chunks_in_order_before_their_decisions(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    batch = WorkBatch(items=[streamed_work("w1", "web"), work("plain"), streamed_work("m1", "mobile")]).dumps()
+    worker.sender.record(await worker.handle(consumed(name("score"), [batch])))
+    topics = [topic for topic, _ in worker.sender.sent]
+    chunks = [chunk for topic, chunk in worker.sender.sent if topic == "chunks"]
+    last_chunk = max(i for i, t in enumerate(topics) if t == "chunks")  # of a paced 512-token stream
+    assert topics.index("scored") < last_chunk  # the plain decision does not wait for the streams
+    assert last_chunk < len(topics) - 2 and topics[-2:] == ["scored", "usage"]  # then the streamed decisions
+    scored = [works for topic, works in worker.sender.sent if topic == "scored"]
+    assert [[w.request.request_id for w in items] for items in scored] == [["plain"], ["w1", "m1"]]
+    for rid, size in (("w1", 64), ("m1", 32)):
+        mine = [c for c in chunks if c.request_id == rid]
+        assert [c.seq for c in mine] == list(range(len(mine))) and mine[-1].final
+        assert all(c.tokens <= size for c in mine) and len(mine) >= 512 // size
+        decided = next(w for w in scored[1] if w.request.request_id == rid).decision
+        assert decided.output_tokens == sum(c.tokens for c in mine)
+    worker.chunk_sender.cancel()

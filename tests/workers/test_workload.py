@@ -14,3 +14,17 @@ def test_workload_is_deterministic_valid_and_has_repeats():
     assert types == {"inventory_transfer", "risk_interception", "ranking"}
     bodies = [orjson.dumps([r.decision_type, r.state, [c.text for c in r.candidates]]) for r in requests]
     assert len(set(bodies)) < 170, "a share of the workload must repeat earlier requests"
+
+
+def test_a_stream_share_adds_streamed_support_questions_and_leaves_the_default_mix_alone():
+    def bodies(payloads):
+        return [{k: v for k, v in orjson.loads(p).items() if k != "created_at"} for p in payloads]
+
+    assert bodies(workload.generate(50, seed=5)) == bodies(workload.generate(50, seed=5, stream_share=0.0))
+    requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(200, seed=5, stream_share=0.1)]
+    streamed = [r for r in requests if r.stream]
+    assert 10 <= len(streamed) <= 40
+    assert all(r.kind == "generate" and r.decision_type == "customer_service" and not r.candidates
+               for r in streamed)
+    assert {r.client for r in streamed} == {"web", "mobile"}
+    assert {r.question_type for r in streamed} == {"", "fact", "creative"}

@@ -70,6 +70,8 @@ def print_report(r: dict) -> None:
         ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
         ("agreement with the naive path", agreement_line(r)),
         ("latency p50 / p95", f"{r['latency_ms']['p50']} ms / {r['latency_ms']['p95']} ms"),
+        ("streamed answers", "{requests} ({generated} generated), {chunks} chunks, {tokens:,} tokens, first chunk "
+                             "p50 {first_chunk_ms_p50} ms, {tokens_per_s_p50} tokens/s".format(**r["stream"])),
         ("usage rows in ClickHouse", r["clickhouse_rows"]), ("wall time", f"{r['wall_s']} s")]:
         t.add_row(label, str(value))
     console.print(t)

@@ -7,7 +7,8 @@ from schemas import records
 from schemas.jsonschema import document
 
 RECORDS = {"request": records.Request, "decision": records.Decision, "usage": records.UsageEvent,
-           "control": records.Control, "rejection": records.Rejection, "alert": records.Alert}
+           "control": records.Control, "rejection": records.Rejection, "alert": records.Alert,
+           "chunk": records.Chunk}
 
 
 def register(sub) -> None:

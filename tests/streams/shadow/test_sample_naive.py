@@ -2,6 +2,7 @@
 import pytest
 
 from schemas.records import Candidate, Contracts, Request, Turn, UsageEvent, Work
+from streams.generation import ExtractiveGenerator
 from streams.ingest.decode import Admission, admit
 from streams.scoring import rules as rules_mod
 from streams.scoring.backends import LexicalBackend
@@ -42,6 +43,23 @@ def test_the_twin_holds_the_whole_history_and_truncation_is_recorded():
     assert "turn 0 about" in twin.context and "turn 0 about" not in work.context
     assert twin.context_tokens > work.context_tokens and "truncation" in work.mechanisms
     assert not twin.request.history  # the context carries it
+
+
+def test_a_streamed_requests_twin_is_answered_whole_and_sends_no_chunks():
+    body = Request(request_id="g1", tenant="t", service="s", decision_type="customer_service", kind="generate",
+                   stream=True, client="mobile", question_type="creative", state="When do parcels leave?",
+                   history=[Turn(role="user", content="Parcels to depot 3 leave within 4 hours.")])
+    work = admit(body.dumps(), Admission(1 << 20, "gpt-4o-mini", frozenset()))
+    twins, _ = Sampler("1").take([work])
+    twin = twins["t", "g1"]
+    assert work.request.stream and not twin.request.stream
+    engine = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), rules=rules_mod.load(""),
+                    generator=ExtractiveGenerator())
+    sent = []
+    engine.chunk_sink = sent.append  # the worker's sink, set once it streams: a twin must never reach it
+    [decided], usage = decide_naive(naive_engine(engine), [twin])
+    assert decided.decision.text and decided.decision.output_tokens > 0 and not sent
+    assert usage and all(e.stage == "shadow" for e in usage)
 
 
 def test_pressure_skips_the_sample_and_meters_the_skip():

@@ -1,0 +1,114 @@
+"""The scoring engine's path for a generate request that asks for a stream: the generator's text, cleaned as
+it comes, cut into Chunks by the client's size, each released when the response's token bucket allows it
+(unless the postprocess.throttle switch is off) and handed to the engine's chunk sink (the scoring worker
+sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream whose
+output tokens are the sum of its chunks, with its time to first chunk and tokens per second.
+
+A released sentence with a sensitive word (postprocess.scan) is never sent: the stream ends there with its
+final chunk, the decision keeps the withheld text (postprocess routes it to review) and its tokens are
+metered with the chunks', since they were generated.
+
+Pure given the engine's backends, sink, clock and sleep (a test passes a fake clock and records the waits).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from schemas.records import Chunk, Decision, UsageEvent, Work
+from streams import tokens
+from streams.generation import Streaming
+from streams.metrics import observe_stream
+from streams.postprocess import stream as stream_mod
+from streams.scoring.backends import Scored
+from streams.scoring.ledger import Ledger
+
+
+@dataclass
+class Clock:
+    """Where a stream reads the time and waits: real by default, replaced in tests."""
+    now: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self.sleep(seconds)
+
+
+def stream_answer(engine, work: Work, ledger: Ledger, start: float,
+                  clock: Clock | None = None) -> tuple[Decision, list[UsageEvent]]:
+    clock = clock or engine.clock
+    req = work.request
+    config = engine.stream_config or stream_mod.load()
+    plan = config.plan(req)
+    sink = engine.chunk_sink or (lambda chunk: None)
+    switches = engine.switches
+    cleaner = stream_mod.StreamCleaner(work.model, engine.patterns or None, enabled=switches["postprocess.cleanup"])
+    chunker = stream_mod.Chunker(req.request_id, length=plan.length, chunk_tokens=plan.chunk_tokens,
+                                 model=work.model)
+    pacer = stream_mod.Pacer(plan.tokens_per_s, plan.chunk_tokens, clock.now())
+    began = clock.now()
+    sent: list[Chunk] = []
+    first_wall = 0.0
+
+    def release(chunks: list[Chunk]) -> None:
+        nonlocal first_wall
+        for chunk in chunks:
+            clock.wait(pacer.wait(chunk.tokens, clock.now(), switches["postprocess.throttle"]))
+            chunk = chunk.derive(ts=clock.wall())
+            first_wall = first_wall or chunk.ts
+            sink(chunk)
+            sent.append(chunk)
+
+    def flagged(text: str) -> bool:
+        return bool(text) and switches["postprocess.scan"] and bool(cleaner.patterns.scanner.scan(text))
+
+    withheld = ""  # text with a sensitive word: never sent as a chunk; the decision goes to review
+    streaming = stream_of(engine.generator, work.context, plan.length)
+    try:
+        for piece in streaming:
+            text = cleaner.feed(piece)
+            if flagged(text):
+                withheld = text
+                break
+            release(chunker.feed(text))
+            if chunker.full:
+                break
+    finally:
+        streaming.close()
+    if not withheld and not flagged(rest := cleaner.finish()):
+        release(chunker.feed(rest))
+    elif not withheld:
+        withheld = rest
+    release(chunker.finish())
+    seconds = max(clock.now() - began, 1e-6)
+    output = sum(c.tokens for c in sent) + (tokens.count(withheld, work.model) if withheld else 0)
+    text = "".join(c.text for c in sent) + withheld
+    first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
+    tokens_per_s = round(output / seconds, 1)
+    ledger.add("stream", work.context_tokens + output, streaming.model,
+               Scored([], streaming.input_tokens, 0, output))
+    input_tokens, cache_read, output_tokens, cost = ledger.totals()
+    latency = round((time.perf_counter() - start) * 1000, 3)
+    engine.counters["llm"] += 1
+    engine.counters["streamed"] += 1
+    observe_stream(plan.client, plan.question_type, first_chunk_ms, tokens_per_s, len(sent))
+    decision = Decision(request_id=req.request_id, tier="llm", text=text, confidence=0.0,
+                        chain=[f"generate:{engine.generator.name}:{streaming.label}",
+                               f"stream:{plan.client}:{plan.question_type}:{len(sent)}",
+                               *(["stream:withheld"] if withheld else [])],
+                        input_tokens=input_tokens, cache_read_tokens=cache_read, output_tokens=output_tokens,
+                        nominal_tokens=work.context_tokens + output, cost=cost, latency_ms=latency)
+    events = [e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s)
+              for e in ledger.events(req, latency, "ok", 1)]
+    return decision, events
+
+
+def stream_of(generator, prompt: str, max_tokens: int):
+    """The generator's stream; a generator without one streams its whole answer as one piece."""
+    if hasattr(generator, "stream"):
+        return generator.stream(prompt, max_tokens)
+    out = generator.generate(prompt, max_tokens)
+    return Streaming(iter([out.text]), out.input_tokens, out.model, out.label)
