@@ -7,7 +7,6 @@ import time
 from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Decision, Rejection
-from schemas.topics import name
 from streams.ingest.decode import Admission, admit
 
 

@@ -6,7 +6,6 @@ bound to a tenant or to every tenant, at most JEV_QUERY_CONCURRENCY calls at a t
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import time
 import urllib.error

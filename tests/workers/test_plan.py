@@ -65,7 +65,6 @@ def test_bad_plans_are_clear_errors(change, match):
 
 
 def test_fleet_sizing_follows_the_measured_costs():
-    from workers import fleet
 
     figures = {name: {"value": value} for name, value in {
         "stage_cpu_ms_per_cached_decision": 0.5, "stage_cpu_ms_per_model_decision": 2.0,
