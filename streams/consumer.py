@@ -20,6 +20,27 @@ from streams.kafka_tuning import back_off_when_idle
 log = logging.getLogger("jev.consumer")
 
 
+async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
+                            poll_ms: int, what: str) -> None:
+    """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
+    calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
+    A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                enable_auto_commit=False, fetch_max_wait_ms=50)
+    await consumer.start()
+    back_off_when_idle(consumer)
+    try:
+        while not stopping.is_set():
+            for msgs in (await consumer.getmany(timeout_ms=poll_ms)).values():
+                for msg in msgs:
+                    try:
+                        apply(msg.value)
+                    except Exception as exc:
+                        log.warning("skipping malformed %s at offset %s: %s", what, msg.offset, exc)
+    finally:
+        await consumer.stop()
+
+
 async def take_work(stream, settings) -> AsyncIterator[list]:
     """The Work items of every WorkBatch that arrived within one micro-batch window: under load a stage
     handles many upstream messages per iteration and sends fewer, larger batches downstream."""

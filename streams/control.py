@@ -7,16 +7,13 @@ change reaches every process within its poll interval, without a restart.
 from __future__ import annotations
 
 import asyncio
-import logging
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from schemas.records import Control
 from schemas.topics import name
-from streams.kafka_tuning import back_off_when_idle
+from streams.consumer import follow_from_start
 from streams.switches import Controls
-
-log = logging.getLogger("jev.control")
 
 
 async def publish(bootstrap: str, controls: list[Control]) -> None:
@@ -37,17 +34,8 @@ class ControlReader:
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
-        consumer = AIOKafkaConsumer(name("control"), bootstrap_servers=self.bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=50)
-        await consumer.start()
-        back_off_when_idle(consumer)
-        try:
-            while not self.stopping.is_set():
-                for msgs in (await consumer.getmany(timeout_ms=self.poll_ms)).values():
-                    for msg in msgs:
-                        try:
-                            self.controls.apply(Control.loads(msg.value))
-                        except Exception as exc:  # a bad control record must not stop the process
-                            log.warning("skipping malformed control record at offset %s: %s", msg.offset, exc)
-        finally:
-            await consumer.stop()
+        await follow_from_start(self.bootstrap, name("control"), self.apply, self.stopping, self.poll_ms,
+                                "control record")
+
+    def apply(self, value: bytes) -> None:
+        self.controls.apply(Control.loads(value))

@@ -11,22 +11,18 @@ they go out through the one Sender every STATE_FLUSH_S, apart from the micro-bat
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 
 from schemas.topics import name
 from streams.answer import answer_locally
-from streams.consumer import run_agent, take_work
-from streams.kafka_tuning import back_off_when_idle
+from streams.consumer import follow_from_start, run_agent, take_work
 from streams.metrics import observe_cache, observe_stages
 from streams.outbox import Outbox
 
 STATE_FLUSH_S = 0.5
 RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
-log = logging.getLogger("jev.cache_state")
 
 
 def register(app, topics, settings, stage, controls, postprocess, rules: list, sender) -> None:
@@ -106,17 +102,5 @@ class CacheStateLog:
             self.applied += len(message["records"])
 
     async def follow(self) -> None:
-        consumer = AIOKafkaConsumer(name("cache_state"), bootstrap_servers=self.bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=50)
-        await consumer.start()
-        back_off_when_idle(consumer)
-        try:
-            while not self.stopping.is_set():
-                for msgs in (await consumer.getmany(timeout_ms=self.poll_ms)).values():
-                    for msg in msgs:
-                        try:
-                            self.apply(msg.value)
-                        except Exception as exc:  # a bad record must not stop the stage
-                            log.warning("skipping malformed cache-state message at offset %s: %s", msg.offset, exc)
-        finally:
-            await consumer.stop()
+        await follow_from_start(self.bootstrap, name("cache_state"), self.apply, self.stopping, self.poll_ms,
+                                "cache-state message")
