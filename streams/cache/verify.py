@@ -26,7 +26,7 @@ _EN, _ZH = WORDS["en"], WORDS["zh"]
 STOPWORDS = frozenset(_EN["stopwords"].split())
 NEGATIONS = frozenset(_EN["negations"].split())
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(_EN["number_words"].split())} | {
-    w: str(n) for w, n in _EN["big_numbers"].items()}
+    w: str(n) for w, n in (_EN["tens"] | _EN["big_numbers"]).items()}
 ORDINALS = {w: str(i) for i, w in enumerate(_EN["ordinals"].split())} | _EN["ordinal_words"]
 SCOPE = frozenset(_EN["scope"].split())
 SYMMETRIC = frozenset(_EN["symmetric"])

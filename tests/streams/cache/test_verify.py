@@ -23,6 +23,7 @@ QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
     ("What is the capital of France?", "What is the capital of Germany?", "key_term"),
     ("The gate is blue.", "The gate is yellow.", "antonym"),
     ("How many calories are in one banana?", "How many calories are in two bananas?", "number"),
+    ("What do women in their forties struggle with?", "What do women in their fifties struggle with?", "number"),
     ("如何在2015年减肥", "如何在2016年减肥", "number"),
     ("三个苹果多少钱", "两个苹果多少钱", "number"),
     ("二零一五年发生了什么", "二零一六年发生了什么", "number"),
