@@ -2,7 +2,9 @@
 
 Every `text_a` is asked and answered first: each fills the cache as a miss would (its answer names its
 pair; repeated questions share one entry). Then every `text_b` is asked, in file order (or shuffled by a
-seed), through SemanticCache.probe with the partition's learned threshold:
+seed). A `text_b` that is a cached `text_a` up to the exact cache's normalization (spacing, Unicode form) is
+answered by L1 in the live pipeline before L2 is asked: it is counted as an `exact_hits` and not asked of L2.
+Every other one goes through SemanticCache.probe with the partition's learned threshold:
 - a hit is right only when the entry it hit is its own `text_a` and the pair is labelled 1;
 - a served hit's verdict reaches the learner at the shadow rate (the label stands in for the shadow
   comparison);
@@ -22,6 +24,7 @@ import numpy as np
 
 from streams.cache.calibration import Pair
 from streams.cache.entry import Entry
+from streams.cache.exact import normalize
 from streams.cache.semantic import SemanticCache, _same_question
 
 PARTITION = ("replay", "pairs", "", "latin", "generate:256")
@@ -39,7 +42,8 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     order = list(range(len(pairs)))
     if seed is not None:
         random.Random(seed).shuffle(order)
-    asked = [pairs[i] for i in order]
+    cached = {normalize(q) for q in questions}
+    asked = [pairs[i] for i in order if normalize(pairs[i].text_b) not in cached]
     vectors = cache.embedder.embed([p.text_b for p in asked])
     rng = random.Random(0 if seed is None else seed)
     hits = right = explored = learned = 0
@@ -62,7 +66,7 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
         if not curve or curve[-1][1] != threshold:
             curve.append((n, threshold))
     positives = sum(p.label == 1 for p in pairs)
-    return {"pairs": len(pairs), "hits": hits, "false_hits": hits - right,
+    return {"pairs": len(pairs), "exact_hits": len(pairs) - len(asked), "hits": hits, "false_hits": hits - right,
             "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
             "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,

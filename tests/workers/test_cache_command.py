@@ -93,6 +93,18 @@ def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch
     assert summary["explore_verdicts"] >= 118 and summary["final_threshold"] is not None
 
 
+def test_replay_leaves_exact_repeats_to_l1(tmp_path, monkeypatch, capsys):
+    """A text_b equal to a cached text_a up to spacing is an L1 hit in the live pipeline: not an L2 hit."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"text_a": f"What is feature {w}?", "text_b": f"What  is feature {w}? ", "label": 1} for w in "abcde"]
+    rows.append({"text_a": "How do I reset a router?", "text_b": "How can I reset my router?", "label": 1})
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (summary["pairs"], summary["exact_hits"], summary["hits"]) == (6, 5, 0)
+
+
 def test_replay_rejects_a_bad_shadow_rate(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
