@@ -77,8 +77,10 @@ def labelled_samples(text: str) -> dict[str, float]:
     return out
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _escape(value: str, quote: bool = True) -> str:
+    """A label value (`quote`) or a HELP text as the text format escapes it: HELP escapes no double quote."""
+    value = value.replace("\\", "\\\\").replace("\n", "\\n")
+    return value.replace('"', '\\"') if quote else value
 
 
 def _number(v: float) -> str:
@@ -101,5 +103,5 @@ def merge_scrapes(scraped: dict[str, str]) -> str:
     out = []
     for name, (doc, kind, lines) in families.items():
         name = f"{name}_total" if kind == "counter" else name  # as the text format names a counter
-        out += [f"# HELP {name} {_escape(doc)}", f"# TYPE {name} {kind}", *lines]
+        out += [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} {kind}", *lines]
     return "\n".join(out) + "\n"
