@@ -71,8 +71,8 @@ def bounded(label: str, value: str) -> str:
 # yet" rather than no series at all (JevUsageSinkStalled could not fire before the sink's first insert).
 KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
                 (BREAKERS, ("timeout",)), (BREAKERS, ("deadline",)), (FALLBACKS, ("token_cap",)),
-                (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)), *((CACHE, (level, result)) for level in ("l1", "l2")
-                                            for result in ("hit", "miss")))
+                (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)),
+                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")))
 
 
 def declare_known_series() -> None:

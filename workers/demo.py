@@ -91,7 +91,8 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
     latencies = [d.latency_ms for d in decisions.values()]
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
-            "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
+            "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())),
+            "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,

@@ -116,6 +116,7 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
     `stream_share` of the new ones are streamed customer-service answers and `deadline_share` of the new payment
     screenings are made at checkout, with the caller's deadline (0: the same mix as before)."""
     rng = random.Random(seed)
+    checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
     out, originals = [], []
     for i in range(n):
         if originals and rng.random() < repeat_share:
@@ -126,7 +127,7 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
         else:
             make = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
             body = make(rng, i)
-            if deadline_share and make is risk and rng.random() < deadline_share:
+            if make is risk and checkout.random() < deadline_share:
                 body["deadline_ms"] = CHECKOUT_DEADLINE_MS
             originals.append(body)
         session = f"s-{rng.randint(1, max(1, n // 8))}"

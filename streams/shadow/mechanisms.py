@@ -49,8 +49,8 @@ def from_decision(decision: Decision) -> list[str]:
     """Mechanisms the served decision itself shows: the cache tier that answered, and in its chain (an exact
     hit keeps the chain its decision was made with, on the same prompt) the rule that answered, a cascade that
     pruned candidates (coarse:<backend>:<kept>/<offered>), a breaker that tripped (fallback:deadline,
-    fallback:timeout, fallback:token_cap). A semantic or predictive hit answers with another question's decision: only the cache
-    acted on this request."""
+    fallback:timeout, fallback:token_cap). A semantic or predictive hit answers with another question's decision:
+    only the cache acted on this request."""
     found = [CACHE_TIERS[decision.tier]] if decision.tier in CACHE_TIERS else []
     if decision.tier in ("cache_l2", "cache_l3"):
         return found

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from workers import workload
+from workers.demo import DEADLINE_SHARE
 from workers.pipeline import Pipeline, known_decision_types
 from workers.scrape import gpu_present, labelled_samples, missing_or_still, referenced_series, samples
 
@@ -27,8 +28,8 @@ def tight_ranking_cap(tmp_path: Path) -> str:
 
 
 def spent_deadlines(payloads: list[bytes]) -> list[bytes]:
-    """The workload with every payment screening made at checkout, its deadline 1 ms: spent on the hops between
-    admission and the scoring worker, so each screening no rule answers trips the deadline breaker."""
+    """The workload with its checkout deadlines cut to 1 ms: spent on the hops between admission and the scoring
+    worker, so each such screening no rule answers trips the deadline breaker, however fast the machine."""
     bodies = [orjson.loads(p) for p in payloads]
     return [orjson.dumps({**b, "deadline_ms": 1} if b.get("deadline_ms") else b) for b in bodies]
 
@@ -41,7 +42,7 @@ def test_referenced_series_cover_every_alert_and_panel():
 
 async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_path):
     settings = settings.replace(decision_types=tight_ranking_cap(tmp_path), lag_export_s=0.5)
-    payloads = spent_deadlines(workload.generate(80, seed=11, deadline_share=1.0))
+    payloads = spent_deadlines(workload.generate(80, seed=11, deadline_share=DEADLINE_SHARE))
     scrapes: list[str] = []
     async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True,
                         metrics=True) as pipe:
