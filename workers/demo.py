@@ -16,7 +16,7 @@ from streams.shadow.sample import Sampler, bucket
 from workers import workload
 from workers.analytics.agreement import agreement, shadow_work
 from workers.pipeline import Pipeline, known_decision_types, percentile
-from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series
+from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series, totals
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
@@ -119,8 +119,11 @@ def stream_report(ch, chunks: dict[str, list]) -> dict:
 
 def write_scrapes(scraped: dict[str, str], path: str) -> dict:
     """Write every process's scrape to `path` as one exposition (label `process` says whose); {"metrics":
-    {processes, referenced, not_moved}} for the report."""
+    {processes, referenced, series, not_moved}} for the report: `series` sums each series the alert rules and
+    dashboard read over every process and label set."""
     Path(path).write_text(merge_scrapes(scraped))
     wanted = referenced_series(gpu=gpu_present())
+    summed = totals(list(scraped.values()))
     return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
+                        "series": {name: round(summed.get(name, 0.0), 9) for name in sorted(wanted)},
                         "not_moved": missing_or_still(list(scraped.values()), wanted)}}

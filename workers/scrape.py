@@ -50,6 +50,18 @@ def samples(text: str) -> dict[str, float]:
     return out
 
 
+def totals(scrapes: list[str]) -> dict[str, float]:
+    """{series name: its samples summed over every label set and scrape}; a histogram's _bucket series counts
+    its observations (the +Inf buckets), not the cumulative sum of every bucket."""
+    out: dict[str, float] = {}
+    for text in scrapes:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if not s.name.endswith("_bucket") or s.labels.get("le") == "+Inf":
+                    out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
 def missing_or_still(scrapes: list[str], wanted) -> dict[str, str]:
     """{series: "missing" | "zero"} for each wanted series no scrape carries, or carries only at zero."""
     seen: dict[str, float] = {}
