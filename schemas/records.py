@@ -146,7 +146,7 @@ class Request(Record):
     template: Optional[TemplateRef] = None
     model: str = ""
     contracts: Contracts = Contracts()
-    deadline_ms: int = 800
+    deadline_ms: int = 0  # the caller's deadline, ms from admission (0: none); once past, no model tier runs
     business_event: str = ""
     created_at: float = 0.0
     human_decision: str = ""

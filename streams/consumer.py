@@ -5,6 +5,7 @@ whose offsets Faust acknowledges once the loop body returns."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -18,6 +19,7 @@ from aiokafka.errors import KafkaError
 from streams.kafka_tuning import back_off_when_idle
 
 log = logging.getLogger("jev.consumer")
+STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
 
 
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
@@ -78,6 +80,8 @@ class BatchConsumer(mode.Service):
         self.bootstrap, self.topic, self.group, self.handle, self.sender = bootstrap, topic, group, handle, sender
         self.max_records, self.wait_ms, self.linger_ms, self.depth = max_records, wait_ms, linger_ms, depth
         self.consumer: AIOKafkaConsumer | None = None
+        self.idle = asyncio.Event()  # set while no consume loop runs: on_stop waits for it
+        self.idle.set()
 
     async def on_start(self) -> None:
         self.consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
@@ -88,10 +92,22 @@ class BatchConsumer(mode.Service):
         back_off_when_idle(self.consumer)
 
     async def on_stop(self) -> None:
+        """The consumer stopped once the loop has left it: the loop polls no more once the service stops, and
+        hands over and commits what it holds first. Stopping the consumer under a pending getmany would crash
+        the loop with ConsumerStoppedError. A handler stuck past STOP_WAIT_S is stopped under anyway."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), STOP_WAIT_S + self.wait_ms / 1000)
         await self.consumer.stop()
 
     @mode.Service.task
     async def _consume(self) -> None:
+        self.idle.clear()
+        try:
+            await self.consume()
+        finally:
+            self.idle.set()
+
+    async def consume(self) -> None:
         handling: deque[tuple[asyncio.Future, dict]] = deque()  # (handle(batch), the batch), oldest first
         committing = None
         while not self.should_stop or handling:
@@ -139,7 +155,8 @@ class BatchConsumer(mode.Service):
         polled = await self.consumer.getmany(timeout_ms=self.wait_ms, max_records=self.max_records)
         count = sum(len(msgs) for msgs in polled.values())
         deadline = time.monotonic() + self.linger_ms / 1000
-        while polled and count < self.max_records and (left := deadline - time.monotonic()) > 0:
+        while polled and count < self.max_records and not self.should_stop \
+                and (left := deadline - time.monotonic()) > 0:  # a stopping consumer lingers no more
             for tp, msgs in (await self.consumer.getmany(timeout_ms=int(left * 1000) or 1,
                                                          max_records=self.max_records - count)).items():
                 polled.setdefault(tp, []).extend(msgs)

@@ -11,11 +11,16 @@ import time
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 MAX_LABEL_VALUES = 50
+WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repairing output, not deciding (TE)
 TOKEN_KINDS = ("input", "cache_read", "output", "nominal")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 TOKENS = Counter("jev_tokens", "Tokens metered into ClickHouse (after dedup), by stage and kind.",
                  ["stage", "kind", "decision_type"])
+EFFECTIVE_TOKENS = Counter("jev_tokens_effective", "Input and output tokens metered (after dedup) that served a "
+                           "decision: not spent on one that fell back, nor on repairing output, nor in shadow. "
+                           "Token efficiency TE = these / jev_tokens_total{kind=~\"input|output\",stage!=\"shadow\"}.",
+                           ["decision_type"])
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
 DECISIONS = Counter("jev_decisions", "Decisions made, by the tier that answered.", ["tier", "decision_type"])
 CACHE = Counter("jev_cache_lookups", "Cache look-ups by level and result.", ["level", "result"])
@@ -65,9 +70,9 @@ def bounded(label: str, value: str) -> str:
 # Series that alert rules read with rate()/increase(): present at 0 from a process's start, so a rule sees "none
 # yet" rather than no series at all (JevUsageSinkStalled could not fire before the sink's first insert).
 KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
-                (BREAKERS, ("timeout",)), (FALLBACKS, ("token_cap",)), (FALLBACKS, ("timeout",)),
-                (FALLBACKS, ("budget",)), *((CACHE, (level, result)) for level in ("l1", "l2")
-                                            for result in ("hit", "miss")))
+                (BREAKERS, ("timeout",)), (BREAKERS, ("deadline",)), (FALLBACKS, ("token_cap",)),
+                (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)),
+                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")))
 
 
 def declare_known_series() -> None:
@@ -110,18 +115,32 @@ def start_metrics_server(settings) -> bool:
     return True
 
 
+def effective(stage: str, stack: str, outcome: str) -> bool:
+    """Whether an event's tokens served a decision (TE's numerator), as ClickHouse's indices_by_minute decides:
+    not shadow work, not a decision that fell back, not a postprocess section that repaired output (the section
+    is the stack's last frame when the one before it is the stage)."""
+    if stage == "shadow" or outcome == "fallback":
+        return False
+    if stage != "postprocess":
+        return True
+    frames = stack.rsplit(";", 2)
+    return not (len(frames) >= 2 and frames[-2] == stage and frames[-1] in WASTE_SECTIONS)
+
+
 def observe_usage(events) -> None:
     """Tokens and cost of metered UsageEvents (the sink calls this for what it inserted), summed per label set
     first: one counter update per stage and decision type, not per event."""
     sums: dict[tuple[str, str], list[float]] = {}
     for e in events:
         f = e.__dict__
-        acc = sums.setdefault((f["stage"], f["decision_type"]), [0, 0, 0, 0, 0.0])
+        acc = sums.setdefault((f["stage"], f["decision_type"]), [0, 0, 0, 0, 0.0, 0])
         acc[0] += f["input_tokens"]
         acc[1] += f["cache_read_tokens"]
         acc[2] += f["output_tokens"]
         acc[3] += f["nominal_tokens"]
         acc[4] += f["cost"]
+        if effective(f["stage"], f["stack"], f["outcome"]):
+            acc[5] += f["input_tokens"] + f["output_tokens"]
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):
@@ -129,6 +148,8 @@ def observe_usage(events) -> None:
                 TOKENS.labels(stage, kind, dtype).inc(n)
         if acc[4]:
             COST.labels(stage, dtype).inc(acc[4])
+        if acc[5]:
+            EFFECTIVE_TOKENS.labels(dtype).inc(acc[5])
 
 
 def observe_sink(inserted: list, dropped: int, seconds: float) -> None:

@@ -16,11 +16,12 @@ from streams.shadow.sample import Sampler, bucket
 from workers import workload
 from workers.analytics.agreement import agreement, shadow_work
 from workers.pipeline import Pipeline, known_decision_types, percentile
-from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series
+from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series, totals
 
 WAVES = 4  # the workload arrives in waves, so later repeats can be answered from the cache
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
+DEADLINE_SHARE = 0.2  # of the new payment screenings: made at checkout, with the caller's deadline
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 
 
@@ -46,7 +47,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
     """`stages`, `scorers`: stage processes and scoring workers. `metrics_out`: write the final /metrics scrape of
     every process the demo ran there (Prometheus text, each sample labelled with its process) and report which
     series the alerts and dashboard read it lacks."""
-    payloads = workload.generate(n, stream_share=STREAM_SHARE)
+    payloads = workload.generate(n, stream_share=STREAM_SHARE, deadline_share=DEADLINE_SHARE)
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
@@ -81,12 +82,17 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         if metrics_out:
             metrics = write_scrapes(pipe.scrape_metrics(), metrics_out)
     tiers: dict[str, int] = {}
+    fallbacks: dict[str, int] = {}  # why each fallback fell back: its chain's first step, fallback:<reason>:…
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
+        if d.tier == "fallback" and d.chain:
+            reason = d.chain[0].split(":")[1] if d.chain[0].startswith("fallback:") else d.chain[0]
+            fallbacks[reason] = fallbacks.get(reason, 0) + 1
     latencies = [d.latency_ms for d in decisions.values()]
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
-            "tiers": dict(sorted(tiers.items())), "tokens": {"actual": int(actual), "nominal": int(nominal)},
+            "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())),
+            "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
@@ -113,8 +119,11 @@ def stream_report(ch, chunks: dict[str, list]) -> dict:
 
 def write_scrapes(scraped: dict[str, str], path: str) -> dict:
     """Write every process's scrape to `path` as one exposition (label `process` says whose); {"metrics":
-    {processes, referenced, not_moved}} for the report."""
+    {processes, referenced, series, not_moved}} for the report: `series` sums each series the alert rules and
+    dashboard read over every process and label set."""
     Path(path).write_text(merge_scrapes(scraped))
     wanted = referenced_series(gpu=gpu_present())
+    summed = totals(list(scraped.values()))
     return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
+                        "series": {name: round(summed.get(name, 0.0), 9) for name in sorted(wanted)},
                         "not_moved": missing_or_still(list(scraped.values()), wanted)}}

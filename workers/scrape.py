@@ -50,6 +50,18 @@ def samples(text: str) -> dict[str, float]:
     return out
 
 
+def totals(scrapes: list[str]) -> dict[str, float]:
+    """{series name: its samples summed over every label set and scrape}; a histogram's _bucket series counts
+    its observations (the +Inf buckets), not the cumulative sum of every bucket."""
+    out: dict[str, float] = {}
+    for text in scrapes:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if not s.name.endswith("_bucket") or s.labels.get("le") == "+Inf":
+                    out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
 def missing_or_still(scrapes: list[str], wanted) -> dict[str, str]:
     """{series: "missing" | "zero"} for each wanted series no scrape carries, or carries only at zero."""
     seen: dict[str, float] = {}
@@ -77,8 +89,10 @@ def labelled_samples(text: str) -> dict[str, float]:
     return out
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _escape(value: str, quote: bool = True) -> str:
+    """A label value (`quote`) or a HELP text as the text format escapes it: HELP escapes no double quote."""
+    value = value.replace("\\", "\\\\").replace("\n", "\\n")
+    return value.replace('"', '\\"') if quote else value
 
 
 def _number(v: float) -> str:
@@ -101,5 +115,5 @@ def merge_scrapes(scraped: dict[str, str]) -> str:
     out = []
     for name, (doc, kind, lines) in families.items():
         name = f"{name}_total" if kind == "counter" else name  # as the text format names a counter
-        out += [f"# HELP {name} {_escape(doc)}", f"# TYPE {name} {kind}", *lines]
+        out += [f"# HELP {name} {_escape(doc, quote=False)}", f"# TYPE {name} {kind}", *lines]
     return "\n".join(out) + "\n"

@@ -105,15 +105,18 @@ def support(rng: random.Random, i: int) -> dict:
 
 
 KINDS = [(inventory, 0.3), (risk, 0.4), (ranking, 0.3)]
+CHECKOUT_DEADLINE_MS = 300  # a payment screened while the card authorisation waits: the caller's answer window
 BAD_INPUTS = [b"{not json", b'{"request_id": "bad-1"}', b'{"request_id": 7, "tenant": "acme"}',
               b'{"request_id":"bad-2","tenant":"acme","service":"s","decision_type":"astrology","state":"x"}']
 
 
 def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "acme",
-             stream_share: float = 0.0) -> list[bytes]:
-    """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one and
-    `stream_share` of the new ones are streamed customer-service answers (0: the same mix as before)."""
+             stream_share: float = 0.0, deadline_share: float = 0.0) -> list[bytes]:
+    """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one,
+    `stream_share` of the new ones are streamed customer-service answers and `deadline_share` of the new payment
+    screenings are made at checkout, with the caller's deadline (0: the same mix as before)."""
     rng = random.Random(seed)
+    checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
     out, originals = [], []
     for i in range(n):
         if originals and rng.random() < repeat_share:
@@ -124,6 +127,8 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
         else:
             make = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
             body = make(rng, i)
+            if make is risk and checkout.random() < deadline_share:
+                body["deadline_ms"] = CHECKOUT_DEADLINE_MS
             originals.append(body)
         session = f"s-{rng.randint(1, max(1, n // 8))}"
         out.append(orjson.dumps({**body, "request_id": f"r-{seed}-{i}", "tenant": tenant, "session_id": session,

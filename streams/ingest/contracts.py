@@ -99,6 +99,9 @@ def check_request(request: Request) -> None:
     if c.min_output_tokens > c.max_output_tokens:
         raise ContractError("bad_contract", f"contracts.min_output_tokens {c.min_output_tokens} > "
                                             f"max_output_tokens {c.max_output_tokens}")
+    if request.deadline_ms < 0:
+        raise ContractError("bad_contract", f"deadline_ms {request.deadline_ms} is negative: send the milliseconds "
+                                            f"the caller waits from admission, or 0 for no deadline")
 
 
 def fit_history(context: MeasuredContext) -> int:

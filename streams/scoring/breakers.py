@@ -1,5 +1,6 @@
-"""The breakers of one decision (its token cap and its time budget) and the ranking it falls back to when one
-trips. Not the tenant budgets of streams/ingest/budgets.py: these bound a single decision's model work."""
+"""The breakers of one decision (its token cap, its time budget and its caller's deadline) and the ranking it falls
+back to when one trips. Not the tenant budgets of streams/ingest/budgets.py: these bound a single decision's model
+work."""
 from __future__ import annotations
 
 import time
@@ -17,12 +18,17 @@ class Fallback(Exception):
 
 @dataclass
 class DecisionBreakers:
-    """Checked before each model tier: the time since the decision started against the policy's timeout, and
-    the tokens spent so far plus the next call's against its token cap. A tier already running finishes."""
+    """Checked before each model tier: the request's deadline (`deadline`, epoch seconds: its admission plus the
+    caller's deadline_ms; 0 = none), which counts the time the request queued before scoring; the time since the
+    decision started against the decision type's timeout_ms, which bounds the model work itself; and the tokens
+    spent so far plus the next call's against its token cap. A tier already running finishes."""
     start: float
     pol: policy_mod.Policy
+    deadline: float = 0.0
 
     def check(self, ledger: Ledger, next_call_tokens: int) -> None:
+        if self.deadline and time.time() > self.deadline:
+            raise Fallback("deadline")
         if (time.perf_counter() - self.start) * 1000 > self.pol.timeout_ms:
             raise Fallback("timeout")
         if ledger.actual + next_call_tokens > self.pol.token_cap:

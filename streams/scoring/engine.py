@@ -48,6 +48,7 @@ class Engine:
     chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
     clock: object = field(default_factory=lambda: streaming.Clock())  # where streams read time and wait
     patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
+    deadlines: bool = True  # honour each request's deadline_ms (the naive shadow engine has no breakers)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -55,7 +56,8 @@ class Engine:
 
     def decide_batch(self, works: list[Work]) -> list[tuple[Decision, list[UsageEvent]]]:
         """The scoring worker's entry point: one micro-batch, decisions in the same order, one backend call per
-        tier round across all of them. Each decision keeps its own breakers (token cap, timeout from its start)."""
+        tier round across all of them. Each decision keeps its own breakers (its deadline from admission, the timeout
+        from its start, its token cap)."""
         return drive([self.deciding(work) for work in works])
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
@@ -92,7 +94,7 @@ class Engine:
             ranking, outcome = self.fallback(work, pol, "reservation_expired"), "degraded"
             ledger.balance("fallback", nominal)
         else:
-            breakers = DecisionBreakers(start, pol)
+            breakers = DecisionBreakers(start, pol, self.deadline(work))
             try:
                 if pol.max_iterations > 1 and any("/" in i for i in ids):
                     ranking, iterations = yield from descend(self, work, lengths, pol, ledger, breakers)
@@ -115,6 +117,11 @@ class Engine:
             confidence=ranking.confidence, chain=chain, input_tokens=input_tokens, cache_read_tokens=cache_read,
             output_tokens=output, nominal_tokens=nominal, cost=cost, latency_ms=round(latency, 3))
         return decision, ledger.events(req, round(latency, 3), outcome, iterations)
+
+    def deadline(self, work: Work) -> float:
+        """When the caller stops waiting (epoch seconds; 0 = no deadline): admission plus its deadline_ms."""
+        ms = work.request.deadline_ms
+        return work.admitted_at + ms / 1000 if self.deadlines and ms > 0 else 0.0
 
     def reservation_expired(self, work: Work) -> bool:
         return bool(work.budget_holds) and 0 < self.reservation_ttl_s < time.time() - work.admitted_at

@@ -48,16 +48,16 @@ def from_usage(events: Iterable[UsageEvent]) -> list[str]:
 def from_decision(decision: Decision) -> list[str]:
     """Mechanisms the served decision itself shows: the cache tier that answered, and in its chain (an exact
     hit keeps the chain its decision was made with, on the same prompt) the rule that answered, a cascade that
-    pruned candidates (coarse:<backend>:<kept>/<offered>), a breaker that tripped (fallback:timeout,
-    fallback:token_cap). A semantic or predictive hit answers with another question's decision: only the cache
-    acted on this request."""
+    pruned candidates (coarse:<backend>:<kept>/<offered>), a breaker that tripped (fallback:deadline,
+    fallback:timeout, fallback:token_cap). A semantic or predictive hit answers with another question's decision:
+    only the cache acted on this request."""
     found = [CACHE_TIERS[decision.tier]] if decision.tier in CACHE_TIERS else []
     if decision.tier in ("cache_l2", "cache_l3"):
         return found
     for step in decision.chain:
         if step.startswith("rules:"):
             found.append("rules")
-        elif step.startswith(("fallback:timeout", "fallback:token_cap")):
+        elif step.startswith(("fallback:deadline", "fallback:timeout", "fallback:token_cap")):
             found.append("breakers")
         elif step.startswith("coarse:") and "/" in step:
             kept, _, offered = step.rpartition(":")[2].partition("/")

@@ -34,7 +34,7 @@ def naive_engine(engine):
     top = engine.escalation or engine.fine
     switches = {**dict.fromkeys(SWITCHES, True), "score.rules": False, "score.cascade": False}
     return dataclasses.replace(engine, fine=top, escalation=None, config=naive_config, rules=[], mode="fine-only",
-                               switches=switches, counters=Counter())
+                               switches=switches, counters=Counter(), deadlines=False)
 
 
 def as_shadow(event: UsageEvent) -> UsageEvent:

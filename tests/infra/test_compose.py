@@ -124,3 +124,27 @@ def test_promtool_accepts_the_config_and_rules(check, path):
     done = subprocess.run([promtool(), "check", check, path], cwd=ROOT / "infra/prometheus", capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_jev_healthcheck_scrapes_with_the_metrics_token(tmp_path):
+    """The workers' healthcheck, run as compose runs it, against a /metrics endpoint that asks for a token: it
+    passes with the container's JEV_METRICS_TOKEN and fails without it."""
+    import os
+    import socket
+    import sys
+
+    from streams import settings as settings_mod
+    from streams.metrics import start_metrics_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"JEV_METRICS_PORT": str(port), "JEV_METRICS_TOKEN": "health-check-token", "JEV_DATA_DIR": str(tmp_path)}
+    assert start_metrics_server(settings_mod.load(env))
+    test = COMPOSE["x-jev"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    command = [sys.executable, *test[2:]]
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert subprocess.run(command, env={**base, **env}, capture_output=True, timeout=60).returncode == 0
+    wrong = subprocess.run(command, env={**base, **env, "JEV_METRICS_TOKEN": ""}, capture_output=True, timeout=60)
+    assert wrong.returncode != 0 and b"401" in wrong.stderr

@@ -1,13 +1,16 @@
 """The efficiency indices (TE, CP, HR, PE) from the indices_by_minute view, against the same figures computed
-row by row from usage_events; and their thresholds in Prometheus agree with the JEV_INDEX_* defaults."""
+row by row from usage_events; TE as Prometheus computes it, against ClickHouse's; and their thresholds in
+Prometheus agree with the JEV_INDEX_* defaults."""
 import datetime as dt
 import re
 import time
 from pathlib import Path
 
 import yaml
+from prometheus_client import REGISTRY
 
 from streams.settings import Settings
+from streams.usage.events import event
 from streams.usage.sink import UsageSink
 from workers.analytics import levels
 from workers.analytics.alerts import Thresholds, efficiency_indices
@@ -45,6 +48,33 @@ def test_indices_match_the_events_they_come_from(usage_db):
     assert shown["cp"]["status"] == ("high" if got["cp"] > 0.15 else "ok")
 
 
+def metered(name: str, keep=lambda labels: True) -> float:
+    return sum(s.value for family in REGISTRY.collect() for s in family.samples if s.name == name and keep(s.labels))
+
+
+def te_parts() -> tuple[float, float]:
+    """TE's numerator and denominator as the recording rule jev:token_efficiency:ratio15m reads them."""
+    spent = metered("jev_tokens_total", lambda labels: labels["kind"] in ("input", "output")
+                    and labels["stage"] != "shadow")
+    return metered("jev_tokens_effective_total"), spent
+
+
+def test_prometheus_te_is_the_clickhouse_te_of_the_same_events(usage_db):
+    now = time.time()
+    who = dict(request_id="w-1", ts=now, tenant="t0", service="payments", business_line="fintech", session_id="s-1",
+               user_id="u-1", decision_type="risk_interception", business_event="payment_screened")
+    waste = [event(who, "score", "fine", model="gpt-4o-mini", input_tokens=400, outcome="fallback"),
+             event(who, "postprocess", "cleanup", model="gpt-4o-mini", input_tokens=50, output_tokens=30),
+             event(who, "postprocess", model="gpt-4o-mini", output_tokens=20, outcome="fallback"),
+             event({**who, "request_id": "w-2"}, "shadow", "fine", model="gpt-4o", input_tokens=900)]
+    effective_before, spent_before = te_parts()
+    UsageSink(usage_db).insert(usage_events(200, now, seed=3) + waste)
+    effective, spent = (after - before for after, before in zip(te_parts(), (effective_before, spent_before)))
+    te = levels.index_values(usage_db, dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1))["te"]
+    assert te is not None and te < 1
+    assert round(effective / spent, 4) == te
+
+
 def test_index_alerts_fire_through_the_alert_path(usage_db):
     events = usage_events(300, time.time())
     for e in events:
@@ -65,6 +95,7 @@ def test_prometheus_thresholds_are_the_settings_defaults():
              for g in yaml.safe_load((ROOT / "infra/prometheus/alerts.yml").read_text())["groups"] for r in g["rules"]}
     numbers = lambda expr: [float(x) for x in re.findall(r"[<>] (\d+(?:\.\d+)?)", expr)]  # noqa: E731
     s = Settings()
+    assert numbers(rules["JevTokenEfficiencyLow"]) == [s.index_te_alert]
     assert numbers(rules["JevCachePenetrationHigh"]) == [s.index_cp_alert]
     assert numbers(rules["JevHybridRoutingOutOfRange"]) == [s.index_hr_min, s.index_hr_max]
     assert numbers(rules["JevProtocolExpansionHigh"]) == [s.index_pe_max]

@@ -1,14 +1,17 @@
 """The metrics contract: every series an alert rule or a dashboard panel reads is recorded by the product. A short
-pipeline run that should move each of them (a token-cap breaker trip and its fallback included), every process
-scraped over its own /metrics port; a referenced series missing from all scrapes, or never above zero, fails."""
+pipeline run that should move each of them (token-cap and deadline breaker trips and their fallbacks included),
+every process scraped over its own /metrics port; a referenced series missing from all scrapes, or never above
+zero, fails."""
 import asyncio
 from pathlib import Path
 
+import orjson
 import pytest
 
 from workers import workload
+from workers.demo import DEADLINE_SHARE
 from workers.pipeline import Pipeline, known_decision_types
-from workers.scrape import gpu_present, missing_or_still, referenced_series, samples
+from workers.scrape import gpu_present, labelled_samples, missing_or_still, referenced_series, samples
 
 pytestmark = pytest.mark.integration
 BUNDLED_TYPES = Path(__file__).resolve().parents[2] / "streams/scoring/decision_types.yaml"
@@ -24,6 +27,13 @@ def tight_ranking_cap(tmp_path: Path) -> str:
     return str(path)
 
 
+def spent_deadlines(payloads: list[bytes]) -> list[bytes]:
+    """The workload with its checkout deadlines cut to 1 ms: spent on the hops between admission and the scoring
+    worker, so each such screening no rule answers trips the deadline breaker, however fast the machine."""
+    bodies = [orjson.loads(p) for p in payloads]
+    return [orjson.dumps({**b, "deadline_ms": 1} if b.get("deadline_ms") else b) for b in bodies]
+
+
 def test_referenced_series_cover_every_alert_and_panel():
     wanted = referenced_series()
     assert {"jev_breaker_trips_total", "jev_stage_latency_seconds_bucket", "jev_consumer_lag_messages",
@@ -32,7 +42,7 @@ def test_referenced_series_cover_every_alert_and_panel():
 
 async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_path):
     settings = settings.replace(decision_types=tight_ranking_cap(tmp_path), lag_export_s=0.5)
-    payloads = workload.generate(80, seed=11)
+    payloads = spent_deadlines(workload.generate(80, seed=11, deadline_share=DEADLINE_SHARE))
     scrapes: list[str] = []
     async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True,
                         metrics=True) as pipe:
@@ -55,6 +65,10 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
         scrapes += final.values()
     assert len(decisions) == 80
     assert any(d.chain and d.chain[0].startswith("fallback:token_cap") for d in decisions.values())
+    assert any(d.chain and d.chain[0] == "fallback:deadline:policy" for d in decisions.values())
+    trips = {b: sum(labelled_samples(text).get(f'jev_breaker_trips_total{{breaker="{b}"}}', 0.0)
+                    for text in final.values()) for b in ("deadline", "token_cap", "timeout")}
+    assert trips["deadline"] > 0 and trips["token_cap"] > 0, trips
     assert missing_or_still(scrapes, referenced_series(gpu=gpu_present())) == {}
     assert not any('level="miss"' in text for text in scrapes)  # a miss keeps the level it missed in
     assert any('jev_cache_lookups_total{level="l1",result="miss"}' in text for text in scrapes)

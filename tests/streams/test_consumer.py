@@ -138,3 +138,31 @@ async def test_what_a_batch_returns_is_delivered_before_its_offsets_are_committe
     [(outbox, committed_before)] = sender.delivered
     assert [value for _, _, value in outbox.records] == [b"m0", b"m1", b"m2"] and committed_before == []
 
+
+
+async def test_stopping_while_a_batch_lingers_hands_it_over_and_is_clean(broker, caplog):
+    """Stopped while a poll lingers for more of its batch: the loop stops lingering, hands over and commits what
+    it holds, and only then is the consumer stopped; nothing crashes (ConsumerStoppedError) and a second consumer
+    of the group finds nothing left to read."""
+    topic = "test.batch_consumer_stop"
+    bootstrap = await fresh_topic(broker, topic, 1, [b"m0"])
+    seen = []
+
+    async def handle(messages):
+        seen.extend(m.value for m in messages)
+
+    consumer = BatchConsumer(bootstrap, topic, "test-stop", handle, max_records=10, wait_ms=100, linger_ms=5000)
+    await consumer.start()
+    await until(lambda: not consumer.idle.is_set())
+    await asyncio.sleep(2.0)  # m0 polled; the loop lingers for more before handing it over
+    assert seen == []
+    started = time.monotonic()
+    await consumer.stop()
+    assert time.monotonic() - started < 3
+    assert seen == [b"m0"] and consumer.idle.is_set() and not consumer.crashed
+    assert "ConsumerStoppedError" not in caplog.text and "Crashed" not in caplog.text
+    again = BatchConsumer(bootstrap, topic, "test-stop", handle, max_records=10, wait_ms=100)
+    await again.start()
+    await asyncio.sleep(1.0)
+    await again.stop()
+    assert seen == [b"m0"], "the handed-over batch was committed"

@@ -1,6 +1,6 @@
 """The metrics contract's helpers: which series the rules and dashboard read, and what a set of scrapes lacks."""
 from workers.demo import write_scrapes
-from workers.scrape import GPU_ONLY, labelled_samples, missing_or_still, referenced_series
+from workers.scrape import GPU_ONLY, labelled_samples, missing_or_still, referenced_series, totals
 
 SCRAPE = """# HELP jev_decisions_total Decisions made.
 # TYPE jev_decisions_total counter
@@ -32,6 +32,19 @@ def test_demo_writes_every_process_scrape(tmp_path):
     assert labelled_samples(text)['jev_decisions_total{decision_type="ranking",process="scoring-2",tier="fine"}'] == 3.0
     assert summary["processes"] == ["scoring-2", "stages-1"]
     assert summary["not_moved"]["jev_breaker_trips_total"] == "zero"
+    assert summary["series"]["jev_decisions_total"] == 6.0 and summary["series"]["jev_breaker_trips_total"] == 0.0
+
+
+def test_totals_sum_label_sets_and_count_a_histogram_by_its_inf_bucket():
+    histogram = """# HELP jev_stage_latency_seconds Seconds.
+# TYPE jev_stage_latency_seconds histogram
+jev_stage_latency_seconds_bucket{stage="ingest",le="0.1"} 2.0
+jev_stage_latency_seconds_bucket{stage="ingest",le="+Inf"} 3.0
+jev_stage_latency_seconds_count{stage="ingest"} 3.0
+jev_stage_latency_seconds_sum{stage="ingest"} 0.4
+"""
+    summed = totals([SCRAPE, SCRAPE, histogram])
+    assert summed["jev_decisions_total"] == 6.0 and summed["jev_stage_latency_seconds_bucket"] == 3.0
 
 
 def test_merged_scrapes_pass_promtool(tmp_path):

@@ -28,3 +28,16 @@ def test_a_stream_share_adds_streamed_support_questions_and_leaves_the_default_m
                for r in streamed)
     assert {r.client for r in streamed} == {"web", "mobile"}
     assert {r.question_type for r in streamed} == {"", "fact", "creative"}
+
+
+def test_a_deadline_share_puts_the_checkout_deadline_on_payment_screenings_only():
+    requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5, deadline_share=0.3)]
+    timed = [r for r in requests if r.deadline_ms]
+    screenings = [r for r in requests if r.decision_type == "risk_interception"]
+    assert {r.decision_type for r in timed} == {"risk_interception"}
+    assert {r.deadline_ms for r in timed} == {workload.CHECKOUT_DEADLINE_MS}
+    assert 0.15 * len(screenings) <= len(timed) <= 0.5 * len(screenings)
+    plain = [orjson.loads(p) for p in workload.generate(300, seed=5)]
+    assert not any(body.get("deadline_ms") for body in plain)
+    rest = lambda body: {k: v for k, v in body.items() if k not in ("deadline_ms", "created_at")}  # noqa: E731
+    assert [rest(orjson.loads(p)) for p in workload.generate(300, seed=5, deadline_share=0.3)] == list(map(rest, plain))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from streams.metrics import WASTE_SECTIONS
+
 UTC = dt.timezone.utc
 BY_SOURCES = {  # --by: the aggregate that holds the dimension
     "service": ("usage_by_stack_hour", "service", "hour"),
@@ -16,7 +18,6 @@ BY_SOURCES = {  # --by: the aggregate that holds the dimension
     "business_line": ("usage_by_business_day", "business_line", "day"),
 }
 BIG_MODEL_TIERS = ("fine", "llm")  # tiers that answered with the fine or escalation model; the rest is "small"
-WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repairing output, not deciding
 
 
 def rows(client, sql: str, params: dict | None = None, settings: dict | None = None) -> list[dict]:

@@ -64,6 +64,7 @@ def print_report(r: dict) -> None:
         ("requests", r["requests"]), ("decided", r["decided"]),
         ("rejected (bad input)", f"{r['rejected']}  {', '.join(r['rejected_reasons'])}"),
         ("decisions by tier", ", ".join(f"{k} {v}" for k, v in r["tiers"].items())),
+        ("fallbacks by reason", ", ".join(f"{k} {v}" for k, v in r["fallbacks"].items()) or "none"),
         ("tokens actual / nominal", f"{r['tokens']['actual']:,} / {r['tokens']['nominal']:,}  ({saved:.1%} saved)"),
         ("cache hits (tokens saved)", ", ".join(f"{k.removeprefix('cache_')} {v['hits']} ({v['tokens_saved']:,})"
                                                  for k, v in r["cache"].items() if isinstance(v, dict)) or "none"),

@@ -77,3 +77,13 @@ def test_fit_history_rejects_when_state_alone_is_over():
 def test_check_request_rejects_nonsense(contracts):
     with pytest.raises(c.ContractError):
         c.check_request(req(100, **contracts))
+
+
+def test_a_negative_deadline_is_rejected_with_the_fix():
+    request = req(100)
+    request.deadline_ms = -5
+    with pytest.raises(c.ContractError, match="0 for no deadline") as err:
+        c.check_request(request)
+    assert err.value.reason == "bad_contract"
+    request.deadline_ms = 0
+    c.check_request(request)

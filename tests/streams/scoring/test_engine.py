@@ -79,6 +79,25 @@ def test_timeout_falls_back_to_the_policy_action():
     assert eng.counters["fallback_timeout"] == 1
 
 
+def test_a_passed_deadline_counts_from_admission_and_falls_back():
+    from prometheus_client import REGISTRY
+
+    from streams.shadow.naive import naive_engine
+
+    trips = lambda: REGISTRY.get_sample_value("jev_breaker_trips_total", {"breaker": "deadline"}) or 0.0  # noqa: E731
+    eng, before = engine(fallback_action="c9"), trips()
+    late = work_for(request(), MODEL)
+    late.request.deadline_ms, late.admitted_at = 250, late.admitted_at - 1.0  # queued a second before scoring
+    decision, events = eng.decide(late)
+    assert (decision.tier, decision.action_id, decision.chain[0]) == ("fallback", "c9", "fallback:deadline:policy")
+    assert eng.counters["fallback_deadline"] == 1 and trips() == before + 1
+    assert all(e.outcome == "fallback" for e in events)
+    in_time = work_for(request(request_id="r2"), MODEL)
+    in_time.request.deadline_ms = 60_000
+    assert eng.decide(in_time)[0].tier == "fine"
+    assert naive_engine(eng).decide(late)[0].tier == "fine"  # the naive path has no breakers
+
+
 def test_shadow_mode_returns_the_human_decision_and_records_agreement():
     eng = engine(shadow=True)
     decision, _ = eng.decide(work_for(request(human="c7"), MODEL))

@@ -73,3 +73,5 @@ def test_attribution_from_usage_and_chain():
     assert mechanisms.from_decision(l1) == ["cache.l1", "cascade"]
     ruled = Decision(request_id="r1", tier="rules", chain=["rules:block"])
     assert mechanisms.from_decision(ruled) == ["rules"]
+    late = Decision(request_id="r1", tier="fallback", chain=["fallback:deadline:policy"])
+    assert mechanisms.from_decision(late) == ["breakers"]
