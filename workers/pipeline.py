@@ -94,7 +94,7 @@ class Pipeline:
         self.ch = clickhouse.open_migrated(self.settings.clickhouse, self.settings.usage_ttl_days)
         if self.fresh:
             clickhouse.truncate_usage(self.ch)
-        self.query_server = await QueryServer(self.ch, self.settings.clickhouse,
+        self.query_server = await QueryServer(self.settings.clickhouse,
                                               load_tokens(self.settings.query_tokens), Limits.of(self.settings),
                                               self.settings.query_concurrency,
                                               self.settings.query_snapshot_s).__aenter__()

@@ -36,9 +36,8 @@ def serve_stages() -> None:
     sink = durable_sink(settings) if settings.usage_sink else None
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens),
-                               Limits.of(settings), settings.query_concurrency, settings.query_snapshot_s) \
-        if sink is not None else None
+    query_server = QueryServer(settings.clickhouse, load_tokens(settings.query_tokens), Limits.of(settings),
+                               settings.query_concurrency, settings.query_snapshot_s) if sink is not None else None
 
     @app.task
     async def export_consumer_lag():

@@ -33,6 +33,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from infra.clickhouse import connect
+from streams.usage.spill import LazyClient
 from workers.analytics import sandbox, source, tenancy
 
 ENDPOINTS = sandbox.ENDPOINTS
@@ -64,17 +66,21 @@ def answer(settings, endpoint: str, body: dict) -> tuple[dict, str]:
 
 
 class QueryServer:
-    """`async with QueryServer(client, dsn, tokens, limits, concurrency, snapshot_s):` serves ENDPOINTS to
-    bearer-token holders: the owner file's token reads every tenant, `tokens` ({token: tenant or "*"},
-    tenancy.load_tokens) add more. Each call runs in a sandbox fed from a snapshot of its scope's rows, exported
-    from `client` on this server's own threads at most once per `snapshot_s` seconds."""
+    """`async with QueryServer(dsn, tokens, limits, concurrency, snapshot_s):` serves ENDPOINTS of the embedded
+    engine at `dsn` (which this process owns) to bearer-token holders: the owner file's token reads every tenant,
+    `tokens` ({token: tenant or "*"}, tenancy.load_tokens) add more. Each call runs in a sandbox fed from a
+    snapshot of its scope's rows, exported at most once per `snapshot_s` seconds on this server's own threads
+    and its own engine connection: chdb runs one query at a time per connection, so an export on the pipeline's
+    connection would hold up the usage sink (and ingest's request texts) for as long as it ran. The engine
+    writes the snapshot files itself; the rows never pass through this process's Python heap."""
 
-    def __init__(self, client, dsn: str, tokens: dict[str, str] | None = None,
+    def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
                  limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0):
-        self.client, self.path, self.token = client, owner_file(dsn), secrets.token_urlsafe(24)
+        self.dsn, self.path, self.token = dsn, owner_file(dsn), secrets.token_urlsafe(24)
+        self.client = LazyClient(lambda: connect(dsn))  # the export connection, opened by the first export
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
         self.limits, self.concurrency = limits or sandbox.Limits(), max(1, concurrency)
-        self.snapshots = sandbox.Snapshots(snapshot_s)
+        self.snapshots = sandbox.Snapshots(snapshot_s, to_file=True)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
@@ -146,6 +152,9 @@ class QueryServer:
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.snapshots.close()
+        if self.client.client is not None:
+            self.client.client.close()
+            self.client.client = None
 
 
 def write_private(path: Path, data: bytes) -> None:

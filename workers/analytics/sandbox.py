@@ -35,6 +35,7 @@ from pathlib import Path
 
 import orjson
 
+from infra.clickhouse.access import literal
 from workers.analytics import tenancy
 
 JEV_TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
@@ -160,10 +161,11 @@ def readable_tables(client) -> list[str]:
     return sorted(r[0] for r in rows.result_rows)
 
 
-def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str]:
+def export(client, tenant: str | None, folder: Path, limits: Limits, to_file: bool = False) -> list[str]:
     """Write <table>.sql (its definition) and <table>.native (the caller's rows) for every readable table;
     `tenant` None = every tenant (the admin scope). The only queries that touch the owner's engine for a
-    caller, fixed text with the tenant as a parameter, on one thread."""
+    caller, fixed text with the tenant as a parameter, on one thread. `to_file` (an embedded engine only): the
+    engine writes each file itself (INTO OUTFILE), so the rows are never copied through Python."""
     tables = readable_tables(client)
     definitions = dict(client.query(
         "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() "
@@ -172,10 +174,14 @@ def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str
         ddl = re.sub(r"^CREATE TABLE \S+?\.", "CREATE TABLE ", definitions[table])
         (folder / f"{table}.sql").write_text(ddl)
         where, params = ("WHERE tenant = {tenant:String}", {"tenant": tenant}) if tenant is not None else ("", {})
-        data = client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
-                                settings={"max_threads": 1, "max_memory_usage": limits.memory_mb << 20,
-                                          "os_thread_priority": 19})
-        (folder / f"{table}.native").write_bytes(data)
+        settings = {"max_threads": 1, "max_memory_usage": limits.memory_mb << 20, "os_thread_priority": 19}
+        target = folder / f"{table}.native"
+        if to_file:
+            client.command(f"SELECT * FROM {table} {where} INTO OUTFILE {literal(str(target))} FORMAT Native",
+                           parameters=params, settings=settings)
+        else:
+            target.write_bytes(client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
+                                                settings=settings))
     return tables
 
 
@@ -200,8 +206,8 @@ class Snapshots:
     little for the callers (JEV_QUERY_SNAPSHOT_S; answers are that much behind the newest rows). Each call
     hard-links the files into its own folder, so a snapshot replaced meanwhile is never pulled from under it."""
 
-    def __init__(self, max_age_s: float, max_scopes: int = 16):
-        self.max_age_s, self.max_scopes = max_age_s, max_scopes
+    def __init__(self, max_age_s: float, max_scopes: int = 16, to_file: bool = False):
+        self.max_age_s, self.max_scopes, self.to_file = max_age_s, max_scopes, to_file
         self.root: Path | None = None  # made on the first export, removed by close()
         self.entries: dict[str | None, tuple[float, Path, list[str]]] = {}
         self.locks: dict[str | None, threading.Lock] = {}
@@ -219,7 +225,7 @@ class Snapshots:
                         self.root = Path(tempfile.mkdtemp(prefix="jev-snapshots-", dir=scratch()))
                         self.root.chmod(0o700)
                 folder = Path(tempfile.mkdtemp(dir=self.root))
-                entry = (time.monotonic(), folder, export(client, tenant, folder, limits))
+                entry = (time.monotonic(), folder, export(client, tenant, folder, limits, self.to_file))
                 with self.lock:
                     stale = [self.entries.pop(tenant, None)]
                     self.entries[tenant] = entry
