@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 from schemas.records import UsageBatch
 from schemas.topics import name
 from streams.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batches
+from streams.inflight import IN_FLIGHT, WORK_TOPICS
 from streams.outbox import Outbox
 from streams.partitioning import group_by_partition
 
@@ -74,6 +75,9 @@ class Sender(mode.Service):
         partitioned as decisions are."""
         send = self.producer.send
         futures = []
+        IN_FLIGHT.release([d.request_id for d, _ in outbox.decisions] +
+                          [r.request_id for r in outbox.dead_letters if r.request_id])
+        IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
         if outbox.chunks:
             futures += await self.send_keyed(name("chunks"), [(c.request_id, encode(c), []) for c in outbox.chunks])
         if outbox.decisions:

@@ -97,7 +97,8 @@ class Pipeline:
         self.query_server = await QueryServer(self.settings.clickhouse,
                                               load_tokens(self.settings.query_tokens), Limits.of(self.settings),
                                               self.settings.query_concurrency,
-                                              self.settings.query_snapshot_s).__aenter__()
+                                              self.settings.query_snapshot_s,
+                                              self.settings.query_yield_s).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
                                    daemon=False, redirect_stdouts=False, quiet=True)

@@ -1,7 +1,8 @@
 """The owner's query endpoints under a hostile or careless caller: the owner file is private whatever was there,
 a token has at most JEV_QUERY_CONCURRENCY calls running, a caller that goes away has its query killed, and the
 analytics commands work while another process owns the data directory (found by trying its endpoint first, then
-by the directory's lock)."""
+by the directory's lock), exports never hold the pipeline's engine connection, and sandboxes pause while the
+pipeline has requests in flight."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +20,7 @@ import orjson
 import psutil
 import pytest
 
+from streams.inflight import InFlight
 from streams.usage.sink import UsageSink
 from workers.analytics import sample, sandbox
 from workers.analytics.owner import QueryServer, owner_file
@@ -193,3 +196,47 @@ async def test_the_servers_exports_never_wait_on_or_hold_the_pipelines_connectio
         assert not busy.done(), "the export connection's query ended before the write was timed"
         await busy
     assert written == len(events) and took < 1.5, f"a write waited {took:.1f} s on the server's query"
+
+
+def status_within(proc: psutil.Process, wanted: set[str], seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while proc.status() not in wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.status()
+
+
+async def test_sandboxes_pause_while_the_pipeline_has_requests_in_flight(filled):
+    """A sandbox stops (SIGSTOP) when a request is sent on for work and resumes when it is decided, or when
+    its hold runs out; a sandbox started while requests are in flight starts stopped."""
+    flight = InFlight(hold_s=1.5)
+    pauser = sandbox.Pauser(flight)
+    cancelled = threading.Event()
+    call = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": SLOW}, None,
+                                                 sandbox.Limits(time_s=60), cancelled, None, pauser))
+    try:
+        deadline = time.monotonic() + 60
+        while not sandboxes() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        child = sandboxes()[0]
+        assert status_within(child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 5) != psutil.STATUS_STOPPED
+        flight.hold(["r1"])
+        assert status_within(child, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED
+        flight.release(["r1"])
+        assert status_within(child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 2) != psutil.STATUS_STOPPED
+        flight.hold(["r2"])  # never decided: its hold runs out after 1.5 s
+        assert status_within(child, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED
+        assert await asyncio.to_thread(status_within, child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING},
+                                       5) != psutil.STATUS_STOPPED
+        flight.hold(["r3"])
+        second = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": "SELECT 1"}, None,
+                                                       sandbox.Limits(), None, None, pauser))
+        while len(sandboxes()) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert all(status_within(p, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED for p in sandboxes())
+        flight.release(["r3"])
+        assert (await second)["rows"] == [[1]]
+    finally:
+        cancelled.set()
+        with pytest.raises(sandbox.QueryFailed, match="cancelled"):
+            await call
+        pauser.close()

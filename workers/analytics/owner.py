@@ -34,6 +34,7 @@ import orjson
 from aiohttp import web
 
 from infra.clickhouse import connect
+from streams.inflight import IN_FLIGHT
 from streams.usage.spill import LazyClient
 from workers.analytics import sandbox, source, tenancy
 
@@ -75,12 +76,19 @@ class QueryServer:
     writes the snapshot files itself; the rows never pass through this process's Python heap."""
 
     def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
-                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0):
+                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0,
+                 yield_s: float = 0.0):
+        """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.inflight), each
+        request holding them for at most that long (JEV_QUERY_YIELD_S)."""
         self.dsn, self.path, self.token = dsn, owner_file(dsn), secrets.token_urlsafe(24)
         self.client = LazyClient(lambda: connect(dsn))  # the export connection, opened by the first export
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
         self.limits, self.concurrency = limits or sandbox.Limits(), max(1, concurrency)
         self.snapshots = sandbox.Snapshots(snapshot_s, to_file=True)
+        self.pauser = None
+        if yield_s > 0:
+            IN_FLIGHT.hold_s = yield_s
+            self.pauser = sandbox.Pauser(IN_FLIGHT)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
@@ -118,7 +126,7 @@ class QueryServer:
         try:
             call = asyncio.get_running_loop().run_in_executor(
                 self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
-                tenant or None, self.limits, cancelled, self.snapshots)
+                tenant or None, self.limits, cancelled, self.snapshots, self.pauser)
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
             cancelled.set()  # the client went away: the sandbox is killed, its thread returns
@@ -151,7 +159,14 @@ class QueryServer:
             self.path.unlink(missing_ok=True)
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.close()
+
+    def close(self) -> None:
+        """Drop the snapshots, resume any paused sandbox (its call ends with the server) and close the export
+        connection."""
         self.snapshots.close()
+        if self.pauser is not None:
+            self.pauser.close()
         if self.client.client is not None:
             self.client.client.close()
             self.client.client = None
