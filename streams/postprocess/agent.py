@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from streams.consumer import run_agent, take_work
-from streams.ingest.idempotency import reservation_key
+from streams.ingest.idempotency import decided_record, reservation_key
 from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
@@ -38,6 +38,9 @@ class Postprocess:
             if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
                 verdicts.append(self.shadow.naive(work))
                 continue
+            if (not work.refresh and not work.predictive and self.requests is not None
+                    and self.requests.first(work.request.tenant, work.request.request_id) is not None):
+                continue  # decided before (its work read again after a restart): sent, settled and metered then
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
@@ -61,6 +64,7 @@ class Postprocess:
                 out.decisions.append((decision, http_headers(decision)))
                 if self.requests is not None:
                     self.requests.decided(work.request.tenant, decision)
+                    out.records.append(decided_record(work.request.tenant, decision))
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
