@@ -28,19 +28,23 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
     """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
     calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
     A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process.
-    `caught_up()` is called once, when the partitions are assigned and CAUGHT_UP_QUIET_S pass without a record
-    (the local broker's end offsets cannot be trusted, DESIGN.md)."""
+    `caught_up()` is called once, when every partition is read up to the end offset it had when assigned and
+    CAUGHT_UP_QUIET_S then pass without a record (the local broker's end offsets can fall short of the true end,
+    DESIGN.md: the quiet time covers what they miss)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                 enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
     back_off_when_idle(consumer)
-    last = time.monotonic()
+    last, ends = time.monotonic(), None
     try:
         while not stopping.is_set():
             polled = await consumer.getmany(timeout_ms=poll_ms)
-            if polled or not consumer.assignment():
+            if caught_up is not None and ends is None and consumer.assignment():
+                ends = await consumer.end_offsets(list(consumer.assignment()))
+            if polled or ends is None:
                 last = time.monotonic()
-            elif caught_up is not None and time.monotonic() - last >= CAUGHT_UP_QUIET_S:
+            elif (caught_up is not None and time.monotonic() - last >= CAUGHT_UP_QUIET_S
+                  and all([await consumer.position(tp) >= end for tp, end in ends.items()])):
                 caught_up()
                 caught_up = None
             for msgs in polled.values():

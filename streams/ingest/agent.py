@@ -9,6 +9,8 @@ import asyncio
 import logging
 import time
 
+import faust
+
 from schemas.records import Rejection, Work
 from schemas.topics import name
 from streams import pricing
@@ -144,23 +146,37 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
 class RequestsSeenLog:
     """The requests-seen topic (streams.ingest.idempotency), read from its beginning and followed into
-    `requests` by every stage process; ingest takes its first request only once what the topic held at start is
-    read (or LOAD_TIMEOUT_S passed: then it goes on, logging that redeliveries may be admitted again)."""
+    `requests` by every stage process. Ingest, and the agents that decide (cache hits, postprocess) when they
+    read a topic, take their first input only once what the topic held at start is read (`loaded`, which starts
+    the follower if nothing has yet), or LOAD_TIMEOUT_S passed: then they go on, logging that redeliveries may
+    be decided again."""
 
     LOAD_TIMEOUT_S = 60.0
 
     def __init__(self, bootstrap: str, requests: Requests, poll_ms: int = 100):
         self.bootstrap, self.requests, self.poll_ms = bootstrap, requests, poll_ms
         self.stopping, self.caught_up = asyncio.Event(), asyncio.Event()
+        self.following: asyncio.Future | None = None
 
     async def follow(self) -> None:
-        await follow_from_start(self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
-                                "requests-seen record", caught_up=self.caught_up.set)
+        """Follow the topic until stopped (one follower per process, whoever starts it first)."""
+        if self.following is None:
+            self.following = asyncio.ensure_future(follow_from_start(
+                self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
+                "requests-seen record", caught_up=self.caught_up.set))
+        await asyncio.shield(self.following)
+
+    async def wait_loaded(self, stream) -> None:
+        """`loaded`, for an agent reading `stream`: only when it reads a topic (not an agent tested alone)."""
+        if isinstance(stream.channel, faust.Topic):
+            await self.loaded()
 
     async def loaded(self) -> None:
+        if self.following is None:
+            asyncio.ensure_future(self.follow())
         try:
             await asyncio.wait_for(self.caught_up.wait(), self.LOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
-            log.warning("the requests-seen topic was not read within %.0f s: ingest starts without it, so a "
-                        "redelivery of a request decided before this process started may be admitted again",
+            log.warning("the requests-seen topic was not read within %.0f s: going on without it, so a "
+                        "redelivery of a request decided before this process started may be decided again",
                         self.LOAD_TIMEOUT_S)

@@ -11,7 +11,9 @@ entries, oldest dropped first) and outlives the process: ingest writes each admi
 postprocess each first decision, to the requests-seen topic (keyed tenant/request_id, so a compacted topic keeps
 the latest per request), which every stage process reads from its beginning and keeps following before it admits
 anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
-rebalance, gets the first decision again and spends nothing. A request admitted but not yet decided when its
+rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
+(postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
+ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again. A request admitted but not yet decided when its
 process stopped is admitted again by the process that sees its redelivery (its work may have died with the
 first process; at-least-once); one whose first admission is still in flight in another live process is too.
 """

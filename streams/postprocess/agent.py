@@ -38,9 +38,11 @@ class Postprocess:
             if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
                 verdicts.append(self.shadow.naive(work))
                 continue
-            if (not work.refresh and not work.predictive and self.requests is not None
-                    and self.requests.first(work.request.tenant, work.request.request_id) is not None):
-                continue  # decided before (its work read again after a restart): sent, settled and metered then
+            first = self.requests.first(work.request.tenant, work.request.request_id) \
+                if self.requests is not None and not work.refresh and not work.predictive else None
+            if first is not None:  # decided before (its work read again after a restart): settled and metered
+                out.decisions.append((first, http_headers(first)))  # then; sent again, the same, in case it was lost
+                continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
@@ -83,4 +85,7 @@ def decisions_of(items: list) -> list:
 def register(app, topics, settings, postprocess: Postprocess, sender) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
+        seen = getattr(app, "jev_requests_seen", None)
+        if seen is not None:  # what was decided before this process started, so it is not decided again
+            await seen.wait_loaded(stream)
         await run_agent(take_work(stream, settings), postprocess, sender)

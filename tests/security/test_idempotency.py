@@ -132,15 +132,17 @@ async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_
 
 async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(app_and_sent):
     """At-least-once: a stage process restarted after a kill reads its uncommitted scored work again. A request
-    whose decision is known (sent by this process, or read from the requests-seen log) gets no second decision,
-    settlement or usage."""
+    whose decision is known (sent by this process, or read from the requests-seen log) is not decided again: its
+    first decision is sent again as it was (it may not have landed before the kill), with no settlement or usage."""
     app, captured = app_and_sent
     await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST)]))
     scored = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
     async with app.agents["format_decision"].test_context() as agent:
         for _ in range(2):
             await agent.put(WorkBatch(items=[work(scored)]))
-        await eventually(lambda: "decisions" in captured.sent and "usage" in captured.sent)
+        await eventually(lambda: len(captured.sent.get("decisions", [])) == 2)
         await asyncio.sleep(0.5)  # a second decision would land now
-    assert [d.request_id for d in captured.sent["decisions"]] == ["r1"]
+    sent = captured.sent["decisions"]
+    assert [d.request_id for d in sent] == ["r1", "r1"] and sent[0].to_representation() == sent[1].to_representation()
     assert [e.stage for b in captured.sent["usage"] for e in b.events].count("postprocess") == 1
+    assert [key for key, _ in captured.sent["requests_seen"]] == [b"acme/r1", b"acme/r1"]  # admitted, decided
