@@ -1,21 +1,28 @@
 """Decision latency of the pipeline with and without a tenant running the heaviest analytics it is allowed.
 
 Starts the local pipeline with the stage process apart (`jev worker stream`: it owns ClickHouse and serves the
-query endpoints), preloads --rows usage rows into its ClickHouse (two tenants), then alternates waves of
---wave new requests: a baseline wave with no analytics, a loaded wave while one tenant token keeps
-JEV_QUERY_CONCURRENCY heavy queries running on the owner's endpoint (a 4-way self cross join that runs into
-JEV_QUERY_TIME_S, and a groupArray of 1 KB strings that runs into JEV_QUERY_MEMORY_MB), one after the other so the
-two phases see the same machine. The tenant's callers run in a process of their own. Each baseline and loaded
-wave are the two halves of one generated mix of requests. Latency = publish to decision received, per request.
-Last stdout line: one JSON object (baseline and loaded p50/p95 in ms, their ratio, tenant queries answered).
+query endpoints), preloads --rows usage rows into its ClickHouse (three tenants), then runs --waves pairs of
+waves of --wave new requests each: a baseline wave with no analytics, and a loaded wave while one tenant token
+keeps more than JEV_QUERY_CONCURRENCY heavy queries going on the owner's endpoint (a 4-way self cross join that
+runs into JEV_QUERY_TIME_S, and a groupArray of 1 KB strings that runs into JEV_QUERY_MEMORY_MB). The two waves
+of a pair are the two halves of one generated mix of requests, with the same number of each decision type;
+which goes first alternates from pair to pair, and each is sent after the same --settle-s of quiet (baseline)
+or load (loaded), so both see the same machine and the same idle time. The tenant's callers run in a process
+of their own and leave when their wave is done (their running queries are cancelled by the owner, as for any
+caller that goes away). Latency = publish to decision received, per request. The per-pair p50s are printed
+too: the spread the ratios are read against. JEV_QUERY_YIELD_S=0 in the environment runs the same with the
+owner's sandboxes never paused (the comparison for the pause).
+Last stdout line: one JSON object (baseline and loaded p50/p95/mean in ms and per tier, the loaded/baseline
+ratios per tier and over the same mix, tenant queries answered).
 
-    .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 4] [--wave 10]
+    .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 12] [--wave 10]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import datetime as dt
+import os
 import signal
 import subprocess
 import sys
@@ -73,18 +80,26 @@ def tenant_load(url: str, queries: list[str], stop: threading.Event, counts: dic
 
 def callers_main(url: str, queries: list[str], n: int) -> None:
     """The tenant's side, in a process of its own (not the one timing decisions): `n` concurrent callers until
-    SIGTERM, then their outcome counts as one JSON line."""
+    SIGTERM, then their outcome counts as one JSON line and an exit that drops the calls still running."""
     stop, counts = threading.Event(), {"answered": 0}
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    threads = [threading.Thread(target=tenant_load, args=(url, queries, stop, counts)) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for _ in range(n):
+        threading.Thread(target=tenant_load, args=(url, queries, stop, counts), daemon=True).start()
+    stop.wait()
     print(orjson.dumps(counts).decode(), flush=True)
+    os._exit(0)
 
 
-async def wave(producer, consumer, payloads: list[bytes]) -> list[float]:
+def split(pool: list[bytes], swap: bool) -> tuple[list[bytes], list[bytes]]:
+    """Two halves of one mix with the same number of requests of each decision type (±1): the types take
+    different paths (rules and local answers in tens of ms, the scoring tier in hundreds), so halves split
+    blindly compare mixes, not load. `swap` trades the halves, so the one that gets the odd request alternates."""
+    ordered = sorted(pool, key=lambda raw: orjson.loads(raw)["decision_type"])
+    return (ordered[1::2], ordered[0::2]) if swap else (ordered[0::2], ordered[1::2])
+
+
+async def wave(producer, consumer, payloads: list[bytes]) -> list[tuple[float, str]]:
+    """(latency in ms, tier that answered) of each request of `payloads` decided within 300 s."""
     n, sent = len(payloads), {}
     for raw in payloads:
         sent[orjson.loads(raw)["request_id"]] = time.monotonic()
@@ -94,10 +109,38 @@ async def wave(producer, consumer, payloads: list[bytes]) -> list[float]:
     while len(latencies) < n and time.monotonic() < deadline:
         for msgs in (await consumer.getmany(timeout_ms=100)).values():
             for msg in msgs:
-                rid = orjson.loads(msg.value).get("request_id")
-                if rid in sent:
-                    latencies.append((time.monotonic() - sent.pop(rid)) * 1000)
+                decision = orjson.loads(msg.value)
+                if decision.get("request_id") in sent:
+                    latencies.append(((time.monotonic() - sent.pop(decision["request_id"])) * 1000,
+                                      decision.get("tier", "")))
     return latencies
+
+
+def stats(timed: list[tuple[float, str]]) -> dict:
+    """p50, p95 and mean of the latencies, and the count, p50 and p95 per tier that answered."""
+    ms = [t for t, _ in timed]
+    tiers = {tier: [t for t, k in timed if k == tier] for tier in sorted({tier for _, tier in timed})}
+    return {"p50": percentile(ms, 0.5), "p95": percentile(ms, 0.95), "mean": round(sum(ms) / max(1, len(ms)), 2),
+            "n": len(ms), "by_tier": {tier: {"n": len(t), "p50": percentile(t, 0.5), "p95": percentile(t, 0.95)}
+                                      for tier, t in tiers.items()}}
+
+
+def ratios(base: dict, loaded: dict) -> dict:
+    """Loaded over baseline. The mix is bimodal (tiers answered in the stage process take tens of ms, the scoring
+    tiers hundreds) and which tier answers is not fixed by the request alone, so a few requests more on the slow
+    path move an overall percentile from one mode to the other: the headline p50 and p95 ratios compare each
+    tier with itself, weighted by how many requests that tier answered in both phases (the same mix for both);
+    the overall ones (`raw`) are beside them."""
+    shared = [t for t in base["by_tier"] if t in loaded["by_tier"]]
+    weight = {t: base["by_tier"][t]["n"] + loaded["by_tier"][t]["n"] for t in shared}
+    out = {}
+    for q in ("p50", "p95"):
+        before = sum(weight[t] * base["by_tier"][t][q] for t in shared)
+        out[f"{q}_ratio"] = round(sum(weight[t] * loaded["by_tier"][t][q] for t in shared) / max(before, 1e-9), 3)
+        out[f"{q}_ratio_raw"] = round(loaded[q] / max(base[q], 1e-9), 3)
+    out["ratio_by_tier"] = {t: {q: round(loaded["by_tier"][t][q] / max(base["by_tier"][t][q], 1e-9), 3)
+                                for q in ("p50", "p95")} for t in shared}
+    return out
 
 
 async def run(args) -> dict:
@@ -117,38 +160,42 @@ async def run(args) -> dict:
             await consumer.start()
             try:
                 await wave(producer, consumer, workload.generate(args.wave, seed=1000, repeat_share=0.0))  # warm-up
-                base, loaded, counts = [], [], {"answered": 0}
+                base, loaded, counts, pairs = [], [], {"answered": 0}, []
                 caller = [sys.executable, __file__, "--caller", url, "--callers", str(settings.query_concurrency + 1),
                           *(f"--query={q}" for q in args.query or HEAVY)]  # one caller more than allowed
                 for i in range(args.waves):
-                    pool = workload.generate(2 * args.wave, seed=2000 + i, repeat_share=0.0)
-                    base += await wave(producer, consumer, pool[0::2])  # both phases: halves of one mix
-                    callers = subprocess.Popen(caller, stdout=subprocess.PIPE, text=True)
-                    await asyncio.sleep(args.settle_s)  # the tenant's queries are running
-                    loaded += await wave(producer, consumer, pool[1::2])
-                    callers.send_signal(signal.SIGTERM)
-                    out, _ = await asyncio.to_thread(callers.communicate)
-                    for key, n in orjson.loads(out.strip().splitlines()[-1]).items():
-                        counts[key] = counts.get(key, 0) + n
+                    halves = split(workload.generate(2 * args.wave, seed=2000 + i, repeat_share=0.0), swap=i // 2 % 2)
+                    pair = {}
+                    for phase in ("baseline", "loaded") if i % 2 == 0 else ("loaded", "baseline"):
+                        half = halves[phase == "loaded"]
+                        callers = subprocess.Popen(caller, stdout=subprocess.PIPE, text=True) \
+                            if phase == "loaded" else None
+                        await asyncio.sleep(args.settle_s)  # quiet, or the tenant's queries running
+                        pair[phase] = await wave(producer, consumer, half)
+                        (base if phase == "baseline" else loaded).extend(pair[phase])
+                        if callers is not None:
+                            callers.send_signal(signal.SIGTERM)
+                            out, _ = await asyncio.to_thread(callers.communicate)
+                            for key, n in orjson.loads(out.strip().splitlines()[-1]).items():
+                                counts[key] = counts.get(key, 0) + n
+                    pairs.append([stats(pair["baseline"])["p50"], stats(pair["loaded"])["p50"]])
+                    print(f"pair {i}: p50 baseline {pairs[-1][0]:.0f} ms, loaded {pairs[-1][1]:.0f} ms", flush=True)
             finally:
                 await producer.stop()
                 await consumer.stop()
     return {"tenant_sql": args.query or HEAVY, "usage_rows": stored, "waves": args.waves, "wave": args.wave,
-            "query_time_s": settings.query_time_s,
+            "query_time_s": settings.query_time_s, "query_yield_s": settings.query_yield_s,
             "query_memory_mb": settings.query_memory_mb, "query_concurrency": settings.query_concurrency,
-            "baseline_ms": {"p50": percentile(base, 0.5), "p95": percentile(base, 0.95), "n": len(base)},
-            "loaded_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "n": len(loaded)},
-            "p50_ratio": round(percentile(loaded, 0.5) / max(percentile(base, 0.5), 1e-9), 3),
-            "p95_ratio": round(percentile(loaded, 0.95) / max(percentile(base, 0.95), 1e-9), 3),
-            "tenant_queries": counts}
+            "baseline_ms": stats(base), "loaded_ms": stats(loaded), **ratios(stats(base), stats(loaded)),
+            "pair_p50_ms": pairs, "tenant_queries": counts}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=300_000, help="usage rows preloaded (tenants t0, t1, t2)")
-    ap.add_argument("--waves", type=int, default=4)
+    ap.add_argument("--waves", type=int, default=12, help="pairs of waves (baseline, loaded)")
     ap.add_argument("--wave", type=int, default=10, help="requests per wave")
-    ap.add_argument("--settle-s", type=float, default=3.0, help="seconds the load runs before a loaded wave")
+    ap.add_argument("--settle-s", type=float, default=3.0, help="seconds of quiet (or of load) before each wave")
     ap.add_argument("--query", action="append", default=[], help="the tenant's queries instead of the heavy ones "
                                                                  "(e.g. 'SELECT 1': the sandbox's own cost)")
     ap.add_argument("--caller", metavar="URL", help=argparse.SUPPRESS)  # internal: run the tenant's callers

@@ -74,7 +74,8 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
 
     @app.task
     async def follow_control():
-        await ControlReader(settings.bootstrap, controls).run()
+        await ControlReader(settings.bootstrap, controls, keep=Path(settings.data_dir) / "control.json",
+                            check_s=settings.control_check_s).run()
 
     def get_sink():
         if state["sink"] is None:

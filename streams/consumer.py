@@ -22,18 +22,34 @@ log = logging.getLogger("jev.consumer")
 STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
 
 
+CAUGHT_UP_QUIET_S = 0.5  # with the partitions assigned, this long without a record = the end of the topic
+
+
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
-                            poll_ms: int, what: str) -> None:
+                            poll_ms: int, what: str, caught_up: Callable[[], None] | None = None) -> None:
     """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
     calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
-    A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process."""
+    A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process.
+    `caught_up()` is called once, when every partition is read up to the end offset it had when assigned and
+    CAUGHT_UP_QUIET_S then pass without a record (the local broker's end offsets can fall short of the true end,
+    DESIGN.md: the quiet time covers what they miss)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                 enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
     back_off_when_idle(consumer)
+    last, ends = time.monotonic(), None
     try:
         while not stopping.is_set():
-            for msgs in (await consumer.getmany(timeout_ms=poll_ms)).values():
+            polled = await consumer.getmany(timeout_ms=poll_ms)
+            if caught_up is not None and ends is None and consumer.assignment():
+                ends = await consumer.end_offsets(list(consumer.assignment()))
+            if polled or ends is None:
+                last = time.monotonic()
+            elif (caught_up is not None and time.monotonic() - last >= CAUGHT_UP_QUIET_S
+                  and all([await consumer.position(tp) >= end for tp, end in ends.items()])):
+                caught_up()
+                caught_up = None
+            for msgs in polled.values():
                 for msg in msgs:
                     try:
                         apply(msg.value)
@@ -69,14 +85,15 @@ class BatchConsumer(mode.Service):
     are committed: at-least-once."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 linger_ms: int = 0, depth: int = 1, sender=None, **kwargs):
+                 linger_ms: int = 0, depth: int = 1, sender=None, before: Callable | None = None, **kwargs):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
         fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,
         the next batch is worked on while the one before waits for the broker to acknowledge what it sent.
         Offsets are committed in order either way, each batch's only once it and every batch before it were
-        handled."""
+        handled. `before`: a coroutine function awaited before the first poll (state the handler needs loaded)."""
         super().__init__(**kwargs)
+        self.before = before
         self.bootstrap, self.topic, self.group, self.handle, self.sender = bootstrap, topic, group, handle, sender
         self.max_records, self.wait_ms, self.linger_ms, self.depth = max_records, wait_ms, linger_ms, depth
         self.consumer: AIOKafkaConsumer | None = None
@@ -110,6 +127,8 @@ class BatchConsumer(mode.Service):
     async def consume(self) -> None:
         handling: deque[tuple[asyncio.Future, dict]] = deque()  # (handle(batch), the batch), oldest first
         committing = None
+        if self.before is not None:
+            await self.before()
         while not self.should_stop or handling:
             if len(handling) < self.depth and not self.should_stop:
                 if polled := await self.poll():

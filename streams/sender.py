@@ -20,6 +20,8 @@ from aiokafka.errors import KafkaError
 from schemas.records import UsageBatch
 from schemas.topics import name
 from streams.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batches
+from streams.inflight import IN_FLIGHT, WORK_TOPICS
+from streams.ingest.idempotency import LOG_TOPIC
 from streams.outbox import Outbox
 from streams.partitioning import group_by_partition
 
@@ -74,6 +76,12 @@ class Sender(mode.Service):
         partitioned as decisions are."""
         send = self.producer.send
         futures = []
+        for topic, key, value in outbox.records:  # a decision's requests-seen record goes out ahead of it: a
+            if topic == LOG_TOPIC:  # process killed between the two then re-sends that decision, not another
+                futures.append(await send(name(topic), value, key=key))
+        IN_FLIGHT.release([d.request_id for d, _ in outbox.decisions] +
+                          [r.request_id for r in outbox.dead_letters if r.request_id])
+        IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
         if outbox.chunks:
             futures += await self.send_keyed(name("chunks"), [(c.request_id, encode(c), []) for c in outbox.chunks])
         if outbox.decisions:
@@ -94,7 +102,8 @@ class Sender(mode.Service):
         for alert in outbox.alerts:
             futures.append(await send(name("alerts"), encode(alert), key=alert.scope.encode()))
         for topic, key, value in outbox.records:
-            futures.append(await send(name(topic), value, key=key))
+            if topic != LOG_TOPIC:
+                futures.append(await send(name(topic), value, key=key))
         for topic, partition, value in outbox.placed:  # the partition was chosen by the stage (a budget key's)
             futures.append(await send(name(topic), value, partition=partition))
         return futures

@@ -139,6 +139,14 @@ class Settings:
     query_snapshot_s: float = _doc(30.0, "Seconds the owner reuses one export of a scope's rows for the analytics "
                                          "calls on its endpoints: at most one export per tenant per window (answers "
                                          "lag the newest rows by up to this); 0 = export for every call.")
+    control_check_s: float = _doc(30.0, "Seconds between the stage process's checks that the control topic still "
+                                        "holds the switches, budgets and versions it read (kept in "
+                                        "<data_dir>/control.json); what a restarted broker lost is published "
+                                        "again. 0 = checked once, at start.")
+    query_yield_s: float = _doc(5.0, "The owner's query sandboxes are paused (SIGSTOP) while requests it sent on "
+                                     "for work are undecided, each holding them for at most this many seconds, so "
+                                     "a tenant's query never competes with a decision (time paused counts toward "
+                                     "JEV_QUERY_TIME_S); 0 = sandboxes never pause.")
     metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
     metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
                                   "`authorization: {credentials: …}`.")

@@ -43,6 +43,7 @@ class Controls:
         self.budgets: dict[str, dict] = {}
         self.listeners: list[Callable[[Control], None]] = []
         self.applied = 0
+        self.refused = 0  # records a listener could not take (logged)
 
     def on(self, switch: str) -> bool:
         return self.switches[switch]
@@ -58,7 +59,12 @@ class Controls:
         elif control.kind == "budget":
             self.budgets[control.key] = control.value
         for listener in self.listeners:
-            listener(control)
+            try:
+                listener(control)
+            except Exception as exc:  # one bad record never stops a worker: it is refused, the rest applies
+                self.refused += 1
+                log.warning("refusing control record %s:%s=%r: %s; publish a corrected record for this key",
+                            control.kind, control.key, control.value, exc)
         self.applied += 1
 
 

@@ -77,7 +77,8 @@ async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]]) -> None:
 
 
 class Collector:
-    """Follows the decisions and rejected topics from the start; counts decisions per request id."""
+    """Follows the decisions and rejected topics from the start; keeps each request id's first decision, counts its
+    deliveries and notes the ids delivered again with a different decision (decided twice, not re-sent)."""
 
     def __init__(self, bootstrap: str):
         self.bootstrap = bootstrap
@@ -85,6 +86,7 @@ class Collector:
         self.deliveries: dict[str, int] = {}
         self.first_seen: dict[str, float] = {}  # time.monotonic() when each request's first decision was read
         self.rejections: dict[str, Rejection] = {}
+        self.differing: set[str] = set()  # request ids delivered again with another decision than the first
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -101,7 +103,11 @@ class Collector:
                             self.rejections[rejected_id(r)] = r
                             continue
                         d = Decision.loads(msg.value)
-                        self.decisions[d.request_id] = d
+                        first = self.decisions.get(d.request_id)
+                        if first is not None and (first.tier, first.action_id, first.text) != (d.tier, d.action_id,
+                                                                                               d.text):
+                            self.differing.add(d.request_id)
+                        self.decisions.setdefault(d.request_id, d)
                         self.deliveries[d.request_id] = self.deliveries.get(d.request_id, 0) + 1
                         self.first_seen.setdefault(d.request_id, time.monotonic())
         finally:
@@ -214,6 +220,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         "double_counted": duplicate_rows + overcounted + int(totals["raw_tokens"] != totals["final_tokens"])
         + int(totals["raw_nominal_tokens"] != totals["final_nominal_tokens"]),
         "duplicate_decisions": sum(c - 1 for r, c in collector.deliveries.items() if r in expected),
+        "duplicates_differing": len(collector.differing & expected),  # decided twice, not the first sent again
         "bad_inputs_tried": len(bad) + len(poison),
         "bad_inputs_caught": len(injected & collector.rejections.keys()),
         "bad_inputs_missed": sorted(injected - collector.rejections.keys()),

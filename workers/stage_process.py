@@ -36,8 +36,8 @@ def serve_stages() -> None:
     sink = durable_sink(settings) if settings.usage_sink else None
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(sink.inner.client, settings.clickhouse, load_tokens(settings.query_tokens),
-                               Limits.of(settings), settings.query_concurrency, settings.query_snapshot_s) \
+    query_server = QueryServer(settings.clickhouse, load_tokens(settings.query_tokens), Limits.of(settings),
+                               settings.query_concurrency, settings.query_snapshot_s, settings.query_yield_s) \
         if sink is not None else None
 
     @app.task
@@ -60,7 +60,7 @@ def serve_stages() -> None:
         if query_server is not None and query_server.path is not None:
             query_server.path.unlink(missing_ok=True)
         if query_server is not None:
-            query_server.snapshots.close()
+            query_server.close()
         if sink is not None:
             sink.drain(timeout=10)
             sink.close()

@@ -74,6 +74,9 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
 
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
+        seen = getattr(app, "jev_requests_seen", None)
+        if seen is not None:  # what was decided before this process started, so a hit does not decide it again
+            await seen.wait_loaded(stream)
         await run_agent(take_work(stream, settings), lookup, sender)
 
 

@@ -9,18 +9,22 @@ import asyncio
 import logging
 import time
 
+import faust
+
 from schemas.records import Rejection, Work
+from schemas.topics import name
 from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
-from streams.ingest.idempotency import CONFLICT, REDELIVERY, Requests, conflict_detail, reservation_key
+from streams.ingest.idempotency import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
+                                       reservation_key)
 from streams.postprocess import stream as stream_mod
 from streams.ingest.protocol import protocol_bytes
 from streams.metrics import observe_protocol, observe_stages
 from streams.postprocess.format import http_headers
 from streams.usage.events import usage_event
-from streams.consumer import BatchConsumer
+from streams.consumer import BatchConsumer, follow_from_start
 from streams.outbox import Outbox
 
 log = logging.getLogger("jev.ingest")
@@ -74,6 +78,11 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
     `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
     first decision again."""
     requests = requests if requests is not None else Requests(settings.idempotency_max)
+    seen = app.jev_requests_seen = RequestsSeenLog(settings.bootstrap, requests)
+
+    @app.task
+    async def follow_requests_seen():
+        await seen.follow()
 
     async def ingest_requests(messages: list) -> Outbox:
         """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, first
@@ -111,6 +120,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 out.dead_letters.append(result)
                 continue
             admitted.append(result)
+            out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw))
             sent_bytes, compact_bytes = protocol_bytes(result)
             observe_protocol(sent_bytes, compact_bytes)
             out.usage.append(usage_event(result.request, "ingest", model=result.model,
@@ -131,4 +141,42 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
-                                     sender=sender, depth=2))
+                                     sender=sender, depth=2, before=seen.loaded))
+
+
+class RequestsSeenLog:
+    """The requests-seen topic (streams.ingest.idempotency), read from its beginning and followed into
+    `requests` by every stage process. Ingest, and the agents that decide (cache hits, postprocess) when they
+    read a topic, take their first input only once what the topic held at start is read (`loaded`, which starts
+    the follower if nothing has yet), or LOAD_TIMEOUT_S passed: then they go on, logging that redeliveries may
+    be decided again."""
+
+    LOAD_TIMEOUT_S = 60.0
+
+    def __init__(self, bootstrap: str, requests: Requests, poll_ms: int = 100):
+        self.bootstrap, self.requests, self.poll_ms = bootstrap, requests, poll_ms
+        self.stopping, self.caught_up = asyncio.Event(), asyncio.Event()
+        self.following: asyncio.Future | None = None
+
+    async def follow(self) -> None:
+        """Follow the topic until stopped (one follower per process, whoever starts it first)."""
+        if self.following is None:
+            self.following = asyncio.ensure_future(follow_from_start(
+                self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
+                "requests-seen record", caught_up=self.caught_up.set))
+        await asyncio.shield(self.following)
+
+    async def wait_loaded(self, stream) -> None:
+        """`loaded`, for an agent reading `stream`: only when it reads a topic (not an agent tested alone)."""
+        if isinstance(stream.channel, faust.Topic):
+            await self.loaded()
+
+    async def loaded(self) -> None:
+        if self.following is None:
+            asyncio.ensure_future(self.follow())
+        try:
+            await asyncio.wait_for(self.caught_up.wait(), self.LOAD_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("the requests-seen topic was not read within %.0f s: going on without it, so a "
+                        "redelivery of a request decided before this process started may be decided again",
+                        self.LOAD_TIMEOUT_S)

@@ -6,10 +6,16 @@ while the first is still in flight, its decision answers both). The same id with
 different request reusing an id: rejected as duplicate_request_id, so 40 requests under one id cannot share one
 reservation and overspend a hard budget, and one tenant's id cannot borrow another tenant's reservation.
 
-The content fingerprint leaves out created_at (a retry may restamp it). State is per stage process, bounded
-(JEV_IDEMPOTENCY_MAX entries, oldest dropped first) and in memory: a redelivery that reaches another process
-(after a rebalance) or comes after a restart is admitted as new there; its reservation is still held once
-(the budget book keys reservations by reservation_key).
+The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
+entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
+postprocess each first decision, to the requests-seen topic (keyed tenant/request_id, so a compacted topic keeps
+the latest per request), which every stage process reads from its beginning and keeps following before it admits
+anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
+rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
+(postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
+ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again. A request admitted but not yet decided when its
+process stopped is admitted again by the process that sees its redelivery (its work may have died with the
+first process; at-least-once); one whose first admission is still in flight in another live process is too.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import orjson
 from schemas.records import Decision
 
 NEW, REDELIVERY, CONFLICT = "new", "redelivery", "conflict"
+LOG_TOPIC = "requests_seen"
 
 
 def reservation_key(tenant: str, request_id: str) -> str:
@@ -41,26 +48,39 @@ def fingerprint(raw: bytes) -> bytes:
 
 
 class Requests:
-    """What this process has admitted, by (tenant, request_id): the content's fingerprint and the decision."""
+    """What this process has admitted or read from the requests-seen log, by (tenant, request_id): the content's
+    fingerprint (None when only the decision was read), the first decision, and whether this process admitted
+    it itself (a request only read from the log and not decided may have died with its process)."""
 
     def __init__(self, max_entries: int = 50_000):
         self.max_entries = max(1, max_entries)
         self.seen: collections.OrderedDict[tuple[str, str], list] = collections.OrderedDict()
         self.lock = threading.Lock()
 
+    def _add(self, key: tuple[str, str], entry: list) -> list:
+        self.seen[key] = entry
+        while len(self.seen) > self.max_entries:
+            self.seen.popitem(last=False)
+        return entry
+
     def check(self, tenant: str, request_id: str, raw: bytes) -> tuple[str, Decision | None]:
         """(NEW, None) the first time (and remember it), (REDELIVERY, first decision or None) for the same
-        content again, (CONFLICT, None) for other content under the same (tenant, request_id)."""
+        content again, (CONFLICT, None) for other content under the same (tenant, request_id). A request known
+        only from the log and undecided is NEW again here."""
         key, print_ = (tenant, request_id), fingerprint(raw)
         with self.lock:
             entry = self.seen.get(key)
             if entry is None:
-                self.seen[key] = [print_, None]
-                while len(self.seen) > self.max_entries:
-                    self.seen.popitem(last=False)
+                self._add(key, [print_, None, True])
                 return NEW, None
             self.seen.move_to_end(key)
-            return (REDELIVERY, entry[1]) if entry[0] == print_ else (CONFLICT, None)
+            if entry[0] is not None and entry[0] != print_:
+                return CONFLICT, None
+            entry[0] = print_
+            if entry[1] is None and not entry[2]:
+                entry[2] = True
+                return NEW, None
+            return REDELIVERY, entry[1]
 
     def decided(self, tenant: str, decision: Decision) -> None:
         """Remember the decision sent for (tenant, decision.request_id), for redeliveries to get it again."""
@@ -69,10 +89,44 @@ class Requests:
             if entry is not None and entry[1] is None:
                 entry[1] = decision
 
+    def first(self, tenant: str, request_id: str) -> Decision | None:
+        """The decision already sent for (tenant, request_id), if known here."""
+        with self.lock:
+            entry = self.seen.get((tenant, request_id))
+            return entry[1] if entry is not None else None
+
     def forget(self, tenant: str, request_id: str) -> None:
         """Drop a request that was not admitted after all (refused by its budget), so a retry is judged anew."""
         with self.lock:
             self.seen.pop((tenant, request_id), None)
+
+    def apply(self, raw: bytes) -> None:
+        """One requests-seen record (admitted_record, decided_record), from this process or another: what it
+        adds is kept; nothing already known here is replaced."""
+        data = orjson.loads(raw)
+        key = (data["tenant"], data["request_id"])
+        with self.lock:
+            entry = self.seen.get(key) or self._add(key, [None, None, False])
+            if entry[0] is None and data.get("fingerprint"):
+                entry[0] = bytes.fromhex(data["fingerprint"])
+            if entry[1] is None and data.get("decision") is not None:
+                entry[1] = Decision.from_data(data["decision"])
+
+
+def log_key(tenant: str, request_id: str) -> bytes:
+    return f"{tenant}/{request_id}".encode()
+
+
+def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, bytes, bytes]:
+    """The requests-seen record of an admitted request, as an Outbox record: its content fingerprint."""
+    return LOG_TOPIC, log_key(tenant, request_id), orjson.dumps(
+        {"tenant": tenant, "request_id": request_id, "fingerprint": fingerprint(raw).hex()})
+
+
+def decided_record(tenant: str, decision: Decision) -> tuple[str, bytes, bytes]:
+    """The requests-seen record of a request's first decision, as an Outbox record."""
+    return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(
+        {"tenant": tenant, "request_id": decision.request_id, "decision": decision.to_representation()})
 
 
 def conflict_detail(tenant: str, request_id: str) -> str:

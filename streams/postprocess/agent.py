@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from streams.consumer import run_agent, take_work
-from streams.ingest.idempotency import reservation_key
+from streams.ingest.idempotency import decided_record, reservation_key
 from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
@@ -38,6 +38,11 @@ class Postprocess:
             if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
                 verdicts.append(self.shadow.naive(work))
                 continue
+            first = self.requests.first(work.request.tenant, work.request.request_id) \
+                if self.requests is not None and not work.refresh and not work.predictive else None
+            if first is not None:  # decided before (its work read again after a restart): settled and metered
+                out.decisions.append((first, http_headers(first)))  # then; sent again, the same, in case it was lost
+                continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
             decision = done.decision
             usage.extend(done.usage)
@@ -61,6 +66,7 @@ class Postprocess:
                 out.decisions.append((decision, http_headers(decision)))
                 if self.requests is not None:
                     self.requests.decided(work.request.tenant, decision)
+                    out.records.append(decided_record(work.request.tenant, decision))
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
@@ -79,4 +85,7 @@ def decisions_of(items: list) -> list:
 def register(app, topics, settings, postprocess: Postprocess, sender) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
+        seen = getattr(app, "jev_requests_seen", None)
+        if seen is not None:  # what was decided before this process started, so it is not decided again
+            await seen.wait_loaded(stream)
         await run_agent(take_work(stream, settings), postprocess, sender)

@@ -3,15 +3,19 @@ content spends nothing more and gets the first decision; the same id with other 
 (duplicate_request_id); one tenant's id never borrows another tenant's reservation or usage rows."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import orjson
 
-from schemas.records import Control, Decision, Request
-from streams.ingest.idempotency import CONFLICT, NEW, REDELIVERY, Requests, fingerprint
+from schemas.records import Control, Decision, Request, WorkBatch
+from streams.app import create_app
+from streams.ingest.idempotency import (CONFLICT, NEW, REDELIVERY, Requests, admitted_record, decided_record,
+                                       fingerprint)
 from streams.usage.events import usage_event
 from streams.usage.sink import UsageSink
-from tests.streams.test_agents import REQUEST, app_and_sent, requests  # noqa: F401  (app_and_sent: a fixture)
+from tests.streams.test_agents import (REQUEST, Captured, app_and_sent, eventually, requests,  # noqa: F401
+                                      work)  # app_and_sent: a fixture
 
 
 def admitted(captured) -> list[str]:
@@ -83,3 +87,62 @@ def test_the_state_is_bounded_and_judges_content_not_key_order():
     assert seen.check("u", "r", a)[0] == NEW  # another tenant's id is another request
     seen.check("t", "r2", a)
     assert len(seen.seen) == 2 and fingerprint(a) == fingerprint(a + b" ")
+
+
+def test_a_process_that_reads_the_log_knows_what_another_admitted_and_decided():
+    """The requests-seen log carries the state across a restart or a rebalance: a decided request's redelivery
+    gets the first decision, other content under its id is a conflict, and a request only admitted (its process
+    may have died with its work) is admitted again, once."""
+    a = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"})
+    first = Decision(request_id="r", tier="fine", action_id="a", input_tokens=40)
+    log = [admitted_record("t", "r", a)[1:], decided_record("t", first)[1:], admitted_record("t", "r2", a)[1:]]
+    assert {key for key, _ in log} == {b"t/r", b"t/r2"}
+    restarted = Requests()
+    for _, value in log:
+        restarted.apply(value)
+    verdict, again = restarted.check("t", "r", b'{"state": "x", "tenant": "t", "request_id": "r"}')
+    assert verdict == REDELIVERY and again.to_representation() == first.to_representation()
+    assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT,
+                                                                                                          None)
+    assert restarted.check("t", "r2", a) == (NEW, None)
+    assert restarted.check("t", "r2", a) == (REDELIVERY, None)  # now in flight here
+    restarted.apply(admitted_record("t", "r2", orjson.dumps({"other": 1}))[2])  # its own record read back later
+    assert restarted.check("t", "r2", a) == (REDELIVERY, None)
+
+
+async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_from(app_and_sent, settings):
+    app, captured = app_and_sent
+    same = orjson.dumps(REQUEST)
+    await app.jev_ingest.hand_over(requests([same]))
+    first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
+    async with app.agents["format_decision"].test_context() as agent:
+        await agent.put(WorkBatch(items=[work(first)]))
+    log = captured.sent["requests_seen"]
+    assert [key for key, _ in log] == [b"acme/r1", b"acme/r1"]
+    restarted, after = Captured(), create_app(settings.replace(broker="kafka://127.0.0.1:9", budget_leases=0),
+                                              {"ranking", "risk_interception"}, sink=object(), sender=Captured())
+    after.jev_ingest.sender = restarted
+    for _, value in log:
+        after.jev_requests.apply(value)
+    await after.jev_ingest.hand_over(requests([same]))
+    assert [d.request_id for d in restarted.sent["decisions"]] == ["r1"] and "distilled" not in restarted.sent
+    assert restarted.sent["decisions"][0].action_id == captured.sent["decisions"][0].action_id
+    assert "usage" not in restarted.sent and not after.jev_budgets.open  # no reservation, no usage: no spend
+
+
+async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(app_and_sent):
+    """At-least-once: a stage process restarted after a kill reads its uncommitted scored work again. A request
+    whose decision is known (sent by this process, or read from the requests-seen log) is not decided again: its
+    first decision is sent again as it was (it may not have landed before the kill), with no settlement or usage."""
+    app, captured = app_and_sent
+    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST)]))
+    scored = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
+    async with app.agents["format_decision"].test_context() as agent:
+        for _ in range(2):
+            await agent.put(WorkBatch(items=[work(scored)]))
+        await eventually(lambda: len(captured.sent.get("decisions", [])) == 2)
+        await asyncio.sleep(0.5)  # a second decision would land now
+    sent = captured.sent["decisions"]
+    assert [d.request_id for d in sent] == ["r1", "r1"] and sent[0].to_representation() == sent[1].to_representation()
+    assert [e.stage for b in captured.sent["usage"] for e in b.events].count("postprocess") == 1
+    assert [key for key, _ in captured.sent["requests_seen"]] == [b"acme/r1", b"acme/r1"]  # admitted, decided

@@ -1,7 +1,8 @@
 """The owner's query endpoints under a hostile or careless caller: the owner file is private whatever was there,
 a token has at most JEV_QUERY_CONCURRENCY calls running, a caller that goes away has its query killed, and the
 analytics commands work while another process owns the data directory (found by trying its endpoint first, then
-by the directory's lock)."""
+by the directory's lock), exports never hold the pipeline's engine connection, and sandboxes pause while the
+pipeline has requests in flight."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +20,7 @@ import orjson
 import psutil
 import pytest
 
+from streams.inflight import InFlight
 from streams.usage.sink import UsageSink
 from workers.analytics import sample, sandbox
 from workers.analytics.owner import QueryServer, owner_file
@@ -64,14 +67,14 @@ async def test_the_owner_file_is_private_whatever_existed_before(filled, clickho
     else:
         path.write_text('{"token": "old"}')
         path.chmod(0o644)
-    async with QueryServer(filled, clickhouse_dsn) as server:
+    async with QueryServer(clickhouse_dsn) as server:
         assert not path.is_symlink() and stat.S_IMODE(os.stat(path).st_mode) == 0o600
         assert orjson.loads(path.read_bytes())["token"] == server.token
         assert target.read_text() == "{}"  # a link's target is never written
 
 
 async def test_a_token_has_at_most_its_concurrency_and_a_caller_that_leaves_is_cancelled(filled, clickhouse_dsn):
-    async with QueryServer(filled, clickhouse_dsn, limits=sandbox.Limits(time_s=120), concurrency=1) as server:
+    async with QueryServer(clickhouse_dsn, limits=sandbox.Limits(time_s=120), concurrency=1) as server:
         owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
         slow = asyncio.create_task(asyncio.to_thread(post, owner["url"], {"sql": SLOW}, owner["token"], 8))
         deadline = time.monotonic() + 60
@@ -101,7 +104,7 @@ OWNER = textwrap.dedent("""
     async def main(dsn):
         client = clickhouse.open_migrated(dsn)
         UsageSink(client).insert(sample.usage_events(100, time.time() - 3600, span_s=3600))
-        async with QueryServer(client, dsn):
+        async with QueryServer(dsn):
             print("serving", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -140,9 +143,9 @@ def test_analytics_commands_work_while_another_process_owns_the_data_dir(owned, 
 def test_snapshots_export_a_scope_once_per_window_and_keep_scopes_apart(filled, tmp_path, monkeypatch):
     exports, original = [], sandbox.export
 
-    def counting(client, tenant, folder, limits):
+    def counting(client, tenant, folder, limits, to_file=False):
         exports.append(tenant)
-        return original(client, tenant, folder, limits)
+        return original(client, tenant, folder, limits, to_file)
 
     monkeypatch.setattr(sandbox, "export", counting)
     snapshots, stale = sandbox.Snapshots(max_age_s=60), sandbox.Snapshots(max_age_s=0)
@@ -161,3 +164,79 @@ def test_snapshots_export_a_scope_once_per_window_and_keep_scopes_apart(filled, 
         snapshots.close()
         stale.close()
     assert not snapshots.root.exists()
+
+
+@pytest.mark.parametrize("tenant", ["t0", None, "nobody"])
+def test_a_snapshot_the_engine_writes_itself_holds_the_same_rows(filled, tmp_path, tenant):
+    """The owner's snapshots are written by the engine (INTO OUTFILE): byte for byte what a read through Python
+    would have written, for one tenant, every tenant, and a tenant without rows."""
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "python").mkdir()
+    tables = sandbox.export(filled, tenant, tmp_path / "engine", sandbox.Limits(), to_file=True)
+    assert tables == sandbox.export(filled, tenant, tmp_path / "python", sandbox.Limits())
+    assert "usage_events" in tables
+    for table in tables:
+        written = (tmp_path / "engine" / f"{table}.native").read_bytes()
+        assert written == (tmp_path / "python" / f"{table}.native").read_bytes(), table
+    assert (len((tmp_path / "engine" / "usage_events.native").read_bytes()) > 1000) == (tenant != "nobody")
+
+
+async def test_the_servers_exports_never_wait_on_or_hold_the_pipelines_connection(filled, clickhouse_dsn):
+    """chdb runs one query at a time per connection: the server exports on a connection of its own, so the
+    pipeline's writes (the usage sink, ingest's request texts) go on while an export runs."""
+    async with QueryServer(clickhouse_dsn) as server:
+        busy = asyncio.create_task(asyncio.to_thread(
+            server.client.query, "SELECT sleepEachRow(1) FROM numbers(3)", settings={"max_block_size": 1}))
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        events = [e.derive(event_id=f"{e.event_id}:concurrent") for e in
+                  sample.usage_events(5, time.time(), span_s=1)]
+        written = await asyncio.to_thread(UsageSink(filled).insert, events)
+        took = time.monotonic() - started
+        assert not busy.done(), "the export connection's query ended before the write was timed"
+        await busy
+    assert written == len(events) and took < 1.5, f"a write waited {took:.1f} s on the server's query"
+
+
+def status_within(proc: psutil.Process, wanted: set[str], seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while proc.status() not in wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.status()
+
+
+async def test_sandboxes_pause_while_the_pipeline_has_requests_in_flight(filled):
+    """A sandbox stops (SIGSTOP) when a request is sent on for work and resumes when it is decided, or when
+    its hold runs out; a sandbox started while requests are in flight starts stopped."""
+    flight = InFlight(hold_s=1.5)
+    pauser = sandbox.Pauser(flight)
+    cancelled = threading.Event()
+    call = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": SLOW}, None,
+                                                 sandbox.Limits(time_s=60), cancelled, None, pauser))
+    try:
+        deadline = time.monotonic() + 60
+        while not sandboxes() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        child = sandboxes()[0]
+        assert status_within(child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 5) != psutil.STATUS_STOPPED
+        flight.hold(["r1"])
+        assert status_within(child, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED
+        flight.release(["r1"])
+        assert status_within(child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 2) != psutil.STATUS_STOPPED
+        flight.hold(["r2"])  # never decided: its hold runs out after 1.5 s
+        assert status_within(child, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED
+        assert await asyncio.to_thread(status_within, child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING},
+                                       5) != psutil.STATUS_STOPPED
+        flight.hold(["r3"])
+        second = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": "SELECT 1"}, None,
+                                                       sandbox.Limits(), None, None, pauser))
+        while len(sandboxes()) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert all(status_within(p, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED for p in sandboxes())
+        flight.release(["r3"])
+        assert (await second)["rows"] == [[1]]
+    finally:
+        cancelled.set()
+        with pytest.raises(sandbox.QueryFailed, match="cancelled"):
+            await call
+        pauser.close()

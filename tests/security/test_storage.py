@@ -74,7 +74,7 @@ def test_flame_graph_for_one_tenant_reads_only_that_tenants_rows(stored):
 async def query_server(stored, clickhouse_dsn):
     from workers.analytics.owner import QueryServer, owner_file
 
-    async with QueryServer(stored, clickhouse_dsn) as server:
+    async with QueryServer(clickhouse_dsn) as server:
         yield server, orjson.loads(owner_file(clickhouse_dsn).read_bytes()), owner_file(clickhouse_dsn)
 
 

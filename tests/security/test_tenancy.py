@@ -220,7 +220,7 @@ def call(base: str, endpoint: str, body: dict, token: str | None) -> tuple[int, 
 
 @pytest.fixture
 async def endpoints(two_tenants, clickhouse_dsn):
-    async with QueryServer(two_tenants, clickhouse_dsn, TOKENS):
+    async with QueryServer(clickhouse_dsn, TOKENS):
         owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
 
         async def ask(endpoint: str, body: dict, token: str | None):

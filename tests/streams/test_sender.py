@@ -8,6 +8,7 @@ from aiokafka import AIOKafkaConsumer
 from infra.broker import create_topics
 from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
 from schemas.topics import name
+from streams.inflight import IN_FLIGHT
 from streams.outbox import Outbox
 from streams.partitioning import partition_for
 from streams.sender import Sender
@@ -110,3 +111,26 @@ async def test_chunks_are_acknowledged_before_the_decisions_and_keyed_as_they_ar
     got = [(p, m) for topic, p, m in await read(bootstrap, [name("chunks")], 4, rid)]
     assert [Chunk.loads(m.value).seq for _, m in got] == [0, 1, 2, 3]
     assert all(p == partition_for(rid, 4) and m.key == rid.encode() for p, m in got)
+
+
+async def test_requests_sent_on_for_work_hold_until_their_decision_or_dead_letter_is_sent(broker):
+    """What the owner's query sandboxes yield to (streams.inflight): work sent on holds, shadow twins do not."""
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [name(s) for s in ("score", "shadow", "decisions", "rejected")], 4)
+    rid = f"in-flight-{uuid.uuid4().hex[:8]}"
+    ids = [f"{rid}-{i}" for i in range(3)]
+    works = [Work(request=Request(request_id=i, tenant="acme", service="s", decision_type="ranking", state="x"),
+                  admitted_at=0.0, model="m", cache_key=i) for i in ids]
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    try:
+        await sender.deliver(Outbox(work={"score": works[:2], "shadow": works[2:]}))
+        assert set(ids[:2]) <= set(IN_FLIGHT.until) and ids[2] not in IN_FLIGHT.until
+        await sender.deliver(Outbox(
+            decisions=[(Decision(request_id=ids[0], tier="fine"), {})],
+            dead_letters=[Rejection(reason="over_budget", detail="d", stage="ingest", original="{", ts=1.0,
+                                    request_id=ids[1])]))
+        assert not set(ids) & set(IN_FLIGHT.until)
+    finally:
+        IN_FLIGHT.release(ids)
+        await sender.stop()

@@ -33,6 +33,9 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from infra.clickhouse import connect
+from streams.inflight import IN_FLIGHT
+from streams.usage.spill import LazyClient
 from workers.analytics import sandbox, source, tenancy
 
 ENDPOINTS = sandbox.ENDPOINTS
@@ -64,17 +67,28 @@ def answer(settings, endpoint: str, body: dict) -> tuple[dict, str]:
 
 
 class QueryServer:
-    """`async with QueryServer(client, dsn, tokens, limits, concurrency, snapshot_s):` serves ENDPOINTS to
-    bearer-token holders: the owner file's token reads every tenant, `tokens` ({token: tenant or "*"},
-    tenancy.load_tokens) add more. Each call runs in a sandbox fed from a snapshot of its scope's rows, exported
-    from `client` on this server's own threads at most once per `snapshot_s` seconds."""
+    """`async with QueryServer(dsn, tokens, limits, concurrency, snapshot_s):` serves ENDPOINTS of the embedded
+    engine at `dsn` (which this process owns) to bearer-token holders: the owner file's token reads every tenant,
+    `tokens` ({token: tenant or "*"}, tenancy.load_tokens) add more. Each call runs in a sandbox fed from a
+    snapshot of its scope's rows, exported at most once per `snapshot_s` seconds on this server's own threads
+    and its own engine connection: chdb runs one query at a time per connection, so an export on the pipeline's
+    connection would hold up the usage sink (and ingest's request texts) for as long as it ran. The engine
+    writes the snapshot files itself; the rows never pass through this process's Python heap."""
 
-    def __init__(self, client, dsn: str, tokens: dict[str, str] | None = None,
-                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0):
-        self.client, self.path, self.token = client, owner_file(dsn), secrets.token_urlsafe(24)
+    def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
+                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0,
+                 yield_s: float = 0.0):
+        """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.inflight), each
+        request holding them for at most that long (JEV_QUERY_YIELD_S)."""
+        self.dsn, self.path, self.token = dsn, owner_file(dsn), secrets.token_urlsafe(24)
+        self.client = LazyClient(lambda: connect(dsn))  # the export connection, opened by the first export
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
         self.limits, self.concurrency = limits or sandbox.Limits(), max(1, concurrency)
-        self.snapshots = sandbox.Snapshots(snapshot_s)
+        self.snapshots = sandbox.Snapshots(snapshot_s, to_file=True)
+        self.pauser = None
+        if yield_s > 0:
+            IN_FLIGHT.hold_s = yield_s
+            self.pauser = sandbox.Pauser(IN_FLIGHT)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
@@ -112,7 +126,7 @@ class QueryServer:
         try:
             call = asyncio.get_running_loop().run_in_executor(
                 self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
-                tenant or None, self.limits, cancelled, self.snapshots)
+                tenant or None, self.limits, cancelled, self.snapshots, self.pauser)
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
             cancelled.set()  # the client went away: the sandbox is killed, its thread returns
@@ -145,7 +159,17 @@ class QueryServer:
             self.path.unlink(missing_ok=True)
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.close()
+
+    def close(self) -> None:
+        """Drop the snapshots, resume any paused sandbox (its call ends with the server) and close the export
+        connection."""
         self.snapshots.close()
+        if self.pauser is not None:
+            self.pauser.close()
+        if self.client.client is not None:
+            self.client.client.close()
+            self.client.client = None
 
 
 def write_private(path: Path, data: bytes) -> None:

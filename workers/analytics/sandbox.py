@@ -26,6 +26,7 @@ import datetime as dt
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -160,10 +161,13 @@ def readable_tables(client) -> list[str]:
     return sorted(r[0] for r in rows.result_rows)
 
 
-def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str]:
+def export(client, tenant: str | None, folder: Path, limits: Limits, to_file: bool = False) -> list[str]:
     """Write <table>.sql (its definition) and <table>.native (the caller's rows) for every readable table;
     `tenant` None = every tenant (the admin scope). The only queries that touch the owner's engine for a
-    caller, fixed text with the tenant as a parameter, on one thread."""
+    caller, fixed text with the tenant as a parameter, on one thread. `to_file` (an embedded engine only): the
+    engine writes each file itself (INTO OUTFILE), so the rows are never copied through Python."""
+    from infra.clickhouse.access import literal  # here, not at the top: the sandbox child starts without it
+
     tables = readable_tables(client)
     definitions = dict(client.query(
         "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() "
@@ -172,10 +176,14 @@ def export(client, tenant: str | None, folder: Path, limits: Limits) -> list[str
         ddl = re.sub(r"^CREATE TABLE \S+?\.", "CREATE TABLE ", definitions[table])
         (folder / f"{table}.sql").write_text(ddl)
         where, params = ("WHERE tenant = {tenant:String}", {"tenant": tenant}) if tenant is not None else ("", {})
-        data = client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
-                                settings={"max_threads": 1, "max_memory_usage": limits.memory_mb << 20,
-                                          "os_thread_priority": 19})
-        (folder / f"{table}.native").write_bytes(data)
+        settings = {"max_threads": 1, "max_memory_usage": limits.memory_mb << 20, "os_thread_priority": 19}
+        target = folder / f"{table}.native"
+        if to_file:
+            client.command(f"SELECT * FROM {table} {where} INTO OUTFILE {literal(str(target))} FORMAT Native",
+                           parameters=params, settings=settings)
+        else:
+            target.write_bytes(client.raw_query(f"SELECT * FROM {table} {where}", parameters=params, fmt="Native",
+                                                settings=settings))
     return tables
 
 
@@ -200,8 +208,8 @@ class Snapshots:
     little for the callers (JEV_QUERY_SNAPSHOT_S; answers are that much behind the newest rows). Each call
     hard-links the files into its own folder, so a snapshot replaced meanwhile is never pulled from under it."""
 
-    def __init__(self, max_age_s: float, max_scopes: int = 16):
-        self.max_age_s, self.max_scopes = max_age_s, max_scopes
+    def __init__(self, max_age_s: float, max_scopes: int = 16, to_file: bool = False):
+        self.max_age_s, self.max_scopes, self.to_file = max_age_s, max_scopes, to_file
         self.root: Path | None = None  # made on the first export, removed by close()
         self.entries: dict[str | None, tuple[float, Path, list[str]]] = {}
         self.locks: dict[str | None, threading.Lock] = {}
@@ -219,7 +227,7 @@ class Snapshots:
                         self.root = Path(tempfile.mkdtemp(prefix="jev-snapshots-", dir=scratch()))
                         self.root.chmod(0o700)
                 folder = Path(tempfile.mkdtemp(dir=self.root))
-                entry = (time.monotonic(), folder, export(client, tenant, folder, limits))
+                entry = (time.monotonic(), folder, export(client, tenant, folder, limits, self.to_file))
                 with self.lock:
                     stale = [self.entries.pop(tenant, None)]
                     self.entries[tenant] = entry
@@ -240,16 +248,50 @@ class Snapshots:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+class Pauser:
+    """Running sandboxes, paused (SIGSTOP) while the pipeline has requests in flight and resumed (SIGCONT) when
+    it has none: `in_flight` (streams.inflight.InFlight) tells when. Even in the idle CPU class a sandbox slowed
+    decisions on a 2-core machine (its memory and caches, and the host's view of a busy CPU); stopped, it
+    takes nothing. A paused sandbox's clock runs on: its query limit is wall time."""
+
+    def __init__(self, in_flight):
+        self.in_flight, self.procs, self.paused = in_flight, set(), False
+        self.lock = threading.Lock()
+        in_flight.subscribe(self.on_change)
+
+    def on_change(self, busy: bool) -> None:
+        with self.lock:
+            self.paused = busy
+            for proc in self.procs:
+                proc.send_signal(signal.SIGSTOP if busy else signal.SIGCONT)
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self.lock:
+            self.procs.add(proc)
+            if self.paused:
+                proc.send_signal(signal.SIGSTOP)
+        self.in_flight.busy()  # holds that expired while nothing looked end here
+
+    def remove(self, proc: subprocess.Popen) -> None:
+        with self.lock:
+            self.procs.discard(proc)
+
+    def close(self) -> None:
+        self.in_flight.unsubscribe(self.on_change)
+        self.on_change(False)
+
+
 def scratch() -> str | None:
     """Where sandboxes keep their engine: memory-backed /dev/shm when there is one."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
-        cancelled: threading.Event | None = None, snapshots: Snapshots | None = None) -> dict:
+        cancelled: threading.Event | None = None, snapshots: Snapshots | None = None,
+        pauser: Pauser | None = None) -> dict:
     """`endpoint`'s answer to `body`, computed in a fresh sandbox that holds `tenant`'s rows of `client` (every
-    tenant's for None or "*"), exported now or taken from `snapshots`. Raises QueryFailed with a message safe
-    for the caller."""
+    tenant's for None or "*"), exported now or taken from `snapshots`, paused by `pauser` while the pipeline is
+    busy. Raises QueryFailed with a message safe for the caller."""
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: {', '.join(ENDPOINTS)}")
     tenant = None if tenant in (None, "", tenancy.ADMIN) else tenant
@@ -266,8 +308,12 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 cwd=work)
         deadline = time.monotonic() + limits.time_s + LOAD_ALLOWANCE_S
+        if pauser is not None:
+            pauser.add(proc)
         try:
             while proc.poll() is None:
+                if pauser is not None:
+                    pauser.in_flight.busy()  # a hold that expired resumes the sandboxes
                 if cancelled is not None and cancelled.is_set():
                     raise QueryFailed("cancelled: the caller went away")
                 if time.monotonic() > deadline:
@@ -275,6 +321,8 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
                                       f"{limits.time_s:g} plus loading); narrow --since or the query")
                 (cancelled or threading.Event()).wait(POLL_S)
         finally:
+            if pauser is not None:
+                pauser.remove(proc)
             if proc.poll() is None:
                 proc.kill()
             out, err = proc.communicate()

@@ -73,7 +73,7 @@ def test_owner_serves_queries_with_its_token(filled, clickhouse_dsn):
     from workers.analytics.owner import QueryServer, ask_owner, owner_file
 
     async def scenario():
-        async with QueryServer(filled, clickhouse_dsn):
+        async with QueryServer(clickhouse_dsn):
             owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
             answer = await asyncio.to_thread(ask_owner, clickhouse_dsn, "query",
                                            {"sql": "SELECT count() AS n FROM usage_events"})
@@ -91,7 +91,7 @@ def test_owner_refuses_a_wrong_token(filled, clickhouse_dsn):
     from workers.analytics.owner import QueryServer, owner_file
 
     async def scenario():
-        async with QueryServer(filled, clickhouse_dsn):
+        async with QueryServer(clickhouse_dsn):
             url = orjson.loads(owner_file(clickhouse_dsn).read_bytes())["url"]
             req = urllib.request.Request(url, data=b'{"sql": "SELECT 1"}', method="POST",
                                          headers={"Authorization": "Bearer wrong"})
