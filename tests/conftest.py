@@ -1,4 +1,5 @@
-"""Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker."""
+"""Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker and ClickHouse, the one
+fake sender (Captured) and a stage app delivering to it (app_and_sent)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.records import UsageBatch, WorkBatch
 from streams import settings as settings_mod
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -84,3 +86,45 @@ async def fresh_topic(broker, topic: str, partitions: int, values: list[bytes] =
         finally:
             await producer.stop()
     return bootstrap
+
+
+class Captured:
+    """The one fake sender: what each stage returned for delivery, by topic short name (work and usage as the
+    envelopes the real Sender would send, other records as their (key, value) bytes, placed ones as (partition,
+    value))."""
+
+    def __init__(self):
+        self.sent: dict[str, list] = {}
+        self.outboxes: list = []
+
+    async def deliver(self, outbox) -> None:
+        if not outbox:
+            return
+        self.outboxes.append(outbox)
+        for topic, works in outbox.work.items():
+            self.sent.setdefault(topic, []).append(WorkBatch(items=works))
+        if outbox.usage:
+            self.sent.setdefault("usage", []).append(UsageBatch(events=outbox.usage))
+        for short, records in (("chunks", outbox.chunks), ("decisions", [d for d, _ in outbox.decisions]),
+                               ("review", outbox.review),
+                               ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
+            if records:
+                self.sent.setdefault(short, []).extend(records)
+        for topic, key, value in outbox.records:
+            self.sent.setdefault(topic, []).append((key, value))
+        for topic, partition, value in outbox.placed:
+            self.sent.setdefault(topic, []).append((partition, value))
+
+
+@pytest.fixture
+def app_and_sent(settings):
+    captured = Captured()
+    from streams.app import (
+        create_app,  # the runtime, imported only by the tests that take this fixture
+    )
+
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
+                                      budget_leases=0),  # no broker, so no budget owner: the book's own hard check
+                     {"ranking", "risk_interception"}, sink=object(), sender=captured)
+    return app, captured

@@ -10,12 +10,19 @@ import orjson
 
 from schemas.records import Control, Decision, Request, WorkBatch
 from streams.app import create_app
-from streams.ingest.idempotency import (CONFLICT, NEW, REDELIVERY, Requests, admitted_record, decided_record,
-                                       fingerprint)
+from streams.ingest.idempotency import (
+    CONFLICT,
+    NEW,
+    REDELIVERY,
+    Requests,
+    admitted_record,
+    decided_record,
+    fingerprint,
+)
 from streams.usage.events import usage_event
 from streams.usage.sink import UsageSink
-from tests.streams.test_agents import (REQUEST, Captured, app_and_sent, eventually, requests,  # noqa: F401
-                                      work)  # app_and_sent: a fixture
+from tests.conftest import Captured
+from tests.streams.test_agents import REQUEST, eventually, requests, work
 
 
 def admitted(captured) -> list[str]:

@@ -3,12 +3,11 @@ import asyncio
 import time
 
 import orjson
-import pytest
 
 from schemas.records import Decision, Request, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.app import create_app
-from tests.conftest import consumed
+from tests.conftest import Captured, consumed
 
 REQUEST = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
            "state": "trail shoes", "candidates": [{"id": "a", "text": "trail shoe"}, {"id": "b", "text": "loafer"}]}
@@ -18,50 +17,12 @@ def requests(values: list[bytes]) -> list:
     return consumed(name("requests"), values)
 
 
-class Captured:
-    """The one fake sender: what each stage returned for delivery, by topic short name (work and usage as the
-    envelopes the real Sender would send, other records as their (key, value) bytes, placed ones as (partition,
-    value))."""
-
-    def __init__(self):
-        self.sent: dict[str, list] = {}
-        self.outboxes: list = []
-
-    async def deliver(self, outbox) -> None:
-        if not outbox:
-            return
-        self.outboxes.append(outbox)
-        for topic, works in outbox.work.items():
-            self.sent.setdefault(topic, []).append(WorkBatch(items=works))
-        if outbox.usage:
-            self.sent.setdefault("usage", []).append(UsageBatch(events=outbox.usage))
-        for short, records in (("chunks", outbox.chunks), ("decisions", [d for d, _ in outbox.decisions]),
-                               ("review", outbox.review),
-                               ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
-            if records:
-                self.sent.setdefault(short, []).extend(records)
-        for topic, key, value in outbox.records:
-            self.sent.setdefault(topic, []).append((key, value))
-        for topic, partition, value in outbox.placed:
-            self.sent.setdefault(topic, []).append((partition, value))
-
-
 async def eventually(condition, timeout: float = 10.0) -> None:
     """The cache agent embeds in a worker thread: wait for its output before leaving test_context."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "the agent produced nothing in time"
         await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-def app_and_sent(settings):
-    captured = Captured()
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
-                                      cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
-                                      budget_leases=0),  # no broker, so no budget owner: the book's own hard check
-                     {"ranking", "risk_interception"}, sink=object(), sender=captured)
-    return app, captured
 
 
 async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):

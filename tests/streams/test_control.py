@@ -10,7 +10,6 @@ from schemas.records import Control
 from schemas.topics import name
 from streams.control import ControlReader, publish
 from streams.switches import Controls
-from tests.streams.test_agents import app_and_sent  # noqa: F401  (a fixture)
 
 SWITCH_OFF = Control(kind="switch", key="cache.l2", value=False, ts=100.0)
 BUDGET = Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}, ts=101.0)
