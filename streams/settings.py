@@ -147,6 +147,8 @@ class Settings:
                                      "for work are undecided, each holding them for at most this many seconds, so "
                                      "a tenant's query never competes with a decision (time paused counts toward "
                                      "JEV_QUERY_TIME_S); 0 = sandboxes never pause.")
+    query_min_share: float = _doc(0.1, "Share of each second a paused query sandbox still runs (a slice), so a "
+                                       "tenant's query finishes on a pipeline that is never idle; 0 = none.")
     metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
     metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
                                   "`authorization: {credentials: …}`.")

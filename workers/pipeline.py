@@ -27,8 +27,6 @@ from streams.app import create_app
 from streams.metrics import declare_known_series
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
-from workers.analytics.sandbox import Limits
-from workers.analytics.tenancy import load_tokens
 from workers.lag import export_lag_forever, stage_lag
 from workers.scrape import fetch
 
@@ -94,11 +92,7 @@ class Pipeline:
         self.ch = clickhouse.open_migrated(self.settings.clickhouse, self.settings.usage_ttl_days)
         if self.fresh:
             clickhouse.truncate_usage(self.ch)
-        self.query_server = await QueryServer(self.settings.clickhouse,
-                                              load_tokens(self.settings.query_tokens), Limits.of(self.settings),
-                                              self.settings.query_concurrency,
-                                              self.settings.query_snapshot_s,
-                                              self.settings.query_yield_s).__aenter__()
+        self.query_server = await QueryServer.of(self.settings).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
                                    daemon=False, redirect_stdouts=False, quiet=True)

@@ -11,8 +11,6 @@ import faust
 from streams.app import create_app
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
-from workers.analytics.sandbox import Limits
-from workers.analytics.tenancy import load_tokens
 from workers.lag import export_lag_forever
 from streams.scoring.factory import known_decision_types
 
@@ -36,9 +34,7 @@ def serve_stages() -> None:
     sink = durable_sink(settings) if settings.usage_sink else None
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
-    query_server = QueryServer(settings.clickhouse, load_tokens(settings.query_tokens), Limits.of(settings),
-                               settings.query_concurrency, settings.query_snapshot_s, settings.query_yield_s) \
-        if sink is not None else None
+    query_server = QueryServer.of(settings) if sink is not None else None
 
     @app.task
     async def export_consumer_lag():

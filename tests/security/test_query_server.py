@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -240,3 +241,33 @@ async def test_sandboxes_pause_while_the_pipeline_has_requests_in_flight(filled)
         with pytest.raises(sandbox.QueryFailed, match="cancelled"):
             await call
         pauser.close()
+
+
+class Signalled:
+    """A stand-in process that records the signals a Pauser sends it."""
+
+    def __init__(self):
+        self.signals: list[int] = []
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def test_a_paused_sandbox_still_runs_its_minimum_share():
+    """A pipeline that never idles (a hold renewed forever) still lets a sandbox run a slice of every period, so
+    a tenant's query finishes before its time limit; with no minimum share it stays stopped throughout."""
+    for share, slices in ((0.2, True), (0.0, False)):
+        flight = InFlight(hold_s=60)
+        pauser = sandbox.Pauser(flight, min_share=share, period_s=0.1)
+        proc = Signalled()
+        pauser.add(proc)
+        flight.hold(["r1"])
+        time.sleep(0.55)
+        assert flight.busy()
+        resumed = proc.signals.count(signal.SIGCONT)
+        assert (resumed >= 3) is slices, proc.signals
+        assert proc.signals[0] == signal.SIGSTOP
+        pauser.close()
+        assert proc.signals[-1] == signal.SIGCONT, "closing resumes every sandbox"
+        with pytest.raises(ValueError, match="JEV_QUERY_MIN_SHARE"):
+            sandbox.Pauser(flight, min_share=1.0)

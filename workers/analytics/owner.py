@@ -77,9 +77,10 @@ class QueryServer:
 
     def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
                  limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0,
-                 yield_s: float = 0.0):
+                 yield_s: float = 0.0, min_share: float = 0.0):
         """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.inflight), each
-        request holding them for at most that long (JEV_QUERY_YIELD_S)."""
+        request holding them for at most that long (JEV_QUERY_YIELD_S), and run `min_share` of the time even
+        then (JEV_QUERY_MIN_SHARE)."""
         self.dsn, self.path, self.token = dsn, owner_file(dsn), secrets.token_urlsafe(24)
         self.client = LazyClient(lambda: connect(dsn))  # the export connection, opened by the first export
         self.tokens = {**(tokens or {}), self.token: tenancy.ADMIN}
@@ -88,10 +89,17 @@ class QueryServer:
         self.pauser = None
         if yield_s > 0:
             IN_FLIGHT.hold_s = yield_s
-            self.pauser = sandbox.Pauser(IN_FLIGHT)
+            self.pauser = sandbox.Pauser(IN_FLIGHT, min_share)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
         self.runner: web.AppRunner | None = None
+
+    @classmethod
+    def of(cls, settings) -> "QueryServer":
+        """The server the settings describe (JEV_CLICKHOUSE, JEV_QUERY_*)."""
+        return cls(settings.clickhouse, tenancy.load_tokens(settings.query_tokens), sandbox.Limits.of(settings),
+                   settings.query_concurrency, settings.query_snapshot_s, settings.query_yield_s,
+                   settings.query_min_share)
 
     def token_of(self, request: web.Request) -> str | None:
         """The known bearer token the request carries; None for a missing or unknown one."""
