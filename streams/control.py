@@ -7,7 +7,8 @@ change reaches every process within its poll interval, without a restart.
 The stage process also keeps what it has read (ControlReader `keep`: the newest record per kind and key, in
 <data_dir>/control.json) and checks every JEV_CONTROL_CHECK_S that the topic still holds it: a restarted local
 broker has lost every record, and processes started after that would see every switch on and no budgets. What
-the topic lacks, or holds only in an older version, is published again, so they start with the state of before.
+the topic lacks, or holds only in an older version, is published again, so they start with the state the
+old processes had.
 """
 from __future__ import annotations
 
