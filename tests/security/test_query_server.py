@@ -184,19 +184,18 @@ def test_a_snapshot_the_engine_writes_itself_holds_the_same_rows(filled, tmp_pat
 
 async def test_the_servers_exports_never_wait_on_or_hold_the_pipelines_connection(filled, clickhouse_dsn):
     """chdb runs one query at a time per connection: the server exports on a connection of its own, so the
-    pipeline's writes (the usage sink, ingest's request texts) go on while an export runs."""
+    pipeline's writes (the usage sink, ingest's request texts) go on while an export runs: the write ends
+    before the export's 8-second query does (on a shared connection it would wait for it)."""
     async with QueryServer(clickhouse_dsn) as server:
         busy = asyncio.create_task(asyncio.to_thread(
-            server.client.query, "SELECT sleepEachRow(1) FROM numbers(3)", settings={"max_block_size": 1}))
+            server.client.query, "SELECT sleepEachRow(1) FROM numbers(8)", settings={"max_block_size": 1}))
         await asyncio.sleep(0.5)
-        started = time.monotonic()
         events = [e.derive(event_id=f"{e.event_id}:concurrent") for e in
                   sample.usage_events(5, time.time(), span_s=1)]
         written = await asyncio.to_thread(UsageSink(filled).insert, events)
-        took = time.monotonic() - started
-        assert not busy.done(), "the export connection's query ended before the write was timed"
+        assert not busy.done(), "the write waited for the export connection's query to end"
         await busy
-    assert written == len(events) and took < 1.5, f"a write waited {took:.1f} s on the server's query"
+    assert written == len(events)
 
 
 def status_within(proc: psutil.Process, wanted: set[str], seconds: float) -> str:
