@@ -56,10 +56,12 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
             scrapes += (await asyncio.to_thread(pipe.scrape_metrics)).values()
             await asyncio.sleep(0.5)
         decisions, _ = collecting.result()
-        for _ in range(20):  # the usage sink inserts once a second
+        wanted = referenced_series(gpu=gpu_present())
+        for _ in range(40):  # the usage sink inserts once a second: wait for its last counts
             final = await asyncio.to_thread(pipe.scrape_metrics)
-            if all(samples(text).get("jev_usage_rows_total") for name, text in final.items()
-                   if name.startswith("stages")):
+            if not missing_or_still(scrapes + list(final.values()), wanted) and all(
+                    samples(text).get("jev_usage_rows_total") for name, text in final.items()
+                    if name.startswith("stages")):
                 break
             await asyncio.sleep(0.5)
         scrapes += final.values()
@@ -69,7 +71,7 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
     trips = {b: sum(labelled_samples(text).get(f'jev_breaker_trips_total{{breaker="{b}"}}', 0.0)
                     for text in final.values()) for b in ("deadline", "token_cap", "timeout")}
     assert trips["deadline"] > 0 and trips["token_cap"] > 0, trips
-    assert missing_or_still(scrapes, referenced_series(gpu=gpu_present())) == {}
+    assert missing_or_still(scrapes, wanted) == {}
     assert not any('level="miss"' in text for text in scrapes)  # a miss keeps the level it missed in
     assert any('jev_cache_lookups_total{level="l1",result="miss"}' in text for text in scrapes)
     assert missing_or_still(list(first.values()), ["jev_usage_rows_total", "jev_breaker_trips_total"]) == {
