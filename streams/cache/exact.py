@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import orjson
 
 from schemas.records import Work
-from streams.ingest.prompt import render_context
+from streams.prompt import render_context
 
 _SPACE = re.compile(r"\s+")
 

@@ -26,7 +26,7 @@ from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.predictive import TenantFollowups, plan
 from streams.cache.semantic import (QUESTION_FIELDS, Candidate, SemanticCache, answers_agree, asks_in_words,
                                     entry_key, partition_of, question_of)
-from streams.ingest.prompt import render_context
+from streams.prompt import render_context
 
 PENDING_VECTORS = 10_000
 PENDING_CHANGES = 100_000  # cache-state records awaiting the agent (oldest dropped past it: memory stays bounded)

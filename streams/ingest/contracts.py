@@ -12,7 +12,7 @@ import orjson
 
 from schemas.records import Request
 from streams import tokens
-from streams.ingest.prompt import MeasuredContext
+from streams.prompt import MeasuredContext
 
 MAX_CONTRACT_TOKENS = 2_000_000  # larger than any model's context window: a contract above it is a typo
 

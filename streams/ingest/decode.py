@@ -9,7 +9,7 @@ from schemas.validate import Invalid, decode
 from streams import tokens
 from streams.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
-from streams.ingest.prompt import count_sections, measure_context
+from streams.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.postprocess import stream as stream_mod
 from streams.postprocess.stream import StreamConfig

@@ -24,7 +24,7 @@ from schemas.records import Request
 from streams import tokens
 from streams.ingest.contracts import (ContractError, OutputContract, VariableContract, check_variables,
                                       parse_output, parse_variable, token_limit)
-from streams.ingest.prompt import history_lines
+from streams.prompt import history_lines
 
 BUNDLED = Path(__file__).with_name("templates")
 POLICIES = ("reject", "degrade")

@@ -5,7 +5,7 @@ import time
 
 from schemas.records import Request, Work
 from streams import tokens
-from streams.ingest.prompt import render_context
+from streams.prompt import render_context
 from streams.models import configure as configure_models
 from streams.scoring import backends, policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine

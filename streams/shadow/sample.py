@@ -13,7 +13,7 @@ import hashlib
 
 from schemas.records import UsageEvent, Work
 from streams import tokens
-from streams.ingest.prompt import render_context
+from streams.prompt import render_context
 from streams.shadow import mechanisms
 from streams.usage.events import usage_event
 

@@ -3,7 +3,7 @@ import pytest
 from schemas.records import Contracts, Request, Turn
 from streams import tokens
 from streams.ingest import contracts as c
-from streams.ingest.prompt import history_lines, measure_context, render_context
+from streams.prompt import history_lines, measure_context, render_context
 
 
 @pytest.mark.parametrize("spec,expected", [

@@ -2,7 +2,7 @@ import pytest
 
 from schemas.records import Candidate, Request, Turn
 from streams import tokens
-from streams.ingest.prompt import count_sections
+from streams.prompt import count_sections
 
 
 def request(**kw):
@@ -45,7 +45,7 @@ def arena_lines(shared_data) -> list[str]:
 def test_the_measured_context_counts_exactly_what_is_rendered_at_every_truncation(model, arena_lines):
     import random
 
-    from streams.ingest.prompt import measure_context
+    from streams.prompt import measure_context
 
     rng = random.Random(7)
     texts = arena_lines
