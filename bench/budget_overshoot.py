@@ -6,7 +6,7 @@ Side by side, a gateway that checks spend before the call and adds it after (the
 the same traffic.
 
 --processes N (N > 1) runs the same 1,000 requests spread over N processes on the local broker, each with the
-stage process's budget runtime (streams.leases.agent: a budget owner in the shared group and a lease client),
+stage process's budget runtime (streams.budgets.leases: a budget owner in the shared group and a lease client),
 reserving concurrently, "calling the model" for 0-10 ms, and settling through the budget topic. Side by side, N
 processes that each enforce their own view of the budget (what one BudgetBook per process did) run the same split.
 `overshoot_tokens` counts tokens actually spent past the hard limit in every run; `processes.stranded_tokens` is
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from schemas.records import Control
-from streams.ingest.budgets import BudgetBook, Reservation
+from streams.budgets.book import BudgetBook, Reservation
 
 SCOPES = ["all:*", "tenant:bench", "service:search", "decision_type:ranking", "user:u1"]
 
@@ -116,7 +116,7 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
     from aiokafka import AIOKafkaProducer
 
     from schemas.records import Decision, Request, Work
-    from streams.leases.agent import BudgetOwner, LeaseClient
+    from streams.budgets.leases import BudgetOwner, LeaseClient
 
     book = new_book(hard)
     book.leased_tokens = True

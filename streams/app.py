@@ -12,7 +12,7 @@ from streams.cache.stage import CacheStage
 from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
 from streams.ingest.idempotency import Requests
-from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
+from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
 from streams.ingest.decode import Admission, admitted_tenants
 from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
@@ -23,7 +23,7 @@ from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
-from streams.leases.agent import BudgetOwner, LeaseClient
+from streams.budgets.leases import BudgetOwner, LeaseClient
 from streams.switches import Controls
 from streams.metrics import observe_switches
 from streams import models

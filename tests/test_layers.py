@@ -16,7 +16,7 @@ PACKAGES = ("schemas", "infra", "streams", "workers", "bench")
 # streams/ modules that do Kafka I/O or wire agents: the runtime layer above the stage logic
 RUNTIME = {"streams.app", "streams.consumer", "streams.sender", "streams.topics", "streams.kafka_tuning",
            "streams.control", "streams.local",
-           "streams.usage.sink", "streams.usage.spill"}
+           "streams.usage.sink", "streams.usage.spill", "streams.budgets.leases"}
 LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
 
 

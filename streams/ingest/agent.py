@@ -14,7 +14,7 @@ import faust
 from schemas.records import Rejection, Work
 from schemas.topics import name
 from streams import pricing
-from streams.ingest.budgets import Refused, request_scopes
+from streams.budgets.book import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.ingest.idempotency import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
@@ -32,7 +32,7 @@ log = logging.getLogger("jev.ingest")
 
 async def reserve(book, leases, work: Work, stream_config=None):
     """Hold the most this request can spend (input + max output: a stream's length) before any model work:
-    against the leases of its hard token budgets (streams.leases, when on), then the local book (soft budgets,
+    against the leases of its hard token budgets (streams.budgets, when on), then the local book (soft budgets,
     alerts, cost)."""
     req = work.request
     hold = await leases.reserve(work) if leases is not None else None
@@ -74,7 +74,7 @@ def prefetch_reserver(book, leases=None):
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
              shadow=None, leases=None, requests: Requests | None = None) -> BatchConsumer:
     """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `leases` (a
-    streams.leases.agent.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
+    streams.budgets.leases.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
     `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
     first decision again."""
     requests = requests if requests is not None else Requests(settings.idempotency_max)

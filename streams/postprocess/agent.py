@@ -28,7 +28,7 @@ class Postprocess:
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
         self.shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
         self.requests = requests  # ingest's idempotency state: a redelivered request gets this decision again
-        self.leases = None  # a streams.leases LeaseClient: settles hard budgets wherever the decision completes
+        self.leases = None  # a streams.budgets LeaseClient: settles hard budgets wherever the decision completes
 
     def __call__(self, items: list) -> Outbox:
         controls = self.controls

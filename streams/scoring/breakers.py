@@ -1,5 +1,5 @@
 """The breakers of one decision (its token cap, its time budget and its caller's deadline) and the ranking it falls
-back to when one trips. Not the tenant budgets of streams/ingest/budgets.py: these bound a single decision's model
+back to when one trips. Not the tenant budgets of streams/budgets/book.py: these bound a single decision's model
 work."""
 from __future__ import annotations
 

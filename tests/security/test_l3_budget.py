@@ -8,7 +8,7 @@ from streams import tokens
 from streams.cache.predictive import TenantFollowups
 from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
 from streams.ingest.agent import prefetch_reserver
-from streams.ingest.budgets import BudgetBook
+from streams.budgets.book import BudgetBook
 from streams.ingest.idempotency import reservation_key
 
 SWITCHES = {"cache.l1": True, "cache.l2": True, "cache.l3": True}
@@ -69,7 +69,7 @@ def test_with_leased_hard_budgets_a_pre_answer_takes_only_what_this_processs_lea
     process has now, asks no owner (it is not worth a wait), and carries the hold for postprocess to settle."""
     import time
 
-    from streams.leases.agent import LeaseClient
+    from streams.budgets.leases import LeaseClient
 
     async def send(topic, values):
         raise AssertionError("a pre-answer asks no owner for a lease")

@@ -5,7 +5,7 @@ import pytest
 
 from schemas.records import Rejection, Work
 from streams.ingest.agent import reserve
-from streams.ingest.budgets import BudgetBook, Reservation
+from streams.budgets.book import BudgetBook, Reservation
 from streams.ingest.decode import Admission, admit
 from streams.postprocess import stream as stream_config
 

@@ -3,8 +3,8 @@ import random
 
 
 from schemas.records import BudgetEvent
-from streams.leases.holder import LeaseHolder, LeaseHold
-from streams.leases.owner import LeaseOwner, window_of
+from streams.budgets.lease_holder import LeaseHolder, LeaseHold
+from streams.budgets.lease_owner import LeaseOwner, window_of
 
 KEY, NOW = "tenant:acme@day", 1_800_000_000.0
 WINDOW = window_of("day", NOW)

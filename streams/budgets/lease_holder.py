@@ -1,10 +1,10 @@
 """A stage process's side of hard token budgets: it reserves locally against leases from the budgets' owners
-(streams.leases.owner), asks for more ahead of need, and hands back what it did not use.
+(streams.budgets.lease_owner), asks for more ahead of need, and hands back what it did not use.
 
 A reservation takes the request's worst case from the lease of every hard budget that covers it, at once or not at
 all (no await between check and update). When a lease runs low (under half a slice) or near its expiry, `wanted`
 names the top-ups to ask for, so a steady flow of requests rarely waits on the owner; a request that finds too
-little waits for the owner's answer (streams.leases.agent), and is refused if the owner grants too little.
+little waits for the owner's answer (streams.budgets.leases), and is refused if the owner grants too little.
 """
 from __future__ import annotations
 

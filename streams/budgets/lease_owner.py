@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from schemas.records import BudgetEvent
-from streams.ingest.budgets import PERIODS
+from streams.budgets.book import PERIODS
 
 CHANGES = ("grant", "settle", "return", "reclaim")
 

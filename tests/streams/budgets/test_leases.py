@@ -7,8 +7,8 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.records import Control, Decision, Request, Work
 from schemas.topics import name
-from streams.ingest.budgets import BudgetBook, Refused
-from streams.leases.agent import BudgetOwner, LeaseClient
+from streams.budgets.book import BudgetBook, Refused
+from streams.budgets.leases import BudgetOwner, LeaseClient
 from tests.conftest import fresh_topic
 
 HARD = 20_000

@@ -1,5 +1,5 @@
 """Hard budgets on Kafka: the owner of each budget partition (`BudgetOwner`) and a stage process's lease client
-(`LeaseClient`). The logic is pure (streams.leases.owner, streams.leases.holder); this module moves its events.
+(`LeaseClient`). The logic is pure (streams.budgets.lease_owner, streams.budgets.lease_holder); this module moves its events.
 
 Every stage process runs both. The owners share the consumer group `<app_id>-budget` on the budget topic, so each
 partition, and with it each budget key, has one owner at a time. An owner that is assigned a partition reads it
@@ -21,10 +21,10 @@ from aiokafka.errors import KafkaError
 
 from schemas.records import BudgetEvent, Work
 from schemas.topics import name
-from streams.ingest.budgets import BudgetBook, Refused, request_scopes
+from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams.kafka_tuning import back_off_when_idle
-from streams.leases.holder import LeaseHold, LeaseHolder
-from streams.leases.owner import LeaseOwner
+from streams.budgets.lease_holder import LeaseHold, LeaseHolder
+from streams.budgets.lease_owner import LeaseOwner
 from streams.partitioning import partition_for
 
 log = logging.getLogger("jev.leases")
@@ -238,7 +238,7 @@ class LeaseClient:
         return [(partition_for(e.key, self.partitions), e.dumps()) for e in events]
 
     def window(self, key: str) -> str:
-        from streams.leases.owner import window_of
+        from streams.budgets.lease_owner import window_of
 
         b = self.book.budgets.get(key)
         return window_of(b.period if b else "day", time.time())

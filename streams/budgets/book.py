@@ -6,7 +6,7 @@ its scopes *before* any model work, and settles with the actuals afterwards, rel
 tasks or threads can never overshoot a hard budget. Budgets arrive as control records
 (kind="budget", key="tenant:acme" or "tenant:acme@month"); `snapshot`/`restore` persist the book.
 This book is one process's view: with several stage processes, hard token limits are enforced by leases from each
-budget's owner (streams.leases, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
+budget's owner (streams.budgets, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class BudgetBook:
         self.usage: dict[str, Usage] = {}
         self.open: dict[str, Reservation] = {}
         self.revision = 0  # bumped by every change worth a snapshot
-        self.leased_tokens = False  # hard token limits are enforced by leases (streams.leases), not by this book
+        self.leased_tokens = False  # hard token limits are enforced by leases (streams.budgets), not by this book
         self._lock = threading.Lock()
 
     def apply(self, control: Control) -> None:

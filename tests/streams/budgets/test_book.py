@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from schemas.records import Control, Request
-from streams.ingest.budgets import BudgetBook, BudgetError, Refused, Reservation, parse_budget, request_scopes
+from streams.budgets.book import BudgetBook, BudgetError, Refused, Reservation, parse_budget, request_scopes
 
 DAY = 1_763_251_200.0  # 2025-11-16 00:00 UTC
 

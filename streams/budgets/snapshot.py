@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from schemas.records import Control
-from streams.ingest.budgets import BudgetBook, BudgetError
+from streams.budgets.book import BudgetBook, BudgetError
 
 log = logging.getLogger("jev.budgets")
 
