@@ -11,7 +11,7 @@ from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
 from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
-from streams.ingest.idempotency import Requests
+from streams.idempotency.requests import Requests
 from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
 from streams.ingest.decode import Admission, admitted_tenants
 from streams.ingest.templates import Templates

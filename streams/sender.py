@@ -21,7 +21,7 @@ from schemas.records import UsageBatch
 from schemas.topics import name
 from streams.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batches
 from streams.inflight import IN_FLIGHT, WORK_TOPICS
-from streams.ingest.idempotency import LOG_TOPIC
+from streams.idempotency.requests import LOG_TOPIC
 from streams.outbox import Outbox
 from streams.partitioning import group_by_partition
 

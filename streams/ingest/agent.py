@@ -17,7 +17,7 @@ from streams import pricing
 from streams.budgets.book import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
-from streams.ingest.idempotency import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
+from streams.idempotency.requests import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
                                        reservation_key)
 from streams.postprocess import stream as stream_mod
 from streams.ingest.protocol import protocol_bytes
@@ -145,7 +145,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
 
 class RequestsSeenLog:
-    """The requests-seen topic (streams.ingest.idempotency), read from its beginning and followed into
+    """The requests-seen topic (streams.idempotency.requests), read from its beginning and followed into
     `requests` by every stage process. Ingest, and the agents that decide (cache hits, postprocess) when they
     read a topic, take their first input only once what the topic held at start is read (`loaded`, which starts
     the follower if nothing has yet), or LOAD_TIMEOUT_S passed: then they go on, logging that redeliveries may

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from streams.consumer import run_agent, take_work
-from streams.ingest.idempotency import decided_record, reservation_key
+from streams.idempotency.requests import decided_record, reservation_key
 from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize

@@ -2,7 +2,7 @@
 stage process is killed and started again, the same requests are published again, and each gets its first
 decision again with no new work (nothing more on the distilled or score topics), no new usage and no budget
 reservation; other content under a decided id is rejected (duplicate_request_id). The new process learned all of
-it from the requests-seen topic (streams.ingest.idempotency), not from its own memory."""
+it from the requests-seen topic (streams.idempotency.requests), not from its own memory."""
 import asyncio
 import re
 import time

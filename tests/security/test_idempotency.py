@@ -10,7 +10,7 @@ import orjson
 
 from schemas.records import Control, Decision, Request, WorkBatch
 from streams.app import create_app
-from streams.ingest.idempotency import (
+from streams.idempotency.requests import (
     CONFLICT,
     NEW,
     REDELIVERY,

@@ -9,7 +9,7 @@ from streams.cache.predictive import TenantFollowups
 from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
 from streams.ingest.agent import prefetch_reserver
 from streams.budgets.book import BudgetBook
-from streams.ingest.idempotency import reservation_key
+from streams.idempotency.requests import reservation_key
 
 SWITCHES = {"cache.l1": True, "cache.l2": True, "cache.l3": True}
 FIRST, NEXT = "where is my parcel right now", "when will my parcel be delivered"
