@@ -21,8 +21,8 @@ import orjson
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import clean, dropped_content
-from streams.postprocess.patterns import load
+from streams.output.clean import clean, dropped_content
+from streams.output.patterns import load
 from workers.jsonl import iter_field
 
 ANSWERS = {"gpt-3.5-turbo": "answers-gpt-3.5-turbo-0125.jsonl", "gpt-4": "answers-gpt-4-0314.jsonl"}

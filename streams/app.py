@@ -18,7 +18,7 @@ from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
 from streams.postprocess.agent import Postprocess
-from streams.postprocess import stream as stream_config
+from streams.output import stream as stream_config
 from streams.usage import sink as usage_sink
 from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts

@@ -41,7 +41,7 @@ class Settings:
     distill_policies: str = _doc("", "YAML file of distill policies per decision type (budget, quotas, TTL, "
                                      "exclusion terms); empty = streams/distill/policies.yaml.")
     postprocess_patterns: str = _doc("", "YAML file of output cleanup patterns and sensitive-word dictionaries; "
-                                         "empty = the bundled streams/postprocess/patterns.yaml.")
+                                         "empty = the bundled streams/output/patterns.yaml.")
     backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
     cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, "
@@ -80,7 +80,7 @@ class Settings:
                                         "deterministic), smollm2 (cpu-llm extra; real but minutes per merged call on "
                                         "2 cores), vllm:/model/dir (gpu extra), or auto (smollm2 when installed).")
     stream_config: str = _doc("", "YAML file of streamed answers: output length per question type, chunk size and "
-                                  "pace per client; empty = the bundled streams/postprocess/stream.yaml.")
+                                  "pace per client; empty = the bundled streams/output/stream.yaml.")
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "

@@ -19,10 +19,10 @@ from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.idempotency.requests import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
                                        reservation_key)
-from streams.postprocess import stream as stream_mod
+from streams.output import stream as stream_mod
 from streams.ingest.protocol import protocol_bytes
 from streams.metrics import observe_protocol, observe_stages
-from streams.postprocess.format import http_headers
+from streams.output.format import http_headers
 from streams.usage.events import usage_event
 from streams.consumer import BatchConsumer, follow_from_start
 from streams.outbox import Outbox

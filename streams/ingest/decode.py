@@ -11,8 +11,8 @@ from streams.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
-from streams.postprocess import stream as stream_mod
-from streams.postprocess.stream import StreamConfig
+from streams.output import stream as stream_mod
+from streams.output.stream import StreamConfig
 
 
 @dataclass(frozen=True)

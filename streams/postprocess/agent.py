@@ -8,9 +8,9 @@ from streams.idempotency.requests import decided_record, reservation_key
 from streams.metrics import observe_decision, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
-from streams.postprocess import stream as stream_config
-from streams.postprocess.format import http_headers
-from streams.postprocess.stream import chunk_text, streamed
+from streams.output import stream as stream_config
+from streams.output.format import http_headers
+from streams.output.stream import chunk_text, streamed
 from streams.shadow.verdict import ShadowJoin, verdict_records
 from streams.usage.events import usage_event
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from streams.postprocess.clean import Cleaned, clean
-from streams.postprocess.patterns import Patterns
+from streams.output.clean import Cleaned, clean
+from streams.output.patterns import Patterns
 
 # Every outcome of a contract check; the postprocess usage event carries one of them in `outcome`.
 OUTCOMES = ("ok", "truncated", "short", "retried_ok", "retried_short", "retried_worse")

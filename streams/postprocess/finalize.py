@@ -7,8 +7,8 @@ from typing import Callable, Mapping
 
 from schemas.records import Decision, UsageEvent, Work
 from streams.postprocess.contracts import enforce
-from streams.postprocess.patterns import Patterns, resolve
-from streams.postprocess.stream import streamed
+from streams.output.patterns import Patterns, resolve
+from streams.output.stream import streamed
 from streams.usage.events import usage_event
 
 

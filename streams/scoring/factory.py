@@ -19,7 +19,7 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
     from streams.generation import load_generator
-    from streams.postprocess import stream as stream_config
+    from streams.output import stream as stream_config
 
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
                   escalation=None if escalation in ("", "none") else backends.load(escalation),

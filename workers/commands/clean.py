@@ -8,8 +8,8 @@ from collections import Counter
 import orjson
 
 from streams import tokens
-from streams.postprocess.clean import Cleaned, clean, dropped_content
-from streams.postprocess.patterns import resolve
+from streams.output.clean import Cleaned, clean, dropped_content
+from streams.output.patterns import resolve
 from workers.jsonl import iter_field
 
 

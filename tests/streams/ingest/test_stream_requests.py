@@ -7,7 +7,7 @@ from schemas.records import Rejection, Work
 from streams.ingest.agent import reserve
 from streams.budgets.book import BudgetBook, Reservation
 from streams.ingest.decode import Admission, admit
-from streams.postprocess import stream as stream_config
+from streams.output import stream as stream_config
 
 POLICY = Admission(1_048_576, "gpt-4o-mini", frozenset({"customer_service", "ranking"}),
                    stream_config=stream_config.load())

@@ -10,7 +10,7 @@ import pytest
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import (
+from streams.output.clean import (
     FENCE,
     _last_sentence_start,
     _segments,
@@ -18,7 +18,7 @@ from streams.postprocess.clean import (
     content_tokens,
     dropped_content,
 )
-from streams.postprocess.patterns import BUNDLED, load
+from streams.output.patterns import BUNDLED, load
 from workers.jsonl import iter_lines
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.postprocess.patterns import BUNDLED, load
-from streams.postprocess.sensitive import SensitiveScanner
+from streams.output.patterns import BUNDLED, load
+from streams.output.sensitive import SensitiveScanner
 
 SCANNER = SensitiveScanner(["ass", "Secret Plan", "机密", "-----BEGIN RSA PRIVATE KEY-----"])
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from schemas.records import Decision, Ranked
-from streams.postprocess.format import decision_body, http_headers
+from streams.output.format import decision_body, http_headers
 
 DECISION = Decision(request_id="r1", tier="fine", action_id="b", ranking=[Ranked(id=c, score=s) for c, s in
                     [("b", 0.9), ("a", 0.5), ("c", 0.1)]], confidence=0.8, chain=["rules:miss", "coarse", "fine"],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from streams.postprocess.sensitive import SensitiveScanner
+from streams.output.sensitive import SensitiveScanner
 
 BUNDLED = Path(__file__).with_name("patterns.yaml")
 FENCE_MODES = ("keep", "extract")

@@ -4,8 +4,8 @@ import pytest
 
 from schemas.records import Decision, Request
 from streams import tokens
-from streams.postprocess import stream as S
-from streams.postprocess.clean import clean
+from streams.output import stream as S
+from streams.output.clean import clean
 
 MODEL = "gpt-4o-mini"
 LONG = " ".join(f"Line {i} says the parcel leaves warehouse {i % 7} within {i} hours." for i in range(120))

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from streams import tokens
-from streams.postprocess.patterns import Patterns, resolve
+from streams.output.patterns import Patterns, resolve
 
 # Tokens per second each client class can take, also its burst size.
 CLIENT_RATES = {"mobile": 256, "desktop": 512}

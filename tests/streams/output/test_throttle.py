@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from streams import tokens
-from streams.postprocess.throttle import CLIENT_RATES, StreamThrottle, TokenBucket
+from streams.output.throttle import CLIENT_RATES, StreamThrottle, TokenBucket
 
 
 @pytest.mark.parametrize("rate, takes, waits", [

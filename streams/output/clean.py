@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import tiktoken
 
 from streams import tokens
-from streams.postprocess import truncate as truncation
-from streams.postprocess.patterns import Patterns, resolve
+from streams.output import truncate as truncation
+from streams.output.patterns import Patterns, resolve
 
 FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)"
                    r"(?:\n[ \t]*(?P=fence)[`~]*[ \t]*(?=\n|\Z)|\Z)", re.MULTILINE | re.DOTALL)

@@ -20,9 +20,9 @@ import yaml
 
 from schemas.records import Chunk, Decision, Request
 from streams import tokens
-from streams.postprocess.clean import clean
-from streams.postprocess.patterns import Patterns, resolve
-from streams.postprocess.throttle import TokenBucket
+from streams.output.clean import clean
+from streams.output.patterns import Patterns, resolve
+from streams.output.throttle import TokenBucket
 
 BUNDLED = Path(__file__).with_name("stream.yaml")
 SENTENCE_END = re.compile(r"[.!?:](?=\s)|[。！？：]|\n")

@@ -8,8 +8,8 @@ import pytest
 
 from streams import settings as settings_mod
 from streams import tokens
-from streams.postprocess.clean import FENCE, clean
-from streams.postprocess.truncate import truncate
+from streams.output.clean import FENCE, clean
+from streams.output.truncate import truncate
 
 TEXT = ("The cache is cold after a deploy. Warm it with the top queries first. Then open traffic slowly.\n\n"
         "```python\nfor q in top_queries:\n    cache.get(q)\n```\n\nThat is all it takes.")
