@@ -5,7 +5,7 @@ import pytest
 
 from workers.cli import main
 
-QUESTION_PAIRS = Path(__file__).parents[1] / "streams" / "cache" / "question_pairs.jsonl"
+QUESTION_PAIRS = Path(__file__).parents[2] / "streams" / "cache" / "question_pairs.jsonl"
 
 
 def test_calibrate_then_evaluate_with_json(tmp_path, monkeypatch, capsys):
