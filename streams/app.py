@@ -24,6 +24,7 @@ from streams.usage.spill import durable_sink
 from streams.usage.texts import request_texts
 from streams.control import ControlReader
 from streams.budgets.leases import BudgetOwner, LeaseClient
+from streams.budgets.reserve import prefetch_reserver
 from streams.switches import Controls
 from streams.metrics import observe_switches
 from streams import models
@@ -114,7 +115,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
 
     cache = CacheStage(l1, settings)
     controls.listeners.append(cache.on_control)
-    cache.reserve = ingest_agent.prefetch_reserver(book, leases)
+    cache.reserve = prefetch_reserver(book, leases)
     requests = Requests(settings.idempotency_max)
     postprocess = Postprocess(settings, cache, controls, book, requests)
     postprocess.leases = leases

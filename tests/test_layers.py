@@ -16,7 +16,8 @@ PACKAGES = ("schemas", "infra", "streams", "workers", "bench")
 # streams/ modules that do Kafka I/O or wire agents: the runtime layer above the stage logic
 RUNTIME = {"streams.app", "streams.consumer", "streams.sender", "streams.topics", "streams.kafka_tuning",
            "streams.control", "streams.local",
-           "streams.usage.sink", "streams.usage.spill", "streams.budgets.leases"}
+           "streams.usage.sink", "streams.usage.spill", "streams.budgets.leases",
+           "streams.idempotency.seen_log"}
 LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
 
 

@@ -9,66 +9,21 @@ import asyncio
 import logging
 import time
 
-import faust
-
-from schemas.records import Rejection, Work
-from schemas.topics import name
-from streams import pricing
-from streams.budgets.book import Refused, request_scopes
+from schemas.records import Rejection
+from streams.budgets.book import Refused
+from streams.budgets.reserve import reserve_request
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
-from streams.idempotency.requests import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
-                                       reservation_key)
-from streams.output import stream as stream_mod
+from streams.idempotency.requests import CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail
+from streams.idempotency.seen_log import RequestsSeenLog
 from streams.ingest.protocol import protocol_bytes
 from streams.metrics import observe_protocol, observe_stages
 from streams.output.format import http_headers
 from streams.usage.events import usage_event
-from streams.consumer import BatchConsumer, follow_from_start
+from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 
 log = logging.getLogger("jev.ingest")
-
-
-async def reserve(book, leases, work: Work, stream_config=None):
-    """Hold the most this request can spend (input + max output: a stream's length) before any model work:
-    against the leases of its hard token budgets (streams.budgets, when on), then the local book (soft budgets,
-    alerts, cost)."""
-    req = work.request
-    hold = await leases.reserve(work) if leases is not None else None
-    if isinstance(hold, Refused):
-        return hold
-    input_tokens = work.context_tokens + sum(work.candidate_tokens)
-    output = stream_mod.reserved_output(req, stream_config)
-    held = book.reserve(request_scopes(req), input_tokens + output, pricing.max_cost(work.model, input_tokens, output),
-                        reservation_id=reservation_key(req.tenant, req.request_id))
-    if hold is not None and isinstance(held, Refused):
-        leases.release(hold)
-    elif hold is not None:
-        work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
-    return held
-
-
-def prefetch_reserver(book, leases=None):
-    """The cache stage's hold on an L3 pre-answer: the requesting tenant's budgets (every scope of the request it
-    follows) are reserved for the pre-answer's input + max output before any model work, against the leases
-    this process holds now where hard budgets are leased (a pre-answer waits for no owner); False = refused, so
-    the pre-answer is not made. Postprocess settles it like any request."""
-    def reserve_prefetch(work: Work, input_tokens: int) -> bool:
-        req = work.request
-        tokens = input_tokens + req.contracts.max_output_tokens
-        hold = leases.hold_now(work, tokens) if leases is not None else None
-        if isinstance(hold, Refused):
-            return False
-        held = book.reserve(request_scopes(req), tokens,
-                            pricing.max_cost(work.model, input_tokens, req.contracts.max_output_tokens),
-                            reservation_id=reservation_key(req.tenant, req.request_id))
-        if hold is not None and isinstance(held, Refused):
-            leases.release(hold)
-        elif hold is not None:
-            work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
-        return not isinstance(held, Refused)
-    return reserve_prefetch
 
 
 def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
@@ -108,7 +63,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                     result = dead_letter("duplicate_request_id", conflict_detail(req.tenant, req.request_id),
                                          "ingest", raw, req.request_id, result.admitted_at)
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
-                held = await reserve(book, leases, result, admission.stream_config)
+                held = await reserve_request(book, leases, result, admission.stream_config)
                 out.alerts += held.alerts
                 if isinstance(held, Refused) and held.policy == "degrade":
                     result.tier_cap = held.degrade_to
@@ -142,41 +97,3 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
                                      sender=sender, depth=2, before=seen.loaded))
-
-
-class RequestsSeenLog:
-    """The requests-seen topic (streams.idempotency.requests), read from its beginning and followed into
-    `requests` by every stage process. Ingest, and the agents that decide (cache hits, postprocess) when they
-    read a topic, take their first input only once what the topic held at start is read (`loaded`, which starts
-    the follower if nothing has yet), or LOAD_TIMEOUT_S passed: then they go on, logging that redeliveries may
-    be decided again."""
-
-    LOAD_TIMEOUT_S = 60.0
-
-    def __init__(self, bootstrap: str, requests: Requests, poll_ms: int = 100):
-        self.bootstrap, self.requests, self.poll_ms = bootstrap, requests, poll_ms
-        self.stopping, self.caught_up = asyncio.Event(), asyncio.Event()
-        self.following: asyncio.Future | None = None
-
-    async def follow(self) -> None:
-        """Follow the topic until stopped (one follower per process, whoever starts it first)."""
-        if self.following is None:
-            self.following = asyncio.ensure_future(follow_from_start(
-                self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
-                "requests-seen record", caught_up=self.caught_up.set))
-        await asyncio.shield(self.following)
-
-    async def wait_loaded(self, stream) -> None:
-        """`loaded`, for an agent reading `stream`: only when it reads a topic (not an agent tested alone)."""
-        if isinstance(stream.channel, faust.Topic):
-            await self.loaded()
-
-    async def loaded(self) -> None:
-        if self.following is None:
-            asyncio.ensure_future(self.follow())
-        try:
-            await asyncio.wait_for(self.caught_up.wait(), self.LOAD_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.warning("the requests-seen topic was not read within %.0f s: going on without it, so a "
-                        "redelivery of a request decided before this process started may be decided again",
-                        self.LOAD_TIMEOUT_S)

@@ -7,7 +7,7 @@ from schemas.records import Control, Request, Work
 from streams import tokens
 from streams.cache.predictive import TenantFollowups
 from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
-from streams.ingest.agent import prefetch_reserver
+from streams.budgets.reserve import prefetch_reserver
 from streams.budgets.book import BudgetBook
 from streams.idempotency.requests import reservation_key
 

@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from schemas.records import Rejection, Work
-from streams.ingest.agent import reserve
+from streams.budgets.reserve import reserve_request
 from streams.budgets.book import BudgetBook, Reservation
 from streams.ingest.decode import Admission, admit
 from streams.output import stream as stream_config
@@ -38,5 +38,5 @@ async def test_the_reservation_holds_the_planned_length(change, output):
     work = run({**STREAM, **change})
     assert isinstance(work, Work)
     book = BudgetBook()
-    held = await reserve(book, None, work, POLICY.stream_config)  # no leases: the local book alone
+    held = await reserve_request(book, None, work, POLICY.stream_config)  # no leases: the local book alone
     assert isinstance(held, Reservation) and held.tokens == work.context_tokens + output
