@@ -1,5 +1,5 @@
 """The requests this process has sent on for work (to distill's cache stage or the scoring workers) and not yet
-decided: the signal the owner's analytics sandboxes yield to (workers/analytics/sandbox.py), so a tenant's
+decided: the signal the owner's analytics sandboxes yield to (workers/analytics/sandbox/), so a tenant's
 heavy query runs only while the pipeline waits on nothing of its own.
 
 The sender records each request it sends on (`hold`) and each decision or dead letter (`release`). A request

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import clickhouse_connect
 
-USAGE_TABLES = ["usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
-                "usage_by_business_day", "usage_event_ids", "shadow_verdicts", "indices_by_minute"]
+from schemas.records import UsageEvent
+from schemas.tables import USAGE_TABLES
 
-USAGE_COLUMNS = ["event_id", "request_id", "ts", "tenant", "service", "business_line", "session_id", "user_id",
-                 "decision_type", "stage", "stack", "model", "input_tokens", "cache_read_tokens", "output_tokens",
-                 "nominal_tokens", "candidates", "beam", "iteration", "latency_ms", "cost", "outcome",
-                 "business_event", "prompt_bytes", "compact_bytes", "first_chunk_ms", "tokens_per_s"]
+USAGE_COLUMNS = list(UsageEvent.__annotations__)  # usage_events' columns: the UsageEvent record's fields, in order
 
 
 class DataDirBusy(RuntimeError):

@@ -2,7 +2,7 @@
 read-only settings profile with the query limits.
 
 The embedded engine (chdb) has no access control; there each analytics call runs in a sandbox engine holding only
-the caller's rows (workers/analytics/sandbox.py). Against a server, run what this prints once per change of the
+the caller's rows (workers/analytics/sandbox/). Against a server, run what this prints once per change of the
 tenant list, with a user that may create users and row policies (as the server's DDL migration):
 
     python -m infra.clickhouse.access --tokens tokens.json --database jev | clickhouse-client --multiquery
@@ -20,9 +20,8 @@ import json
 import re
 import sys
 
-TABLES = ("usage_events", "usage_by_request", "usage_by_session_hour", "usage_by_stack_hour",
-          "usage_by_business_day", "request_texts", "shadow_verdicts",
-          "indices_by_minute")  # Jev's tables with a tenant column
+from schemas.tables import TENANT_TABLES as TABLES  # row policies on every table a tenant reads rows of
+
 PROFILE = "jev_tenant"
 
 

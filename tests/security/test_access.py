@@ -34,11 +34,5 @@ def test_each_tenant_reads_its_rows_only_and_the_star_token_makes_no_user(genera
     assert len(admins) == len(access.TABLES) and all("TO `default`, `grafana`" in s for s in admins)
 
 
-def test_the_server_and_the_sandbox_isolate_the_same_tables():
-    from workers.analytics import sandbox
-
-    assert access.TABLES == sandbox.JEV_TABLES
-
-
 def test_user_names_keep_tenants_apart():
     assert access.user_of("a.b") != access.user_of("a_b") and access.user_of("acme").startswith("jev_tenant_acme_")

@@ -24,6 +24,7 @@ import pytest
 from streams.inflight import InFlight
 from streams.usage.sink import UsageSink
 from workers.analytics import sample, sandbox
+from workers.analytics.sandbox import snapshots as snapshot_module
 from workers.analytics.owner import QueryServer, owner_file
 from workers.cli import main
 
@@ -142,13 +143,13 @@ def test_analytics_commands_work_while_another_process_owns_the_data_dir(owned, 
 
 
 def test_snapshots_export_a_scope_once_per_window_and_keep_scopes_apart(filled, tmp_path, monkeypatch):
-    exports, original = [], sandbox.export
+    exports, original = [], snapshot_module.export
 
     def counting(client, tenant, folder, limits, to_file=False):
         exports.append(tenant)
         return original(client, tenant, folder, limits, to_file)
 
-    monkeypatch.setattr(sandbox, "export", counting)
+    monkeypatch.setattr(snapshot_module, "export", counting)
     snapshots, stale = sandbox.Snapshots(max_age_s=60), sandbox.Snapshots(max_age_s=0)
     try:
         for n, tenant in enumerate(("t0", "t0", "t1", None)):

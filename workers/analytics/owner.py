@@ -10,7 +10,8 @@ the file whatever existed before) with its URL and a random bearer token that re
 it next to the data directory. JEV_QUERY_TOKENS adds tokens that each read one tenant (tenancy.load_tokens).
 Every endpoint takes a JSON body and answers JSON; an admin token may narrow a call to one tenant with
 "tenant", a tenant token reads its own tenant only; each token has at most JEV_QUERY_CONCURRENCY calls running
-(more get 429), and a call whose client goes away is cancelled (its sandbox killed):
+(more get 429), admin calls run on threads of their own (never queued behind tenants'), and a call whose client
+goes away is cancelled (its sandbox killed):
   POST /query      {"sql"}                             → {"columns", "rows"}
   POST /report     {"since", "by"}                     → the report of `jev report --json`
   POST /flamegraph {"since", "service", "weight"}      → {"stacks": {folded stack: weight}}
@@ -92,6 +93,8 @@ class QueryServer:
             self.pauser = sandbox.Pauser(IN_FLIGHT, min_share)
         self.running: collections.Counter = collections.Counter()  # calls in flight per token
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="jev-query")
+        # the admin's calls run on threads of their own: never queued behind tenants' calls
+        self.admin_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="jev-admin-query")
         self.runner: web.AppRunner | None = None
 
     @classmethod
@@ -133,7 +136,7 @@ class QueryServer:
         self.running[token] += 1
         try:
             call = asyncio.get_running_loop().run_in_executor(
-                self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
+                self.admin_pool if scope == tenancy.ADMIN else self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
                 tenant or None, self.limits, cancelled, self.snapshots, self.pauser)
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -167,6 +170,7 @@ class QueryServer:
             self.path.unlink(missing_ok=True)
             await self.runner.cleanup()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.admin_pool.shutdown(wait=False, cancel_futures=True)
         self.close()
 
     def close(self) -> None:

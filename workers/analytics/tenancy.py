@@ -1,6 +1,6 @@
 """Who reads what on the query surfaces, and the parse gate every caller's own SQL passes.
 
-Isolation itself is by construction (workers/analytics/sandbox.py): a caller's work runs in a child engine that
+Isolation itself is by construction (workers/analytics/sandbox/): a caller's work runs in a child engine that
 holds only the rows its scope may read. Before a caller's SQL runs there, check_query parses it with ClickHouse
 (EXPLAIN AST, which reads nothing) and refuses, for every scope: more than one SELECT, a SETTINGS or FORMAT
 clause, any table function (file, url, remote, numbers, merge, …), scalar functions that read outside the tables
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import orjson
 
+from schemas.tables import TENANT_TABLES, TENANT_VIEWS
+
 ADMIN = "*"  # the scope of a token that reads every tenant
 BLOCKED_FUNCTIONS = ("file", "catboostevaluate")  # scalar functions that read outside the tables
 BLOCKED_PREFIXES = ("dict", "joinget")  # dictGet*, dictHas, joinGet*: read dictionaries and Join tables
@@ -27,12 +29,15 @@ class Refused(ValueError):
 
 
 def catalog(client) -> tuple[str, set[str], set[str], set[str]]:
-    """(current database, every database, tables and views there (temporary ones too), those with a tenant
-    column that hold rows: MergeTree-family tables, not views)."""
+    """(current database, every database, tables and views there (temporary ones too), those a tenant reads:
+    the registry's tenant tables (MergeTree family, with a tenant column) and its views over them, which in a
+    sandbox hold the caller's rows only)."""
     rows = client.query(
-        "SELECT currentDatabase(), name, engine LIKE '%MergeTree' AND name IN (SELECT table FROM system.columns "
-        "WHERE database = currentDatabase() AND name = 'tenant') FROM system.tables "
-        "WHERE database = currentDatabase() OR is_temporary").result_rows
+        "SELECT currentDatabase(), name, (engine LIKE '%MergeTree' AND name IN {tables:Array(String)} AND name IN "
+        "(SELECT table FROM system.columns WHERE database = currentDatabase() AND name = 'tenant')) OR "
+        "(engine = 'View' AND name IN {views:Array(String)}) FROM system.tables "
+        "WHERE database = currentDatabase() OR is_temporary",
+        parameters={"tables": list(TENANT_TABLES), "views": list(TENANT_VIEWS)}).result_rows
     databases = {r[0] for r in client.query("SELECT name FROM system.databases").result_rows}
     current = rows[0][0] if rows else client.query("SELECT currentDatabase()").result_rows[0][0]
     return current, databases, {r[1] for r in rows}, {r[1] for r in rows if r[2]}

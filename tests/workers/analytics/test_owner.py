@@ -1,7 +1,7 @@
 """The read-only guard every caller's SQL passes before its sandbox runs it."""
 import pytest
 
-from workers.analytics.sandbox import check_read_only
+from workers.analytics.sandbox.child import check_read_only
 
 
 @pytest.mark.parametrize("sql", ["DROP TABLE usage_events", "INSERT INTO usage_events SELECT * FROM usage_events",
