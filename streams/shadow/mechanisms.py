@@ -12,11 +12,39 @@ from typing import Iterable
 from schemas.records import Decision, UsageEvent
 
 DISTILL_LAYERS = ("dedup", "domain", "semantic", "time")
-SCORE_SECTIONS = {"rules": "rules", "cascade": "cascade", "beam": "beam", "hierarchy": "hierarchy",
-                  "shared_context": "shared_context"}
+SCORE_SECTIONS = ("rules", "cascade", "beam", "hierarchy", "shared_context")
 CACHE_TIERS = {"cache_l1": "cache.l1", "cache_l2": "cache.l2", "cache_l3": "cache.l3", "rules": "rules"}
 MECHANISMS = ("truncation", *(f"distill.{layer}" for layer in DISTILL_LAYERS), "cache.l1", "cache.l2", "cache.l3",
               "rules", "cascade", "beam", "hierarchy", "shared_context", "breakers", "budget", "cleanup")
+
+
+def mechanism_of(stage: str, section: str, outcome: str) -> str:
+    """The saving mechanism a usage row of `stage` and `section` belongs to ('' for none: ingest, model calls,
+    shadow work). The one mapping: MECHANISM_SQL says it to ClickHouse."""
+    if stage == "distill" and section in DISTILL_LAYERS:
+        return f"distill.{section}"
+    if stage == "cache":
+        return section.replace("cache_", "cache.", 1)
+    if stage == "score" and section in SCORE_SECTIONS:
+        return section
+    if stage == "score" and section == "fallback":
+        return "budget" if outcome == "degraded" else "breakers"
+    if stage == "postprocess" and section == "cleanup":
+        return "cleanup"
+    return ""
+
+
+def _sql_list(names: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{name}'" for name in names) + ")"
+
+
+# mechanism_of over usage_events' columns (workers.analytics.agreement; migration 005's view
+# usage_savings_by_mechanism, applied before this line existed, says the same: tests hold the three together)
+MECHANISM_SQL = (f"multiIf(stage = 'distill' AND section IN {_sql_list(DISTILL_LAYERS)}, concat('distill.', section), "
+                 "stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
+                 f"stage = 'score' AND section IN {_sql_list(SCORE_SECTIONS)}, section, "
+                 "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
+                 "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')")
 
 
 def section_of(event: UsageEvent) -> str:
@@ -30,18 +58,14 @@ def saved(event: UsageEvent) -> bool:
 
 
 def from_usage(events: Iterable[UsageEvent]) -> list[str]:
-    """Mechanisms that saved tokens in these usage events (distill, scoring or postprocess events)."""
+    """Mechanisms that saved tokens in these usage events (distill, scoring or postprocess events; a fallback
+    acted whether it saved or not). The cache tier that answered is read off the decision (from_decision)."""
     found = []
     for event in events:
         section = section_of(event)
-        if event.stage == "distill" and section in DISTILL_LAYERS and saved(event):
-            found.append(f"distill.{section}")
-        elif event.stage == "score" and section in SCORE_SECTIONS and saved(event):
-            found.append(SCORE_SECTIONS[section])
-        elif event.stage == "score" and section == "fallback":
-            found.append("budget" if event.outcome == "degraded" else "breakers")
-        elif event.stage == "postprocess" and section == "cleanup" and saved(event):
-            found.append("cleanup")
+        mechanism = mechanism_of(event.stage, section, event.outcome)
+        if mechanism and event.stage != "cache" and (saved(event) or section == "fallback"):
+            found.append(mechanism)
     return found
 
 

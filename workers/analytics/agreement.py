@@ -1,24 +1,20 @@
 """Agreement beside savings: per saving mechanism, the tokens it saved and the share of shadow verdicts it
 kept, with the Wilson lower bound the guard compares with the mechanism's floor.
 
-It reads the tables (shadow_verdicts, usage_events), not migration 005's views that say the same, because a
-tenant-scoped report may read tables with a tenant column only (workers/analytics/tenancy.py)."""
+It reads the tables (shadow_verdicts, usage_events) from the window's exact start, not migration 005's views that
+say the same by day; a usage row's mechanism is streams.shadow.mechanisms' mapping (MECHANISM_SQL)."""
 from __future__ import annotations
 
 import datetime as dt
 
 from streams.shadow.floors import parse_floors
 from streams.shadow.guard import LABELLED_ONLY, wilson_lower
+from streams.shadow.mechanisms import MECHANISM_SQL
 
 Z = 1.645
-# a usage row's mechanism, as in migration 005's usage_savings_by_mechanism
-MECHANISM = ("multiIf(stage = 'distill' AND section IN ('dedup', 'domain', 'semantic', 'time'), "
-             "concat('distill.', section), stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
-             "stage = 'score' AND section IN ('rules', 'cascade', 'beam', 'hierarchy', 'shared_context'), section, "
-             "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
-             "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')")
-SAVED = (f"SELECT {MECHANISM} AS mechanism, sum(toInt64(nominal_tokens) - toInt64(input_tokens + output_tokens)) "
-         "AS saved FROM usage_events WHERE stage != 'shadow' AND ts >= {since:DateTime64(3)} GROUP BY mechanism")
+SAVED = (f"SELECT {MECHANISM_SQL} AS mechanism, "
+         "sum(toInt64(nominal_tokens) - toInt64(input_tokens + output_tokens)) AS saved "
+         "FROM usage_events WHERE stage != 'shadow' AND ts >= {since:DateTime64(3)} GROUP BY mechanism")
 JUDGED = ("SELECT mechanism, count() AS verdicts, countIf(agreed) AS agreed, countIf(kept) AS kept, "
           "countIf(labelled) AS labelled FROM shadow_verdicts FINAL ARRAY JOIN mechanisms AS mechanism "
           "WHERE ts >= {since:DateTime64(3)} GROUP BY mechanism")
