@@ -10,6 +10,10 @@ from schemas.records import Control
 
 log = logging.getLogger("jev.control")
 
+# The knobs a `tune` control record sets (the shadow guard's, and `jev switch tune`'s), each read by its stage
+L2_KEY = "cache.l2.min_similarity"
+CASCADE_KEY = "score.cascade.widen"
+DISTILL_KEY = "distill.budget_scale"
 # Every protection layer that can be switched off at runtime; all are on unless a control record says off.
 SWITCHES = {
     "ingest.truncation": "truncate over-contract input by tokens instead of rejecting it",

@@ -3,6 +3,11 @@
 From the ground up: schemas/ and infra/ (records, topics, DDL, the broker launcher: nothing of Jev), streams/
 stage logic (pure: records in, records out), the streams/ runtime (Kafka I/O, Faust agents), workers/
 (processes and tools), bench/. A module may import its own layer and the ones below, never one above.
+
+Inside streams/, the stage packages (STAGES) sit side by side above the shared concepts (prompt rendering,
+budgets, idempotency, model output, usage events, and the modules at the top of streams/): a stage never imports
+another stage, and nothing shared imports a stage; only the runtime that wires them (streams.app, streams.local)
+reaches into several.
 """
 from __future__ import annotations
 
@@ -19,6 +24,20 @@ RUNTIME = {"streams.app", "streams.consumer", "streams.sender", "streams.topics"
            "streams.usage.sink", "streams.usage.spill", "streams.budgets.leases",
            "streams.idempotency.seen_log"}
 LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
+STAGES = ("ingest", "cache", "scoring", "postprocess", "shadow", "distill", "batch")
+WIRING = {"streams.app", "streams.local"}  # the runtime that puts stages together
+# Crossings between stages that remain, each in code another change owns (these lists shrink; a new crossing or
+# one that is gone fails the test): (importing module, imported module).
+KNOWN_CROSSINGS = {
+    ("streams.scoring.minilm", "streams.cache.state"),  # the scoring state cache lives in cache/ (cache's area)
+    ("streams.shadow.naive", "streams.scoring.policy"),  # the naive path decides with the scoring policies
+    ("streams.shadow.tuning", "streams.scoring.policy"),
+    ("streams.shadow.agent", "streams.cache.semantic"),  # the guard's knob on the L2 threshold
+    ("streams.postprocess.agent", "streams.shadow.verdict"),  # postprocess joins served and naive decisions
+    ("streams.distill.work", "streams.cache.exact"),  # distill keys its work by the exact cache key
+    ("streams.distill.minilm_tagger", "streams.cache.embedders"),  # one MiniLM embedder for cache and distill
+    ("streams.answer", "streams.scoring.rule_tier"),  # answering locally runs the rule tier
+}
 
 
 def layer(module: str) -> int:
@@ -73,6 +92,45 @@ def violations(root: Path = ROOT) -> list[str]:
 
 def test_layers_import_only_downward():
     assert violations() == []
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "streams" and parts[1] in STAGES else None
+
+
+def crossings(root: Path = ROOT) -> set[tuple[str, str]]:
+    """(module, target) where a stage imports another stage, or a shared streams/ module imports a stage."""
+    out = set()
+    for path in sorted((root / "streams").rglob("*.py")):
+        module = module_name(path, root)
+        if module in WIRING:
+            continue
+        for _, target in imported(ast.parse(path.read_text(), str(path)), module, root):
+            if stage_of(target) is not None and stage_of(target) != stage_of(module):
+                out.add((module, target))
+    return out
+
+
+def test_stage_packages_never_import_one_another():
+    found = crossings()
+    assert found - KNOWN_CROSSINGS == set(), "a stage imports another stage (or a shared module a stage)"
+    assert KNOWN_CROSSINGS - found == set(), "a known crossing is gone: take it off KNOWN_CROSSINGS"
+
+
+@pytest.mark.parametrize("module, target", [
+    ("streams/ingest/planted.py", "streams.postprocess.agent"),
+    ("streams/budgets/planted.py", "streams.ingest.decode"),
+    ("streams/planted.py", "streams.cache.stage"),
+])
+def test_stage_check_catches_a_planted_sideways_import(tmp_path, module, target):
+    for package in ("streams", *(f"streams/{stage}" for stage in STAGES)):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+    (tmp_path / (target.replace(".", "/") + ".py")).write_text("")
+    planted = tmp_path / module
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(f"import {target}\n")
+    assert crossings(tmp_path) == {(module.removesuffix(".py").replace("/", "."), target)}
 
 
 @pytest.mark.parametrize("module, target", [

@@ -13,7 +13,7 @@ from streams.cache.exact import cache_key
 from streams.distill.core import distill
 from streams.distill.policy import Policy, load_policy
 from streams.prompt import render_context
-from streams.shadow.guard import DISTILL_KEY
+from streams.switches import DISTILL_KEY
 from streams.usage.events import usage_event
 
 log = logging.getLogger("jev.distill")

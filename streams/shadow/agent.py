@@ -11,7 +11,8 @@ from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
 from streams.metrics import observe_verdicts, set_agreement
 from streams.shadow.floors import parse_floors
-from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY, Guard, Knob
+from streams.shadow.guard import Guard, Knob
+from streams.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
 from streams.shadow.store import VerdictStore
 from streams.consumer import BatchConsumer
 from streams.deadletter import undecodable

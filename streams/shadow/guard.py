@@ -25,9 +25,6 @@ SWITCH_OF = {"cache.l1": "cache.l1", "cache.l2": "cache.l2", "cache.l3": "cache.
 # Mechanisms that override the model on purpose (a business rule, a breaker's fallback, a budget's degrade):
 # disagreeing with the naive model is what they are for, so only labelled verdicts (accuracy) judge them.
 LABELLED_ONLY = {"rules", "breakers", "budget"}
-L2_KEY = "cache.l2.min_similarity"
-CASCADE_KEY = "score.cascade.widen"
-DISTILL_KEY = "distill.budget_scale"
 
 
 def wilson_lower(kept: int, n: int, z: float) -> float:

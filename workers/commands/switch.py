@@ -46,7 +46,7 @@ def run_tune(args, settings) -> int:
 
     from schemas.records import Control
     from streams.control import publish
-    from streams.shadow.guard import CASCADE_KEY, DISTILL_KEY, L2_KEY
+    from streams.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
 
     if args.key not in (L2_KEY, CASCADE_KEY, DISTILL_KEY):
         print(f"jev switch tune: unknown knob {args.key!r}; knobs are {L2_KEY}, {CASCADE_KEY}, {DISTILL_KEY}")
