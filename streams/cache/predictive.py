@@ -1,6 +1,6 @@
 """L3 predictive cache: learn which questions follow which within a session, and pick follow-ups to
 pre-answer within a token budget. Pre-answers go into the semantic cache marked predictive, so their hit
-rate and their cost are reported apart from L1/L2 (see stats.py).
+rate and their cost are reported apart from L1/L2 (workers/analytics/levels.py, `pre_answers`).
 """
 from __future__ import annotations
 

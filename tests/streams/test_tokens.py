@@ -8,22 +8,6 @@ from streams import tokens
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
 
-# OpenAI cookbook "How to count tokens with tiktoken": the API billed these prompts at 129 (gpt-3.5/4), 124 (gpt-4o)
-# and 127 (gpt-3.5-turbo-0301, 4 tokens per message and -1 per name).
-COOKBOOK = [
-    {"role": "system", "content": "You are a helpful, pattern-following assistant that translates corporate jargon "
-                                  "into plain English."},
-    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
-    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
-    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more time to touch base on "
-                                                          "opportunities for increased leverage."},
-    {"role": "system", "name": "example_assistant", "content": "Let's talk later when we're less busy about how to "
-                                                               "do better."},
-    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the client "
-                                "deliverable."},
-]
-
-
 @pytest.fixture
 def registry():
     saved = dict(tokens.MODEL_ENCODINGS)
@@ -53,22 +37,6 @@ def test_unknown_model_lists_known_ones():
 ])
 def test_count(text, model, expected):
     assert tokens.count(text, model) == expected
-
-
-@pytest.mark.parametrize("model,expected", [("gpt-3.5-turbo", 129), ("gpt-4", 129), ("gpt-4o", 124),
-                                            ("gpt-4o-mini", 124), ("gpt-3.5-turbo-0301", 127)])
-def test_count_chat_matches_provider_billing(model, expected):
-    assert tokens.count_chat(COOKBOOK, model) == expected
-
-
-def test_count_chat_reads_records_and_text_parts():
-    from schemas.records import Turn
-
-    as_turns = [Turn(role="user", content="hi there")]
-    as_parts = [{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}]
-    assert tokens.count_chat(as_turns, "gpt-4o") == tokens.count_chat(as_parts, "gpt-4o") == 3 + 1 + 2 + 3
-    with pytest.raises(ValueError, match="content"):
-        tokens.count_chat([{"role": "user", "content": [{"type": "image_url"}]}], "gpt-4o")
 
 
 def test_configure_maps_self_hosted_models(registry):
