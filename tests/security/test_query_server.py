@@ -21,6 +21,7 @@ import orjson
 import psutil
 import pytest
 
+from schemas.tables import TENANT_VIEWS
 from streams.inflight import InFlight
 from streams.usage.sink import UsageSink
 from workers.analytics import sample, sandbox
@@ -176,10 +177,12 @@ def test_a_snapshot_the_engine_writes_itself_holds_the_same_rows(filled, tmp_pat
     (tmp_path / "python").mkdir()
     tables = sandbox.export(filled, tenant, tmp_path / "engine", sandbox.Limits(), to_file=True)
     assert tables == sandbox.export(filled, tenant, tmp_path / "python", sandbox.Limits())
-    assert "usage_events" in tables
-    for table in tables:
-        written = (tmp_path / "engine" / f"{table}.native").read_bytes()
-        assert written == (tmp_path / "python" / f"{table}.native").read_bytes(), table
+    assert "usage_events" in tables and "agreement_by_mechanism_day" in tables  # the views come along
+    for name in tables:
+        for kind in ("sql", "native"):  # a view has its definition and no rows
+            written, read = tmp_path / "engine" / f"{name}.{kind}", tmp_path / "python" / f"{name}.{kind}"
+            assert written.exists() == read.exists() == (kind == "sql" or name not in TENANT_VIEWS), (name, kind)
+            assert not written.exists() or written.read_bytes() == read.read_bytes(), (name, kind)
     assert (len((tmp_path / "engine" / "usage_events.native").read_bytes()) > 1000) == (tenant != "nobody")
 
 
