@@ -182,6 +182,13 @@ def test_a_tenants_report_keeps_agreement_and_indices_to_its_rows(two_tenants):
     assert [a["rule"] for a in alerts if a["scope"] == "index=te"] == ["token_efficiency_low"]
 
 
+def test_a_registered_view_reads_only_the_tenants_rows(two_tenants):
+    """A view in schemas.tables reaches a tenant's sandbox, re-created over the tenant's rows alone."""
+    assert rows(two_tenants, "SELECT DISTINCT tenant FROM usage_savings_by_mechanism") == [[A]]
+    assert sorted(rows(two_tenants, "SELECT DISTINCT tenant FROM usage_savings_by_mechanism", None)) == \
+        sorted([[t] for t in (A, B, ODD)])
+
+
 def test_a_query_over_its_time_or_memory_limit_is_stopped(two_tenants):
     cross = "SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d"
     with pytest.raises(sandbox.QueryFailed, match="TIMEOUT_EXCEEDED|stopped at JEV_QUERY_TIME_S=1"):
