@@ -5,7 +5,7 @@ from pathlib import Path
 
 import faust
 
-from streams import kafka_tuning, tokens
+from streams import kafka_tuning, signing, tokens
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
@@ -41,6 +41,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     opened when the first usage arrives; `sender` (anything with `async deliver(outbox)`) to a Sender on the
     app's broker, through which every stage sends."""
     kafka_tuning.install()
+    signing.configure(settings)
     tokens.configure(settings.tokenizers)
     models.configure(settings.model_threads)
     app = faust.App(
@@ -75,7 +76,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     @app.task
     async def follow_control():
         await ControlReader(settings.bootstrap, controls, keep=Path(settings.data_dir) / "control.json",
-                            check_s=settings.control_check_s).run()
+                            check_s=settings.control_check_s, max_skew_s=settings.control_max_skew_s).run()
 
     def get_sink():
         if state["sink"] is None:

@@ -10,6 +10,8 @@ import time
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
+from streams.signing import SIGNED
+
 MAX_LABEL_VALUES = 50
 WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repairing output, not deciding (TE)
 TOKEN_KINDS = ("input", "cache_read", "output", "nominal")
@@ -53,6 +55,9 @@ SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mech
 SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
                          "guard's current window ('all': every verdict this process judged).", ["mechanism"])
 
+FORGED = Counter("jev_forged_records", "Internal records refused because Jev did not write them: unsigned, badly "
+                 "signed, or a control record stamped in the future (streams/signing.py), by topic.", ["topic"])
+
 _seen: dict[str, set[str]] = {}
 
 
@@ -72,7 +77,8 @@ def bounded(label: str, value: str) -> str:
 KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
                 (BREAKERS, ("timeout",)), (BREAKERS, ("deadline",)), (FALLBACKS, ("token_cap",)),
                 (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)),
-                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")))
+                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")),
+                *((FORGED, (topic,)) for topic in sorted(SIGNED)))
 
 
 def declare_known_series() -> None:
@@ -203,6 +209,10 @@ def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
 
 def set_gpu_memory(device: str, used_share: float) -> None:
     GPU_MEMORY.labels(bounded("device", device)).set(used_share)
+
+
+def observe_forged(topic: str) -> None:
+    FORGED.labels(topic if topic in SIGNED else "other").inc()
 
 
 def observe_switches(switches: dict[str, bool]) -> None:

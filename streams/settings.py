@@ -143,6 +143,14 @@ class Settings:
                                         "holds the switches, budgets and versions it read (kept in "
                                         "<data_dir>/control.json); what a restarted broker lost is published "
                                         "again. 0 = checked once, at start.")
+    control_max_skew_s: float = _doc(60.0, "A control record stamped more than this many seconds ahead of this "
+                                           "process's clock is refused (counted as forged): a timestamp from the "
+                                           "future must not order a record after an operator's later change.")
+    signing_key_file: str = _doc("", "Files of the HMAC-SHA256 key(s) that sign Jev's internal records (control, "
+                                     "budget, leases, requests-seen, usage), comma-separated: the first signs, "
+                                     "each verifies (a rotation: new,old). Empty = <data_dir>/signing.key, created "
+                                     "(random, mode 0600) at first start and shared by the processes of that data "
+                                     "directory; processes with data directories of their own name one file.")
     query_yield_s: float = _doc(5.0, "The owner's query sandboxes are paused (SIGSTOP) while requests it sent on "
                                      "for work are undecided, each holding them for at most this many seconds, so "
                                      "a tenant's query never competes with a decision (time paused counts toward "
