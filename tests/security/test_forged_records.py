@@ -81,7 +81,8 @@ async def test_a_forged_switch_and_budget_raise_are_refused_and_a_signed_switch_
                               Control(kind="budget", key="tenant:wayne", value={"hard_tokens": 1}, ts=time.time())])
     controls, book = Controls(), BudgetBook()
     controls.listeners.append(lambda c: book.apply(c) if c.kind == "budget" else None)
-    await follow_controls(bootstrap, controls, lambda: not controls.on("cache.l2") and "tenant:wayne@day" in book.budgets)
+    await follow_controls(bootstrap, controls,
+                          lambda: not controls.on("cache.l2") and "tenant:wayne@day" in book.budgets)
     assert controls.on("ingest.budgets")  # the forged switch was not applied
     assert not controls.on("cache.l2")  # the signed one was
     assert book.budgets["tenant:wayne@day"].hard_tokens == 1  # the raise to 10^12 was refused
