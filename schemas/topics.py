@@ -33,7 +33,7 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.shadow.v1", "cache_key", "WorkBatch of naive twins of sampled requests, for the scoring workers"),
     TopicSpec("jev.verdicts.v1", "request_id", "Verdict: a sampled request's served vs naive decision", external=True),
     TopicSpec("jev.cache_state.v1", "origin", "cache-state records: L2 fills and verdicts, L3 follow-ups"),
-    TopicSpec("jev.requests_seen.v1", "tenant/request_id", "idempotency log: admitted requests' content "
+    TopicSpec("jev.requests_seen.v1", "<len>:tenant/<len>:request_id", "idempotency log: admitted requests' content "
                                                            "fingerprints and first decisions (compact it)"),
 )}
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import faust
 
-from streams import kafka_tuning, signing, tokens
+from streams import kafka_tuning, signing, tenants, tokens
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
@@ -13,7 +13,7 @@ from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
 from streams.ingest.idempotency import Requests
 from streams.ingest.budget_state import apply_budget_controls, load_book, save_book
-from streams.ingest.decode import Admission, admitted_tenants
+from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
@@ -63,7 +63,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir(), stream_config.load(settings.stream_config),
-                          admitted_tenants(settings.tenants))
+                          tenants.admitted(settings.tenants))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

@@ -13,6 +13,7 @@ from streams.ingest.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.postprocess import stream as stream_mod
 from streams.postprocess.stream import StreamConfig
+from streams.tenants import BadTenant, canonical
 
 
 @dataclass(frozen=True)
@@ -23,18 +24,12 @@ class Admission:
     known_types: frozenset[str]
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
-    tenants: frozenset[str] | None = None  # the tenants admitted; None = any non-empty tenant (JEV_TENANTS=*)
+    tenants: frozenset[str] | None = None  # the tenants admitted (streams.tenants.admitted); None = any valid name
 
 
-METADATA = ("request_id", "tenant", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
+METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
             "model", "business_event", "human_decision")  # stripped of control characters on the way in
-
-
-def admitted_tenants(text: str) -> frozenset[str] | None:
-    """JEV_TENANTS as Admission.tenants: '*' → None (any), else the comma-separated names."""
-    if text.strip() == "*":
-        return None
-    return frozenset(t.strip() for t in text.split(",") if t.strip())
+# (the tenant is not: a control character in it is refused, streams.tenants)
 
 
 def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
@@ -45,6 +40,7 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
     try:
         request = decode(raw, Request, policy.max_bytes, clean=METADATA)
         request_id = request.request_id
+        request = with_canonical_tenant(request)
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
         check_stream(request, policy.stream_config or stream_mod.load())
@@ -76,6 +72,17 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         return dead_letter(exc.reason, str(exc), "ingest", raw, request_id, now)
     except tokens.UnknownModel as exc:
         return dead_letter("unknown_model", str(exc), "ingest", raw, request_id, now)
+
+
+def with_canonical_tenant(request: Request) -> Request:
+    """`request` under its tenant's one spelling (streams.tenants), or Invalid bad_tenant saying what is wrong."""
+    if not request.tenant.strip():
+        return request  # check() names the missing tenant
+    try:
+        tenant = canonical(request.tenant)
+    except BadTenant as exc:
+        raise Invalid("bad_tenant", str(exc)) from None
+    return request if tenant == request.tenant else request.derive(tenant=tenant)
 
 
 def check(request: Request, model: str, known_types: frozenset[str], tenants: frozenset[str] | None = None) -> None:

@@ -8,9 +8,9 @@ reservation and overspend a hard budget, and one tenant's id cannot borrow anoth
 
 The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
 entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
-postprocess each first decision, to the requests-seen topic (keyed tenant/request_id, so a compacted topic keeps
-the latest per request), which every stage process reads from its beginning and keeps following before it admits
-anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
+postprocess each first decision, to the requests-seen topic (keyed by streams.tenants.request_key, so a compacted
+topic keeps the latest per request), which every stage process reads from its beginning and keeps following
+before it admits anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
 rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
 (postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
 ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again.
@@ -27,6 +27,7 @@ import threading
 import orjson
 
 from schemas.records import Decision
+from streams.tenants import request_key
 
 NEW, REDELIVERY, CONFLICT = "new", "redelivery", "conflict"
 LOG_TOPIC = "requests_seen"
@@ -34,7 +35,7 @@ LOG_TOPIC = "requests_seen"
 
 def reservation_key(tenant: str, request_id: str) -> str:
     """The budget reservation id of a request: its tenant and id, so two tenants' ids never meet."""
-    return f"{tenant}\x1f{request_id}"
+    return request_key(tenant, request_id)
 
 
 def fingerprint(raw: bytes) -> bytes:
@@ -115,7 +116,8 @@ class Requests:
 
 
 def log_key(tenant: str, request_id: str) -> bytes:
-    return f"{tenant}/{request_id}".encode()
+    """The requests-seen record's Kafka key, one per request (compaction keeps the latest per key)."""
+    return request_key(tenant, request_id).encode()
 
 
 def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, bytes, bytes]:
