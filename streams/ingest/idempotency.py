@@ -84,12 +84,14 @@ class Requests:
                 return NEW, None
             return REDELIVERY, entry[1]
 
-    def decided(self, tenant: str, decision: Decision) -> None:
-        """Remember the decision sent for (tenant, decision.request_id), for redeliveries to get it again."""
+    def decided(self, tenant: str, decision: Decision) -> bytes | None:
+        """Remember the decision sent for (tenant, decision.request_id), for redeliveries to get it again; the
+        request's content fingerprint when known (for its decided_record)."""
         with self.lock:
             entry = self.seen.get((tenant, decision.request_id))
             if entry is not None and entry[1] is None:
                 entry[1] = decision
+            return entry[0] if entry is not None else None
 
     def first(self, tenant: str, request_id: str) -> Decision | None:
         """The decision already sent for (tenant, request_id), if known here."""
@@ -126,10 +128,13 @@ def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, byte
         {"tenant": tenant, "request_id": request_id, "fingerprint": fingerprint(raw).hex()})
 
 
-def decided_record(tenant: str, decision: Decision) -> tuple[str, bytes, bytes]:
-    """The requests-seen record of a request's first decision, as an Outbox record."""
-    return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(
-        {"tenant": tenant, "request_id": decision.request_id, "decision": decision.to_representation()})
+def decided_record(tenant: str, decision: Decision, print_: bytes | None = None) -> tuple[str, bytes, bytes]:
+    """The requests-seen record of a request's first decision (with its content fingerprint when known: the topic
+    is compacted, so this record alone stands for the request), as an Outbox record."""
+    record = {"tenant": tenant, "request_id": decision.request_id, "decision": decision.to_representation()}
+    if print_ is not None:
+        record["fingerprint"] = print_.hex()
+    return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(record)
 
 
 def conflict_detail(tenant: str, request_id: str) -> str:

@@ -153,3 +153,17 @@ async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(ap
     assert [d.request_id for d in sent] == ["r1", "r1"] and sent[0].to_representation() == sent[1].to_representation()
     assert [e.stage for b in captured.sent["usage"] for e in b.events].count("postprocess") == 1
     assert [key for key, _ in captured.sent["requests_seen"]] == [b"4:acme/2:r1", b"4:acme/2:r1"]  # admitted, decided
+
+
+def test_a_compacted_log_keeps_the_content_of_a_decided_request():
+    """The requests-seen topic is compacted (one record per key): the decided record alone stands for a request,
+    so it carries the content fingerprint too, and other content under the id is still a conflict."""
+    a = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"})
+    writer = Requests()
+    writer.check("t", "r", a)
+    first = Decision(request_id="r", tier="fine", action_id="a")
+    _, _, latest = decided_record("t", first, writer.decided("t", first))
+    restarted = Requests()
+    restarted.apply(latest)
+    assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT, None)
+    assert restarted.check("t", "r", a) == (REDELIVERY, first)
