@@ -158,8 +158,12 @@ class Settings:
     query_min_share: float = _doc(0.1, "Share of each second a paused query sandbox still runs (a slice), so a "
                                        "tenant's query finishes on a pipeline that is never idle; 0 = none.")
     metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
-    metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
-                                  "`authorization: {credentials: …}`.")
+    metrics_token: str = _doc("", "Bearer token /metrics requires; empty = the one in JEV_METRICS_TOKEN_FILE. "
+                                  "/metrics always asks for a token; Prometheus sends it with `authorization: "
+                                  "{credentials_file: …}`.")
+    metrics_token_file: str = _doc("", "File of the /metrics bearer token when JEV_METRICS_TOKEN is empty, created "
+                                       "(random, mode 0600) when missing; empty = <data_dir>/metrics.token. "
+                                       "Processes scraped with one token name one file.")
     raw_text_days: int = _doc(0, "Days raw request text (state, history, candidates) is kept in ClickHouse table "
                                  "request_texts, deleted by its TTL after that (0 = raw text is never stored).")
     shadow_rate: str = _doc("0.02", "Share of each decision type's requests also decided the naive way (full "

@@ -12,10 +12,10 @@ key's SHA-256, so a consumer holding several keys (a rotation) checks the one th
 
 Keys (JEV_SIGNING_KEY_FILE): comma-separated files, the first signs and every one verifies, so a rotation is
 new,old on every process, then new alone once no old-key record is still to be read. When the setting is empty
-the key is <data_dir>/signing.key, created at first start (32 random bytes, hex, mode 0600; created atomically,
-so processes starting together share one) and shared by every process of that data directory: `make demo`, the
-tests and a `jev worker stream` beside `jev switch set` sign with it with no setup. Processes of one fleet with
-data directories of their own (and every container of docker-compose.yml) name one file.
+the key is <data_dir>/signing.key. The signing key's file is created when missing (streams.secret_files: random,
+mode 0600, atomically, so processes starting together share one): `make demo`, the tests and a `jev worker
+stream` beside `jev switch set` sign with the data directory's key with no setup. Processes of one fleet with
+data directories of their own name one file (docker-compose.yml: a volume every Jev container mounts).
 
 One keyring per process: `configure(settings)` at start (create_app, the scoring worker, the pipeline harness);
 a process that never calls it loads its settings from the environment on first use.
@@ -25,24 +25,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
-import secrets
 import time
 from pathlib import Path
 
 from schemas.topics import TOPICS
+from streams import secret_files
 
 log = logging.getLogger("jev.signing")
 
 SIGNED = frozenset(TOPICS[short].name for short in ("control", "budget", "leases", "requests_seen", "usage"))
 HEADER = "jev-sig"
 KEY_FILE = "signing.key"
-MIN_KEY_BYTES = 16
 LOG_EVERY_S = 10.0  # refusals of one topic and reason are logged at most this often (with the count between)
 
 
 class SigningKeyError(ValueError):
     pass
+
+
+SETTING = "JEV_SIGNING_KEY_FILE"
 
 
 class Keyring:
@@ -90,42 +91,14 @@ def key_files(settings) -> list[Path]:
     return [Path(p) for p in named] or [Path(settings.data_dir).resolve() / KEY_FILE]
 
 
-def read_key(path: Path) -> bytes:
-    try:
-        key = path.read_bytes().strip()
-    except OSError as exc:
-        raise SigningKeyError(f"cannot read the signing key {path} ({exc.strerror}): set JEV_SIGNING_KEY_FILE to a "
-                              f"readable file of at least {MIN_KEY_BYTES} bytes") from None
-    if len(key) < MIN_KEY_BYTES:
-        raise SigningKeyError(f"the signing key {path} holds {len(key)} bytes: write at least {MIN_KEY_BYTES} "
-                              f"random bytes into it (e.g. `openssl rand -hex 32 > {path}`)")
-    return key
-
-
-def create_key(path: Path) -> bytes:
-    """A new random key at `path` (mode 0600), unless another process created one first: then that one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32) + "\n")
-    try:
-        os.link(temporary, path)  # atomic: fails if another process's key is there already
-        log.warning("created the signing key %s (set JEV_SIGNING_KEY_FILE to share one key across data "
-                    "directories and hosts)", path)
-    except FileExistsError:
-        pass
-    finally:
-        temporary.unlink(missing_ok=True)
-    return read_key(path)
-
-
 def load(settings) -> Keyring:
-    """The keyring of `settings`: the named key files, or the data directory's key (created when missing)."""
+    """The keyring of `settings`: the first key file signs (created when missing, as <data_dir>/signing.key is),
+    the others only verify and must exist."""
     files = key_files(settings)
-    if settings.signing_key_file.strip():
-        return Keyring([read_key(p) for p in files])
-    return Keyring([read_key(files[0]) if files[0].exists() else create_key(files[0])])
+    try:
+        return Keyring([secret_files.ensure(files[0], SETTING)] + [secret_files.read(p, SETTING) for p in files[1:]])
+    except secret_files.SecretFileError as exc:
+        raise SigningKeyError(f"signing key: {exc}") from None
 
 
 _current: Keyring | None = None

@@ -36,13 +36,20 @@ def test_a_rotation_verifies_old_and_new_and_signs_with_the_first(tmp_path, sett
     assert "unknown key" in signing.load(settings.replace(signing_key_file=str(new))).problem(USAGE, b"v", before)
 
 
-def test_a_short_or_missing_key_file_names_the_fix(tmp_path, settings):
+def test_a_short_key_or_a_missing_verifying_key_names_the_fix(tmp_path, settings):
     short = tmp_path / "short.key"
     short.write_text("abc")
     with pytest.raises(SigningKeyError, match="at least 16 random bytes"):
         signing.load(settings.replace(signing_key_file=str(short)))
     with pytest.raises(SigningKeyError, match="JEV_SIGNING_KEY_FILE"):
-        signing.load(settings.replace(signing_key_file=str(tmp_path / "absent.key")))
+        signing.load(settings.replace(signing_key_file=f"{tmp_path / 'new.key'},{tmp_path / 'absent-old.key'}"))
+
+
+def test_a_named_signing_key_that_is_missing_is_created_for_the_fleet_to_share(tmp_path, settings):
+    shared = tmp_path / "volume" / "signing.key"
+    first = signing.load(settings.replace(signing_key_file=str(shared)))
+    again = signing.load(settings.replace(data_dir=str(tmp_path / "other"), signing_key_file=str(shared)))
+    assert first.signing_id == again.signing_id and stat.S_IMODE(os.stat(shared).st_mode) == 0o600
 
 
 def load_in_child(settings) -> str:
