@@ -42,7 +42,7 @@ def ensure(path: Path, setting: str) -> bytes:
             f.write(secrets.token_hex(32) + "\n")
         try:
             os.link(temporary, path)
-            log.warning("created %s (%s names it; processes that share it must read the same file)", path, setting)
+            log.warning("created %s, a new random secret (%s)", path, setting)
         except FileExistsError:
             pass
         finally:

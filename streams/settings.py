@@ -182,6 +182,10 @@ class Settings:
     shadow_guard: int = _doc(1, "1: below its floor a mechanism is tightened or switched off, with an alert and a "
                                 "control record; 0: verdicts are only recorded.")
     log_level: str = _doc("warning", "Log level of workers.")
+    stop_grace_s: float = _doc(2.0, "Seconds the stage process takes to stop gracefully on SIGTERM or SIGINT; then "
+                                    "it exits as if killed, which the pipeline survives (at-least-once: what it had "
+                                    "not committed is read again, its leases come back after their expiry, spilled "
+                                    "usage is drained at the next start).")
 
     @property
     def bootstrap(self) -> str:
