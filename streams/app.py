@@ -63,7 +63,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir(), stream_config.load(settings.stream_config),
-                          tenants.admitted(settings.tenants))
+                          tenants.admitted(settings.tenants), tenants.load_keys(settings.tenant_keys))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

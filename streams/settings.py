@@ -126,7 +126,13 @@ class Settings:
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     tenants: str = _doc("*", "Tenants ingest admits, comma-separated (acme,globex); a request of any other tenant is "
-                             "rejected (unknown_tenant). * admits any non-empty tenant: list them in production.")
+                             "rejected (unknown_tenant). * admits any valid name (streams/tenants.py: NFKC, trimmed, "
+                             "case folded, a documented character set): right for the demo and one trusted "
+                             "producer; list them in production, with JEV_TENANT_KEYS.")
+    tenant_keys: str = _doc("", "JSON file (mode 0600) {\"<tenant>\": \"<key>\"}: each request must carry the header "
+                                "jev-tenant-sig, HMAC-SHA256 of its value under its tenant's key, so a producer "
+                                "spends only as the tenants whose keys it holds (else unauthenticated_tenant). "
+                                "Empty = any producer may name any tenant.")
     idempotency_max: int = _doc(50_000, "Requests each stage process remembers by (tenant, request_id) to answer a "
                                         "redelivery with the first decision and no new spend (oldest forgotten "
                                         "first).")

@@ -17,11 +17,23 @@ enters (a request's tenant, JEV_TENANTS) goes through `canonical`:
 
 Keys built from a tenant and a request id (`request_key`) prefix each part with its length, so `acme/coll` + `r1`
 and `acme` + `coll/r1` stay apart whatever characters a request id holds.
+
+Which producer may spend as which tenant: with JEV_TENANT_KEYS (a JSON file {tenant: key}, mode 0600), every
+request carries the header `jev-tenant-sig: <hex HMAC-SHA256(its tenant's key, b"jev-tenant-v1\0" + the
+message value)>`; one without it, or signed with another key, is refused `unauthenticated_tenant`. Each upstream
+producer holds the keys of the tenants it serves only, so no producer can write `"tenant": "globex"` and spend as
+globex. Without the file any producer may name any tenant: JEV_TENANTS=* (the default) then admits any valid
+name, which is what `make demo` and a single trusted producer need; a deployment with several producers lists
+its tenants (JEV_TENANTS) and binds them (JEV_TENANT_KEYS), or gives each producer a requests topic of its own
+through Kafka ACLs (a record's content cannot be tied to a Kafka principal by the broker).
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import unicodedata
+from pathlib import Path
 
 MAX_LENGTH = 64
 ALLOWED = re.compile(r"[a-z0-9\u3400-\u4dbf\u4e00-\u9fff][a-z0-9._\-\u3400-\u4dbf\u4e00-\u9fff]*")
@@ -71,3 +83,49 @@ def admitted(text: str) -> frozenset[str] | None:
 def request_key(tenant: str, request_id: str) -> str:
     """A request's identity as one string, each part length-prefixed so no two (tenant, request_id) share it."""
     return f"{len(tenant)}:{tenant}/{len(request_id)}:{request_id}"
+
+
+SIGNATURE_HEADER = "jev-tenant-sig"
+MIN_KEY_BYTES = 16
+
+
+def signature(key: bytes, raw: bytes) -> str:
+    """What a producer holding `key` sends as its request's jev-tenant-sig header."""
+    return hmac.new(key, b"jev-tenant-v1\x00" + raw, hashlib.sha256).hexdigest()
+
+
+def load_keys(path: str) -> dict[str, bytes] | None:
+    """JEV_TENANT_KEYS as {canonical tenant: key}; None when unset (any producer may name any tenant)."""
+    if not path:
+        return None
+    import orjson
+
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data.values()):
+            raise ValueError('expected a JSON object {"<tenant>": "<key>"}')
+        keys = {canonical(tenant): key.encode() for tenant, key in data.items()}
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"JEV_TENANT_KEYS={path}: {exc}") from None
+    short = sorted(t for t, k in keys.items() if len(k) < MIN_KEY_BYTES)
+    if short:
+        raise SystemExit(f"JEV_TENANT_KEYS={path}: the keys of {', '.join(short)} are shorter than {MIN_KEY_BYTES} "
+                         f"bytes: give each tenant a random key (e.g. `openssl rand -hex 32`)")
+    return keys
+
+
+def unbound(keys: dict[str, bytes] | None, tenant: str, raw: bytes, headers) -> str:
+    """Why this request may not spend as `tenant` ("" when it may: no keys configured, or its signature holds)."""
+    if keys is None:
+        return ""
+    key = keys.get(tenant)
+    if key is None:
+        return f"tenant {tenant!r} has no producer key in JEV_TENANT_KEYS: add one, and give it to its producers"
+    sent = [bytes(v) for k, v in headers or () if k == SIGNATURE_HEADER]
+    if not sent:
+        return (f"the request has no {SIGNATURE_HEADER} header: its producer must sign each request with tenant "
+                f"{tenant!r}'s key (hex HMAC-SHA256 of b'jev-tenant-v1\\0' + the message value)")
+    if not hmac.compare_digest(sent[-1].decode("ascii", "replace"), signature(key, raw)):
+        return (f"the {SIGNATURE_HEADER} header does not match this request under tenant {tenant!r}'s key: this "
+                f"producer may not write for {tenant!r} (or the value changed after it was signed)")
+    return ""

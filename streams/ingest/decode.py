@@ -13,6 +13,7 @@ from streams.ingest.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.postprocess import stream as stream_mod
 from streams.postprocess.stream import StreamConfig
+from streams import tenants
 from streams.tenants import BadTenant, canonical
 
 
@@ -25,6 +26,7 @@ class Admission:
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
     tenants: frozenset[str] | None = None  # the tenants admitted (streams.tenants.admitted); None = any valid name
+    tenant_keys: dict[str, bytes] | None = None  # producers' keys per tenant (JEV_TENANT_KEYS); None = unbound
 
 
 METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
@@ -32,9 +34,11 @@ METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "
 # (the tenant is not: a control character in it is refused, streams.tenants)
 
 
-def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
-    """Decode, validate, render the template, count every section exactly, enforce the input contract
-    (truncate the oldest history by tokens when `truncate`, else reject)."""
+def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None,
+          headers=()) -> Work | Rejection:
+    """Decode, validate, check the producer may write for its tenant (`headers`: the message's, streams.tenants),
+    render the template, count every section exactly, enforce the input contract (truncate the oldest history by
+    tokens when `truncate`, else reject)."""
     now = time.time() if now is None else now
     request_id = ""
     try:
@@ -43,6 +47,9 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         request = with_canonical_tenant(request)
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
+        unbound = tenants.unbound(policy.tenant_keys, request.tenant, raw, headers)
+        if unbound:
+            raise Invalid("unauthenticated_tenant", unbound)
         check_stream(request, policy.stream_config or stream_mod.load())
         check_request(request)
         measured = measure_context(request, model)

@@ -77,3 +77,23 @@ def test_the_slash_collision_is_impossible(usage_db):
     billed = usage_db.query("SELECT tenant, request_id, sum(input_tokens) FROM usage_events GROUP BY tenant, "
                             "request_id ORDER BY tenant").result_rows
     assert billed == [("acme", "coll/r1", 60), ("acme/coll", "r1", 60)]
+
+
+def test_with_tenant_keys_a_producer_spends_only_as_the_tenants_whose_key_it_holds(tmp_path):
+    """The issue's probe: any producer could write "tenant": "globex" and spend as globex."""
+    from streams.ingest.decode import Admission, admit
+    from streams.tenants import SIGNATURE_HEADER, load_keys, signature
+
+    path = tmp_path / "tenant-keys.json"
+    path.write_text('{"Globex": "globex-key-0123456789abcdef", "acme": "acme-key-0123456789abcdef"}')
+    keys = load_keys(str(path))
+    policy = Admission(1_048_576, "gpt-4o-mini", frozenset({"ranking"}), tenant_keys=keys)
+    raw = orjson.dumps({**REQUEST, "tenant": "globex"})
+    signed_by = {t: ((SIGNATURE_HEADER, signature(k, raw).encode()),) for t, k in keys.items()}
+    assert admit(raw, policy, headers=signed_by["globex"]).request.tenant == "globex"
+    for headers, says in (((), "no jev-tenant-sig header"), (signed_by["acme"], "may not write for 'globex'")):
+        refused = admit(raw, policy, headers=headers)
+        assert refused.reason == "unauthenticated_tenant" and says in refused.detail
+    other = orjson.dumps({**REQUEST, "tenant": "initech"})
+    assert "no producer key" in admit(other, policy, headers=signed_by["acme"]).detail
+    assert admit(raw, Admission(1_048_576, "gpt-4o-mini", frozenset({"ranking"}))).request.tenant == "globex"
