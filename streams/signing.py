@@ -68,11 +68,11 @@ class Keyring:
         found = [v for k, v in headers or () if k == HEADER]
         if not found:
             return "unsigned"
-        kid, _, sig = bytes(found[-1]).decode("ascii", "replace").partition(":")
-        key = self.keys.get(kid)
+        kid, _, sig = bytes(found[-1] or b"").partition(b":")  # whatever bytes a forger put there
+        key = self.keys.get(kid.decode("ascii", "replace"))
         if key is None:
-            return f"signed with an unknown key ({kid!r}; this process knows {', '.join(self.keys)})"
-        if not hmac.compare_digest(sig, digest(key, topic, value or b"")):
+            return f"signed with an unknown key ({kid[:16]!r}; this process knows {', '.join(self.keys)})"
+        if not hmac.compare_digest(sig, digest(key, topic, value or b"").encode()):
             return "bad signature"
         return ""
 

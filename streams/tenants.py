@@ -121,11 +121,11 @@ def unbound(keys: dict[str, bytes] | None, tenant: str, raw: bytes, headers) -> 
     key = keys.get(tenant)
     if key is None:
         return f"tenant {tenant!r} has no producer key in JEV_TENANT_KEYS: add one, and give it to its producers"
-    sent = [bytes(v) for k, v in headers or () if k == SIGNATURE_HEADER]
+    sent = [bytes(v or b"") for k, v in headers or () if k == SIGNATURE_HEADER]
     if not sent:
         return (f"the request has no {SIGNATURE_HEADER} header: its producer must sign each request with tenant "
                 f"{tenant!r}'s key (hex HMAC-SHA256 of b'jev-tenant-v1\\0' + the message value)")
-    if not hmac.compare_digest(sent[-1].decode("ascii", "replace"), signature(key, raw)):
+    if not hmac.compare_digest(sent[-1], signature(key, raw).encode()):
         return (f"the {SIGNATURE_HEADER} header does not match this request under tenant {tenant!r}'s key: this "
                 f"producer may not write for {tenant!r} (or the value changed after it was signed)")
     return ""

@@ -24,6 +24,15 @@ def test_a_signature_holds_for_its_topic_and_bytes_only():
     assert keys.headers(name("decisions"), b"x") == [] and keys.problem(name("decisions"), b"x", ()) == ""
 
 
+@pytest.mark.parametrize("header", [None, b"", b"\xff\xfe:\xe9\xe9", b"k" * 5000, "x".encode() + b":\x00"])
+def test_any_bytes_in_the_signature_header_are_a_reason_never_an_error(header):
+    keys = Keyring([b"k" * 32])
+    kid = keys.signing_id.encode()
+    for value in (header, kid + b":" + (header or b"")):
+        reason = keys.problem(CONTROL, b"{}", [(signing.HEADER, value)])
+        assert reason == "bad signature" or reason.startswith("signed with an unknown key")
+
+
 def test_a_rotation_verifies_old_and_new_and_signs_with_the_first(tmp_path, settings):
     new, old = tmp_path / "new.key", tmp_path / "old.key"
     new.write_text("n" * 64)

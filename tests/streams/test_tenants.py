@@ -2,7 +2,7 @@
 stops the process with the setting named (tests/security/test_tenant_identity.py: names on requests)."""
 import pytest
 
-from streams.tenants import admitted, load_keys, request_key
+from streams.tenants import SIGNATURE_HEADER, admitted, load_keys, request_key, unbound
 
 
 def test_jev_tenants_are_folded_like_request_tenants():
@@ -23,6 +23,12 @@ def test_tenant_keys_name_the_setting_and_the_fix(tmp_path):
         load_keys(str(path))
     with pytest.raises(SystemExit, match="JEV_TENANT_KEYS="):
         load_keys(str(tmp_path / "absent.json"))
+
+
+def test_any_bytes_in_a_tenant_signature_are_a_reason_never_an_error():
+    keys = {"acme": b"a" * 32}
+    for header in (None, b"\xff\xfe", b"z" * 4000):
+        assert "does not match" in unbound(keys, "acme", b"{}", [(SIGNATURE_HEADER, header)])
 
 
 def test_a_request_key_prefixes_each_part_with_its_length():
