@@ -117,6 +117,7 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
 
     from schemas.records import Decision, Request, Work
     from streams.budgets.leases import BudgetOwner, LeaseClient
+    from streams import signing
 
     book = new_book(hard)
     book.leased_tokens = True
@@ -124,7 +125,8 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
     await producer.start()
 
     async def send(topic, values):
-        await asyncio.gather(*[await producer.send(topic, value, partition=p) for p, value in values])
+        await asyncio.gather(*[await producer.send(topic, value, partition=p, headers=signing.headers(topic, value))
+                               for p, value in values])
 
     owner = BudgetOwner(bootstrap, app_id, book, send, lease_s=10.0, grace_s=30.0)
     client = LeaseClient(bootstrap, app_id, 4, book, send, share, lease_s=10.0, wait_s=10.0)

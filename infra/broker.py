@@ -99,15 +99,20 @@ def wait_ready(host: str, port: int, timeout: float, proc: subprocess.Popen | No
 
 
 async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    """Create topics that do not exist yet (Faust declares only its internal ones)."""
+    """Create topics that do not exist yet (Faust declares only its internal ones), with the configs the topic
+    registry gives them (compaction of the control and requests-seen topics). The local broker (tansu, memory
+    storage) stores and describes those configs but never compacts; Apache Kafka does."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
+    from schemas.topics import TOPICS
+
+    configs = {spec.name: dict(spec.config) for spec in TOPICS.values() if spec.config}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [NewTopic(n, partitions, 1) for n in names if n not in existing]
+        missing = [NewTopic(n, partitions, 1, topic_configs=configs.get(n, {})) for n in names if n not in existing]
         if missing:
             try:
                 await admin.create_topics(missing)

@@ -10,6 +10,15 @@ class TopicSpec:
     key: str
     carries: str
     external: bool = False
+    config: tuple[tuple[str, str], ...] = ()  # Kafka topic configs create_topics sets
+
+
+# Latest value per key is all a reader needs: Kafka keeps the newest record per key and drops the rest.
+COMPACTED = (("cleanup.policy", "compact"),)
+# The cache-state topic is keyed by the writing process (one key per process, each message a batch of L2 fills,
+# verdicts and L3 observations that add up), so compaction would keep one batch per process and drop the rest of
+# the cache: its log is bounded by age instead, losing to new processes only entries older than a week.
+WEEK = (("cleanup.policy", "delete"), ("retention.ms", str(7 * 24 * 3600 * 1000)))
 
 
 TOPICS = {spec.name.split(".")[1]: spec for spec in (
@@ -22,7 +31,7 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
               external=True),
     TopicSpec("jev.usage.v1", "request_id", "UsageBatch"),
     TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters)", external=True),
-    TopicSpec("jev.control.v1", "key", "Control (latest value per key)", external=True),
+    TopicSpec("jev.control.v1", "kind:key", "Control (latest value per key)", external=True, config=COMPACTED),
     TopicSpec("jev.alerts.v1", "scope", "Alert", external=True),
     TopicSpec("jev.batch.v1", "job", "batch job members", external=True),
     TopicSpec("jev.batch_merged.v1", "job", "MergedCall: generated merged prompt of several batch members"),
@@ -32,9 +41,10 @@ TOPICS = {spec.name.split(".")[1]: spec for spec in (
     TopicSpec("jev.leases.v1", "holder", "BudgetEvent grants, to the stage process that asked"),
     TopicSpec("jev.shadow.v1", "cache_key", "WorkBatch of naive twins of sampled requests, for the scoring workers"),
     TopicSpec("jev.verdicts.v1", "request_id", "Verdict: a sampled request's served vs naive decision", external=True),
-    TopicSpec("jev.cache_state.v1", "origin", "cache-state records: L2 fills and verdicts, L3 follow-ups"),
-    TopicSpec("jev.requests_seen.v1", "tenant/request_id", "idempotency log: admitted requests' content "
-                                                           "fingerprints and first decisions (compact it)"),
+    TopicSpec("jev.cache_state.v1", "origin", "cache-state records: L2 fills and verdicts, L3 follow-ups",
+              config=WEEK),
+    TopicSpec("jev.requests_seen.v1", "<len>:tenant/<len>:request_id", "idempotency log: admitted requests' content "
+                                                           "fingerprints and first decisions", config=COMPACTED),
 )}
 
 

@@ -157,7 +157,8 @@ def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[
     characters."""
     if len(raw) > max_bytes:
         raise Invalid("too_large", f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
-                                   f"(JEV_MAX_REQUEST_BYTES); shorten state/history or raise the limit")
+                                   f"(JEV_MAX_REQUEST_BYTES); shorten state/history or raise the limit",
+                      readable_request_id(raw))
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

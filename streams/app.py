@@ -5,7 +5,7 @@ from pathlib import Path
 
 import faust
 
-from streams import kafka_tuning, tokens
+from streams import kafka_tuning, signing, tenants, tokens
 from streams.batch import agent as batch_agent
 from streams.cache import agent as cache_agent
 from streams.cache.stage import CacheStage
@@ -13,7 +13,7 @@ from streams.distill.work import Distiller
 from streams.ingest import agent as ingest_agent
 from streams.idempotency.requests import Requests
 from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
-from streams.ingest.decode import Admission, admitted_tenants
+from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.local import LocalAnswers
 from streams.postprocess import agent as postprocess_agent
@@ -42,6 +42,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     opened when the first usage arrives; `sender` (anything with `async deliver(outbox)`) to a Sender on the
     app's broker, through which every stage sends."""
     kafka_tuning.install()
+    signing.configure(settings)
     tokens.configure(settings.tokenizers)
     models.configure(settings.model_threads)
     app = faust.App(
@@ -63,7 +64,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     observe_switches(controls.switches)
     admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir(), stream_config.load(settings.stream_config),
-                          admitted_tenants(settings.tenants))
+                          tenants.admitted(settings.tenants), tenants.load_keys(settings.tenant_keys))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)
@@ -76,7 +77,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     @app.task
     async def follow_control():
         await ControlReader(settings.bootstrap, controls, keep=Path(settings.data_dir) / "control.json",
-                            check_s=settings.control_check_s).run()
+                            check_s=settings.control_check_s, max_skew_s=settings.control_max_skew_s).run()
 
     def get_sink():
         if state["sink"] is None:

@@ -16,6 +16,7 @@ import mode
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from streams import signing
 from streams.kafka_tuning import back_off_when_idle
 
 log = logging.getLogger("jev.consumer")
@@ -26,9 +27,12 @@ CAUGHT_UP_QUIET_S = 0.5  # with the partitions assigned, this long without a rec
 
 
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
-                            poll_ms: int, what: str, caught_up: Callable[[], None] | None = None) -> None:
+                            poll_ms: int, what: str, caught_up: Callable[[], None] | None = None,
+                            trusted: Callable[[object], bool] = signing.trusted) -> None:
     """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
     calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
+    On a signed topic (streams.signing) a message Jev did not write is refused, counted and logged (`trusted`),
+    never applied.
     A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process.
     `caught_up()` is called once, when every partition is read up to the end offset it had when assigned and
     CAUGHT_UP_QUIET_S then pass without a record (the local broker's end offsets can fall short of the true end,
@@ -51,6 +55,8 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
                 caught_up = None
             for msgs in polled.values():
                 for msg in msgs:
+                    if not trusted(msg):
+                        continue
                     try:
                         apply(msg.value)
                     except Exception as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 import orjson
@@ -21,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.records import Control
 from schemas.topics import name
+from streams import signing
 from streams.consumer import follow_from_start
 from streams.switches import Controls
 
@@ -32,7 +34,9 @@ async def publish(bootstrap: str, controls: list[Control]) -> None:
     await producer.start()
     try:
         for control in controls:
-            await producer.send_and_wait(name("control"), control.dumps(), key=f"{control.kind}:{control.key}".encode())
+            value = control.dumps()
+            await producer.send_and_wait(name("control"), value, key=f"{control.kind}:{control.key}".encode(),
+                                         headers=signing.headers(name("control"), value))
     finally:
         await producer.stop()
 
@@ -42,11 +46,13 @@ class ControlReader:
     remembers the newest record per kind and key there and republishes what the topic lost (every `check_s`)."""
 
     def __init__(self, bootstrap: str, controls: Controls, poll_ms: int = 200, keep: Path | None = None,
-                 check_s: float = 30.0):
+                 check_s: float = 30.0, max_skew_s: float = 60.0):
         self.bootstrap, self.controls, self.poll_ms = bootstrap, controls, poll_ms
-        self.keep, self.check_s = keep, check_s
+        self.keep, self.check_s, self.max_skew_s = keep, check_s, max_skew_s
         self.stopping, self.caught_up = asyncio.Event(), asyncio.Event()
-        self.known: dict[str, Control] = load_kept(keep) if keep is not None else {}
+        self.known: dict[str, Control] = load_kept(keep, max_skew_s) if keep is not None else {}
+        for control in self.known.values():  # in effect until the topic holds newer ones
+            controls.apply(control)
         self.saved = dict(self.known)
 
     async def run(self) -> None:
@@ -59,11 +65,18 @@ class ControlReader:
                 keeping.cancel()
 
     def apply(self, value: bytes) -> None:
+        """One record of the topic: applied when it is the newest of its kind and key; a record stamped in the
+        future is refused (counted as forged), one older than the value in effect is skipped (a replay)."""
         control = Control.loads(value)
-        self.controls.apply(control)
+        if from_future(control, self.max_skew_s):
+            return
         key = record_key(control)
-        if key not in self.known or control.ts >= self.known[key].ts:
-            self.known[key] = control
+        if key in self.known and control.ts < self.known[key].ts:
+            log.info("skipping control record %s stamped %.0f: %.0f is in effect", key, control.ts,
+                     self.known[key].ts)
+            return
+        self.controls.apply(control)
+        self.known[key] = control
 
     async def keep_published(self) -> None:
         """Once the topic is read, and every `check_s` after: republish what it lacks; save what is known."""
@@ -82,7 +95,7 @@ class ControlReader:
 
     async def republish(self) -> list[Control]:
         """Publish every known record the topic lacks or holds only older; returns them."""
-        on_topic = await latest_on_topic(self.bootstrap, self.poll_ms)
+        on_topic = await latest_on_topic(self.bootstrap, self.poll_ms, self.max_skew_s)
         lost = [c for key, c in self.known.items() if key not in on_topic or on_topic[key] < c.ts]
         if lost:
             log.warning("the control topic lacked %d control record(s) this process knows (a restarted broker?): "
@@ -95,25 +108,40 @@ def record_key(control: Control) -> str:
     return f"{control.kind}:{control.key}"
 
 
-async def latest_on_topic(bootstrap: str, poll_ms: int = 200) -> dict[str, float]:
-    """{kind:key: the newest ts} of what the control topic holds now (read from its start to its end)."""
+def from_future(control: Control, max_skew_s: float, count: bool = True) -> bool:
+    """Whether `control` is stamped more than `max_skew_s` ahead of this clock: refused, counted as forged."""
+    if control.ts <= time.time() + max_skew_s:
+        return False
+    if count:
+        signing.refuse(name("control"), f"{record_key(control)} stamped {control.ts:.0f}, "
+                                    f"{control.ts - time.time():.0f} s in the future")
+    return True
+
+
+async def latest_on_topic(bootstrap: str, poll_ms: int = 200, max_skew_s: float = 60.0) -> dict[str, float]:
+    """{kind:key: the newest ts} of what the control topic holds now (read from its start to its end; signed
+    records stamped no later than `max_skew_s` ahead)."""
     found: dict[str, float] = {}
     stopping = asyncio.Event()
 
     def note(value: bytes) -> None:
         control = Control.loads(value)
+        if from_future(control, max_skew_s, count=False):  # counted when it was read to be applied
+            return
         key = record_key(control)
         found[key] = max(found.get(key, control.ts), control.ts)
 
     await follow_from_start(bootstrap, name("control"), note, stopping, poll_ms, "control record",
-                            caught_up=stopping.set)
+                            caught_up=stopping.set, trusted=signing.quietly_trusted)
     return found
 
 
-def load_kept(path: Path) -> dict[str, Control]:
-    """The records a stage process kept (save_kept); none when the file is missing or unreadable (logged)."""
+def load_kept(path: Path, max_skew_s: float = 60.0) -> dict[str, Control]:
+    """The records a stage process kept (save_kept), but any stamped in the future; none when the file is missing
+    or unreadable (logged)."""
     try:
-        return {record_key(c): c for c in (Control.from_data(d) for d in orjson.loads(path.read_bytes()))}
+        kept = [Control.from_data(d) for d in orjson.loads(path.read_bytes())]
+        return {record_key(c): c for c in kept if not from_future(c, max_skew_s)}
     except FileNotFoundError:
         return {}
     except Exception as exc:

@@ -29,3 +29,10 @@ def undecodable(message, exc: Exception, stage: str = "") -> Rejection:
     defaults to the message's topic."""
     return dead_letter("bad_internal_message", f"{message.topic}[{message.partition}]@{message.offset}: "
                                                f"{str(exc)[:500]}", stage or message.topic, message.value or b"")
+
+
+def forged(message, reason: str) -> Rejection:
+    """The dead letter of an internal message Jev did not write (streams.signing), kept for whoever investigates."""
+    return dead_letter("forged_record", f"{message.topic}[{message.partition}]@{message.offset}: {reason}; only "
+                                        f"Jev's processes (holding the signing key) may write this topic",
+                       message.topic, message.value or b"")

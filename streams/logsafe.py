@@ -1,8 +1,12 @@
-"""Keep secrets out of logs: a logging filter that redacts DSN passwords, bearer tokens and API keys.
+"""Keep secrets out of logs: a logging filter that redacts DSN passwords, bearer tokens and API keys, and no
+message payloads (prompt text) at any log level.
 
 install() wraps the log record factory, so every record from every logger (Faust's, aiokafka's, ours) has
 its message, %-arguments and exception text redacted when it is created, before any handler, whenever the
 handlers were configured. RedactingFilter does the same for one handler where the factory cannot be used.
+It also holds the library loggers whose debug records print whole Kafka messages (PAYLOAD_LOGGERS: every
+request, decision and answer text sent or fetched) at INFO, so JEV_LOG_LEVEL=debug shows Jev's own debug
+records and the libraries' others, never a prompt.
 """
 from __future__ import annotations
 
@@ -52,11 +56,17 @@ class RedactingFilter(logging.Filter):
 
 
 FILTER = RedactingFilter()
+# Library loggers whose debug records carry message payloads: aiokafka's requests and responses (record batches)
+# and its producer's "Sending (key=… value=…)", Faust's topic and producer "send: … v=…".
+PAYLOAD_LOGGERS = ("aiokafka", "faust.topics", "faust.transport.drivers.aiokafka")
 
 
 def install() -> None:
-    """Redact every log record of this process from now on (idempotent)."""
+    """Redact every log record of this process from now on, and keep payload debug records out (idempotent)."""
     factory = logging.getLogRecordFactory()
+    for name in PAYLOAD_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logger.level, logging.INFO))
     if getattr(factory, "jev_redacting", False):
         return
 

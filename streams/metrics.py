@@ -7,8 +7,12 @@ Workers call start_metrics_server(settings) once, then the observe_* helpers.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+from streams import secret_files
+from streams.signing import SIGNED
 
 MAX_LABEL_VALUES = 50
 WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repairing output, not deciding (TE)
@@ -53,6 +57,9 @@ SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mech
 SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
                          "guard's current window ('all': every verdict this process judged).", ["mechanism"])
 
+FORGED = Counter("jev_forged_records", "Internal records refused because Jev did not write them: unsigned, badly "
+                 "signed, or a control record stamped in the future (streams/signing.py), by topic.", ["topic"])
+
 _seen: dict[str, set[str]] = {}
 
 
@@ -72,7 +79,8 @@ def bounded(label: str, value: str) -> str:
 KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
                 (BREAKERS, ("timeout",)), (BREAKERS, ("deadline",)), (FALLBACKS, ("token_cap",)),
                 (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)),
-                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")))
+                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")),
+                *((FORGED, (topic,)) for topic in sorted(SIGNED)))
 
 
 def declare_known_series() -> None:
@@ -80,13 +88,23 @@ def declare_known_series() -> None:
         metric.labels(*labels)
 
 
+def bearer_token(settings) -> str:
+    """The token /metrics requires: JEV_METRICS_TOKEN, else the one in JEV_METRICS_TOKEN_FILE (default
+    <data_dir>/metrics.token), created when missing."""
+    if settings.metrics_token:
+        return settings.metrics_token
+    path = Path(settings.metrics_token_file or Path(settings.data_dir).resolve() / "metrics.token")
+    return secret_files.ensure(path, "JEV_METRICS_TOKEN_FILE").decode()
+
+
 def start_metrics_server(settings) -> bool:
     """Serve /metrics on settings.metrics_host:settings.metrics_port (port 0 = off; loopback unless configured),
-    answering only `Authorization: Bearer <settings.metrics_token>` when a token is set; True when started.
-    The alerting series start at 0."""
+    answering only `Authorization: Bearer <bearer_token(settings)>`; True when started. The alerting series start
+    at 0."""
     declare_known_series()
     if not settings.metrics_port:
         return False
+    token = bearer_token(settings)
     import hmac
     import socketserver
     import threading
@@ -94,13 +112,13 @@ def start_metrics_server(settings) -> bool:
 
     from prometheus_client import make_wsgi_app
 
-    exposition, expected = make_wsgi_app(REGISTRY), f"Bearer {settings.metrics_token}".encode()
+    exposition, expected = make_wsgi_app(REGISTRY), f"Bearer {token}".encode()
 
     def guarded(environ, start_response):
         given = environ.get("HTTP_AUTHORIZATION", "").encode()
-        if settings.metrics_token and not hmac.compare_digest(given, expected):
+        if not hmac.compare_digest(given, expected):
             start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
-            return [b"send Authorization: Bearer <JEV_METRICS_TOKEN>\n"]
+            return [b"send Authorization: Bearer <JEV_METRICS_TOKEN, or the token in JEV_METRICS_TOKEN_FILE>\n"]
         return exposition(environ, start_response)
 
     class Server(socketserver.ThreadingMixIn, WSGIServer):
@@ -203,6 +221,10 @@ def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
 
 def set_gpu_memory(device: str, used_share: float) -> None:
     GPU_MEMORY.labels(bounded("device", device)).set(used_share)
+
+
+def observe_forged(topic: str) -> None:
+    FORGED.labels(topic if topic in SIGNED else "other").inc()
 
 
 def observe_switches(switches: dict[str, bool]) -> None:

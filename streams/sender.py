@@ -24,6 +24,7 @@ from streams.inflight import IN_FLIGHT, WORK_TOPICS
 from streams.idempotency.requests import LOG_TOPIC
 from streams.outbox import Outbox
 from streams.partitioning import group_by_partition
+from streams import signing
 
 log = logging.getLogger("jev.sender")
 
@@ -74,7 +75,11 @@ class Sender(mode.Service):
         """Queue every record of `outbox` in order (chunks, decisions, review, usage, work, dead letters, alerts,
         batch records, records placed on a partition); the delivery futures. Chunks are keyed by request id,
         partitioned as decisions are."""
-        send = self.producer.send
+        keys, produce = signing.keyring(), self.producer.send
+
+        async def send(topic: str, value: bytes, **placing) -> asyncio.Future:  # signed where Jev alone writes
+            return await produce(topic, value, headers=keys.headers(topic, value), **placing)
+
         futures = []
         for topic, key, value in outbox.records:  # a decision's requests-seen record goes out ahead of it: a
             if topic == LOG_TOPIC:  # process killed between the two then re-sends that decision, not another

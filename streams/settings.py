@@ -126,7 +126,13 @@ class Settings:
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     tenants: str = _doc("*", "Tenants ingest admits, comma-separated (acme,globex); a request of any other tenant is "
-                             "rejected (unknown_tenant). * admits any non-empty tenant: list them in production.")
+                             "rejected (unknown_tenant). * admits any valid name (streams/tenants.py: NFKC, trimmed, "
+                             "case folded, a documented character set): right for the demo and one trusted "
+                             "producer; list them in production, with JEV_TENANT_KEYS.")
+    tenant_keys: str = _doc("", "JSON file (mode 0600) {\"<tenant>\": \"<key>\"}: each request must carry the header "
+                                "jev-tenant-sig, HMAC-SHA256 of its value under its tenant's key, so a producer "
+                                "spends only as the tenants whose keys it holds (else unauthenticated_tenant). "
+                                "Empty = any producer may name any tenant.")
     idempotency_max: int = _doc(50_000, "Requests each stage process remembers by (tenant, request_id) to answer a "
                                         "redelivery with the first decision and no new spend (oldest forgotten "
                                         "first).")
@@ -143,6 +149,14 @@ class Settings:
                                         "holds the switches, budgets and versions it read (kept in "
                                         "<data_dir>/control.json); what a restarted broker lost is published "
                                         "again. 0 = checked once, at start.")
+    control_max_skew_s: float = _doc(60.0, "A control record stamped more than this many seconds ahead of this "
+                                           "process's clock is refused (counted as forged): a timestamp from the "
+                                           "future must not order a record after an operator's later change.")
+    signing_key_file: str = _doc("", "Files of the HMAC-SHA256 key(s) that sign Jev's internal records (control, "
+                                     "budget, leases, requests-seen, usage), comma-separated: the first signs, "
+                                     "each verifies (a rotation: new,old). Empty = <data_dir>/signing.key, created "
+                                     "(random, mode 0600) at first start and shared by the processes of that data "
+                                     "directory; processes with data directories of their own name one file.")
     query_yield_s: float = _doc(5.0, "The owner's query sandboxes are paused (SIGSTOP) while requests it sent on "
                                      "for work are undecided, each holding them for at most this many seconds, so "
                                      "a tenant's query never competes with a decision (time paused counts toward "
@@ -150,8 +164,12 @@ class Settings:
     query_min_share: float = _doc(0.1, "Share of each second a paused query sandbox still runs (a slice), so a "
                                        "tenant's query finishes on a pipeline that is never idle; 0 = none.")
     metrics_host: str = _doc("127.0.0.1", "Address the /metrics endpoint binds (0.0.0.0 = every interface).")
-    metrics_token: str = _doc("", "Bearer token /metrics requires (empty = none); Prometheus sends it with "
-                                  "`authorization: {credentials: …}`.")
+    metrics_token: str = _doc("", "Bearer token /metrics requires; empty = the one in JEV_METRICS_TOKEN_FILE. "
+                                  "/metrics always asks for a token; Prometheus sends it with `authorization: "
+                                  "{credentials_file: …}`.")
+    metrics_token_file: str = _doc("", "File of the /metrics bearer token when JEV_METRICS_TOKEN is empty, created "
+                                       "(random, mode 0600) when missing; empty = <data_dir>/metrics.token. "
+                                       "Processes scraped with one token name one file.")
     raw_text_days: int = _doc(0, "Days raw request text (state, history, candidates) is kept in ClickHouse table "
                                  "request_texts, deleted by its TTL after that (0 = raw text is never stored).")
     shadow_rate: str = _doc("0.02", "Share of each decision type's requests also decided the naive way (full "
@@ -170,6 +188,10 @@ class Settings:
     shadow_guard: int = _doc(1, "1: below its floor a mechanism is tightened or switched off, with an alert and a "
                                 "control record; 0: verdicts are only recorded.")
     log_level: str = _doc("warning", "Log level of workers.")
+    stop_grace_s: float = _doc(2.0, "Seconds the stage process takes to stop gracefully on SIGTERM or SIGINT; then "
+                                    "it exits as if killed, which the pipeline survives (at-least-once: what it had "
+                                    "not committed is read again, its leases come back after their expiry, spilled "
+                                    "usage is drained at the next start).")
 
     @property
     def bootstrap(self) -> str:

@@ -59,12 +59,16 @@ def usage_db(clickhouse_session):
 
 
 def consumed(topic: str, values: list) -> list:
-    """Messages as a BatchConsumer hands them to its handler, to call a stage's handler without a broker."""
+    """Messages as a BatchConsumer hands them to its handler (signed as Jev's Sender signs them), to call a stage's
+    handler without a broker."""
     from aiokafka.structs import ConsumerRecord
+
+    from streams import signing
 
     return [ConsumerRecord(topic=topic, partition=0, offset=offset, timestamp=0, timestamp_type=0, key=None,
                            value=value, checksum=None, serialized_key_size=0,
-                           serialized_value_size=len(value or b""), headers=())
+                           serialized_value_size=len(value or b""),
+                           headers=tuple(signing.headers(topic, value or b"")))
             for offset, value in enumerate(values)]
 
 

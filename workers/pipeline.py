@@ -24,7 +24,8 @@ from infra.broker import LocalBroker, create_topics, die_with_parent
 from schemas.records import Chunk, Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
-from streams.metrics import declare_known_series
+from streams.metrics import bearer_token, declare_known_series
+from streams import signing
 from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.lag import export_lag_forever, stage_lag
@@ -82,8 +83,11 @@ class Pipeline:
     async def __aenter__(self) -> "Pipeline":
         self.broker.start()
         self.root.mkdir(parents=True, exist_ok=True)
+        signing.configure(self.base)  # every process of the pipeline signs with this one's key (children by env)
         self.settings = self.base.replace(broker=self.broker.url, data_dir=str(self.root),
-                                          clickhouse_dsn=self.base.clickhouse)
+                                          clickhouse_dsn=self.base.clickhouse,
+                                          signing_key_file=",".join(map(str, signing.key_files(self.base))),
+                                          metrics_token=bearer_token(self.base) if self.metrics else "")
         await create_topics(self.settings.bootstrap, [t.name for t in TOPICS.values()], self.settings.partitions)
         if self.stages_process:
             await asyncio.to_thread(self.start_stages)

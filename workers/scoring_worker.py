@@ -16,6 +16,7 @@ from pathlib import Path
 
 from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
+from streams import signing
 from streams.control import ControlReader
 from streams.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.deadletter import dead_letter
@@ -59,6 +60,7 @@ class ScoringWorker:
 
     async def run(self) -> None:
         s = self.settings
+        signing.configure(s)
         sender = self.sender = Sender(s.bootstrap, s.partitions)
         consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
                                  s.score_batch_wait_ms, sender=sender, depth=DEPTH)
@@ -68,7 +70,7 @@ class ScoringWorker:
         shadow = self.shadow.consumer(sender)
         controls.listeners.append(lambda _: observe_switches(controls.switches))
         observe_switches(controls.switches)
-        follow = asyncio.create_task(ControlReader(s.bootstrap, controls).run())
+        follow = asyncio.create_task(ControlReader(s.bootstrap, controls, max_skew_s=s.control_max_skew_s).run())
         lag = asyncio.create_task(export_lag_forever(s.bootstrap, s.lag_export_s))
         gpu = asyncio.create_task(export_gpu_memory_forever(s.lag_export_s))
         await sender.start()

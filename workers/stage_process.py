@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import faust
@@ -13,6 +16,29 @@ from streams.usage.spill import durable_sink
 from workers.analytics.owner import QueryServer
 from workers.lag import export_lag_forever
 from streams.scoring.factory import known_decision_types
+
+
+class StageWorker(faust.Worker):
+    """The Faust worker of the stage process, which stops within `grace_s` of SIGTERM or SIGINT: the graceful stop
+    (agents, consumers, leases returned, the sink drained) runs meanwhile; what it has not finished by then is left
+    as a kill leaves it, and `on_exit` runs before the process exits."""
+
+    def __init__(self, *args, grace_s: float, on_exit, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.grace_s, self.on_exit = grace_s, on_exit
+
+    def _schedule_shutdown(self, signum: signal.Signals) -> None:
+        if not self._signal_stop_time:
+            threading.Thread(target=self.exit_after_grace, args=(signum,), name="jev-stop", daemon=True).start()
+        super()._schedule_shutdown(signum)
+
+    def exit_after_grace(self, signum: signal.Signals) -> None:
+        time.sleep(self.grace_s)
+        logging.getLogger("jev.stages").warning("not stopped %.1f s after %s: exiting now (what was not committed is "
+                                                "read again)", self.grace_s, signum.name)
+        self.on_exit()
+        logging.shutdown()
+        os._exit(128 + signum)
 
 
 def serve_stages() -> None:
@@ -47,14 +73,18 @@ def serve_stages() -> None:
         freeze_heap()
         ready.touch()
 
-    worker = faust.Worker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True)
+    def leave_no_markers() -> None:
+        ready.unlink(missing_ok=True)
+        if query_server is not None and query_server.path is not None:
+            query_server.path.unlink(missing_ok=True)
+
+    worker = StageWorker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True,
+                         grace_s=settings.stop_grace_s, on_exit=leave_no_markers)
     worker.spinner = None
     try:
         worker.execute_from_commandline()
     finally:
-        ready.unlink(missing_ok=True)
-        if query_server is not None and query_server.path is not None:
-            query_server.path.unlink(missing_ok=True)
+        leave_no_markers()
         if query_server is not None:
             query_server.close()
         if sink is not None:

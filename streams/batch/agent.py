@@ -18,6 +18,7 @@ from streams.outbox import Outbox
 from streams.usage.events import usage_event
 from streams.batch import aggregate, config, split
 from streams.generation import load_generator
+from streams.tenants import BadTenant, canonical
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
 
@@ -44,7 +45,11 @@ def decode_member(raw: bytes) -> BatchMember:
         raise ValueError(f"batch member {member.member!r}: quota_tokens must be a positive integer")
     if not isinstance(member.variables, dict):
         raise ValueError(f"batch member {member.member!r}: variables must be a JSON object")
-    return member
+    try:
+        tenant = canonical(member.tenant)
+    except BadTenant as exc:
+        raise ValueError(f"batch member {member.member!r}: {exc}") from None
+    return member if tenant == member.tenant else member.derive(tenant=tenant)
 
 
 def member_request(result: BatchResult, tenant: str, service: str, business_line: str) -> Request:

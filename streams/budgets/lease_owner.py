@@ -19,6 +19,7 @@ not reserved: at most holders × max(lease_share × hard limit, the largest sing
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from schemas.records import BudgetEvent
 from streams.budgets.book import PERIODS
 
 CHANGES = ("grant", "settle", "return", "reclaim")
+log = logging.getLogger("jev.leases")
 
 
 @dataclass
@@ -91,11 +93,15 @@ class LeaseOwner:
                 lease.granted += max(0, extra)
                 lease.expires = max(lease.expires, event.expires)
         elif event.kind == "settle":
+            if event.actual < 0 or event.reserved < 0:
+                log.warning("refusing settle of %s on lease %s: negative tokens (reserved %d, actual %d) would "
+                            "hand spent budget back", event.key, event.lease_id, event.reserved, event.actual)
+                return
             acc.used += event.actual
-            if lease is not None:
-                lease.settled += event.reserved
+            if lease is not None:  # what a lease frees is at most what it still holds
+                lease.settled += min(event.reserved, lease.held)
         elif event.kind == "return" and lease is not None:
-            lease.returned += event.tokens
+            lease.returned += max(0, min(event.tokens, lease.held))
         elif event.kind == "reclaim":
             acc.leases.pop(event.lease_id, None)
 

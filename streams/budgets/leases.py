@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from schemas.records import BudgetEvent, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused, request_scopes
+from streams import signing
 from streams.kafka_tuning import back_off_when_idle
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner
@@ -106,6 +107,8 @@ class BudgetOwner:
             await consumer.stop()
 
     def handle(self, lease_owner: LeaseOwner, partition: int, msg) -> list[tuple[str, int | None, BudgetEvent]]:
+        if not signing.trusted(msg):
+            return []
         try:
             event = BudgetEvent.loads(msg.value)
         except Exception as exc:
@@ -141,6 +144,7 @@ class LeaseClient:
         self.waiting: dict[str, asyncio.Future] = {}
         self.asking: dict[str, str] = {}  # budget key -> the lease request in flight for it
         self.granted: set[str] = set()  # lease requests already answered (a grant may arrive twice)
+        self.asked: set[str] = set()  # every lease request this holder made
         self.returning: list = []  # (key, Held) replaced by a new lease before being returned
         self.stopping = asyncio.Event()
 
@@ -149,6 +153,7 @@ class LeaseClient:
         future = asyncio.get_running_loop().create_future()
         self.waiting[request] = future
         self.asking[key] = request
+        self.asked.add(request)
         event = BudgetEvent(kind="lease", key=key, holder=self.id, lease_id=lease_id, request=request, tokens=tokens,
                             ts=time.time())
         await self.send(name("budget"), [(partition_for(key, self.partitions), event.dumps())])
@@ -244,7 +249,8 @@ class LeaseClient:
         return window_of(b.period if b else "day", time.time())
 
     def on_grant(self, event: BudgetEvent) -> None:
-        if event.holder != self.id or event.request in self.granted:
+        """A grant from the owner: taken once, and only when it answers a lease request this holder made."""
+        if event.holder != self.id or event.request in self.granted or event.request not in self.asked:
             return
         self.granted.add(event.request)
         replaced = self.holder.on_grant(event.key, event.lease_id, event.window, event.tokens, event.expires)
@@ -266,6 +272,8 @@ class LeaseClient:
             while not self.stopping.is_set():
                 for msgs in (await consumer.getmany(timeout_ms=200)).values():
                     for msg in msgs:
+                        if not signing.trusted(msg):
+                            continue
                         try:
                             self.on_grant(BudgetEvent.loads(msg.value))
                         except Exception as exc:

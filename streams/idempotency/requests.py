@@ -8,9 +8,9 @@ reservation and overspend a hard budget, and one tenant's id cannot borrow anoth
 
 The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
 entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
-postprocess each first decision, to the requests-seen topic (keyed tenant/request_id, so a compacted topic keeps
-the latest per request), which every stage process reads from its beginning and keeps following before it admits
-anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
+postprocess each first decision, to the requests-seen topic (keyed by streams.tenants.request_key, so a compacted
+topic keeps the latest per request), which every stage process reads from its beginning and keeps following
+before it admits anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
 rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
 (postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
 ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again.
@@ -27,6 +27,7 @@ import threading
 import orjson
 
 from schemas.records import Decision
+from streams.tenants import request_key
 
 NEW, REDELIVERY, CONFLICT = "new", "redelivery", "conflict"
 LOG_TOPIC = "requests_seen"
@@ -34,7 +35,7 @@ LOG_TOPIC = "requests_seen"
 
 def reservation_key(tenant: str, request_id: str) -> str:
     """The budget reservation id of a request: its tenant and id, so two tenants' ids never meet."""
-    return f"{tenant}\x1f{request_id}"
+    return request_key(tenant, request_id)
 
 
 def fingerprint(raw: bytes) -> bytes:
@@ -83,12 +84,14 @@ class Requests:
                 return NEW, None
             return REDELIVERY, entry[1]
 
-    def decided(self, tenant: str, decision: Decision) -> None:
-        """Remember the decision sent for (tenant, decision.request_id), for redeliveries to get it again."""
+    def decided(self, tenant: str, decision: Decision) -> bytes | None:
+        """Remember the decision sent for (tenant, decision.request_id), for redeliveries to get it again; the
+        request's content fingerprint when known (for its decided_record)."""
         with self.lock:
             entry = self.seen.get((tenant, decision.request_id))
             if entry is not None and entry[1] is None:
                 entry[1] = decision
+            return entry[0] if entry is not None else None
 
     def first(self, tenant: str, request_id: str) -> Decision | None:
         """The decision already sent for (tenant, request_id), if known here."""
@@ -115,7 +118,8 @@ class Requests:
 
 
 def log_key(tenant: str, request_id: str) -> bytes:
-    return f"{tenant}/{request_id}".encode()
+    """The requests-seen record's Kafka key, one per request (compaction keeps the latest per key)."""
+    return request_key(tenant, request_id).encode()
 
 
 def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, bytes, bytes]:
@@ -124,10 +128,13 @@ def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, byte
         {"tenant": tenant, "request_id": request_id, "fingerprint": fingerprint(raw).hex()})
 
 
-def decided_record(tenant: str, decision: Decision) -> tuple[str, bytes, bytes]:
-    """The requests-seen record of a request's first decision, as an Outbox record."""
-    return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(
-        {"tenant": tenant, "request_id": decision.request_id, "decision": decision.to_representation()})
+def decided_record(tenant: str, decision: Decision, print_: bytes | None = None) -> tuple[str, bytes, bytes]:
+    """The requests-seen record of a request's first decision (with its content fingerprint when known: the topic
+    is compacted, so this record alone stands for the request), as an Outbox record."""
+    record = {"tenant": tenant, "request_id": decision.request_id, "decision": decision.to_representation()}
+    if print_ is not None:
+        record["fingerprint"] = print_.hex()
+    return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(record)
 
 
 def conflict_detail(tenant: str, request_id: str) -> str:

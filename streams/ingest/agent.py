@@ -47,7 +47,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         for message in messages:
             raw = message.value or b""  # a message without a value is invalid input
             try:
-                result = admit(raw, admission, truncate=controls.on("ingest.truncation"))
+                result = admit(raw, admission, truncate=controls.on("ingest.truncation"), headers=message.headers)
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
                 log.exception("ingest failed on a request")
                 result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "

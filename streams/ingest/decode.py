@@ -13,6 +13,8 @@ from streams.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.output import stream as stream_mod
 from streams.output.stream import StreamConfig
+from streams import tenants
+from streams.tenants import BadTenant, canonical
 
 
 @dataclass(frozen=True)
@@ -23,30 +25,31 @@ class Admission:
     known_types: frozenset[str]
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
-    tenants: frozenset[str] | None = None  # the tenants admitted; None = any non-empty tenant (JEV_TENANTS=*)
+    tenants: frozenset[str] | None = None  # the tenants admitted (streams.tenants.admitted); None = any valid name
+    tenant_keys: dict[str, bytes] | None = None  # producers' keys per tenant (JEV_TENANT_KEYS); None = unbound
 
 
-METADATA = ("request_id", "tenant", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
+METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
             "model", "business_event", "human_decision")  # stripped of control characters on the way in
+# (the tenant is not: a control character in it is refused, streams.tenants)
 
 
-def admitted_tenants(text: str) -> frozenset[str] | None:
-    """JEV_TENANTS as Admission.tenants: '*' → None (any), else the comma-separated names."""
-    if text.strip() == "*":
-        return None
-    return frozenset(t.strip() for t in text.split(",") if t.strip())
-
-
-def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None) -> Work | Rejection:
-    """Decode, validate, render the template, count every section exactly, enforce the input contract
-    (truncate the oldest history by tokens when `truncate`, else reject)."""
+def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None,
+          headers=()) -> Work | Rejection:
+    """Decode, validate, check the producer may write for its tenant (`headers`: the message's, streams.tenants),
+    render the template, count every section exactly, enforce the input contract (truncate the oldest history by
+    tokens when `truncate`, else reject)."""
     now = time.time() if now is None else now
     request_id = ""
     try:
         request = decode(raw, Request, policy.max_bytes, clean=METADATA)
         request_id = request.request_id
+        request = with_canonical_tenant(request)
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
+        unbound = tenants.unbound(policy.tenant_keys, request.tenant, raw, headers)
+        if unbound:
+            raise Invalid("unauthenticated_tenant", unbound)
         check_stream(request, policy.stream_config or stream_mod.load())
         check_request(request)
         measured = measure_context(request, model)
@@ -76,6 +79,17 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
         return dead_letter(exc.reason, str(exc), "ingest", raw, request_id, now)
     except tokens.UnknownModel as exc:
         return dead_letter("unknown_model", str(exc), "ingest", raw, request_id, now)
+
+
+def with_canonical_tenant(request: Request) -> Request:
+    """`request` under its tenant's one spelling (streams.tenants), or Invalid bad_tenant saying what is wrong."""
+    if not request.tenant.strip():
+        return request  # check() names the missing tenant
+    try:
+        tenant = canonical(request.tenant)
+    except BadTenant as exc:
+        raise Invalid("bad_tenant", str(exc)) from None
+    return request if tenant == request.tenant else request.derive(tenant=tenant)
 
 
 def check(request: Request, model: str, known_types: frozenset[str], tenants: frozenset[str] | None = None) -> None:

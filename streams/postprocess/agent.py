@@ -65,8 +65,8 @@ class Postprocess:
             if not work.refresh:
                 out.decisions.append((decision, http_headers(decision)))
                 if self.requests is not None:
-                    self.requests.decided(work.request.tenant, decision)
-                    out.records.append(decided_record(work.request.tenant, decision))
+                    known = self.requests.decided(work.request.tenant, decision)
+                    out.records.append(decided_record(work.request.tenant, decision, known))
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())

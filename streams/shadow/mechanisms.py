@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from schemas.records import Decision, UsageEvent
+from streams.usage.events import section_of as event_section
 
 DISTILL_LAYERS = ("dedup", "domain", "semantic", "time")
 SCORE_SECTIONS = ("rules", "cascade", "beam", "hierarchy", "shared_context")
@@ -48,9 +49,8 @@ MECHANISM_SQL = (f"multiIf(stage = 'distill' AND section IN {_sql_list(DISTILL_L
 
 
 def section_of(event: UsageEvent) -> str:
-    """The mechanism inside the event's stage: what follows `<tenant>/<request_id>:<stage>:` in its event id."""
-    rest = event.event_id.removeprefix(f"{event.tenant}/")[len(event.request_id) + 1:]
-    return rest.split(":", 1)[1] if ":" in rest else ""
+    """The mechanism inside the event's stage: the section of its event id (streams.usage.events)."""
+    return event_section(event.event_id)
 
 
 def saved(event: UsageEvent) -> bool:

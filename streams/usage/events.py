@@ -6,6 +6,7 @@ import time
 
 from schemas.records import Request, UsageEvent
 from streams import pricing
+from streams.tenants import request_key
 
 # Every field's default, from the record's own decoder: an event is these, updated with what was measured.
 # Three to five events are made per request, so this skips the decoder's per-field pass (all fields are scalars).
@@ -28,9 +29,9 @@ def event(who: dict, stage: str, section: str = "", *, model: str = "", input_to
           cache_read_tokens: int = 0, output_tokens: int = 0, outcome: str = "ok", **measured) -> UsageEvent:
     """A UsageEvent from `who` (request_id, ts, tenant, service, business_line, session_id, user_id,
     decision_type, business_event) and what was `measured` (nominal_tokens, latency_ms, candidates, …).
-    event_id = tenant/request_id:stage[:section], so a redelivered stage re-emits the same key and the sink stores
-    it once, and one tenant's event never shares a key with (and is never dropped as a duplicate of) another
-    tenant's."""
+    event_id = event_key(tenant, request_id, stage, section), so a redelivered stage re-emits the same key and the
+    sink stores it once, and one tenant's event never shares a key with (and is never dropped as a duplicate of)
+    another tenant's."""
     unknown = measured.keys() - _DEFAULTS.keys()
     if unknown:
         raise TypeError(f"UsageEvent has no field {', '.join(sorted(unknown))}")
@@ -49,5 +50,17 @@ def event(who: dict, stage: str, section: str = "", *, model: str = "", input_to
 
 
 def event_key(tenant: str, request_id: str, stage: str, section: str = "") -> str:
-    """A usage event's idempotency key: tenant/request_id:stage[:section]."""
-    return f"{tenant}/{request_id}:{stage}:{section}" if section else f"{tenant}/{request_id}:{stage}"
+    """A usage event's idempotency key, `<len>:tenant/<len>:request_id:stage[:section]`: the request's key
+    (streams.tenants.request_key, length-prefixed), so no two (tenant, request, stage, section) share one: tenant
+    `acme/coll` with request `r1` never meets tenant `acme` with request `coll/r1`."""
+    key = f"{request_key(tenant, request_id)}:{stage}"
+    return f"{key}:{section}" if section else key
+
+
+def section_of(event_id: str) -> str:
+    """The section of an event key (what follows its stage), "" when it has none."""
+    tenant_length, _, rest = event_id.partition(":")
+    rest = rest[int(tenant_length) + 1:] if tenant_length.isdigit() else rest  # past "tenant/"
+    request_length, _, rest = rest.partition(":")
+    rest = rest[int(request_length) + 1:] if request_length.isdigit() else rest  # past "request_id:"
+    return rest.partition(":")[2]

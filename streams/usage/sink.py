@@ -17,7 +17,8 @@ import time
 from infra.clickhouse import USAGE_COLUMNS
 from schemas.records import UsageBatch
 from streams import metrics
-from streams.deadletter import undecodable
+from streams import signing
+from streams.deadletter import forged, undecodable
 from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 
@@ -74,9 +75,14 @@ class UsageSink:
 
 
 def read_envelopes(messages: list) -> tuple[list, list]:
-    """The usage events of a micro-batch of UsageBatch messages, and a dead letter for each that does not decode."""
+    """The usage events of a micro-batch of UsageBatch messages, and a dead letter for each that does not decode or
+    that Jev did not write (streams.signing: unsigned or badly signed, counted as forged)."""
     events, rejected = [], []
     for message in messages:
+        reason = signing.check(message)
+        if reason:
+            rejected.append(forged(message, reason))
+            continue
         try:
             events.extend(UsageBatch.loads(message.value).events)
         except Exception as exc:  # anything that is not a UsageBatch, however malformed

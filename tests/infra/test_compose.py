@@ -120,10 +120,25 @@ def promtool() -> str:
 
 
 @pytest.mark.parametrize("check, path", [("rules", "alerts.yml"), ("config", "prometheus.yml")])
-def test_promtool_accepts_the_config_and_rules(check, path):
-    done = subprocess.run([promtool(), "check", check, path], cwd=ROOT / "infra/prometheus", capture_output=True,
+def test_promtool_accepts_the_config_and_rules(check, path, tmp_path):
+    """Checked in a copy of infra/prometheus with the secrets volume's token in place (promtool reads it)."""
+    shutil.copytree(ROOT / "infra/prometheus", tmp_path / "prometheus")
+    (tmp_path / "prometheus/secrets/metrics.token").write_text("token-the-jev-containers-create\n")
+    done = subprocess.run([promtool(), "check", check, path], cwd=tmp_path / "prometheus", capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_scrape_sends_the_token_the_jev_containers_share():
+    tokens = {job["authorization"]["credentials_file"] for job in PROMETHEUS["scrape_configs"]}
+    assert tokens == {"secrets/metrics.token"}
+    mounts = dict(v.split(":")[:2] for v in SERVICES["prometheus"]["volumes"])
+    volume = next(source for source, target in mounts.items() if target == "/etc/prometheus/secrets")
+    for service in JEV_SERVICES:
+        env = SERVICES[service]["environment"]
+        target = next(str(v).split(":")[1] for v in SERVICES[service]["volumes"] if str(v).startswith(f"{volume}:"))
+        assert env["JEV_METRICS_TOKEN_FILE"] == f"{target}/metrics.token"
+        assert env["JEV_SIGNING_KEY_FILE"] == f"{target}/signing.key"  # one signing key for the whole fleet
 
 
 def test_the_jev_healthcheck_scrapes_with_the_metrics_token(tmp_path):

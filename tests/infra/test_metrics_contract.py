@@ -1,5 +1,6 @@
 """The metrics contract: every series an alert rule or a dashboard panel reads is recorded by the product. A short
-pipeline run that should move each of them (token-cap and deadline breaker trips and their fallbacks included),
+pipeline run that should move each of them (token-cap and deadline breaker trips and their fallbacks, and a forged
+usage record, included),
 every process scraped over its own /metrics port; a referenced series missing from all scrapes, or never above
 zero, fails."""
 import asyncio
@@ -8,7 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from schemas.topics import name
 from workers import workload
+from workers.chaos import send_raw
 from workers.demo import DEADLINE_SHARE
 from workers.pipeline import Pipeline, known_decision_types
 from workers.scrape import gpu_present, labelled_samples, missing_or_still, referenced_series, samples
@@ -49,6 +52,7 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
         first = await asyncio.to_thread(pipe.scrape_metrics)
         assert len(first) == 2, f"expected the stage process and a scoring worker, scraped {sorted(first)}"
         await pipe.publish(payloads[:40])
+        await send_raw(pipe.settings.bootstrap, [(name("usage"), b'{"events": []}')])  # unsigned: a forgery
         await pipe.collect(40, 0, timeout=180)
         await pipe.publish(payloads[40:])  # repeats of the first wave: cache hits
         collecting = asyncio.create_task(pipe.collect(80, 0, timeout=180))

@@ -44,6 +44,16 @@ def test_oversized_payload_is_refused_before_parsing():
     assert "JEV_MAX_REQUEST_BYTES" in str(err.value)
 
 
+def test_an_oversized_request_is_refused_with_its_request_id_where_it_can_be_read():
+    big = b'{"request_id": "r-big", "tenant": "acme", "state": "' + b"x" * 2_000_000 + b'"}'
+    with pytest.raises(Invalid) as err:
+        decode(big, Request, 1_048_576)
+    assert (err.value.reason, err.value.request_id) == ("too_large", "r-big")
+    with pytest.raises(Invalid) as err:
+        decode(b'{"state": "' + b"x" * 2_000_000 + b'"}', Request, 1_048_576)
+    assert (err.value.reason, err.value.request_id) == ("too_large", "")
+
+
 def test_json_schema_lists_required_fields_and_nested_types():
     schema = document(Request)
     assert set(schema["required"]) == {"request_id", "tenant", "service", "decision_type", "state"}

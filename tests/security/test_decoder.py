@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from schemas.records import Rejection, Work
-from streams.ingest.decode import Admission, admit, admitted_tenants
+from streams.ingest.decode import Admission, admit
+from streams.tenants import admitted as admitted_tenants
 from streams.settings import load
 
 TENANTS = admitted_tenants("acme, globex")

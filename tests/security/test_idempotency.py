@@ -45,8 +45,8 @@ async def test_forty_requests_under_one_id_spend_once_against_a_hard_budget(app_
     assert len(rejected) == 39 and {r.reason for r in rejected} == {"duplicate_request_id"}
     assert all(r.request_id == "r1" for r in rejected)
     assert "give every new request its own request_id" in rejected[0].detail
-    held = app.jev_budgets.open["acme\x1fr1"]
-    assert held.tokens <= 400 and list(app.jev_budgets.open) == ["acme\x1fr1"]
+    held = app.jev_budgets.open["4:acme/2:r1"]
+    assert held.tokens <= 400 and list(app.jev_budgets.open) == ["4:acme/2:r1"]
 
 
 async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_and_sent):
@@ -54,15 +54,15 @@ async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_
     same = orjson.dumps(REQUEST)
     restamped = orjson.dumps({**REQUEST, "created_at": time.time()})  # a retry may restamp created_at
     await app.jev_ingest.hand_over(requests([same]))
-    reserved = app.jev_budgets.open.get("acme\x1fr1")
+    reserved = app.jev_budgets.open.get("4:acme/2:r1")
     await app.jev_ingest.hand_over(requests([same, restamped]))
-    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
-    assert "rejected" not in captured.sent and app.jev_budgets.open.get("acme\x1fr1") == reserved
+    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["4:acme/2:r1:ingest"]
+    assert "rejected" not in captured.sent and app.jev_budgets.open.get("4:acme/2:r1") == reserved
     first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
     app.jev_requests.decided("acme", first)
     await app.jev_ingest.hand_over(requests([same]))
     assert captured.sent["decisions"] == [first]  # the first decision again, no new work
-    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["acme/r1:ingest"]
+    assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["4:acme/2:r1:ingest"]
 
 
 async def test_one_tenants_request_id_does_not_admit_another_tenant_over_its_budget(app_and_sent):
@@ -103,7 +103,7 @@ def test_a_process_that_reads_the_log_knows_what_another_admitted_and_decided():
     a = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"})
     first = Decision(request_id="r", tier="fine", action_id="a", input_tokens=40)
     log = [admitted_record("t", "r", a)[1:], decided_record("t", first)[1:], admitted_record("t", "r2", a)[1:]]
-    assert {key for key, _ in log} == {b"t/r", b"t/r2"}
+    assert {key for key, _ in log} == {b"1:t/1:r", b"1:t/2:r2"}
     restarted = Requests()
     for _, value in log:
         restarted.apply(value)
@@ -125,7 +125,7 @@ async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(first)]))
     log = captured.sent["requests_seen"]
-    assert [key for key, _ in log] == [b"acme/r1", b"acme/r1"]
+    assert [key for key, _ in log] == [b"4:acme/2:r1", b"4:acme/2:r1"]
     restarted, after = Captured(), create_app(settings.replace(broker="kafka://127.0.0.1:9", budget_leases=0),
                                               {"ranking", "risk_interception"}, sink=object(), sender=Captured())
     after.jev_ingest.sender = restarted
@@ -152,4 +152,18 @@ async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(ap
     sent = captured.sent["decisions"]
     assert [d.request_id for d in sent] == ["r1", "r1"] and sent[0].to_representation() == sent[1].to_representation()
     assert [e.stage for b in captured.sent["usage"] for e in b.events].count("postprocess") == 1
-    assert [key for key, _ in captured.sent["requests_seen"]] == [b"acme/r1", b"acme/r1"]  # admitted, decided
+    assert [key for key, _ in captured.sent["requests_seen"]] == [b"4:acme/2:r1", b"4:acme/2:r1"]  # admitted, decided
+
+
+def test_a_compacted_log_keeps_the_content_of_a_decided_request():
+    """The requests-seen topic is compacted (one record per key): the decided record alone stands for a request,
+    so it carries the content fingerprint too, and other content under the id is still a conflict."""
+    a = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"})
+    writer = Requests()
+    writer.check("t", "r", a)
+    first = Decision(request_id="r", tier="fine", action_id="a")
+    _, _, latest = decided_record("t", first, writer.decided("t", first))
+    restarted = Requests()
+    restarted.apply(latest)
+    assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT, None)
+    assert restarted.check("t", "r", a) == (REDELIVERY, first)

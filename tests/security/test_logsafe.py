@@ -67,3 +67,43 @@ def test_installed_redaction_covers_arguments_and_exceptions(captured):
         assert secret not in text
     assert "100% of 5 rows" in text
     assert "default:***@ch" in text and "Bearer ***" in text
+
+
+async def test_debug_logging_never_writes_a_prompt(tmp_path):
+    """The issue's probe: JEV_LOG_LEVEL=debug wrote raw prompt text (aiokafka's requests and its producer's
+    "Sending … value=…", Faust's "send: … v=…"). A real producer and consumer at DEBUG, every record captured."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from infra.broker import LocalBroker
+
+    prompt = "PROMPT-MARKER my card number is 4111 1111 1111 1111"
+    records: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            records.append(f"{record.name} {self.format(record)}")
+
+    root, handler = logging.getLogger(), Capture(level=logging.DEBUG)
+    level, factory = root.level, logging.getLogRecordFactory()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    logsafe.install()
+    try:
+        with LocalBroker() as broker:
+            bootstrap = broker.url.removeprefix("kafka://")
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+            await producer.start()
+            await producer.send_and_wait("jev.requests.v1", f'{{"state": "{prompt}"}}'.encode())
+            await producer.stop()
+            consumer = AIOKafkaConsumer("jev.requests.v1", bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+            await consumer.start()
+            fetched = await consumer.getmany(timeout_ms=5000)
+            await consumer.stop()
+        logging.getLogger("faust.topics").debug("send: topic=%r v=%r", "t", prompt)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        logging.setLogRecordFactory(factory)
+    assert any(prompt.encode() in m.value for msgs in fetched.values() for m in msgs)
+    assert any(r.startswith("aiokafka") for r in records)  # the libraries did log at INFO and above
+    assert not [r for r in records if "PROMPT-MARKER" in r]

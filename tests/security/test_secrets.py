@@ -2,7 +2,9 @@
 metrics endpoint binds loopback unless told otherwise and answers only its token when one is set."""
 from __future__ import annotations
 
+import os
 import socket
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +14,7 @@ import psutil
 import pytest
 
 from streams import logsafe, settings as settings_mod
-from streams.metrics import start_metrics_server
+from streams.metrics import bearer_token, start_metrics_server
 from workers.cli import main
 from workers.scrape import fetch
 
@@ -82,8 +84,17 @@ def test_metrics_bind_loopback_by_default_and_answer_only_the_token():
     assert scrape(port, None) == 401 and scrape(port, "wrong") == 401
     assert scrape(port, TOKEN) == 200
     assert "jev_" in fetch(port, token=TOKEN), "the demo's scrape sends the token"
+
+
+def test_metrics_ask_for_a_token_when_none_is_set_on_any_interface(tmp_path):
+    """No JEV_METRICS_TOKEN: the token is the data directory's metrics.token (created 0600), never none."""
     open_port = free_port()
-    assert start_metrics_server(settings_mod.load({"JEV_METRICS_PORT": str(open_port),
-                                                   "JEV_METRICS_HOST": "0.0.0.0"}))
+    settings = settings_mod.load({"JEV_METRICS_PORT": str(open_port), "JEV_METRICS_HOST": "0.0.0.0",
+                                  "JEV_DATA_DIR": str(tmp_path)})
+    assert start_metrics_server(settings)
     time.sleep(0.1)
-    assert listening_on(open_port) == {"0.0.0.0"} and scrape(open_port, None) == 200
+    assert listening_on(open_port) == {"0.0.0.0"} and scrape(open_port, None) == 401
+    token = bearer_token(settings)
+    assert token == (tmp_path / "metrics.token").read_text().strip() and len(token) >= 32
+    assert stat.S_IMODE(os.stat(tmp_path / "metrics.token").st_mode) == 0o600
+    assert scrape(open_port, token) == 200

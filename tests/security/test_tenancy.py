@@ -267,6 +267,13 @@ async def test_endpoints_give_admin_tokens_every_tenant_or_the_one_asked(endpoin
         assert code == 200 and [r[0] for r in body["rows"]] == [B]
 
 
+@pytest.mark.parametrize("tenant", [[A, B], {"name": B}, 7])
+async def test_an_admin_call_with_a_tenant_that_is_not_a_string_is_refused_400_with_its_reason(endpoints, tenant):
+    ask, owner_token = endpoints
+    code, body = await ask("query", {**BY_TENANT, "tenant": tenant}, owner_token)
+    assert code == 400 and "\"tenant\" must be one tenant's name as a string" in body["error"]
+
+
 @pytest.mark.parametrize("token", [None, "", "wrong", "acme-token-0123456789abcde", "Basic acme"])
 @pytest.mark.parametrize("endpoint", ["query", "report", "flamegraph"])
 async def test_endpoints_refuse_a_missing_or_wrong_token(endpoints, token, endpoint):

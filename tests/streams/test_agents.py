@@ -34,7 +34,7 @@ async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     assert [w.request.request_id for w in admitted] == ["r1"]
     assert admitted[0].context_tokens > 0 and admitted[0].cache_key
     usage = [e for batch in captured.sent["usage"] for e in batch.events]
-    assert [(e.stage, e.event_id) for e in usage] == [("ingest", "acme/r1:ingest")]
+    assert [(e.stage, e.event_id) for e in usage] == [("ingest", "4:acme/2:r1:ingest")]
 
 
 def work(decision=None) -> Work:
@@ -70,7 +70,7 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
     assert [(r.reason, r.request_id) for r in rejected] == [("over_budget", "r2")]
     assert "tenant:acme" in rejected[0].detail
-    assert set(app.jev_budgets.open) == {"acme\x1fr0", "acme\x1fr1"}  # (tenant, request_id)
+    assert set(app.jev_budgets.open) == {"4:acme/2:r0", "4:acme/2:r1"}  # (tenant, request_id)
     assert [a.rule for a in captured.sent["alerts"]] == ["budget_hard"]
 
 
@@ -175,8 +175,8 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
         "rules", "block", ["rules:block-known-fraud"])
     assert decided["x2"].nominal_tokens == ruled.context_tokens * 2 + sum(ruled.candidate_tokens)
     events = sorted(e.event_id for b in captured.sent["usage"] for e in b.events if e.request_id in ("r3", "x2"))
-    assert events == ["acme/r3:cache:cache_l1", "acme/r3:ingest", "acme/r3:postprocess", "acme/x2:ingest",
-                      "acme/x2:postprocess", "acme/x2:score:rules"], \
+    assert events == ["4:acme/2:r3:cache:cache_l1", "4:acme/2:r3:ingest", "4:acme/2:r3:postprocess",
+                      "4:acme/2:x2:ingest", "4:acme/2:x2:postprocess", "4:acme/2:x2:score:rules"], \
         "the same usage as on the way through the cache agent and a scoring worker"
 
 
@@ -195,7 +195,7 @@ async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest
     assert (decision.tier, decision.action_id, decision.chain) == ("rules", "block", ["rules:block-known-fraud"])
     assert not any(b.items for b in captured.sent.get("score", [])), "a rule match never reaches a scoring worker"
     events = sorted(e.event_id for b in captured.sent["usage"] for e in b.events)
-    assert events == ["acme/x1:ingest", "acme/x1:postprocess", "acme/x1:score:rules"]
+    assert events == ["4:acme/2:x1:ingest", "4:acme/2:x1:postprocess", "4:acme/2:x1:score:rules"]
 
 
 async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_into_the_context(app_and_sent):
@@ -255,8 +255,8 @@ async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_mal
     req = Request.from_data(REQUEST)
     good = UsageBatch(events=[usage_event(req, stage) for stage in ("ingest", "distill", "postprocess")]).dumps()
     await app.jev_usage.hand_over(consumed(name("usage"), [good, b'{"events": "x"}', None]))
-    assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [["acme/r1:ingest", "acme/r1:distill"],
-                                                                       ["acme/r1:postprocess"]]
+    assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [
+        ["4:acme/2:r1:ingest", "4:acme/2:r1:distill"], ["4:acme/2:r1:postprocess"]]
     assert [(r.reason, r.stage) for r in captured.sent["rejected"]] == [("bad_internal_message", name("usage"))] * 2
     assert captured.sent["rejected"][0].detail.startswith(f"{name('usage')}[0]@1: ")
 

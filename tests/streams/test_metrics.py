@@ -76,5 +76,7 @@ def test_metrics_server_serves_metrics(settings):
         port = s.getsockname()[1]
     assert metrics.start_metrics_server(settings.replace(metrics_port=0)) is False
     assert metrics.start_metrics_server(settings.replace(metrics_port=port)) is True
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {metrics.bearer_token(settings)}"})
+    body = urllib.request.urlopen(request, timeout=5).read().decode()
     assert "jev_decisions_total" in body and "jev_stage_latency_seconds_bucket" in body

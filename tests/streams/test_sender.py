@@ -11,6 +11,7 @@ from schemas.topics import name
 from streams.inflight import IN_FLIGHT
 from streams.outbox import Outbox
 from streams.partitioning import partition_for
+from streams import signing
 from streams.sender import Sender
 from tests.conftest import fresh_topic
 
@@ -83,6 +84,8 @@ async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_rec
     assert Rejection.loads(got[name("rejected")][1].value).reason == "bad_json"
     assert got[name("alerts")][1].key == rid.encode()
     assert got[name("batch_results")][1].value == b'{"job": "%s"}' % rid.encode()
+    assert signing.trusted(got[name("usage")][1])  # signed: only Jev writes usage
+    assert all(signing.HEADER not in dict(got[name(s)][1].headers) for s in ("review", "rejected", "batch_results"))
 
 
 class Ordered(Sender):

@@ -125,6 +125,10 @@ class QueryServer:
         if not isinstance(body, dict):
             return web.json_response({"error": "the body must be a JSON object"}, status=400)
         wanted = body.get("tenant") or ""
+        if not isinstance(wanted, str):
+            return web.json_response({"error": f"\"tenant\" must be one tenant's name as a string, got a JSON "
+                                               f"{type(wanted).__name__}: call once per tenant, or leave it out to "
+                                               f"read every tenant this token may read"}, status=400)
         if scope != tenancy.ADMIN and wanted not in ("", scope):
             return web.json_response({"error": f"this token reads tenant {scope!r} only"}, status=403)
         if self.running[token] >= self.concurrency:

@@ -98,3 +98,10 @@ async def test_bad_member_goes_to_dead_letters(batch_app):
     finally:
         await consumer.stop()
     assert any(r["reason"] == "bad_batch_member" and r["stage"] == "batch" for r in found)
+
+
+def test_a_members_tenant_is_folded_to_its_one_spelling_or_refused():
+    line = {"job": "j", "member": "m", "kind": "store", "template": "weekly", "quota_tokens": 100}
+    assert batch_agent.decode_member(orjson.dumps({**line, "tenant": "  Ｗａｙｎｅ "})).tenant == "wayne"
+    with pytest.raises(ValueError, match="U\\+202E"):
+        batch_agent.decode_member(orjson.dumps({**line, "tenant": "\u202ewayne"}))

@@ -9,6 +9,7 @@ from schemas.records import Control, Decision, Request, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused
 from streams.budgets.leases import BudgetOwner, LeaseClient
+from streams import signing
 from tests.conftest import fresh_topic
 
 HARD = 20_000
@@ -40,7 +41,8 @@ async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_com
     await producer.start()
 
     async def send(topic, values):
-        await asyncio.gather(*[await producer.send(topic, v, partition=p) for p, v in values])
+        await asyncio.gather(*[await producer.send(topic, v, partition=p, headers=signing.headers(topic, v))
+                               for p, v in values])
 
     books = [book(), book()]
     owners = [BudgetOwner(bootstrap, "lt", b, send, lease_s=1.0, grace_s=1.0) for b in books]

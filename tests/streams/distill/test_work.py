@@ -42,7 +42,7 @@ def test_context_and_usage_events(candidates):
                                  "3:semantic:venting"]
     assert [e.stack for e in events] == ["acme;support;customer_service;distill;semantic"]
     event = events[0]
-    assert event.event_id == "acme/r1:distill:semantic" and event.input_tokens == 0
+    assert event.event_id == "4:acme/2:r1:distill:semantic" and event.input_tokens == 0
     saved = sum(tokens.count(f"{t['role']}: {t['content']}", MODEL) for t in HISTORY[:4]) \
         - tokens.count(out.context.splitlines()[0], MODEL)
     assert event.nominal_tokens == saved * max(1, candidates)

@@ -27,7 +27,7 @@ def test_generated_text_is_cleaned_and_savings_metered():
     done = finalize(work(ANSWER), now=100.1)
     assert done.decision.text == "Paris is the capital of France."
     assert done.decision.chain == ["llm", "postprocess:ok"]
-    cleanup = next(e for e in done.usage if e.event_id == "acme/r1:postprocess:cleanup")
+    cleanup = next(e for e in done.usage if e.event_id == "4:acme/2:r1:postprocess:cleanup")
     assert cleanup.nominal_tokens == tokens.count(ANSWER, "gpt-4o") - tokens.count("Paris is the capital of France.", "gpt-4o")
     assert cleanup.output_tokens == 0, "cleanup spends no model tokens; the generation stage meters the output"
     assert cleanup.cost == 0.0 and cleanup.outcome == "ok" and cleanup.stack.endswith("postprocess;cleanup")
@@ -50,7 +50,7 @@ def test_short_answer_is_retried_through_the_backend():
     done = finalize(work("Paris.", min_tokens=8), now=100.0, regenerate=regenerate)
     assert len(asked) == 1 and done.decision.text.startswith("Paris is the capital")
     assert done.decision.chain[-1] == "postprocess:retried_ok"
-    retry = next(e for e in done.usage if e.event_id == "acme/r1:postprocess:retry")
+    retry = next(e for e in done.usage if e.event_id == "4:acme/2:r1:postprocess:retry")
     assert retry.output_tokens == tokens.count(done.decision.text, "gpt-4o") and retry.cost > 0
 
 

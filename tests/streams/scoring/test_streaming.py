@@ -68,7 +68,7 @@ def test_a_stream_goes_out_in_order_within_its_length_and_meters_the_sum_of_its_
     assert decision.text == "".join(c.text for c in sent)
     assert decision.tier == "llm" and stream_config.streamed(decision)
     [row] = events  # one usage row for the whole stream, not one per chunk
-    assert row.event_id == "acme/s1:score:stream" and row.output_tokens == total == decision.output_tokens
+    assert row.event_id == "4:acme/2:s1:score:stream" and row.output_tokens == total == decision.output_tokens
     assert row.first_chunk_ms == pytest.approx(250.0) and row.tokens_per_s > 0
 
 

@@ -80,13 +80,13 @@ def test_the_naive_engine_scores_every_candidate_with_the_top_tier_and_no_rules(
     decided, usage = decide_naive(naive, [twins["t", "r1"]])
     assert decided[0].decision.action_id in ("a", "b") and decided[0].decision.tier == "fine"
     assert usage and all(e.stage == "shadow" and e.nominal_tokens == 0 and ";shadow" in e.stack for e in usage)
-    assert "t/r1:shadow:fine" in {e.event_id for e in usage}  # lexical spends no model tokens; the row is metered
+    assert "1:t/2:r1:shadow:fine" in {e.event_id for e in usage}  # lexical spends no model tokens; the row is metered
 
 
 def test_as_shadow_restages_an_event():
-    event = UsageEvent(event_id="t/r1:score:fine", request_id="r1", ts=0.0, tenant="t", service="s", business_line="",
-                       session_id="", user_id="", decision_type="d", stage="score", stack="t;s;d;score;fine",
+    event = UsageEvent(event_id="1:t/2:r1:score:fine", request_id="r1", ts=0.0, tenant="t", service="s",
+                       business_line="", session_id="", user_id="", decision_type="d", stage="score", stack="t;s;d;score;fine",
                        input_tokens=5, nominal_tokens=9)
     shadow = as_shadow(event)
     assert (shadow.event_id, shadow.stage, shadow.stack, shadow.nominal_tokens, shadow.input_tokens) == (
-        "t/r1:shadow:fine", "shadow", "t;s;d;shadow;fine", 0, 5)
+        "1:t/2:r1:shadow:fine", "shadow", "t;s;d;shadow;fine", 0, 5)

@@ -61,7 +61,7 @@ def test_the_join_is_bounded():
 
 def test_attribution_from_usage_and_chain():
     def event(stage, section, nominal, actual=0, outcome="ok"):
-        return UsageEvent(event_id=f"t/r1:{stage}:{section}", request_id="r1", ts=0.0, tenant="t", service="s",
+        return UsageEvent(event_id=f"1:t/2:r1:{stage}:{section}", request_id="r1", ts=0.0, tenant="t", service="s",
                           business_line="", session_id="", user_id="", decision_type="d", stage=stage, stack="",
                           input_tokens=actual, nominal_tokens=nominal, outcome=outcome)
     events = [event("distill", "time", 40), event("distill", "provenance", -3), event("score", "cascade", 90, 20),

@@ -14,13 +14,13 @@ def test_an_event_round_trips_as_the_record_would_decode_it():
                        cache_read_tokens=40, output_tokens=3, nominal_tokens=900, beam=2, latency_ms=1.5)
     assert made.to_representation() == UsageEvent.from_data(made.to_representation()).to_representation()
     assert (made.event_id, made.stack, made.session_id, made.business_event) == (
-        "acme/r1:score:fine", "acme;search;ranking;score;fine", "s1", "order")
+        "4:acme/2:r1:score:fine", "acme;search;ranking;score;fine", "s1", "order")
     assert made.cost == pricing.cost("gpt-4o-mini", 100, 40, 3) > 0
     assert (made.iteration, made.candidates, made.outcome) == (0, 0, "ok"), "unset fields keep their defaults"
 
 
 def test_a_stage_without_a_section_is_keyed_by_tenant_request_and_stage():
-    assert usage_event(REQUEST, "ingest").event_id == "acme/r1:ingest"
+    assert usage_event(REQUEST, "ingest").event_id == "4:acme/2:r1:ingest"
 
 
 def test_a_misspelt_field_is_an_error_not_a_silent_drop():

@@ -1,0 +1,131 @@
+"""Tenant identity: one spelling per tenant, and keys that never let two (tenant, request) pairs meet.
+
+A tenant name is what budgets, idempotency, usage rows and reports are keyed by, so two spellings of one name
+would be two tenants: a hard budget on `wayne` evaded by `Wayne`, `wayne ` or a Cyrillic `а`. Every name that
+enters (a request's tenant, JEV_TENANTS) goes through `canonical`:
+
+1. NFKC: compatibility forms become their plain letters (full-width `ｗａｙｎｅ` is `wayne`) and a letter with
+   a combining accent becomes one character;
+2. surrounding white space trimmed;
+3. case folded (`Wayne` is `wayne`): a tenant is never told apart from another by case alone, and folding
+   rather than rejecting keeps upstream producers that capitalise working;
+4. checked against the tenant character set: ASCII letters and digits, `.`, `_`, `-`, and CJK ideographs
+   (U+3400–U+4DBF, U+4E00–U+9FFF), 1 to 64 characters, starting with a letter, digit or ideograph. Anything
+   else is refused as `bad_tenant`, naming the character: control, zero-width and bidi characters (U+200B,
+   U+202E, …) that hide in a name, letters of other scripts that look like Latin ones (Cyrillic `а`), accented
+   letters, spaces inside a name and `/`.
+
+Keys built from a tenant and a request id (`request_key`) prefix each part with its length, so `acme/coll` + `r1`
+and `acme` + `coll/r1` stay apart whatever characters a request id holds.
+
+Which producer may spend as which tenant: with JEV_TENANT_KEYS (a JSON file {tenant: key}, mode 0600), every
+request carries the header `jev-tenant-sig: <hex HMAC-SHA256(its tenant's key, b"jev-tenant-v1\0" + the
+message value)>`; one without it, or signed with another key, is refused `unauthenticated_tenant`. Each upstream
+producer holds the keys of the tenants it serves only, so no producer can write `"tenant": "globex"` and spend as
+globex. Without the file any producer may name any tenant: JEV_TENANTS=* (the default) then admits any valid
+name, which is what `make demo` and a single trusted producer need; a deployment with several producers lists
+its tenants (JEV_TENANTS) and binds them (JEV_TENANT_KEYS), or gives each producer a requests topic of its own
+through Kafka ACLs (a record's content cannot be tied to a Kafka principal by the broker).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import unicodedata
+from pathlib import Path
+
+MAX_LENGTH = 64
+ALLOWED = re.compile(r"[a-z0-9\u3400-\u4dbf\u4e00-\u9fff][a-z0-9._\-\u3400-\u4dbf\u4e00-\u9fff]*")
+HIDDEN = {"Cc": "a control character", "Cf": "an invisible format character (zero-width or bidi control)",
+          "Zl": "a line separator", "Zp": "a paragraph separator", "Mn": "a combining mark", "Me": "a combining mark"}
+CHARSET = "ASCII letters and digits, '.', '_', '-' and CJK ideographs, starting with a letter, digit or ideograph"
+
+
+class BadTenant(ValueError):
+    pass
+
+
+def canonical(name: str) -> str:
+    """The one spelling of tenant `name` (NFKC, trimmed, case folded), or BadTenant saying what is wrong."""
+    if not isinstance(name, str):
+        raise BadTenant(f"tenant must be a string, got {type(name).__name__}")
+    for char in name:  # before normalising: NFKC would drop some of these silently
+        kind = HIDDEN.get(unicodedata.category(char))
+        if kind is not None and not char.isspace():
+            raise BadTenant(f"tenant {name!r} holds {described(char)}, {kind}: remove it (tenant names are {CHARSET})")
+    folded = unicodedata.normalize("NFKC", name).strip().casefold()
+    if not folded:
+        raise BadTenant("tenant must be a non-empty string naming the tenant the request spends for")
+    if len(folded) > MAX_LENGTH:
+        raise BadTenant(f"tenant {folded[:MAX_LENGTH]!r}… is {len(folded)} characters long; the most is {MAX_LENGTH}")
+    if not ALLOWED.fullmatch(folded):
+        bad = next((c for c in folded if not ALLOWED.fullmatch("a" + c)), folded[0])
+        raise BadTenant(f"tenant {name!r} holds {described(bad)}, outside the tenant character set ({CHARSET}): "
+                        f"use the tenant's plain name")
+    return folded
+
+
+def described(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')}"
+
+
+def admitted(text: str) -> frozenset[str] | None:
+    """JEV_TENANTS as the set of canonical names admitted: '*' → None (any valid name)."""
+    if text.strip() == "*":
+        return None
+    try:
+        return frozenset(canonical(t) for t in text.split(",") if t.strip())
+    except BadTenant as exc:
+        raise SystemExit(f"JEV_TENANTS: {exc}") from None
+
+
+def request_key(tenant: str, request_id: str) -> str:
+    """A request's identity as one string, each part length-prefixed so no two (tenant, request_id) share it."""
+    return f"{len(tenant)}:{tenant}/{len(request_id)}:{request_id}"
+
+
+SIGNATURE_HEADER = "jev-tenant-sig"
+MIN_KEY_BYTES = 16
+
+
+def signature(key: bytes, raw: bytes) -> str:
+    """What a producer holding `key` sends as its request's jev-tenant-sig header."""
+    return hmac.new(key, b"jev-tenant-v1\x00" + raw, hashlib.sha256).hexdigest()
+
+
+def load_keys(path: str) -> dict[str, bytes] | None:
+    """JEV_TENANT_KEYS as {canonical tenant: key}; None when unset (any producer may name any tenant)."""
+    if not path:
+        return None
+    import orjson
+
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data.values()):
+            raise ValueError('expected a JSON object {"<tenant>": "<key>"}')
+        keys = {canonical(tenant): key.encode() for tenant, key in data.items()}
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"JEV_TENANT_KEYS={path}: {exc}") from None
+    short = sorted(t for t, k in keys.items() if len(k) < MIN_KEY_BYTES)
+    if short:
+        raise SystemExit(f"JEV_TENANT_KEYS={path}: the keys of {', '.join(short)} are shorter than {MIN_KEY_BYTES} "
+                         f"bytes: give each tenant a random key (e.g. `openssl rand -hex 32`)")
+    return keys
+
+
+def unbound(keys: dict[str, bytes] | None, tenant: str, raw: bytes, headers) -> str:
+    """Why this request may not spend as `tenant` ("" when it may: no keys configured, or its signature holds)."""
+    if keys is None:
+        return ""
+    key = keys.get(tenant)
+    if key is None:
+        return f"tenant {tenant!r} has no producer key in JEV_TENANT_KEYS: add one, and give it to its producers"
+    sent = [bytes(v or b"") for k, v in headers or () if k == SIGNATURE_HEADER]
+    if not sent:
+        return (f"the request has no {SIGNATURE_HEADER} header: its producer must sign each request with tenant "
+                f"{tenant!r}'s key (hex HMAC-SHA256 of b'jev-tenant-v1\\0' + the message value)")
+    if not hmac.compare_digest(sent[-1], signature(key, raw).encode()):
+        return (f"the {SIGNATURE_HEADER} header does not match this request under tenant {tenant!r}'s key: this "
+                f"producer may not write for {tenant!r} (or the value changed after it was signed)")
+    return ""
