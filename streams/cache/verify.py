@@ -212,3 +212,28 @@ def verify(query: str, cached: str) -> Verdict:
     if (not extra_b and extra_a & a.scoped) or (not extra_a and extra_b & b.scoped):
         return Verdict(False, "narrower_scope")
     return Verdict(True)
+
+
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_LATIN_RUN = re.compile(r"[A-Za-z]+")  # Latin words inside a run of Han text
+
+
+def differences(query: str, cached: str) -> dict[str, float]:
+    """What separates two questions that passed `verify`, as numbers for the learned verifier (verifier.py):
+    the overlap of their word units (content words; Han text as character bigrams), the words and key terms
+    only one side has (Latin-script words), and the ratio of their lengths in units."""
+    a, b = _Parsed(query), _Parsed(cached)
+    words_a, words_b = ({u for w in p.content for u in (_LATIN_RUN.findall(w.lower()) if _HAN.search(w) else [w])}
+                        for p in (a, b))
+    units_a, units_b = words_a | _bigrams(query), words_b | _bigrams(cached)
+    union = units_a | units_b
+    extra_a, extra_b = words_a - words_b, words_b - words_a
+    sizes = sorted((len(units_a), len(units_b)))
+    return {"overlap": len(units_a & units_b) / len(union) if union else 1.0,
+            "extra_words": float(len(extra_a) + len(extra_b)),
+            "extra_key": float(len(extra_a & a.key) + len(extra_b & b.key)),
+            "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0}
+
+
+def _bigrams(text: str) -> set[str]:
+    return {run[i:i + 2] for run in _HAN_RUN.findall(text) for i in range(max(len(run) - 1, 1))}
