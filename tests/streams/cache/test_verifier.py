@@ -22,8 +22,8 @@ def test_the_ridge_keeps_few_verdicts_near_the_starting_weights():
 
 
 @pytest.mark.parametrize("query,cached,overlap,extra", [
-    ("How do I learn Python quickly?", "How can I learn Python fast?", 2 / 4, 2.0),
-    ("如何快速学习Python？", "怎样快速学习Python？", 4 / 8, 0.0),  # python, 快速 速学 学习 shared; 如何 何快 怎样 样快 not
+    ("How do I learn Python quickly?", "How can I learn Python fast?", 2 / 4, 2.0),  # learn python shared
+    ("如何快速学习Python？", "怎样快速学习Python？", 4 / 6, 0.0),  # python 快速 速学 学习 shared; 何快 样快 not (如何, 怎样: stop words)
 ])
 def test_differences_count_word_units_in_english_and_chinese(query, cached, overlap, extra):
     diff = differences(query, cached)
