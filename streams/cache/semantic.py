@@ -7,10 +7,12 @@ cosine threshold AND the verification checks (verify.py), then the model check i
 L3 are marked predictive and reported apart. The cache holds at most `max_entries` over all partitions;
 the least recently hit or filled entry is evicted first.
 
-With a ThresholdLearner (learning.py) the cosine threshold is only the exploration floor: the first
-verified neighbour above it is a candidate, served only when the learner allows its score in its
-partition (a partition without evidence serves nothing); `probe` returns the refused candidate too, so
-the answer to the miss can be compared with the candidate's and learned from. An L3 pre-answer asked by its
+With pooled evidence (evidence.py, the stage's default) the cosine threshold is only the exploration floor:
+the first verified neighbour above it is the one candidate, the learned verifier (verifier.py) scores it,
+and it is served only when the pool's certified threshold allows that score (no evidence: nothing served).
+With a bare ThresholdLearner (learning.py) the cosine itself is the score, learned per partition. `probe`
+returns the refused candidate too, so the answer to the miss can be compared with the candidate's and
+learned from. An L3 pre-answer asked by its
 very question (up to case and spacing) is no semantic guess and is served without the learner.
 """
 from __future__ import annotations

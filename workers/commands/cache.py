@@ -46,8 +46,13 @@ at or below JEV_CACHE_MAX_ERROR with JEV_CACHE_ERROR_CONFIDENCE. Verdicts come f
     with the neighbour's (the label stands in for that comparison; --no-explore: off).
 Verdicts from earlier questions drive the thresholds of later ones: order matters (--seed shuffles).
 
+Candidates are scored by the learned verifier (weights from `jev cache train-verifier`, else the shipped
+ones) and one threshold on its probability is certified from all verdicts (streams/cache/evidence.py).
+
 The last line of --json is the summary: pairs, hits, false_hits, precision (right hits / hits; null
-without hits), recall (right hits / pairs labelled 1), target_error, and how the threshold moved.
+without hits), recall (right hits / pairs labelled 1), hit_ratio (L2 hits / requests), per_request_error
+(false hits / requests), target_error, how the threshold moved, and curve: [requests, hit ratio, precision]
+along the run.
 
   jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
