@@ -12,8 +12,8 @@ the first verified neighbour above it is the one candidate, the learned verifier
 and it is served only when the pool's certified threshold allows that score (no evidence: nothing served).
 With a bare ThresholdLearner (learning.py) the cosine itself is the score, learned per partition. `probe`
 returns the refused candidate too, so the answer to the miss can be compared with the candidate's and
-learned from. An L3 pre-answer asked by its
-very question (up to case and spacing) is no semantic guess and is served without the learner.
+learned from. An L3 pre-answer asked by its very question (up to case and spacing) is no semantic guess and
+is served without the learner.
 """
 from __future__ import annotations
 
