@@ -97,6 +97,21 @@ def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch
     assert summary["curve"][0][1] == 0.0, "the first requests are misses while verdicts accumulate"
 
 
+def test_replay_learns_and_serves_chinese_questions_within_the_bound(tmp_path, monkeypatch, capsys):
+    """The same pooled decision on Chinese questions (character-bigram units): duplicates that differ in
+    punctuation and a particle are served once the verdicts certify, different questions on the same products
+    are not."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    products = [f"{s}{a}{b}" for s in "大中小" for a in "红橙黄绿青蓝紫黑白灰" for b in "笔本包杯伞灯表鞋帽椅"]
+    rows = [{"text_a": f"请问{p}今天怎么退货？", "text_b": f"请问{p}今天怎么退货呢", "label": 1} for p in products]
+    rows += [{"text_a": f"{p}的保修期是多久？", "text_b": f"{p}的保修期是三年吗？", "label": 0} for p in products[:40]]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["hits"] > 0 and summary["false_hits"] <= 0.05 * summary["hits"]
+
+
 def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, monkeypatch, capsys):
     """Quora repeats a question across pairs: one entry holds it, and a text_b hitting it hit its own text_a
     (up to case and spacing), whichever pair filled the entry."""
