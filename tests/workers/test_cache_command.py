@@ -110,6 +110,7 @@ def test_replay_learns_and_serves_chinese_questions_within_the_bound(tmp_path, m
     assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["hits"] > 0 and summary["false_hits"] <= 0.05 * summary["hits"]
+    assert summary["certifying_verdicts"] >= 118, "a 5% bound at 0.9 confidence takes 118 clean verdicts at least"
 
 
 def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, monkeypatch, capsys):

@@ -140,6 +140,8 @@ def run_replay(args, settings) -> int:
         return 1
     summary = {**summary, "embedder": embedder.name, "model_check": check_ or None, "floor": floor,
                "verifier": evidence.verifier.name, "verifier_fits": evidence.verifier.fits,
+               "certifying_verdicts": evidence.stats()["verdicts"],
+               "certifying_disagreements": evidence.stats()["disagreements"],
                "pairs_file": str(args.pairs), "refusals": dict(cache.refusals)}
     if args.json:
         print(orjson.dumps(summary).decode())
