@@ -4,7 +4,10 @@ Vectors are random normalized 384-d rows (MiniLM's width); each query is a store
 (cosine ~0.93), so the true neighbour is known. Random 384-d data is the worst case for HNSW recall
 (full intrinsic dimension); a missed neighbour costs a cache miss, never a wrong answer.
 Last stdout line: one JSON object; `p99_ms` is SemanticCache.lookup (index + threshold + verification)
-with the default exact-index limit, i.e. HNSW beyond it. Then churn at the size cap (= --entries): --churn
+with the default exact-index limit, i.e. HNSW beyond it; `verifier_p99_ms` the same lookup on the same index
+with pooled evidence (evidence.py: the learned verifier scores the best verified candidate, its threshold
+certified beforehand by synthetic verdicts so that hits are served), queries asked in other words than the
+entries hold (so the word features are computed on real differences). Then churn at the size cap (= --entries): --churn
 times the entries are filled anew, evicting the least recently used (HNSW tombstones, rebuilt past a quarter);
 `churn_p99_ms` is the lookup latency after that, `evicted_hits` must be 0.
 
@@ -21,8 +24,12 @@ import numpy as np
 import orjson
 
 from streams.cache.entry import Entry
+from streams.cache.evidence import PooledEvidence
 from streams.cache.index import VectorIndex
+from streams.cache.learning import ThresholdLearner
 from streams.cache.semantic import SemanticCache
+from streams.cache.verifier import features, load_verifier
+from streams.settings import load
 
 
 class _Precomputed:
@@ -88,14 +95,36 @@ def main() -> None:
         latencies.append(time.perf_counter() - start)
         hits += int(hit is not None and hit.value == p)
     index_lat, index_recall = _timed_search(index, queries, picks)
+    verifier = _verifier_lookups(cache, partition, texts, queries, picks)
     churn = _churn(cache, partition, rng, int(args.entries * args.churn), vectors, queries, picks)
     print(orjson.dumps({
         "entries": args.entries, "queries": args.queries, "index": index.kind, "build_s": round(build_s, 1),
         **_percentiles(latencies), "hit_rate": hits / args.queries,
         "index_p50_ms": index_lat["p50_ms"], "index_p99_ms": index_lat["p99_ms"], "index_recall_at_1": index_recall,
         "exact_p50_ms": exact_lat["p50_ms"], "exact_p99_ms": exact_lat["p99_ms"],
-        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4), **churn,
+        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4), **verifier, **churn,
     }).decode())
+
+
+def _verifier_lookups(cache: SemanticCache, partition: tuple, texts: list[str], queries: np.ndarray,
+                      picks: np.ndarray) -> dict:
+    """Lookups through the learned verifier on the cache's own index (swapped in, then restored)."""
+    evidence = PooledEvidence(load_verifier("minilm", load().data_dir), ThresholdLearner(explore=0.0))
+    row = features("which question number 1 is about topic 1", texts[1], 0.9, 0.9)
+    for i in range(400):
+        evidence.observe(f"warm{i}", row, 0.9, True)
+    plain, cache.evidence, cache.learner = cache.evidence, evidence, evidence.learner
+    latencies, hits = [], 0
+    for q, p in zip(queries, picks):
+        asked = f"which question number {p} is about topic {p % 97}"
+        start = time.perf_counter()
+        hit = cache.lookup(partition, asked, vector=q)
+        latencies.append(time.perf_counter() - start)
+        hits += int(hit is not None and hit.value == p)
+    cache.evidence, cache.learner = plain, None
+    timed = _percentiles(latencies)
+    return {"verifier_p50_ms": timed["p50_ms"], "verifier_p99_ms": timed["p99_ms"],
+            "verifier_hit_rate": hits / len(picks), "verifier_weights": evidence.verifier.name}
 
 
 def _churn(cache: SemanticCache, partition: tuple, rng, n: int, vectors: np.ndarray, queries: np.ndarray,

@@ -4,7 +4,8 @@ qqp-dev (8,000 Quora pairs) is split deterministically by a hash of each pair: a
 slice, the rest the dev part. No parameter is fitted to either (the learner starts empty on each replay);
 the held-out slice did inform one design choice, spending alpha over fits (streams/cache/learning.py). Each run replays
 one slice through the live L2 decision (streams/cache/replay.py: every text_a filled, then every text_b
-asked, the learner starting empty) at each --targets error bound, in file order and in --seeds shuffled
+asked, the learned verifier scoring candidates with its starting weights, the pooled learner starting empty;
+the shipped weights were fitted on the dev part, never on the held-out slice) at each --targets error bound, in file order and in --seeds shuffled
 orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each text is embedded
 once per run. Last stdout line: one JSON object.
 
@@ -22,9 +23,11 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.replay import replay
 from streams.cache.semantic import SemanticCache
+from streams.cache.verifier import load_verifier
 from streams.settings import load
 
 HELD_OUT_SHARE = 77 / 256  # first hash byte below 77: the held-out slice
@@ -49,11 +52,14 @@ class Memo:
 
 
 def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed,
-        explore: float) -> dict:
-    cache = SemanticCache(embedder, floor, learner=ThresholdLearner(target, confidence, explore=explore),
-                          max_entries=len(pairs))
+        explore: float, data_dir: str) -> dict:
+    """One replay through the live L2 decision: the learned verifier, one threshold certified from verdicts."""
+    evidence = PooledEvidence(load_verifier(embedder.name, data_dir),
+                              ThresholdLearner(target, confidence, explore=explore))
+    cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=len(pairs))
     out = replay(cache, pairs, shadow_rate, seed=seed)
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items() if k != "threshold_moves"}
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
+            if k not in ("threshold_moves", "curve")}
 
 
 def main() -> None:
@@ -92,7 +98,8 @@ def main() -> None:
             for explore in (float(e) for e in args.explore.split(",")):
                 for seed in seeds:
                     print(f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}", file=sys.stderr)
-                    out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore)
+                    out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore,
+                              settings.data_dir)
                     result[set_name]["runs"].append({"seed": seed, "explore": explore, **out})
     print(orjson.dumps(result).decode())
 

@@ -60,12 +60,13 @@ class Settings:
     cache_semantic_max_entries: int = _doc(100_000, "Max entries of the L2/L3 semantic cache over all partitions; "
                                                     "the least recently hit or filled is evicted first (HNSW "
                                                     "rows become tombstones, rebuilt away past a quarter).")
-    cache_max_error: float = _doc(0.05, "L2 false-hit rate bound: thresholds are learned per partition from "
-                                        "verdicts (shadow comparisons of served hits, and misses compared with "
-                                        "the neighbour they were refused) so that the false-hit rate of what is "
-                                        "served stays at most this, with JEV_CACHE_ERROR_CONFIDENCE; a partition "
-                                        "without enough evidence serves no L2 hit. 0 = the fixed calibrated "
-                                        "threshold (no learning).")
+    cache_max_error: float = _doc(0.05, "L2 false-hit rate bound per served hit: one threshold on the learned "
+                                        "verifier's probability is certified from the verdicts of all partitions "
+                                        "(shadow comparisons of served hits, and misses compared with the "
+                                        "neighbour they were refused; streams/cache/evidence.py) so that the "
+                                        "false-hit rate of what is served stays at most this, with "
+                                        "JEV_CACHE_ERROR_CONFIDENCE; without enough evidence no L2 hit is "
+                                        "served. 0 = the fixed calibrated threshold (no learning).")
     cache_error_confidence: float = _doc(0.9, "Confidence of the L2 false-hit bound (fixed-sequence binomial test "
                                               "per threshold, streams/cache/learning.py).")
     cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "

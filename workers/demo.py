@@ -43,11 +43,14 @@ async def wait_verdicts(pipe: Pipeline, expected: int, since: dt.datetime, timeo
         await asyncio.sleep(0.5)
 
 
-async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1, metrics_out: str = "") -> dict:
+async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1, metrics_out: str = "",
+                   reword_share: float = 0.0) -> dict:
     """`stages`, `scorers`: stage processes and scoring workers. `metrics_out`: write the final /metrics scrape of
     every process the demo ran there (Prometheus text, each sample labelled with its process) and report which
-    series the alerts and dashboard read it lacks."""
-    payloads = workload.generate(n, stream_share=STREAM_SHARE, deadline_share=DEADLINE_SHARE)
+    series the alerts and dashboard read it lacks. `reword_share`: of the product searches, asked in
+    other words (workload.py)."""
+    payloads = workload.generate(n, stream_share=STREAM_SHARE, deadline_share=DEADLINE_SHARE,
+                                 reword_share=reword_share)
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()

@@ -62,6 +62,31 @@ def risk(rng: random.Random, i: int) -> dict:
             "candidates": [{"id": a, "text": t} for a, t in RISK_ACTIONS]}
 
 
+OPENERS = ["{q}", "I need {q}", "looking for {q}", "show me {q}", "searching for {q}", "I want {q}", "find {q}",
+           "where can I buy {q}", "need {q}", "any {q}?", "recommend {q}", "please find {q}", "suggest {q}",
+           "shopping for {q}", "help me find {q}", "do you have {q}"]
+OTHER_WORDS = {  # each ranking query in other words: the same intent, which L1 cannot match and L2 may
+    "lightweight shoes for marathon training": ["light shoes for marathon training",
+                                                "lightweight running shoes to train for a marathon",
+                                                "lightweight marathon training shoes"],
+    "quiet coffee machine for a small office": ["silent coffee maker for a small office",
+                                                "low-noise espresso machine for a small office",
+                                                "quiet office coffee machine"],
+    "warm jacket for skiing in very cold weather": ["warm ski jacket for very cold weather",
+                                                    "jacket that keeps me warm skiing in freezing cold",
+                                                    "very warm skiing jacket for cold weather"],
+    "headphones for long flights": ["headphones for long-haul flights", "headphones to wear on long flights",
+                                    "comfortable headphones for long flights"],
+}
+
+
+def reworded(body: dict, rng: random.Random) -> dict:
+    """A ranking request asked again in other words (same candidates, same intent)."""
+    query = body["state"].removeprefix("Shopper query: ")
+    words = rng.choice(OPENERS).format(q=rng.choice([query, *OTHER_WORDS[query]]))
+    return {**body, "state": f"Shopper query: {words}", "history": [{"role": "user", "content": f"{words}."}]}
+
+
 def ranking(rng: random.Random, i: int) -> dict:
     query, items = rng.choice(QUERIES)
     candidates = [{"id": f"sku-{zlib.crc32(t.encode()) % 100000:05d}", "text": t} for t in items]
@@ -111,12 +136,14 @@ BAD_INPUTS = [b"{not json", b'{"request_id": "bad-1"}', b'{"request_id": 7, "ten
 
 
 def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "acme",
-             stream_share: float = 0.0, deadline_share: float = 0.0) -> list[bytes]:
+             stream_share: float = 0.0, deadline_share: float = 0.0, reword_share: float = 0.0) -> list[bytes]:
     """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one,
     `stream_share` of the new ones are streamed customer-service answers and `deadline_share` of the new payment
-    screenings are made at checkout, with the caller's deadline (0: the same mix as before)."""
+    screenings are made at checkout, with the caller's deadline; `reword_share` of the product searches (new or
+    repeated) are asked in other words (0: the same mix as before)."""
     rng = random.Random(seed)
     checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
+    reword = random.Random(f"{seed}:reword")
     out, originals = [], []
     for i in range(n):
         if originals and rng.random() < repeat_share:
@@ -130,6 +157,8 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
             if make is risk and checkout.random() < deadline_share:
                 body["deadline_ms"] = CHECKOUT_DEADLINE_MS
             originals.append(body)
+        if reword_share and body["decision_type"] == "ranking" and reword.random() < reword_share:
+            body = reworded(body, reword)
         session = f"s-{rng.randint(1, max(1, n // 8))}"
         out.append(orjson.dumps({**body, "request_id": f"r-{seed}-{i}", "tenant": tenant, "session_id": session,
                                  "user_id": f"u-{session[2:]}", "created_at": time.time()}))

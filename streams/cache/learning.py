@@ -127,6 +127,16 @@ class ThresholdLearner:
             while len(self.vetoes) > MAX_VETOES:
                 self.vetoes.popitem(last=False)
 
+    def rescore(self, partition: tuple, scores: list[float]) -> None:
+        """New scores for the verdicts kept, oldest first (the score function was refitted: evidence.py); the
+        next `threshold` is a new fit."""
+        part = self.partitions.get(partition)
+        if part is None or len(scores) != len(part.rows):
+            raise ValueError(f"rescore needs one score per verdict kept ({len(part.rows) if part else 0}), "
+                             f"got {len(scores)}")
+        part.rows = deque(((float(s), agreed) for s, (_, agreed) in zip(scores, part.rows)), maxlen=MAX_VERDICTS)
+        part.pending = len(part.rows) + 1
+
     def threshold(self, partition: tuple) -> float:
         """The lowest score served in `partition` (inf: no evidence yet, or none enough)."""
         part = self.partitions.get(partition)

@@ -13,6 +13,12 @@ Every other one goes through SemanticCache.probe with the partition's learned th
   stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
   comparison, at rate 1 (`explore=False` turns this evidence off).
 `text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
+A hit counts as its own pair's when the entry's question is the pair's `text_a` up to case, spacing and
+Unicode form (Quora repeats a question across pairs: one entry then holds it, and a `text_b` hitting it hit
+its own question, not another pair's).
+`hit_ratio` is L2 hits over all requests (every `text_b`), `per_request_error` false hits over all requests
+(vCache's delta; the bound itself is per served hit, the stricter one), `curve` the running
+[requests asked, hit ratio, precision] at CURVE_POINTS points of the run.
 The learner starts empty: its first questions are misses while verdicts accumulate, as on fresh traffic.
 """
 from __future__ import annotations
@@ -28,6 +34,7 @@ from streams.cache.exact import normalize
 from streams.cache.semantic import SemanticCache, _same_question
 
 PARTITION = ("replay", "pairs", "", "latin", "generate:256")
+CURVE_POINTS = 20  # points of the precision / hit-ratio curve over the run
 
 
 def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: int | None = None,
@@ -46,32 +53,40 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     asked = [pairs[i] for i in order if normalize(pairs[i].text_b) not in cached]
     vectors = cache.embedder.embed([p.text_b for p in asked])
     rng = random.Random(0 if seed is None else seed)
+    threshold_of = (lambda: cache.evidence.threshold()) if cache.evidence is not None else (
+        lambda: cache.learner.threshold(PARTITION))
     hits = right = explored = learned = 0
-    curve = []  # (pairs asked, threshold) each time the threshold moves
+    moves, curve = [], []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
+    step = max(len(asked) // CURVE_POINTS, 1)
     for n, (pair, vector) in enumerate(progress(zip(asked, vectors)), 1):
         hit, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))
-        if candidate is None:
-            continue
-        correct = pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a)
-        if hit is not None:
-            hits += 1
-            right += correct
-            if shadow_rate and rng.random() < shadow_rate:
+        if candidate is not None:
+            correct = pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a)
+            if hit is not None:
+                hits += 1
+                right += correct
+                if shadow_rate and rng.random() < shadow_rate:
+                    cache.learn(candidate, correct)
+                    learned += 1
+            elif explore:
                 cache.learn(candidate, correct)
-                learned += 1
-        elif explore:
-            cache.learn(candidate, correct)
-            explored += 1
-        threshold = cache.learner.threshold(PARTITION)
-        if not curve or curve[-1][1] != threshold:
-            curve.append((n, threshold))
+                explored += 1
+            threshold = threshold_of()
+            if not moves or moves[-1][1] != threshold:
+                moves.append((n, threshold))
+        if n % step == 0 or n == len(asked):
+            curve.append([n, round(hits / n, 4), round(right / hits, 4) if hits else None])
     positives = sum(p.label == 1 for p in pairs)
+    requests = len(pairs)  # every text_b is a request; L1's exact hits are no L2 hits
     return {"pairs": len(pairs), "exact_hits": len(pairs) - len(asked), "hits": hits, "false_hits": hits - right,
             "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
+            "hit_ratio": hits / requests if requests else 0.0,
+            "per_request_error": (hits - right) / requests if requests else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
             "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
-            "final_threshold": _finite(cache.learner.threshold(PARTITION)),
-            "threshold_moves": [[n, _finite(t)] for n, t in curve[-20:]]}
+            "final_threshold": _finite(threshold_of()),
+            "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
+            "curve": curve}
 
 
 def _finite(threshold: float) -> float | None:

@@ -7,11 +7,13 @@ cosine threshold AND the verification checks (verify.py), then the model check i
 L3 are marked predictive and reported apart. The cache holds at most `max_entries` over all partitions;
 the least recently hit or filled entry is evicted first.
 
-With a ThresholdLearner (learning.py) the cosine threshold is only the exploration floor: the first
-verified neighbour above it is a candidate, served only when the learner allows its score in its
-partition (a partition without evidence serves nothing); `probe` returns the refused candidate too, so
-the answer to the miss can be compared with the candidate's and learned from. An L3 pre-answer asked by its
-very question (up to case and spacing) is no semantic guess and is served without the learner.
+With pooled evidence (evidence.py, the stage's default) the cosine threshold is only the exploration floor:
+the first verified neighbour above it is the one candidate, the learned verifier (verifier.py) scores it,
+and it is served only when the pool's certified threshold allows that score (no evidence: nothing served).
+With a bare ThresholdLearner (learning.py) the cosine itself is the score, learned per partition. `probe`
+returns the refused candidate too, so the answer to the miss can be compared with the candidate's and
+learned from. An L3 pre-answer asked by its very question (up to case and spacing) is no semantic guess and
+is served without the learner.
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ from streams.cache.embedders import Embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import normalize
 from streams.cache.index import VectorIndex
+from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
+from streams.cache.verifier import features as verifier_features
 from streams.cache.verify import verify as verify_pair
 
 SCRIPTS = [("zh", re.compile(r"[\u4e00-\u9fff]")), ("ja", re.compile(r"[\u3040-\u30ff]")),
@@ -84,6 +88,11 @@ def partition_of(request: Request) -> tuple:
     return (request.tenant, request.decision_type, segment, language_of(question_of(request)), output)
 
 
+def partition_kind(partition: tuple) -> str:
+    """decide or generate: the request kind a partition's output format starts with."""
+    return str(partition[-1]).split(":", 1)[0] if partition else ""
+
+
 def _same_question(text: str) -> str:
     return normalize(text).lower()
 
@@ -105,19 +114,25 @@ def entry_key(partition: tuple, text: str) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
-    """The verified nearest neighbour of a question: what a verdict is learned against."""
+    """The verified nearest neighbour of a question: what a verdict is learned against. `score` is the
+    verifier's probability where a verifier scores candidates (with its feature row and the `cosine`), else the
+    cosine."""
     partition: tuple
     question: str  # the cached question it matched
     score: float
     served: bool
+    cosine: float | None = None
+    features: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
+        extra = {"cosine": self.cosine, "features": list(self.features)} if self.features else {}
         return {"partition": list(self.partition), "question": self.question, "score": self.score,
-                "served": self.served}
+                "served": self.served, **extra}
 
     @classmethod
     def from_dict(cls, data) -> "Candidate":
-        return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]))
+        return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]),
+                   data.get("cosine"), tuple(data.get("features") or ()))
 
 
 @dataclass
@@ -132,16 +147,20 @@ class SemanticCache:
     def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
                  k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
                  max_entries: int = 100_000, check: ModelCheck | None = None,
-                 learner: ThresholdLearner | None = None):
+                 learner: ThresholdLearner | None = None, evidence: PooledEvidence | None = None):
         """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first.
-        Without a learner every verified neighbour above `threshold` is served (a fixed threshold)."""
+        Without a learner every verified neighbour above `threshold` is served (a fixed threshold). With pooled
+        `evidence` (evidence.py) its verifier scores the best verified neighbour (the model check's cosine is
+        one of its features instead of a gate) and its learner decides."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
         self.check = check
-        self.learner = learner
+        self.evidence = evidence
+        self.learner = evidence.learner if evidence is not None else learner
+        self.min_cosine = 0.0  # with evidence: the tune control's floor on served cosines
         self.max_exact = max_exact
         self.k = k
         self.max_entries = max_entries
@@ -157,13 +176,18 @@ class SemanticCache:
         """The lowest score a hit is served at in any partition, what the tune control
         `cache.l2.min_similarity` sets: the fixed threshold, or with a learner the higher of the exploration
         floor (`threshold`) and the learner's floor (each partition's learned threshold may be higher still)."""
+        if self.evidence is not None:
+            return max(self.threshold, self.min_cosine)
         return self.threshold if self.learner is None else max(self.threshold, self.learner.floor)
 
     @min_similarity.setter
     def min_similarity(self, value: float) -> None:
-        """With a learner, its floor (candidates below it keep being compared and learned from); without, the
-        fixed threshold itself."""
-        if self.learner is not None:
+        """With a learner, its floor (candidates below it keep being compared and learned from; with pooled
+        evidence the floor is on the cosine, the learner's scale being the verifier's probability); without,
+        the fixed threshold itself."""
+        if self.evidence is not None:
+            self.min_cosine = value
+        elif self.learner is not None:
             self.learner.floor = value
         else:
             self.threshold = value
@@ -181,7 +205,8 @@ class SemanticCache:
         if part is None:
             return None, None
         vector = self.embed(text) if vector is None else vector
-        for id_, score in part.index.search(vector, self.k):
+        found = part.index.search(vector, self.k)
+        for rank, (id_, score) in enumerate(found):
             if score < self.threshold:
                 break
             cached = part.texts[id_]
@@ -190,10 +215,13 @@ class SemanticCache:
                 if not verdict.ok:
                     self.refusals[verdict.reason] += 1
                     continue
+            same = part.entries[id_].predictive and _same_question(cached) == _same_question(text)
+            if self.evidence is not None and not same:
+                return self._judge(partition, part, id_, text, score, found[rank + 1][1] if rank + 1 < len(found)
+                                   else 0.0)
             if self.check is not None and not self.check.agrees(text, cached):
                 self.refusals["model"] += 1
                 continue
-            same = part.entries[id_].predictive and _same_question(cached) == _same_question(text)
             if self.learner is not None and not same and not self.learner.allows(partition, _same_question(cached),
                                                                                  score):
                 self.refusals["learned_threshold"] += 1
@@ -204,9 +232,29 @@ class SemanticCache:
             return hit, Candidate(partition, cached, score, served=hit is not None)
         return None, None
 
+    def _judge(self, partition: tuple, part: _Partition, id_: int, text: str, cosine: float,
+               next_cosine: float) -> tuple[Hit | None, Candidate]:
+        """The best verified neighbour, scored by the verifier and served where the pooled evidence allows."""
+        cached = part.texts[id_]
+        second = self.check.score(text, cached) if self.check is not None else None
+        row = verifier_features(text, cached, float(cosine), float(next_cosine), second,
+                                decide=partition_kind(partition) == "decide")
+        p = self.evidence.score(row)
+        key = entry_key(partition, cached)
+        if cosine < self.min_cosine or not self.evidence.allows(key, float(cosine), p):
+            self.refusals["learned_threshold"] += 1
+            return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)))
+        self.recency.move_to_end((partition, id_))
+        hit = serve(key, part.entries[id_], self.book, self.refresh, payload=(partition, cached), score=p,
+                    matched=cached)
+        return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)))
+
     def learn(self, candidate: Candidate, agreed: bool) -> None:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question?"""
-        if self.learner is not None:
+        if self.evidence is not None and candidate.features:
+            self.evidence.observe(entry_key(candidate.partition, candidate.question), candidate.features,
+                                  candidate.cosine, agreed)
+        elif self.learner is not None:
             self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
                                  agreed)
 

@@ -21,9 +21,11 @@ from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.exact import BoundedLRU, cache_key
+from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.predictive import TenantFollowups, plan
+from streams.cache.verifier import load_verifier
 from streams.cache.semantic import (QUESTION_FIELDS, Candidate, SemanticCache, answers_agree, asks_in_words,
                                     entry_key, partition_of, question_of)
 from streams.prompt import render_context
@@ -36,8 +38,9 @@ PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), no
 class CacheStage:
     def __init__(self, table, settings):
         """L2 uses settings.cache_embedder (`none` turns L2 off), its calibrated threshold as the floor of
-        candidates, thresholds learned to settings.cache_max_error (0: the calibrated threshold serves), and the
-        model check settings.cache_model_check names, if any."""
+        candidates, the learned verifier with one threshold certified from all partitions' verdicts to
+        settings.cache_max_error (evidence.py; 0: the calibrated threshold serves), and the model check
+        settings.cache_model_check names, if any (a verifier feature)."""
         self.table = table
         self.versions = VersionBook()
         self.refresh = RefreshQueue()
@@ -52,11 +55,13 @@ class CacheStage:
             embedder = load_embedder(settings.cache_embedder)
             check = check_name(settings.cache_model_check, embedder.name)
             decision, store = decision_name(embedder.name, check), ThresholdStore(settings.data_dir)
+            evidence = (PooledEvidence(load_verifier(decision, settings.data_dir), self.learner)
+                        if self.learner is not None else None)
             self.semantic = SemanticCache(embedder, store.threshold(decision, settings.cache_semantic_threshold),
                                           max_exact=settings.cache_exact_index_max, book=self.versions,
                                           refresh=self.refresh, max_entries=settings.cache_semantic_max_entries,
                                           check=load_model_check(check, store.check_threshold(decision)),
-                                          learner=self.learner)
+                                          learner=self.learner, evidence=evidence)
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = TenantFollowups()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from streams import tokens
+from streams import language, tokens
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_]+", re.UNICODE)
 _LATIN = re.compile(r"[A-Za-z]")
@@ -212,3 +212,19 @@ def verify(query: str, cached: str) -> Verdict:
     if (not extra_b and extra_a & a.scoped) or (not extra_a and extra_b & b.scoped):
         return Verdict(False, "narrower_scope")
     return Verdict(True)
+
+
+def differences(query: str, cached: str) -> dict[str, float]:
+    """What separates two questions that passed `verify`, as numbers for the learned verifier (verifier.py):
+    the overlap of their content word units (language.units: words, CJK character bigrams), the Latin-script
+    content words and key terms only one side has, and the ratio of their lengths in units."""
+    a, b = _Parsed(query), _Parsed(cached)
+    units_a, units_b = (set(language.units(t, content=True)) for t in (query, cached))
+    union = units_a | units_b
+    words_a, words_b = ({w for w in p.content if w.isascii()} for p in (a, b))
+    extra_a, extra_b = words_a - words_b, words_b - words_a
+    sizes = sorted((len(units_a), len(units_b)))
+    return {"overlap": len(units_a & units_b) / len(union) if union else 1.0,
+            "extra_words": float(len(extra_a) + len(extra_b)),
+            "extra_key": float(len(extra_a & a.key) + len(extra_b & b.key)),
+            "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0}

@@ -41,3 +41,15 @@ def test_a_deadline_share_puts_the_checkout_deadline_on_payment_screenings_only(
     assert not any(body.get("deadline_ms") for body in plain)
     rest = lambda body: {k: v for k, v in body.items() if k not in ("deadline_ms", "created_at")}  # noqa: E731
     assert [rest(orjson.loads(p)) for p in workload.generate(300, seed=5, deadline_share=0.3)] == list(map(rest, plain))
+
+
+def test_reworded_product_searches_keep_their_candidates_and_leave_the_rest_of_the_workload_as_it_was():
+    def without_time(payloads):
+        return [{k: v for k, v in orjson.loads(p).items() if k != "created_at"} for p in payloads]
+    plain, reworded = without_time(workload.generate(400)), without_time(workload.generate(400, reword_share=1.0))
+    changed = [(a, b) for a, b in zip(plain, reworded) if a != b]
+    assert changed and all(a["decision_type"] == "ranking" for a, _ in changed)
+    assert all(a["candidates"] == b["candidates"] and {k for k in a if a[k] != b[k]} <= {"state", "history"}
+               for a, b in changed)
+    assert all(b["state"].startswith("Shopper query: ") for _, b in changed)
+    assert len({b["state"] for _, b in changed}) > 50, "many wordings: each one is new to L1"

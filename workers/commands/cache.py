@@ -2,6 +2,7 @@
 replay labelled pairs as traffic through the live L2 decision with learned thresholds."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -10,11 +11,27 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache import training
+from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.replay import replay
 from streams.cache.semantic import SemanticCache
+from streams.cache.verifier import FEATURES, load_verifier, save_weights
 from streams.cache.verify import verify
+
+TRAIN_HELP = """\
+Fit the L2 verifier's starting weights from labelled pairs, and save them in the data dir (verifier.json).
+
+Every text_a is cached and every text_b asks; the best verified neighbour each one meets (what the live L2
+decision judges) is a training row, right only when it is the pair's own text_a and the pair is labelled 1.
+A logistic regression over the verifier's features (cosines, word overlap, words and key terms only one
+side has, length ratio, language and decision kind) is fitted to them. Live, the weights are refitted from
+verdicts, pulled towards these; the threshold that serves is still certified from live verdicts only.
+Fit on development pairs and report on others (bench/cache_replay.py holds out 30% of qqp-dev).
+
+  jev cache train-verifier qqp_dev.jsonl --json
+"""
 
 REPLAY_HELP = """\
 Replay a labelled pairs file as traffic through the live L2 decision, with thresholds learned from verdicts.
@@ -29,8 +46,13 @@ at or below JEV_CACHE_MAX_ERROR with JEV_CACHE_ERROR_CONFIDENCE. Verdicts come f
     with the neighbour's (the label stands in for that comparison; --no-explore: off).
 Verdicts from earlier questions drive the thresholds of later ones: order matters (--seed shuffles).
 
+Candidates are scored by the learned verifier (weights from `jev cache train-verifier`, else the shipped
+ones) and one threshold on its probability is certified from all verdicts (streams/cache/evidence.py).
+
 The last line of --json is the summary: pairs, hits, false_hits, precision (right hits / hits; null
-without hits), recall (right hits / pairs labelled 1), target_error, and how the threshold moved.
+without hits), recall (right hits / pairs labelled 1), hit_ratio (L2 hits / requests), per_request_error
+(false hits / requests), target_error, how the threshold moved, and curve: [requests, hit ratio, precision]
+along the run.
 
   jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
@@ -67,8 +89,6 @@ def register(sub) -> None:
 
 
 def register_replay(cmds) -> None:
-    import argparse
-
     r = cmds.add_parser("replay", help="replay labelled pairs through the live L2 decision with learned thresholds",
                         description=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
@@ -77,12 +97,26 @@ def register_replay(cmds) -> None:
     r.add_argument("--max-error", type=float, help="false-hit rate bound (default: JEV_CACHE_MAX_ERROR)")
     r.add_argument("--confidence", type=float, help="confidence of the bound (default: JEV_CACHE_ERROR_CONFIDENCE)")
     r.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+    r.add_argument("--model-check", help="second embedder whose cosine the verifier reads: none, auto, or an "
+                                         "embedder name (default: JEV_CACHE_MODEL_CHECK)")
     r.add_argument("--floor", type=float, default=0.0,
                    help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
     r.add_argument("--seed", type=int, help="shuffle the order text_b is asked in (default: file order)")
     r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
     r.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     r.set_defaults(func=run_replay)
+
+    t = cmds.add_parser("train-verifier", help="fit the L2 verifier's starting weights from labelled pairs",
+                        description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones '
+                                 "you report on")
+    t.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+    t.add_argument("--model-check", help="second embedder whose cosine is a feature: none, auto, or an embedder "
+                                         "name (default: JEV_CACHE_MODEL_CHECK)")
+    t.add_argument("--floor", type=float, default=0.0,
+                   help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
+    t.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
+    t.set_defaults(func=run_train_verifier)
 
 
 def run_replay(args, settings) -> int:
@@ -94,14 +128,21 @@ def run_replay(args, settings) -> int:
         learner = ThresholdLearner(args.max_error or settings.cache_max_error,
                                    args.confidence or settings.cache_error_confidence,
                                    explore=settings.cache_explore_rate)
-        cache = SemanticCache(embedder, floor, learner=learner, max_entries=max(len(pairs), 1))
+        check_ = check_name(args.model_check or settings.cache_model_check, embedder.name)
+        decision = decision_name(embedder.name, check_)
+        evidence = PooledEvidence(load_verifier(decision, settings.data_dir), learner)
+        cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=max(len(pairs), 1),
+                              check=load_model_check(check_, 0.0))
         summary = replay(cache, pairs, args.shadow_rate, seed=args.seed, explore=not args.no_explore,
                          progress=_progress(len(pairs), "replaying text_b questions"))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    summary = {**summary, "embedder": embedder.name, "floor": floor, "pairs_file": str(args.pairs),
-               "refusals": dict(cache.refusals)}
+    summary = {**summary, "embedder": embedder.name, "model_check": check_ or None, "floor": floor,
+               "verifier": evidence.verifier.name, "verifier_fits": evidence.verifier.fits,
+               "certifying_verdicts": evidence.stats()["verdicts"],
+               "certifying_disagreements": evidence.stats()["disagreements"],
+               "pairs_file": str(args.pairs), "refusals": dict(cache.refusals)}
     if args.json:
         print(orjson.dumps(summary).decode())
         return 0
@@ -109,6 +150,29 @@ def run_replay(args, settings) -> int:
     print(f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
           f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
           f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}")
+    return 0
+
+
+def run_train_verifier(args, settings) -> int:
+    try:
+        pairs = calibration.read_pairs(args.pairs)
+        embedder = load_embedder(args.embedder or settings.cache_embedder)
+        check = check_name(args.model_check or settings.cache_model_check, embedder.name)
+        decision = decision_name(embedder.name, check)
+        floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
+            embedder.name, settings.cache_semantic_threshold)
+        weights, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    path = save_weights(settings.data_dir, decision, weights, {**summary, "floor": floor, "source": str(args.pairs)})
+    summary = {"decision": decision, "floor": floor, **summary, "weights": dict(zip(FEATURES, map(float, weights))),
+               "saved": str(path)}
+    if args.json:
+        print(orjson.dumps(summary).decode())
+    else:
+        print(f"{decision}: fitted on {summary['candidates']} candidates ({summary['right']} right) from "
+              f"{summary['pairs']} pairs; saved to {path}")
     return 0
 
 

@@ -20,6 +20,11 @@ def register(sub) -> None:
     p.add_argument("--shadow-rate", default="0.1", metavar="R",
                    help="share of requests also decided the naive way to measure each saving's agreement "
                         "(default 0.1 here, for a useful sample of a short run; JEV_SHADOW_RATE in production)")
+    p.add_argument("--reworded-share", type=float, default=0.0, metavar="S",
+                   help="share of product searches asked in other words (default 0): repeated intent for the "
+                        "semantic cache (L2), which serves only once verdicts certify its error bound "
+                        "(JEV_CACHE_MAX_ERROR): at least about 160 distinct reworded searches miss first (118 clean "
+                        "certifying verdicts at the defaults); --requests 2000 --reworded-share 1 holds about 230")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--metrics-out", metavar="FILE", default="",
                    help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
@@ -37,6 +42,9 @@ def run(args, settings) -> int:
     if args.stages < 1 or args.scorers < 1:
         print("jev demo: --stages and --scorers must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.reworded_share <= 1:
+        print(f"jev demo: --reworded-share must be in [0, 1], got {args.reworded_share}", file=sys.stderr)
+        return 2
     try:
         parse_rates(args.shadow_rate)
     except ValueError as exc:
@@ -45,7 +53,7 @@ def run(args, settings) -> int:
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress,
-                                      args.stages, args.scorers, args.metrics_out))
+                                      args.stages, args.scorers, args.metrics_out, args.reworded_share))
     if args.json:
         print(orjson.dumps(report).decode())
     else:

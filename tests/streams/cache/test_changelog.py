@@ -72,6 +72,7 @@ def test_a_restarted_stage_rebuilt_from_the_changelog_serves_the_same_hits(tmp_p
     assert served(after) == hits
     partition = next(iter(before.learner.partitions))
     assert after.learner.threshold(partition) == before.learner.threshold(partition)
+    assert after.semantic.evidence.stats() == before.semantic.evidence.stats(), "the pooled verdicts, the verifier"
     assert after.followups.of("acme").likely_next(QUESTIONS[0]) == before.followups.of("acme").likely_next(
         QUESTIONS[0]), "each tenant's follow-up model is rebuilt as its own"
     assert after.followups.of("acme").likely_next(QUESTIONS[0]) and not after.followups.of("globex").likely_next(

@@ -1,6 +1,7 @@
 import math
 import random
 
+import numpy as np
 import pytest
 
 from schemas.records import Candidate as Option, Control, Decision, Request, Work
@@ -146,34 +147,41 @@ def ask(stage: CacheStage, work: Work):
 
 
 def test_stage_learns_from_misses_then_serves_and_learn_records_shadow_verdicts(stage):
+    """A miss refused for lack of evidence is answered and compared with its neighbour's answer (a verdict that
+    costs no tokens); once the pooled verdicts of every partition certify the verifier's threshold, the stage
+    serves L2 hits, and a shadow disagreement on one is learned and vetoes its entry."""
+    evidence = stage.semantic.evidence
     first = faq_work("r0", "How do I reset my password?")
     assert ask(stage, first) is None and first.cache_match == {}
     stage.fill(first, Decision(request_id="r0", tier="fine", action_id="a"), ALL_ON)
-    misses = 0
-    while True:  # misses refused for lack of evidence, answered the same: evidence that costs no tokens
-        served = faq_work(f"r{misses + 1}", "how do I reset my password")
-        hit = ask(stage, served)
-        if hit is not None:
-            break
-        assert served.cache_match["served"] is False and misses < 200
-        stage.fill(served, Decision(request_id=served.request.request_id, tier="fine", action_id="a"), ALL_ON)
-        misses += 1
-    assert misses >= 118, "no hit before the evidence passes the test (118 clean verdicts at 0.05, 0.9)"
-    assert served.cache_match["served"] is True
+    refused = faq_work("r1", "how do I reset my password")
+    assert ask(stage, refused) is None and refused.cache_match["served"] is False
+    stage.fill(refused, Decision(request_id="r1", tier="fine", action_id="a"), ALL_ON)
+    stats = evidence.stats()
+    assert stats["verdicts"] + stats["fit_verdicts"] == 1, "the miss's answer agreed with the neighbour's: learned"
+    learned = stage.take_changes()
+    verdicts = [r for r in learned if r["op"] == "verdict"]
+    assert len(verdicts) == 1 and verdicts[0]["candidate"]["features"], "rebuildable: the record holds the features"
+    row = np.array(refused.cache_match["features"])
+    for i in range(400):  # other partitions' verdicts at this candidate's score certify the one pooled threshold
+        evidence.observe(f"elsewhere{i}", row, refused.cache_match["cosine"], True)
+    served = faq_work("r2", "how do I reset my password")
+    hit = ask(stage, served)
+    assert hit is not None and served.cache_match["served"] is True
     assert stage.answer(served, hit).decision.tier == "cache_l2"
-    key = tuple(served.cache_match["partition"])
-    before = stage.learner.stats(key)["verdicts"]
+    before = evidence.stats()
     stage.learn(served, agreed=False)
-    assert stage.learner.stats(key) == {"verdicts": before + 1, "disagreements": 1,
-                                        "threshold": stage.learner.threshold(key)}
-    assert stage.learner.vetoes, "a shadow disagreement vetoes the entry at its score"
+    after = evidence.stats()
+    assert after["verdicts"] + after["fit_verdicts"] == before["verdicts"] + before["fit_verdicts"] + 1
+    assert evidence.vetoes, "a shadow disagreement vetoes the entry at its cosine"
+    assert ask(stage, faq_work("r3", "how do I reset my password")) is None
     stage.learn(faq_work("s2", "never asked"), agreed=True)  # no L2 match: nothing to learn
-    assert stage.learner.stats(key)["verdicts"] == before + 1
+    assert evidence.stats()["fit_verdicts"] + evidence.stats()["verdicts"] == after["verdicts"] + after["fit_verdicts"]
 
 
 def test_tune_control_raises_the_floor_of_every_partition(stage):
     stage.on_control(Control(kind="tune", key="cache.l2.min_similarity", value=0.99))
-    assert stage.learner.floor == 0.99
+    assert stage.semantic.min_similarity == 0.99 and stage.semantic.min_cosine == 0.99
     with pytest.raises(ValueError, match="takes a number"):
         stage.on_control(Control(kind="tune", key="cache.l2.min_similarity", value="high"))
 

@@ -91,6 +91,63 @@ def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
     assert summary["explore_verdicts"] >= 118 and summary["final_threshold"] is not None
+    assert summary["hit_ratio"] == summary["hits"] / 300 and summary["per_request_error"] == 0.0
+    asked, ratio, precision = summary["curve"][-1]
+    assert asked == 300 and ratio == round(summary["hit_ratio"], 4) and precision == 1.0
+    assert summary["curve"][0][1] == 0.0, "the first requests are misses while verdicts accumulate"
+
+
+def test_replay_learns_and_serves_chinese_questions_within_the_bound(tmp_path, monkeypatch, capsys):
+    """The same pooled decision on Chinese questions (character-bigram units): duplicates that differ in
+    punctuation and a particle are served once the verdicts certify, different questions on the same products
+    are not."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    products = [f"{s}{a}{b}" for s in "大中小" for a in "红橙黄绿青蓝紫黑白灰" for b in "笔本包杯伞灯表鞋帽椅"]
+    rows = [{"text_a": f"请问{p}今天怎么退货？", "text_b": f"请问{p}今天怎么退货呢", "label": 1} for p in products]
+    rows += [{"text_a": f"{p}的保修期是多久？", "text_b": f"{p}的保修期是三年吗？", "label": 0} for p in products[:40]]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["hits"] > 0 and summary["false_hits"] <= 0.05 * summary["hits"]
+    assert summary["certifying_verdicts"] >= 118, "a 5% bound at 0.9 confidence takes 118 clean verdicts at least"
+
+
+def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, monkeypatch, capsys):
+    """Quora repeats a question across pairs: one entry holds it, and a text_b hitting it hit its own text_a
+    (up to case and spacing), whichever pair filled the entry."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    words = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon " * 20).split()
+    rows = []
+    for w in words[:300]:
+        rows.append({"text_a": f"How do I configure feature {w} today?", "text_b": f"Where is feature {w} set?",
+                     "label": 0})  # fills the entry first; its own text_b is another question
+        rows.append({"text_a": f"how do I configure  feature {w} today?",
+                     "text_b": f"how do i configure feature {w} today", "label": 1})
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
+
+
+def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    assert main(["cache", "train-verifier", str(QUESTION_PAIRS), "--embedder", "hashing", "--floor", "0.2",
+                 "--json"]) == 0
+    trained = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert trained["decision"] == "hashing" and trained["candidates"] > 0 and len(trained["weights"]) == 10
+    assert (tmp_path / "verifier.json").exists()
+    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out.splitlines()[-1])["verifier"] == "trained:hashing"
+
+
+def test_train_verifier_on_too_few_pairs_names_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(orjson.dumps({"text_a": "How do I reset it?", "text_b": "How to reset it?", "label": 1}) + b"\n")
+    assert main(["cache", "train-verifier", str(pairs), "--embedder", "hashing", "--floor", "0.2"]) == 1
+    assert "give more labelled pairs" in capsys.readouterr().err
 
 
 def test_replay_leaves_exact_repeats_to_l1(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,94 @@
+"""Pooled L2 evidence: every partition's verdicts in one pool, one verifier, one certified threshold.
+
+Issue 18 learned a cosine threshold per partition; each partition then needed 118+ clean verdicts of its own
+before it served anything, and most never got them. Here one learned verifier (verifier.py) turns a candidate
+into P(correct), with language and decision kind among its features, and one ThresholdLearner certifies the
+lowest probability served, from the verdicts of all partitions: the bound holds per served hit over the
+pool (JEV_CACHE_MAX_ERROR at JEV_CACHE_ERROR_CONFIDENCE, learning.py's fixed-sequence test, every fit
+spending its share of alpha).
+
+The verifier is refitted online, and a score fitted on a verdict cannot also certify it (it would pass by
+having been fitted). So each verdict falls, by a hash of the pair it judged (never of its outcome), in one of
+two folds: FIT_SHARE of them refit the verifier, the rest certify it. A refit rescores the certifying
+verdicts and tests again (another fit, at a smaller alpha).
+
+Per entry (vCache's per-embedding refinement, the conservative side of it): an entry whose cached answer
+drew a disagreement at cosine c is never served again at a cosine <= c, whichever fold the verdict fell in.
+Exploration (learning.py): a share of what the threshold would serve is refused, so verdicts keep coming.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from streams.cache.learning import ThresholdLearner
+from streams.cache.verifier import Verifier
+
+POOL = ("pooled",)
+FIT_SHARE = 0.25  # verdicts that refit the verifier; the rest certify it
+REFIT_EVERY = 100  # fit-fold verdicts between refits (each refit spends a share of alpha)
+MAX_ROWS = 10_000  # per fold, the most recent kept
+MAX_VETOES = 100_000
+
+
+def in_fit_fold(key: str, row: np.ndarray) -> bool:
+    digest = hashlib.blake2b(key.encode() + np.asarray(row, np.float64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2 ** 64 < FIT_SHARE
+
+
+class PooledEvidence:
+    def __init__(self, verifier: Verifier, learner: ThresholdLearner, refit_every: int = REFIT_EVERY):
+        self.verifier = verifier
+        self.learner = learner
+        self.refit_every = refit_every
+        self.fit_rows: deque[tuple[np.ndarray, bool]] = deque(maxlen=MAX_ROWS)
+        self.certify_rows: deque[np.ndarray] = deque(maxlen=MAX_ROWS)  # in the learner's order
+        self.vetoes: OrderedDict[str, float] = OrderedDict()  # entry key -> cosine of its disagreement
+        self.since_refit = 0
+
+    def score(self, row: np.ndarray) -> float:
+        return self.verifier.probability(row)
+
+    def allows(self, key: str, cosine: float, score: float) -> bool:
+        """Serve a candidate on entry `key` at this cosine and verifier score? (Exploration may refuse it.)"""
+        veto = self.vetoes.get(key)
+        if veto is not None and cosine <= veto:
+            return False
+        return self.learner.allows(POOL, key, score)
+
+    def threshold(self) -> float:
+        return self.learner.threshold(POOL)
+
+    def observe(self, key: str, row, cosine: float, agreed: bool) -> None:
+        """A verdict on a candidate of entry `key` with feature `row` at `cosine`."""
+        row = np.asarray(row, dtype=np.float64)
+        if not agreed:
+            self.vetoes[key] = max(self.vetoes.get(key, -math.inf), cosine)
+            self.vetoes.move_to_end(key)
+            while len(self.vetoes) > MAX_VETOES:
+                self.vetoes.popitem(last=False)
+        if not in_fit_fold(key, row):
+            self.certify_rows.append(row)
+            self.learner.observe(POOL, key, self.score(row), agreed)
+            return
+        self.fit_rows.append((row, agreed))
+        self.since_refit += 1
+        if self.since_refit >= self.refit_every:
+            self.refit()
+
+    def refit(self) -> None:
+        """Refit the verifier on the fit fold and rescore the certifying verdicts (the next threshold is a new
+        test)."""
+        self.since_refit = 0
+        rows = np.stack([r for r, _ in self.fit_rows])
+        self.verifier.refit(rows, np.array([a for _, a in self.fit_rows]))
+        if self.certify_rows:
+            scores = np.stack(self.certify_rows) @ self.verifier.weights
+            self.learner.rescore(POOL, [1 / (1 + math.exp(-max(min(s, 30.0), -30.0))) for s in scores])
+
+    def stats(self) -> dict:
+        return {**self.learner.stats(POOL), "fit_verdicts": len(self.fit_rows), "verifier": self.verifier.name,
+                "verifier_fits": self.verifier.fits, "weights": self.verifier.as_dict()}

@@ -1,0 +1,52 @@
+"""Offline fit of the L2 verifier's starting weights from labelled pairs (`jev cache train-verifier`).
+
+The verifier judges the candidates L2 really meets, so it is fitted on those: every `text_a` is cached, every
+`text_b` asks, and its best verified neighbour (the one the live decision would judge) becomes a training
+row, labelled right only when that neighbour is its own `text_a` and the pair is labelled 1 (replay.py's
+rule). Rows are mined through SemanticCache.probe with pooled evidence that has no verdicts yet, so nothing is
+served and every candidate is returned with its feature row.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streams.cache.calibration import Pair
+from streams.cache.entry import Entry
+from streams.cache.evidence import PooledEvidence
+from streams.cache.exact import normalize
+from streams.cache.learning import ThresholdLearner
+from streams.cache.replay import PARTITION
+from streams.cache.semantic import SemanticCache, _same_question
+from streams.cache.verifier import FEATURES, Verifier, fit
+
+
+def mine(cache: SemanticCache, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
+    """(feature rows, 1 right / 0 wrong) of the best verified neighbour of every `text_b`; `cache` empty,
+    with evidence."""
+    questions = list(dict.fromkeys(p.text_a for p in pairs))
+    cache.insert_many(PARTITION, questions, [Entry({"question": q}, level="l2") for q in questions])
+    cached = {normalize(q) for q in questions}
+    asked = [p for p in pairs if normalize(p.text_b) not in cached]  # L1's, as in replay
+    vectors = cache.embedder.embed([p.text_b for p in asked])
+    rows, labels = [], []
+    for pair, vector in zip(asked, vectors):
+        _, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))
+        if candidate is not None:
+            rows.append(candidate.features)
+            labels.append(pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a))
+    return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES)), np.array(labels, dtype=np.float64)
+
+
+def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 1.0) -> tuple[np.ndarray, dict]:
+    """(weights, a summary): logistic regression on the mined candidates, a weak ridge towards zero."""
+    never = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(explore=0.0))
+    cache = SemanticCache(embedder, floor, check=check, evidence=never, max_entries=max(len(pairs), 1))
+    rows, labels = mine(cache, pairs)
+    if len(rows) < 2 * len(FEATURES) or labels.min(initial=1) == labels.max(initial=0):
+        raise ValueError(f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
+                         "weights: give more labelled pairs, with both labels, or lower --floor")
+    weights = fit(rows, labels, np.zeros(len(FEATURES)), ridge=ridge)
+    p = 1 / (1 + np.exp(-(rows @ weights)))
+    order = np.argsort(-p)
+    top = {f"errors_top_{n}": int(n - labels[order[:n]].sum()) for n in (100, 200, 500) if n <= len(rows)}
+    return weights, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()), **top}
