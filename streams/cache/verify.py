@@ -157,7 +157,7 @@ def verify(query: str, cached: str) -> Verdict:
     a, b = _Parsed(query), _Parsed(cached)
     if a.numbers != b.numbers:
         return Verdict(False, "number")
-    if a.negations != b.negations:
+    if bool(a.negations) != bool(b.negations):  # negated on one side only: in both is no difference
         return Verdict(False, "negation")
     if a.ordinals != b.ordinals:
         return Verdict(False, "ordinal")
