@@ -2,6 +2,7 @@ import orjson
 
 from schemas.records import Request
 from schemas.validate import decode
+from streams import language
 from workers import workload
 
 
@@ -41,3 +42,14 @@ def test_a_deadline_share_puts_the_checkout_deadline_on_payment_screenings_only(
     assert not any(body.get("deadline_ms") for body in plain)
     rest = lambda body: {k: v for k, v in body.items() if k not in ("deadline_ms", "created_at")}  # noqa: E731
     assert [rest(orjson.loads(p)) for p in workload.generate(300, seed=5, deadline_share=0.3)] == list(map(rest, plain))
+
+
+def test_a_chinese_share_replaces_new_decisions_with_chinese_tickets_and_keeps_the_rest():
+    requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5, chinese_share=0.1)]
+    chinese = [r for r in requests if r.service == "support-zh"]
+    assert 10 <= len(chinese) <= 60
+    assert all(language.detect(r.state) == "zh" and r.decision_type == "customer_service" and
+               {c.id for c in r.candidates} == {a for a, _ in workload.ZH_ACTIONS} for r in chinese)
+    plain = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5)]
+    assert [r.state for r in requests if r.service != "support-zh"] == \
+        [p.state for r, p in zip(requests, plain) if r.service != "support-zh"]
