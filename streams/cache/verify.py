@@ -3,17 +3,15 @@
 Near-duplicate questions that mean something else usually differ by one word: a number or year, a
 negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
 rare word). The number, negation, ordinal and antonym checks read English and Chinese; the word-order and
-key-term checks need words, so they run on Latin-script text only. The word lists are in words.yaml.
-"""
+key-term checks need words, so they run on Latin-script text only. The word lists are the languages' own
+(streams/lang/, read through streams/language.py)."""
 from __future__ import annotations
 
 import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path
 
-import yaml
 
 from streams import language, tokens
 
@@ -21,8 +19,7 @@ _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_
 _LATIN = re.compile(r"[A-Za-z]")
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 
-WORDS = yaml.safe_load(Path(__file__).with_name("words.yaml").read_text(encoding="utf-8"))
-_EN, _ZH = WORDS["en"], WORDS["zh"]
+_EN, _ZH = language.lexicon("en").data, language.lexicon("zh").data
 STOPWORDS = frozenset(_EN["stopwords"].split())
 NEGATIONS = frozenset(_EN["negations"].split())
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(_EN["number_words"].split())} | {
@@ -56,22 +53,7 @@ class Verdict:
     reason: str = ""
 
 
-def _stem(word: str) -> str:
-    """A light Porter-like stem (plural, -ing, -ed, -ly, superlative, final e): enough to compare two questions."""
-    word = word.lower().removesuffix("'s").replace("'", "")
-    if word in STOPWORDS or word in NEGATIONS or not word.isalpha():
-        return word
-    if len(word) > 4 and word.endswith(("ies", "iest", "ied")):
-        return word[:word.rindex("i")] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix, min_len in (("ing", 6), ("ed", 5), ("ly", 6), ("est", 7), ("er", 6)):
-        if len(word) >= min_len and word.endswith(suffix):
-            word = word[:-len(suffix)]
-            if len(word) > 2 and word[-1] == word[-2] and word[-1] not in "lsz":
-                word = word[:-1]
-            break
-    return word[:-1] if len(word) > 3 and word.endswith("e") else word
+_stem = language.stem
 
 
 # English pairs and groups compare stemmed words; Chinese ones are found as substrings (_Chinese.terms).
@@ -89,24 +71,7 @@ def _rare(word: str) -> bool:
     return len(ids) > 1 or ids[0] > RARE_RANK
 
 
-def _zh_value(run: str) -> str:
-    """The number a run of digits or Chinese numerals writes: 十五 → 15, 二零一五 → 2015, 三万五千 → 35000."""
-    if run.isascii():
-        return str(int(run))
-    if not any(c in _ZH_UNITS for c in run):
-        return str(int("".join(str(_ZH_DIGITS[c]) for c in run)))
-    high = myriads = section = digit = 0  # 亿 and above, 万 up to 亿, below 万, the pending digit
-    for c in run:
-        unit = _ZH_UNITS.get(c)
-        if unit is None:
-            digit = _ZH_DIGITS[c]
-        elif unit >= 10 ** 8:
-            high, myriads, section, digit = (high + myriads + section + digit) * unit, 0, 0, 0
-        elif unit >= 10 ** 4:
-            myriads, section, digit = (myriads + section + digit) * unit, 0, 0
-        else:
-            section, digit = section + (digit or 1) * unit, 0
-    return str(high + myriads + section + digit)
+_zh_value = language.zh_value
 
 
 class _Chinese:
@@ -193,7 +158,7 @@ def verify(query: str, cached: str) -> Verdict:
     a, b = _Parsed(query), _Parsed(cached)
     if a.numbers != b.numbers:
         return Verdict(False, "number")
-    if a.negations != b.negations:
+    if bool(a.negations) != bool(b.negations):  # negated on one side only: in both is no difference
         return Verdict(False, "negation")
     if a.ordinals != b.ordinals:
         return Verdict(False, "ordinal")

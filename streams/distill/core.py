@@ -14,6 +14,7 @@ from typing import Mapping
 
 from streams import tokens
 from streams.distill import dedup, domain, semantic, ttl
+from streams.distill.constraints import constraint_turns
 from streams.distill.policy import Policy
 from streams.distill.tagger import references, tag_turn
 
@@ -118,7 +119,8 @@ def distill(messages: list[dict], *, model: str, budget: int | None, policy: Pol
     unit_tags = [semantic.exchange_tag(u, roles, tags) for u in units]
     folded: dict[int, str] = {}
     if on["semantic"]:
-        folded = semantic.fold(units, unit_tags, tags, protected, set(reasons), policy.keep_resolved,
+        stated = protected | constraint_turns(messages)  # a constraint no later turn restates is never folded
+        folded = semantic.fold(units, unit_tags, tags, stated, set(reasons), policy.keep_resolved,
                                policy.keep_informational)
         drop("semantic", folded)
     heads = {unit[0] for unit in units}

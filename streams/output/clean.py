@@ -4,7 +4,9 @@ Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…�
 helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer
 (or every fence, with `fences: extract`). Code inside fences is never touched. A preamble or closer that
 carries a number or a name is not removed as a sentence: a preamble loses only its filler words, a closer
-stays. Patterns: patterns.yaml.
+stays; a Chinese closing sentence loses the filler clauses among its clauses and keeps the others
+("希望对您有帮助，记得三天内付款！" → "记得三天内付款！"). Numbers are digits, and Chinese numerals too
+(streams.language). Patterns: patterns.yaml.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 import tiktoken
 
-from streams import tokens
+from streams import language, tokens
 from streams.output import truncate as truncation
 from streams.output.patterns import Patterns, resolve
 
@@ -31,7 +33,10 @@ OPENING_WINDOW = 400  # characters of a cleaned answer in which its rewritten op
 # a sentence (Sure, Here, Let); "I" and its contractions are no names.
 CONTENT_TOKEN = re.compile(r"\d+(?:[.,:/]\d+)*|[A-Za-z][A-Za-z0-9'’_-]*")
 SENTENCE_OPENING = re.compile(r"(?:\A|[.!?:。！？：]\s+|\n[ \t>#*+\-\d.)]*|[(\"'“‘*_`]+)\Z")
-NOT_NAMES = frozenset({"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK"})
+NOT_NAMES = frozenset({"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK",
+                       "AI"})  # how assistants name themselves in filler: "As an AI", "作为一个AI助手"
+MAX_INTERJECTIONS = 4  # filler openings removed one after another ("好的！作为一个AI助手，很高兴为您解答。")
+CLAUSE = re.compile(r"[^，,；;]+[，,；;]?")  # a clause of a sentence, with the comma that ends it
 
 
 def content_tokens(text: str, openers: bool = False) -> Counter:
@@ -43,6 +48,7 @@ def content_tokens(text: str, openers: bool = False) -> Counter:
         word = m.group(0)
         if word[0].isdigit() or _is_name(word, text, m.start(), openers):
             found[word] += 1
+    found.update(language.chinese_numbers(text))
     return found
 
 
@@ -134,6 +140,11 @@ def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
         m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
     m = m or p.interjection.match(prose)
     rest = prose[m.end():] if m else prose
+    for _ in range(MAX_INTERJECTIONS - 1):
+        more = p.interjection.match(rest) if m else None
+        if not more or not more.group().strip():
+            break
+        rest = rest[more.end():]
     lead = p.lead_in.match(rest)
     capitalise = bool(m)
     if lead and (followed or rest[lead.end():].strip()):
@@ -177,13 +188,34 @@ def _last_sentence_start(body: str, floor: int) -> int | None:
     return best
 
 
+def closer_rest(sentence: str, p: Patterns) -> str | None:
+    """What stays of a closing sentence: "" when it is a closer, the sentence less its filler clauses when it is
+    a CJK sentence that mixes them with content, None when it is no closer. A clause or sentence that carries a
+    number or a name is content."""
+    stripped = sentence.strip()
+    if p.closer.fullmatch(stripped):
+        return None if content_tokens(stripped) else ""
+    if not language.is_cjk(language.detect(stripped)):
+        return None
+    end = stripped[-1] if stripped[-1] in "。！？!?.~" else ""
+    clauses = CLAUSE.findall(stripped.removesuffix(end) if end else stripped)
+    kept = [c for c in clauses if not (p.closer.fullmatch(c.rstrip("，,；;") + (end or "。"))
+                                       and not content_tokens(c))]
+    if len(kept) == len(clauses):
+        return None
+    return "".join(kept).rstrip("，,；;") + end if kept else ""
+
+
 def _strip_closers(prose: str, p: Patterns) -> str:
     body = prose.rstrip()
     while body:
         start = _last_sentence_start(body, max(0, len(body) - CLOSER_WINDOW))
-        if start is None or not p.closer.fullmatch(body, start) or content_tokens(body[start:]):
+        rest = None if start is None else closer_rest(body[start:], p)
+        if rest is None:
             break  # not a closer, or one that names something ("… with your Django app"): kept
-        body = body[:start].rstrip()
+        body = (body[:start] + rest).rstrip()
+        if rest:
+            break  # a closing sentence that also carries content: its content ends the answer
     return body if body != prose.rstrip() else prose
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from schemas.records import Chunk, Decision, Request
 from streams import tokens
-from streams.output.clean import clean
+from streams.output.clean import clean, closer_rest
 from streams.output.patterns import Patterns, resolve
 from streams.output.throttle import TokenBucket
 
@@ -188,9 +188,12 @@ class StreamCleaner:
                 piece = p.debug_block.sub("", piece)
                 if starts_line:  # debug lines are whole lines, as in clean()
                     piece = p.debug_line.sub("", piece)
-                if not piece.strip() or p.closer.fullmatch(piece.strip()):
+                rest = closer_rest(piece, p) if piece.strip() else ""
+                if rest == "":
                     self.held += piece  # whitespace or a closer: out only if an answer sentence follows
                     continue
+                if rest is not None:  # a closing sentence that also carries content: its filler clauses go
+                    piece = rest + _trailing_space(piece)
             out.append(self.held + piece)
             self.held = ""
         if final:
@@ -226,7 +229,7 @@ def _split_closers(text: str, p: Patterns) -> tuple[str, str]:
     """`text` less the closing sentences it ends with, and those sentences (held until something follows)."""
     pieces = _pieces(text)
     cut = len(pieces)
-    while cut > 1 and (not pieces[cut - 1].strip() or p.closer.fullmatch(pieces[cut - 1].strip())):
+    while cut > 1 and (not pieces[cut - 1].strip() or closer_rest(pieces[cut - 1], p) == ""):
         cut -= 1
     return "".join(pieces[:cut]), "".join(pieces[cut:])
 

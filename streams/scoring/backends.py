@@ -6,14 +6,11 @@ the lexical backend alone.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
-from streams import models
-
-WORD = re.compile(r"\w+", re.UNICODE)
+from streams import language, models
 
 
 @dataclass
@@ -33,7 +30,8 @@ class Backend(Protocol):
 
 
 def words(text: str) -> list[str]:
-    return WORD.findall(text.lower())
+    """The word units the lexical tier compares: words, and character bigrams of CJK text (streams.language)."""
+    return language.units(text)
 
 
 class LexicalBackend:
@@ -73,13 +71,17 @@ def load(name: str) -> Backend:
         name = "minilm" if models.available("minilm") else "lexical"
     if name == "lexical":
         return LexicalBackend()
-    if name not in ("minilm", "smollm2", "vllm"):
-        raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm:/model/dir")
+    if name not in ("minilm", "e5", "smollm2", "vllm"):
+        raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, e5, smollm2 or vllm:/model/dir")
     models.require(name, "backend")
     if name == "minilm":
         from streams.scoring.minilm import MiniLMBackend
 
         return MiniLMBackend()
+    if name == "e5":
+        from streams.scoring.e5 import E5Backend
+
+        return E5Backend()
     if name == "smollm2":
         from streams.scoring.causal_lm import CausalLMBackend
 

@@ -21,6 +21,7 @@ from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
 from streams.scoring.hierarchy import descend
+from streams.scoring.languages import FineTiers
 from streams.scoring.ledger import Ledger, candidate_lengths, nominal_tokens
 from streams.scoring.ranking import rank
 from streams.scoring.rollout import rollout
@@ -49,6 +50,7 @@ class Engine:
     clock: object = field(default_factory=lambda: streaming.Clock())  # where streams read time and wait
     patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
     deadlines: bool = True  # honour each request's deadline_ms (the naive shadow engine has no breakers)
+    fine_tiers: FineTiers | None = None  # the fine tier per language and decision type (None: `fine` for all)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -117,6 +119,9 @@ class Engine:
             confidence=ranking.confidence, chain=chain, input_tokens=input_tokens, cache_read_tokens=cache_read,
             output_tokens=output, nominal_tokens=nominal, cost=cost, latency_ms=round(latency, 3))
         return decision, ledger.events(req, round(latency, 3), outcome, iterations)
+
+    def fine_for(self, work: Work) -> Backend:
+        return self.fine_tiers.choose(work) if self.fine_tiers is not None else self.fine
 
     def deadline(self, work: Work) -> float:
         """When the caller stops waiting (epoch seconds; 0 = no deadline): admission plus its deadline_ms."""

@@ -9,6 +9,7 @@ from streams.prompt import render_context
 from streams.models import configure as configure_models
 from streams.scoring import backends, policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
+from streams.scoring.languages import FineTiers, multilingual_name
 
 
 def build_engine(settings, mode: str = "cascade") -> Engine:
@@ -21,12 +22,28 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     from streams.generation import load_generator
     from streams.output import stream as stream_config
 
-    return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
+    fine_tiers = fine_tiers_for(config, backends.load(fine), settings.backend)
+    return Engine(coarse=backends.load(config.tiers["coarse"]), fine=fine_tiers.english, fine_tiers=fine_tiers,
                   escalation=None if escalation in ("", "none") else backends.load(escalation),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
                   generator=load_generator(settings.generator, settings.default_model),
                   reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0,
                   stream_config=stream_config.load(settings.stream_config), patterns=settings.postprocess_patterns)
+
+
+def fine_tiers_for(config: policy_mod.Config, english, backend_setting: str = "auto") -> FineTiers:
+    """The fine tier per language and per decision type. A fine backend named in the settings (JEV_BACKEND)
+    serves every language; each backend name loads once."""
+    loaded = {english.name: english}
+
+    def load(name: str):
+        if name not in loaded:
+            loaded[name] = backends.load(name)
+        return loaded[name]
+
+    multilingual = "none" if backend_setting != "auto" else multilingual_name(config.tiers["fine_multilingual"])
+    return FineTiers(english, None if multilingual in ("", "none") else load(multilingual),
+                     {t: load(p.fine) for t, p in config.policies.items() if p.fine})
 
 
 def known_decision_types(path: str = "") -> set[str]:

@@ -23,6 +23,7 @@ class Policy:
     shadow: bool = False
     rollout_percent: float = 100.0
     exploration: float = 0.0
+    fine: str = ""  # a backend that is this type's fine tier in every language (empty: chosen by language)
 
     def __post_init__(self):
         if not 1 <= self.coarse_k_min <= self.coarse_k_max:
@@ -58,7 +59,8 @@ def parse(text: str) -> Config:
     default = _policy(defaults, "defaults")
     policies = {name: _policy({**defaults, **(values or {})}, f"decision type {name!r}")
                 for name, values in (raw.get("types") or {}).items()}
-    tiers = {"coarse": "lexical", "fine": "auto", "escalation": "none", **(raw.get("tiers") or {})}
+    tiers = {"coarse": "lexical", "fine": "auto", "fine_multilingual": "auto", "escalation": "none",
+             **(raw.get("tiers") or {})}
     return Config(tiers=tiers, policies=policies, default=default)
 
 

@@ -41,7 +41,7 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
         ledger.add("cascade", sum(ctx + lengths[i] for i in pruned[widest:]), coarse.model, scored, len(subset), k)
     breakers.check(ledger, ctx + sum(lengths[i] for i in kept))
     chain = [f"coarse:{coarse.name}:{len(kept)}/{len(subset)}"] if coarse_scores else []
-    fine_tier = tiers.fine
+    fine_tier = tiers.fine_for(work)
     fine = yield Call(fine_tier, context, [texts[i] for i in kept])
     ledger.add("shared_context", (len(kept) - 1) * ctx)
     ledger.add_model_call("fine", ctx + sum(lengths[i] for i in kept), fine_tier.model, fine, len(kept))

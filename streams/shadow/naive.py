@@ -34,7 +34,8 @@ def naive_engine(engine):
     top = engine.escalation or engine.fine
     switches = {**dict.fromkeys(SWITCHES, True), "score.rules": False, "score.cascade": False}
     return dataclasses.replace(engine, fine=top, escalation=None, config=naive_config, rules=[], mode="fine-only",
-                               switches=switches, counters=Counter(), deadlines=False)
+                               switches=switches, counters=Counter(), deadlines=False,
+                               fine_tiers=None if engine.escalation else engine.fine_tiers)
 
 
 def as_shadow(event: UsageEvent) -> UsageEvent:

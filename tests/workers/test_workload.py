@@ -2,6 +2,7 @@ import orjson
 
 from schemas.records import Request
 from schemas.validate import decode
+from streams import language
 from workers import workload
 
 
@@ -53,3 +54,14 @@ def test_reworded_product_searches_keep_their_candidates_and_leave_the_rest_of_t
                for a, b in changed)
     assert all(b["state"].startswith("Shopper query: ") for _, b in changed)
     assert len({b["state"] for _, b in changed}) > 50, "many wordings: each one is new to L1"
+
+
+def test_a_chinese_share_replaces_new_decisions_with_chinese_tickets_and_keeps_the_rest():
+    requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5, chinese_share=0.1)]
+    chinese = [r for r in requests if r.service == "support-zh"]
+    assert 10 <= len(chinese) <= 60
+    assert all(language.detect(r.state) == "zh" and r.decision_type == "customer_service" and
+               {c.id for c in r.candidates} == {a for a, _ in workload.ZH_ACTIONS} for r in chinese)
+    plain = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5)]
+    assert [r.state for r in requests if r.service != "support-zh"] == \
+        [p.state for r, p in zip(requests, plain) if r.service != "support-zh"]

@@ -7,7 +7,7 @@ from collections import Counter
 
 import orjson
 
-from streams import tokens
+from streams import language, tokens
 from streams.output.clean import Cleaned, clean, dropped_content
 from streams.output.patterns import resolve
 from workers.jsonl import iter_field
@@ -47,6 +47,9 @@ def summary(results: list[tuple[str, Cleaned]], version: str) -> dict:
             "truncated": sum(c.truncated for _, c in results),
             # cleanup must never take a number or a name out of an answer (a cut to --max-tokens may)
             "dropped_content": sum(bool(dropped_content(t, c.text)) for t, c in results if not c.truncated),
+            # texts that lost a number written in any form (digits, number words, Chinese numerals)
+            "numbers_lost": sum(bool(Counter(language.numbers(t)) - Counter(language.numbers(c.text)))
+                                for t, c in results if not c.truncated),
             "patterns_version": version}
 
 

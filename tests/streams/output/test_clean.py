@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
 
-from streams import settings as settings_mod
+from streams import language, settings as settings_mod
 from streams import tokens
 from streams.output.clean import (
     FENCE,
@@ -215,3 +216,22 @@ def test_fenced_blocks_are_the_ones_the_fence_regex_finds():
         blocks = [(piece, body) for is_code, piece, body in _segments(text) if is_code]
         assert blocks == [(m.group(0), m.group("body")) for m in FENCE.finditer(text)], text
         assert "".join(piece for _, piece, _ in _segments(text)) == text
+
+
+ZH_CASES = [orjson.loads(line) for line in (Path(__file__).parent / "zh_fillers.jsonl").read_text(encoding="utf-8")
+            .splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", ZH_CASES, ids=[f"{c['split']}-{i}" for i, c in enumerate(ZH_CASES)])
+def test_chinese_preambles_and_closers_trimmed_to_their_filler(case):
+    """Cases written from what Chinese models say; the heldout ones were written before the patterns were tuned."""
+    cleaned = clean(case["answer"], model="gpt-4o-mini")
+    assert cleaned.text == case["expected"]
+    assert sorted(cleaned.removed) == sorted(case["removed"])
+    assert not dropped_content(case["answer"], cleaned.text)
+    assert not Counter(language.numbers(case["answer"])) - Counter(language.numbers(cleaned.text))
+
+
+def test_a_chinese_closer_holding_a_number_keeps_the_number():
+    text = "订单已发货。希望对您有帮助，三天内不满意可以退货！"
+    assert clean(text, model="gpt-4o-mini").text == "订单已发货。三天内不满意可以退货！"

@@ -124,6 +124,18 @@ def test_streaming_cleanup_gives_what_clean_gives_on_the_whole_text(piece):
     assert "I hope this helps! More" in out and "[DEBUG] inside code" in out and "Let me know" not in out
 
 
+MESSY_ZH = ("好的！作为一个AI助手，很高兴为您解答。\n\n您的订单已于3月5日发货，预计两天内送达。退货需在七天内申请。\n\n"
+            "希望对您有所帮助，记得保留快递单号！如有任何疑问，请随时告诉我。")
+
+
+@pytest.mark.parametrize("piece", [1, 4, 11, len(MESSY_ZH)])
+def test_streaming_cleanup_of_chinese_gives_what_clean_gives(piece):
+    cleaner = S.StreamCleaner(MODEL)
+    out = "".join(cleaner.feed(MESSY_ZH[i:i + piece]) for i in range(0, len(MESSY_ZH), piece)) + cleaner.finish()
+    assert out == clean(MESSY_ZH, model=MODEL).text
+    assert out == "您的订单已于3月5日发货，预计两天内送达。退货需在七天内申请。\n\n记得保留快递单号！"
+
+
 def test_cleanup_off_streams_the_raw_text():
     cleaner = S.StreamCleaner(MODEL, enabled=False)
     assert "".join(cleaner.feed(MESSY[i:i + 9]) for i in range(0, len(MESSY), 9)) + cleaner.finish() == MESSY

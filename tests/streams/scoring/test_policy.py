@@ -19,7 +19,7 @@ types:
     assert config.policy("a") == policy.Policy(coarse_k_max=7, timeout_ms=100)
     assert config.policy("b") == policy.Policy(coarse_k_max=7, timeout_ms=500)
     assert config.policy("unknown") == config.default
-    assert config.tiers == {"coarse": "lexical", "fine": "auto", "escalation": "none"}
+    assert config.tiers == {"coarse": "lexical", "fine": "auto", "fine_multilingual": "auto", "escalation": "none"}
 
 
 @pytest.mark.parametrize("text,message", [

@@ -1,0 +1,52 @@
+"""What a user stated that a decision may depend on: numbers, dates and times, titles and named places.
+
+The semantic layer never folds a short user turn whose constraints no later user turn restates ("住三晚",
+"评分5分以上", "《无与伦比的美丽》", "霞云岭国家森林公园", "at 9:30 on Friday"): a conversation's last question often
+leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come from streams.language (digits, number words, Chinese numerals); place
+suffixes from the language's word lists.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+from streams import language
+
+MAX_CHARS = 300  # a longer user turn is pasted material, not a stated constraint
+RESTATED_CHARS = 4
+TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}[年月日号]|[一二三四五六七八九十]{1,3}[月日号]")
+LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+
+
+@functools.cache
+def _place() -> re.Pattern:
+    suffixes = sorted(language.lexicon("zh").data.get("place_suffixes", "").split(), key=len, reverse=True)
+    # two or more Han characters before the suffix, the last not a particle: 北京饭店, not 什么类型的酒店
+    return re.compile(f"[\u4e00-\u9fff]{{1,10}}[^\\W\\d_的个家些么啥哪这那]({'|'.join(suffixes)})")
+
+
+def constraints(text: str) -> set[str]:
+    """The constraints `text` states, normalized (numbers as values)."""
+    if len(text) > MAX_CHARS:
+        return set()
+    found = {f"#{v}" for v in language.numbers(text)}
+    found |= {m.group() for m in TIME_OR_TITLE.finditer(text)}
+    found |= {m.group() for m in _place().finditer(text)}
+    found |= {m.group() for m in LATIN_NAME.finditer(text.strip())}
+    return found
+
+
+def constraint_turns(messages: list[dict]) -> set[int]:
+    """User turns holding a constraint that no later user turn states again (a name counts as restated when its
+    last RESTATED_CHARS characters are: "订北京饭店" by "北京饭店住三晚")."""
+    keep, later, later_text = set(), set(), ""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") != "user":
+            continue
+        text = messages[i].get("content") or ""
+        own = constraints(text)
+        if any(c not in later if c.startswith("#") else c[-RESTATED_CHARS:] not in later_text for c in own):
+            keep.add(i)
+        later |= own
+        later_text += "\n" + text
+    return keep
