@@ -19,8 +19,9 @@ import hashlib
 import sys
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from streams import metrics
 
@@ -129,3 +130,14 @@ def configure(megabytes: float) -> None:
 
 def shared() -> EncodingCache:
     return _shared
+
+
+@contextmanager
+def using(cache: EncodingCache) -> Iterator[EncodingCache]:
+    """`cache` as the process's cache inside the block (benchmarks that compare two ways, each with its own)."""
+    global _shared
+    saved, _shared = _shared, cache
+    try:
+        yield cache
+    finally:
+        _shared = saved
