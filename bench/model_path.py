@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -192,6 +193,7 @@ def main() -> None:
     on = asyncio.run(pipeline_run(base.replace(encoding_cache_mb=cache_mb), args.burst, args.repeat_share, "on",
                                   False))
     log(f"cache on: {orjson.dumps(on).decode()}")
+    shutil.rmtree(base.data_dir, ignore_errors=True)
     print(orjson.dumps({
         "burst": args.burst, "repeat_share": args.repeat_share, "backend": base.backend,
         "model_threads": base.model_threads, "encoding_cache_mb": cache_mb,
