@@ -5,8 +5,8 @@ of a pair is the state, its sentence 2 plus randomly drawn other sentences are t
 a fresh instance scores every decision one by one (`score`, one backend call per request, as the scoring worker
 does without batching), and another fresh instance scores the same decisions in micro-batches of --batch requests
 (`score_many`, one backend call per micro-batch, as the scoring worker does). The two alternate micro-batch by
-micro-batch (the machine is shared: load drifts). Both start with empty state caches, so both meet the same
-repeats. Model loading is outside the timing; `speedup` is wall-clock, `cpu_speedup` process CPU time.
+micro-batch (the machine is shared: load drifts). Each way has its own encoding cache (streams/encodings.py),
+empty at the start, so both meet the same repeats. Model loading is outside the timing; `speedup` is wall-clock, `cpu_speedup` process CPU time.
 Per backend: candidates/s each way, `speedup` (batched over one by one), `max_score_diff` (largest absolute
 difference of any candidate's score) and whether the metered tokens (input, cache_read) are identical.
 Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from streams import models, settings as settings_mod
+from streams import encodings, models, settings as settings_mod
 from streams.scoring import backends
 from streams.scoring.batching import score_many
 
@@ -48,12 +48,14 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     """Interleaved on a shared machine: each micro-batch is scored one by one, then batched, before the next."""
     single, batched = backends.load(name), backends.load(name)
     one, many, clock = [], [], {"one_wall": 0.0, "one_cpu": 0.0, "many_wall": 0.0, "many_cpu": 0.0}
+    caches = {way: encodings.EncodingCache(64 * 2 ** 20) for way in ("one", "many")}
     for i in range(0, len(items), batch):
         group = items[i:i + batch]
         for way, run, out in (("one", lambda: [single.score(c, cands) for c, cands in group], one),
                               ("many", lambda: score_many(batched, group), many)):
             wall, cpu = time.perf_counter(), time.process_time()
-            out.extend(run())
+            with encodings.using(caches[way]):
+                out.extend(run())
             clock[f"{way}_wall"] += time.perf_counter() - wall
             clock[f"{way}_cpu"] += time.process_time() - cpu
     n = sum(len(c) for _, c in items)

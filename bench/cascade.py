@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from schemas.records import Candidate, Request
-from streams import settings as settings_mod
+from streams import encodings, settings as settings_mod
 from workers.commands.score import score
 from streams.scoring import backends
 from streams.scoring.cascade import jaccard
@@ -90,9 +90,9 @@ def main() -> int:
     print(f"building {args.limit} decisions of {args.candidates} candidates", file=sys.stderr)
     pairs = read_pairs(sts)
     pool = sorted({b for _, b in pairs})
-    # Encoded through the state cache: the pool's embeddings then serve the fine tier's candidates too
+    # Encoded through the encoding cache: the pool's embeddings then serve the fine tier's candidates too
     # (cache reads still count as input).
-    vectors = [encoded.value for encoded in minilm.states.get_many(pool)]
+    vectors = [e.value for e in encodings.shared().get_many(minilm.model, pool, minilm.embed, minilm.tokens)]
     decisions = build_decisions(pairs, args.limit, args.candidates, pool, vectors)
     config = load_policy(settings.decision_types)
     results = {}

@@ -21,8 +21,15 @@ a cache made (the rest went through the model tiers, after an L2 embedding of th
 cpu_ms_per_decision is the CPU each process (stages, scoring worker, broker) spent per decision during the bursts,
 bare_cpu_ms_per_event the same for the bare child and the broker during the bare runs;
 hop_median_ms splits the latency of the highest rate step by topic.
+Latency at half capacity, per path (`half_capacity`): the rules/cache path at half the median burst's rate (the
+ramp's requests again under new ids, for --half-s seconds); the model path in a second pipeline with the fine tier
+--model-backend (auto: MiniLM when installed), rules and caches switched off, its capacity from a burst of
+--model-burst fresh model-path requests, then fresh ones at half that rate. Each: p50/p95/p99 of its decisions,
+admission by publishing to decision read (goals: model path p99 under the 800 ms decision timeout, rules/cache
+path p99 <= 100 ms).
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
+        [--half-s 20] [--model-burst 100] [--model-backend auto]
 """
 from __future__ import annotations
 
@@ -126,6 +133,56 @@ def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
     return [orjson.dumps({**orjson.loads(p), "request_id": f"{tag}-{i}"}) for i, p in enumerate(payloads)]
 
 
+def rules_or_cache(tier: str) -> bool:
+    return tier == "rules" or tier.startswith("cache")
+
+
+async def paced_latency(bootstrap: str, collector: Collector, sent_at: dict, payloads: list[bytes], rate: float,
+                        in_path) -> dict:
+    """`payloads` published at `rate`: p50/p95/p99 of the decisions of the path (`in_path(tier)`), publishing to
+    decision read."""
+    ids = {orjson.loads(p)["request_id"] for p in payloads}
+    await paced_publish(bootstrap, payloads, rate, sent_at)
+    await wait_for(collector, ids, timeout=max(60.0, len(ids) / rate))
+    latencies = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in ids
+                 if i in collector.first_seen and in_path(collector.decisions[i].tier)]
+    return {"offered_per_s": round(rate, 2), "published": len(ids), "decided_in_path": len(latencies),
+            **{f"p{q}_ms": percentile(latencies, q / 100) for q in (50, 95, 99)}}
+
+
+async def model_path_half_capacity(settings, args) -> dict:
+    """The model path alone (rules and caches off): its capacity from a burst, then its latency at half of it."""
+    from schemas.records import Control
+    from streams.control import publish
+
+    settings = settings.replace(backend=args.model_backend)
+    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
+        bootstrap = pipe.settings.bootstrap
+        await publish(bootstrap, [Control(kind="switch", key=s, value=False, ts=time.time())
+                                  for s in ("cache.l1", "cache.l2", "cache.l3", "score.rules")])
+        collector = Collector(bootstrap)
+        following = asyncio.create_task(collector.run())
+        sent_at: dict[str, float] = {}
+        fresh = workload.model_path_requests(args.model_burst * 4 + 20, "model")
+        warm, burst, rest = fresh[:20], fresh[20:20 + args.model_burst], fresh[20 + args.model_burst:]
+        await paced_publish(bootstrap, warm, 1e9, sent_at)
+        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
+        ids = {orjson.loads(p)["request_id"] for p in burst}
+        t0 = time.monotonic()
+        await paced_publish(bootstrap, burst, 1e9, sent_at)
+        await wait_for(collector, ids, timeout=max(300.0, len(ids)))
+        done = [i for i in ids if i in collector.first_seen]
+        capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
+        rate = capacity / 2
+        paced = rest[:max(20, int(rate * args.half_s))]
+        result = {"capacity_per_s": round(capacity, 2), "backend": pipe.settings.backend,
+                  **await paced_latency(bootstrap, collector, sent_at, paced, rate,
+                                        lambda tier: not rules_or_cache(tier))}
+        collector.stopping.set()
+        await following
+    return result
+
+
 async def run_pipeline(settings, args) -> dict:
     base = workload.generate(int(max(args.rates) * args.step_s), seed=21)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
@@ -151,7 +208,7 @@ async def run_pipeline(settings, args) -> dict:
             elapsed = (max(collector.first_seen[i] for i in done) - t0) if done else float("inf")
             latencies = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in done]
             rules_cache = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in done
-                           if collector.decisions[i].tier == "rules" or collector.decisions[i].tier.startswith("cache")]
+                           if rules_or_cache(collector.decisions[i].tier)]
             step_ids = ids
             step = {"offered_per_s": rate, "decided": len(done), "of": len(ids),
                     "decisions_per_s": round(len(done) / elapsed, 1), "p50_ms": percentile(latencies, 0.5),
@@ -182,6 +239,11 @@ async def run_pipeline(settings, args) -> dict:
                            "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
             log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
         cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
+        capacity = sorted(t["decisions_per_s"] for t in trials)[len(trials) // 2]
+        half = tagged([ramp[i % len(ramp)] for i in range(max(20, int(capacity / 2 * args.half_s)))], "half")
+        rules_cache_half = {"capacity_per_s": capacity, **await paced_latency(bootstrap, collector, sent_at, half,
+                                                                              capacity / 2, rules_or_cache)}
+        log(f"rules/cache path at half capacity: {rules_cache_half}")
         hops = await hop_latencies(bootstrap, step_ids)
         log(f"median hop delays (ms): {hops}")
         lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
@@ -199,7 +261,8 @@ async def run_pipeline(settings, args) -> dict:
               "p99_rules_cache_ms": max((s["p99_rules_cache_ms"] for s in kept_up),
                                         default=steps[-1]["p99_rules_cache_ms"] if steps else 0.0),
               "lost": len(published - collector.decisions.keys()), "burst_tiers": tiers,
-              "cpu_ms_per_decision": cpu_ms, "hop_median_ms": hops, "lag_after": lag, "steps": steps}
+              "cpu_ms_per_decision": cpu_ms, "hop_median_ms": hops, "lag_after": lag, "steps": steps,
+              "half_capacity": {"rules_cache": rules_cache_half}}
     return report
 
 
@@ -305,6 +368,10 @@ def main() -> None:
     p.add_argument("--p99-ms", type=float, default=1000.0, help="a step whose p99 exceeds this ends the ramp")
     p.add_argument("--max-total-s", type=float, default=60.0, help="stop starting rate steps after this")
     p.add_argument("--backend", default="lexical", help="scoring backend (default lexical: the rules/cache path)")
+    p.add_argument("--half-s", type=float, default=20.0, help="seconds of each path's run at half its capacity")
+    p.add_argument("--model-burst", type=int, default=100, help="model-path requests that measure its capacity")
+    p.add_argument("--model-backend", default="auto", help="fine tier of the model-path pipeline (auto: MiniLM "
+                                                           "when installed)")
     p.add_argument("--bare-child", metavar="PAYLOADS", help=argparse.SUPPRESS)
     args = p.parse_args()
     settings = settings_mod.load()
@@ -319,9 +386,14 @@ def main() -> None:
     settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-load-"), clickhouse_dsn="", backend=args.backend)
     started = time.monotonic()
     report = asyncio.run(run_pipeline(settings, args))
+    report["half_capacity"]["model"] = model = asyncio.run(model_path_half_capacity(settings, args))
+    log(f"model path at half capacity: {model}")
+    rules_cache = report["half_capacity"]["rules_cache"]
+    report.update(p99_model_half_ms=model["p99_ms"], p99_rules_cache_half_ms=rules_cache["p99_ms"])
     shutil.rmtree(settings.data_dir, ignore_errors=True)
     report["wall_s"] = round(time.monotonic() - started, 1)
-    first = {k: report[k] for k in ("decisions_per_s", "bare_events_per_s", "ratio_to_bare", "p99_ms", "lost")}
+    first = {k: report[k] for k in ("decisions_per_s", "bare_events_per_s", "ratio_to_bare", "p99_ms", "lost",
+                                    "p99_model_half_ms", "p99_rules_cache_half_ms")}
     print(orjson.dumps({**first, **report}).decode())
 
 

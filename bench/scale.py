@@ -49,17 +49,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def model_path_requests(n: int, tag: str) -> list[bytes]:
-    out = []
-    for raw in workload.generate(n * 3, seed=31, repeat_share=0.0):
-        body = orjson.loads(raw)
-        if body["decision_type"] in ("ranking", "inventory_transfer"):
-            out.append(orjson.dumps({**body, "request_id": f"{tag}-{len(out)}"}))
-        if len(out) == n:
-            return out
-    raise RuntimeError("the workload gave too few model-path requests")
-
-
 async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
     async with Pipeline(settings, known_decision_types(), stages_process=True, stages=stages, scorers=scorers) as pipe:
         bootstrap = pipe.settings.bootstrap
@@ -67,12 +56,12 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
         collector = Collector(bootstrap)
         following = asyncio.create_task(collector.run())
         await asyncio.sleep(1.0)  # every process has read the switches
-        warm = model_path_requests(20, f"warm{stages}{scorers}")
+        warm = workload.model_path_requests(20, f"warm{stages}{scorers}")
         await pipe.publish(warm)
         await wait(collector, warm, 300)
         processes = {"stages": [p.pid for p in pipe.stage_procs.values()],
                      "scorers": [p.pid for p in pipe.scorers.values()], "broker": [pipe.broker.proc.pid]}
-        payloads = model_path_requests(burst, f"burst{stages}{scorers}")
+        payloads = workload.model_path_requests(burst, f"burst{stages}{scorers}")
         idle_start = {role: sum(map(cpu_seconds, pids)) for role, pids in processes.items()}
         await asyncio.sleep(IDLE_S)
         before = {role: sum(map(cpu_seconds, pids)) for role, pids in processes.items()}

@@ -173,7 +173,8 @@ class Decision(Record):
     output_tokens: int = 0
     nominal_tokens: int = 0
     cost: float = 0.0
-    latency_ms: float = 0.0
+    latency_ms: float = 0.0  # admission to the decision's postprocess: queue_ms + service
+    queue_ms: float = 0.0  # admission to the start of the work that decided it (queueing behind earlier work)
     error: str = ""
 
 

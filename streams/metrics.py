@@ -56,6 +56,14 @@ SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mech
                           ["mechanism", "result"])
 SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
                          "guard's current window ('all': every verdict this process judged).", ["mechanism"])
+ENCODING_LOOKUPS = Counter("jev_encoding_cache_lookups", "Texts the scoring backends looked up in the encoding "
+                           "cache (streams/encodings.py), by model and result (hit: no model input).",
+                           ["model", "result"])
+ENCODING_HIT_RATIO = Gauge("jev_encoding_cache_hit_ratio", "Share of encoding-cache look-ups that were hits since "
+                           "the process started, by model.", ["model"])
+ENCODING_EVICTIONS = Counter("jev_encoding_cache_evictions", "Encodings evicted to keep the cache within "
+                             "JEV_ENCODING_CACHE_MB, by the model of the call that evicted them.", ["model"])
+ENCODING_BYTES = Gauge("jev_encoding_cache_bytes", "Bytes the encoding cache holds (encodings and entry overhead).")
 
 FORGED = Counter("jev_forged_records", "Internal records refused because Jev did not write them: unsigned, badly "
                  "signed, or a control record stamped in the future (streams/signing.py), by topic.", ["topic"])
@@ -198,6 +206,15 @@ def observe_stages(stage: str, works) -> None:
 def observe_cache(level: str, hit: bool) -> None:
     """One look-up in cache level l1 | l2 | l3 | state, and whether it hit (a miss keeps the level it missed in)."""
     CACHE.labels(bounded("cache_level", level), "hit" if hit else "miss").inc()
+
+
+def observe_encoding_cache(model: str, hits: int, misses: int, evicted: int, hit_ratio: float, size: int) -> None:
+    model = bounded("encoding_model", model)
+    ENCODING_LOOKUPS.labels(model, "hit").inc(hits)
+    ENCODING_LOOKUPS.labels(model, "miss").inc(misses)
+    ENCODING_EVICTIONS.labels(model).inc(evicted)
+    ENCODING_HIT_RATIO.labels(model).set(hit_ratio)
+    ENCODING_BYTES.set(size)
 
 
 def observe_fallback(reason: str) -> None:

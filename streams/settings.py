@@ -87,6 +87,10 @@ class Settings:
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "
                                     "streams/batch/templates.yaml.")
+    encoding_cache_mb: float = _doc(64.0, "Memory of each scoring worker's encoding cache (streams/encodings.py): "
+                                          "embeddings keyed by model and text hash, so a repeated state or "
+                                          "candidate is not encoded again (a MiniLM embedding takes ~1.8 KB: 64 MB "
+                                          "holds ~36,000). 0 = off.")
     model_threads: int = _doc(1, "Torch threads per process for CPU models (0 = torch's default). On 2 shared cores "
                                  "1 measured fastest: demo p50 2.1 s → 1.6 s, p95 13.4 s → 2.9 s.")
     budget_leases: int = _doc(1, "Hard token budgets through leases from each budget's owner partition (1), so they "

@@ -93,13 +93,12 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         if d.tier == "fallback" and d.chain:
             reason = d.chain[0].split(":")[1] if d.chain[0].startswith("fallback:") else d.chain[0]
             fallbacks[reason] = fallbacks.get(reason, 0) + 1
-    latencies = [d.latency_ms for d in decisions.values()]
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
             "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())),
             "tokens": {"actual": int(actual), "nominal": int(nominal)},
             "cache": cache, "agreement": agreed, "shadow": shadow,
-            "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
+            "latency": latency_split(decisions.values()),
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
             "wall_s": round(time.monotonic() - started, 1), "stream": stream,
             "by_language": by_language(payloads, decisions)}
@@ -126,6 +125,16 @@ def by_language(payloads: list[bytes], decisions: dict) -> dict:
                 model = step.split(":")[1]
                 row["fine_models"][model] = row["fine_models"].get(model, 0) + 1
     return dict(sorted(out.items()))
+
+
+def latency_split(decisions) -> dict:
+    """Percentiles of each decision's time from admission: queue_ms (until the work that decided it started:
+    waiting behind the bursts before it), service_ms (the rest, until postprocess), total_ms (both)."""
+    parts = {"queue_ms": [d.queue_ms for d in decisions], "service_ms": [max(0.0, d.latency_ms - d.queue_ms)
+                                                                          for d in decisions],
+             "total_ms": [d.latency_ms for d in decisions]}
+    return {key: {f"p{round(q * 100)}": percentile(values, q) for q in (0.5, 0.95, 0.99)}
+            for key, values in parts.items()}
 
 
 def stream_report(ch, chunks: dict[str, list]) -> dict:

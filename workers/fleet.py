@@ -13,6 +13,9 @@ takes another file (figures measured on the production machines). The arithmetic
   GPUs                 = ⌈qps × m × fine candidates / (gpu candidates/s at the mix's context length × utilization)⌉
   partitions           = the next power of two ≥ 2 × max(stage processes, scoring workers or GPUs)
   ClickHouse rows/s    = qps × usage_rows_per_decision (inserts/s: rows/s ÷ rows per insert, one per sink flush)
+  one more core buys   = 1,000 ms × utilization ÷ the CPU one decision takes over every process on its path:
+                         rules/cache: stage_cpu_ms_per_cached_decision; model: stage_cpu_ms_per_model_decision +
+                         fine candidates × scorer_cpu_ms_per_candidate; the mix: the two weighted by m
 GPU throughput is interpolated linearly in context tokens between the measured points (and scaled as 1/context
 beyond them). Utilization (default 0.7) leaves headroom for bursts and rebalances.
 """
@@ -80,6 +83,9 @@ def size(qps: float, types: list, opt: dict, figures: dict, utilization: float =
     gpu_per_s = gpu_rate(v["gpu_candidates_per_s"], context)
     gpus = math.ceil(scored_per_s / (gpu_per_s * utilization))
     rows = qps * v["usage_rows_per_decision"]
+    model_ms = v["stage_cpu_ms_per_model_decision"] + fine * v["scorer_cpu_ms_per_candidate"]
+    cached_ms = v["stage_cpu_ms_per_cached_decision"]
+    core = 1000 * utilization
     return {"stage_processes": stages, "scoring_workers": workers, "gpus": gpus,
             "partitions": 2 ** math.ceil(math.log2(2 * max(stages, gpus, 1))),
             "partitions_with_cpu_scoring": 2 ** math.ceil(math.log2(2 * max(stages, workers, 1))),
@@ -88,4 +94,7 @@ def size(qps: float, types: list, opt: dict, figures: dict, utilization: float =
             "model_decisions_per_s": round(qps * m, 1), "fine_candidates_per_s": round(scored_per_s),
             "gpu_candidates_per_s_at_context": round(gpu_per_s), "mix_context_tokens": round(context),
             "utilization": utilization,
+            "one_more_core_decisions_per_s": {"rules_cache": round(core / cached_ms, 1),
+                                              "model": round(core / model_ms, 1),
+                                              "mix": round(core / ((1 - m) * cached_ms + m * model_ms), 1)},
             "figures": {name: figures[name] for name in NEEDED}}

@@ -32,10 +32,14 @@ async def groups(bootstrap: str) -> list[str]:
 
 
 async def committed_offsets(bootstrap: str, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+    """One OffsetFetch for every partition of `tps`. `committed(tp)` asks one partition per round trip: with every
+    group and every partition of every topic, that was ~1,000 round trips per lag export in each process, 8% of
+    the stage process's and 13% of a scoring worker's samples at saturation (py-spy)."""
     view = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await view.start()
     try:
-        return {tp: await view.committed(tp) for tp in tps}
+        found = await view._coordinator.fetch_committed_offsets(tps)  # what committed() calls, for all at once
+        return {tp: found[tp].offset if tp in found and found[tp].offset >= 0 else None for tp in tps}
     finally:
         await view.stop()
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -113,15 +114,17 @@ class ScoringWorker:
         # Streamed answers are paced: each decides in its own thread, and the rest of the batch does not wait
         # (nor does shadow work: a stream mostly waits on its token bucket)
         loop = asyncio.get_running_loop()
+        began_streams = time.time()
         streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
         async with self.deciding:
+            began = time.time()  # the start of this batch's work: before it, its requests were queued
             with self.shadow.served_batch():
-                decided(out, plain, await asyncio.to_thread(self.decide_each, plain))
+                decided(out, plain, await asyncio.to_thread(self.decide_each, plain), began)
         observe_stages("score", plain)
         if streams:
             await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams
             out = Outbox()
-            decided(out, streamed, [r for task in streams for r in await task])
+            decided(out, streamed, [r for task in streams for r in await task], began_streams)
             observe_stages("score", streamed)
             await self.flush_chunks()  # every chunk of these answers is acknowledged before their decisions go
         self.decided += len(works)
@@ -188,9 +191,11 @@ class ScoringWorker:
             return results
 
 
-def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]]) -> None:
-    """Each work with its decision, for `scored` (by cache-key partition, as they came), and its usage."""
+def decided(out: Outbox, works: list[Work], results: list[tuple[Decision, list]], began: float) -> None:
+    """Each work with its decision (queued from admission until `began`, when its batch's work started), for
+    `scored` (by cache-key partition, as they came), and its usage."""
     for work, (decision, events) in zip(works, results):
+        decision.queue_ms = round(max(0.0, began - work.admitted_at) * 1000, 3)
         work.decision = decision
         out.usage.extend(events)
         if work.shadow == "served":

@@ -198,3 +198,19 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
         out.append(orjson.dumps({**body, "request_id": f"r-{seed}-{i}", "tenant": tenant, "session_id": session,
                                  "user_id": f"u-{session[2:]}", "created_at": time.time()}))
     return out
+
+
+MODEL_PATH_TYPES = ("ranking", "inventory_transfer")  # decision types that take the model tiers once rules are off
+
+
+def model_path_requests(n: int, tag: str, repeat_share: float = 0.0, seed: int = 31) -> list[bytes]:
+    """n requests of the model-path decision types from the bundled workload, ids `<tag>-<i>`; `repeat_share` of
+    the workload repeats an earlier request (0.3: as the demo's does), so states and candidates repeat too."""
+    out = []
+    for raw in generate(n * 3, seed=seed, repeat_share=repeat_share):
+        body = orjson.loads(raw)
+        if body["decision_type"] in MODEL_PATH_TYPES:
+            out.append(orjson.dumps({**body, "request_id": f"{tag}-{len(out)}"}))
+        if len(out) == n:
+            return out
+    raise RuntimeError("the workload gave too few model-path requests")

@@ -11,6 +11,7 @@ they go out through the one Sender every STATE_FLUSH_S, apart from the micro-bat
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import orjson
@@ -40,6 +41,7 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
     async def lookup(works: list) -> Outbox:
         """One micro-batch of distilled works: what it sends (answers, usage, misses and pre-answers to score)."""
         switches = controls.switches
+        began = time.time()  # the start of this batch's work (an L2 hit's queue_ms ends here)
         answered, rest = [], []
         for work in works:
             if (done := answer_locally(work, switches, stage, rules)) is None:
@@ -67,6 +69,7 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
                 misses.append(work)
             else:
                 hits.append(stage.answer(work, hit))
+                work.decision.queue_ms = round(max(0.0, began - work.admitted_at) * 1000, 3)
             misses.extend(stage.prefetches(work, switches))
         misses.extend(stage.refreshes())
         observe_stages("cache", works)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from schemas.records import Request, Work
-from streams import tokens
+from streams import encodings, tokens
 from streams.prompt import render_context
 from streams.models import configure as configure_models
 from streams.scoring import backends, policy as policy_mod, rules as rules_mod
@@ -16,6 +16,7 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier), rules from
     settings.rules. Models load here, once."""
     configure_models(settings.model_threads)
+    encodings.configure(settings.encoding_cache_mb)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")

@@ -1,13 +1,12 @@
 """MiniLM bi-encoder (the `embed` extra): cosine of state and candidate embeddings.
 
-Embeddings go through the state-encoding cache (streams/cache/state.py): the state is encoded once and a
-repeated state or candidate is a cache read, not new model input. `score_many` encodes every context and
+Embeddings go through the process's encoding cache (streams/encodings.py): a state or candidate is encoded once
+and a repeated one is a cache read, not new model input. `score_many` encodes every context and
 candidate of a micro-batch of decisions in one model call.
 """
 from __future__ import annotations
 
-from streams import models
-from streams.cache.state import StateEncodingCache
+from streams import encodings, models
 from streams.scoring.backends import Scored
 
 
@@ -16,13 +15,12 @@ class MiniLMBackend:
     model = "all-MiniLM-L6-v2"
     temperature = 0.05  # cosine differences of a few hundredths are decisive
 
-    def __init__(self, cache_size: int = 50_000, encode_batch: int = 16):
+    def __init__(self, encode_batch: int = 16):
         """`encode_batch`: texts per forward pass. The encoder sorts a call's texts by length first, so a call
         carrying a whole micro-batch pads little; on one CPU thread 16 measured cheaper than 32 or 64."""
         self.encoder = models.minilm()
         self.tokenizer = self.encoder.tokenizer
         self.encode_batch = encode_batch
-        self.states = StateEncodingCache(self.embed, self.tokens, cache_size)
 
     def tokens(self, text: str) -> int:
         return min(len(self.tokenizer(text, add_special_tokens=True)["input_ids"]), self.encoder.max_seq_length)
@@ -34,9 +32,10 @@ class MiniLMBackend:
         return self.score_many([(context, candidates)])[0]
 
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
-        """Every text of every decision through one state-cache lookup, so one encoder call: a text met earlier
+        """Every text of every decision through one encoding-cache lookup, so one encoder call: a text met earlier
         in the batch is a cache read for the later decision, as it would be one decision after another."""
-        encoded = self.states.get_many([text for context, candidates in items for text in (context, *candidates)])
+        texts = [text for context, candidates in items for text in (context, *candidates)]
+        encoded = encodings.shared().get_many(self.model, texts, self.embed, self.tokens)
         results, at = [], 0
         for _, candidates in items:
             state, *cands = everything = encoded[at:at + 1 + len(candidates)]

@@ -78,6 +78,9 @@ def test_fleet_sizing_follows_the_measured_costs():
     assert out["scoring_workers"] == math.ceil(9072 * 10.0 / 700)
     # mix context 0.6 × 1800 + 0.4 × 3000 = 2,280 tokens: beyond the last point, 2000 × 2048 / 2280 candidates/s
     assert out["gpus"] == math.ceil(9072 / (2000 * 2048 / 2280 * 0.7))
+    # one core at 0.7: 700 ms of CPU per second; a model decision costs 2.0 + 9 × 10.0 = 92 ms over its processes
+    assert out["one_more_core_decisions_per_s"] == {"rules_cache": 1400.0, "model": round(700 / 92, 1),
+                                                    "mix": round(700 / (0.44 * 0.5 + 0.56 * 92), 1)}
     assert out["partitions"] == 16 and out["clickhouse_rows_per_s"] == 7200
 
 

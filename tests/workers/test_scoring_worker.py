@@ -2,6 +2,7 @@
 dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers);
 streamed answers go out as chunks through the Sender while the rest of their batch does not wait."""
 import asyncio
+import time
 
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
@@ -55,6 +56,16 @@ async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered
     assert rejected.reason == "bad_internal_message" and rejected.stage == "score"
     assert {e.request_id for e in out.usage} == {"s1", "s2"}
     assert worker.decided == 2
+
+
+async def test_queue_ms_is_admission_to_the_start_of_the_batch_and_no_more_than_the_latency(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    queued = work("q1")
+    queued.admitted_at = time.time() - 2.0  # waited two seconds on the score topic
+    before = time.time()
+    out = await worker.handle(consumed(name("score"), [WorkBatch(items=[queued]).dumps()]))
+    decision = out.work["scored"][0].decision
+    assert 2000 <= decision.queue_ms <= (time.time() - before + 2.0) * 1000
 
 
 def streamed_work(request_id: str, client: str) -> Work:

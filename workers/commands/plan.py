@@ -56,4 +56,7 @@ def run(args, settings) -> int:
     console.print(f"fleet: {f['stage_processes']} stage processes, {f['scoring_workers']} CPU scoring workers or "
                   f"{f['gpus']} GPUs, {f['partitions']} partitions, {f['clickhouse_rows_per_s']:,} ClickHouse rows/s "
                   f"(measured costs: workers/fleet_costs.json)")
+    core = f["one_more_core_decisions_per_s"]
+    console.print(f"one more core buys {core['mix']:,} decisions/s of this mix ({core['model']:,} on the model path, "
+                  f"{core['rules_cache']:,} on the rules/cache path) at {f['utilization']:.0%} utilization")
     return 0

