@@ -70,8 +70,8 @@ def plan(members: list[BatchMember], config: BatchConfig, model: str,
             failed.append(failure(m, str(exc)))
             continue
         budget = render.output_budget(template, m.quota_tokens)
-        shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed, tag=tag,
-                                  individual_tokens=render.individual_tokens(template, block, budget, model)))
+        shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed,
+                                  tag=tag, individual_tokens=render.individual_tokens(template, block, budget, model)))
     if not shares:
         return [], failed
     merged = call(shares, template, model)
