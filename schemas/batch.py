@@ -32,6 +32,7 @@ class MemberShare(Record):
     output_budget: int
     individual_tokens: int  # its own call: shared instructions + block, plus its output budget
     trimmed: List[str] = []
+    tag: str = "m1"  # its label in the prompt and the answers (`### member m3`, `=== m3 ===`): ids may hold anything
 
 
 class MergedCall(Record):

@@ -68,6 +68,7 @@ def usage(result: BatchResult, member: BatchMember, model: str):
 def register(app, topics, settings, sender) -> None:
     model = settings.default_model
     state: dict = {}
+    retry_rate = aggregate.RetryRate()  # learnt from the splitter's results, read by the planner
 
     async def generator():
         if "generator" not in state:  # loaded once, off the loop (SmolLM2 takes tens of seconds)
@@ -87,7 +88,7 @@ def register(app, topics, settings, sender) -> None:
                 out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
         cfg = config.load(settings.batch_templates)
         for group in aggregate.group(members, settings.batch_window_max):
-            calls, failed = aggregate.plan(group, cfg, model)
+            calls, failed = aggregate.plan(group, cfg, model, retry_rate.rate(group[0].template))
             for result in failed:
                 out.records.append(result_record(result))
                 out.usage.append(usage(result, next(m for m in group if m.member == result.member), model))
@@ -101,6 +102,8 @@ def register(app, topics, settings, sender) -> None:
         call = MergedCall.loads(raw)
         template = config.load(settings.batch_templates).template(call.template)
         results = await asyncio.to_thread(split.split, call, template, await generator(), model)
+        if call.sent == "merged":
+            retry_rate.record(call.template, [r.retried for r in results])
         members = {s.member.member: s.member for s in call.shares}
         return Outbox(usage=[usage(r, members[r.member], model) for r in results],
                       records=[result_record(r) for r in results])

@@ -34,40 +34,62 @@ def call_id(members: list[BatchMember]) -> str:
     return f"{members[0].job}:{digest}"
 
 
-def plan(members: list[BatchMember], config: BatchConfig, model: str) -> tuple[list[MergedCall], list[BatchResult]]:
+class RetryRate:
+    """The share of members of recent merged calls that needed a retry of their own, per template: what a merged
+    call is expected to cost on top of its reservation (each retry costs the member's own call)."""
+
+    def __init__(self, window: int = 64):
+        self.window = window
+        self.seen: dict[str, list[bool]] = defaultdict(list)
+
+    def record(self, template: str, retried: list[bool]) -> None:
+        self.seen[template] = (self.seen[template] + retried)[-self.window:]
+
+    def rate(self, template: str) -> float:
+        seen = self.seen.get(template)
+        return sum(seen) / len(seen) if seen else 0.0
+
+
+def plan(members: list[BatchMember], config: BatchConfig, model: str,
+         retry_rate: float = 0.0) -> tuple[list[MergedCall], list[BatchResult]]:
     """The calls for one group (same job and template), and the members that cannot join any.
 
-    One merged call when it reserves fewer tokens (prompt plus max output) than the members' own calls
-    together; else one call per member, each marked `sent: individual` with the two figures."""
+    One merged call when it reserves fewer tokens (prompt plus max output), plus the retries that `retry_rate`
+    (the share of members recent merged calls had to retry alone) makes likely, than the members' own calls
+    together; else one call per member, each marked `sent: individual` with the figures."""
     failed, shares = [], []
     try:
         template = config.template(members[0].template)
     except KeyError as exc:
         return [], [failure(m, str(exc.args[0])) for m in members]
     for m in dict((m.member, m) for m in members).values():  # a member listed twice is planned once
+        tag = f"m{len(shares) + 1}"
         try:
-            block, size, trimmed = render.trim(m, template, config.drops(m.kind), model)
+            block, size, trimmed = render.trim(m, template, config.drops(m.kind), model, tag)
         except render.QuotaTooSmall as exc:
             failed.append(failure(m, str(exc)))
             continue
         budget = render.output_budget(template, m.quota_tokens)
         shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed,
-                                  individual_tokens=render.individual_tokens(template, block, budget, model)))
+                                  tag=tag, individual_tokens=render.individual_tokens(template, block, budget, model)))
     if not shares:
         return [], failed
     merged = call(shares, template, model)
     alone = sum(s.individual_tokens for s in shares)
-    if len(shares) > 1 and merged.prompt_tokens + merged.max_tokens < alone:
+    retries = round(retry_rate * alone)
+    if len(shares) > 1 and merged.prompt_tokens + merged.max_tokens + retries < alone:
         return [merged], failed
+    expected = (f" and its likely retries {retries} ({retry_rate:.0%} of the members of recent merged calls "
+                f"needed one)" if retries else "")
     why = ("the only member of its window" if len(shares) == 1 else
-           f"a merged call would reserve {merged.prompt_tokens + merged.max_tokens} tokens, "
+           f"a merged call would reserve {merged.prompt_tokens + merged.max_tokens} tokens{expected}, "
            f"its {len(shares)} members alone {alone}")
     return [call([s], template, model, sent="individual", note=f"sent individually: {why}") for s in shares], failed
 
 
 def call(shares: list[MemberShare], template: BatchTemplate, model: str, sent: str = "merged", note: str = "") -> MergedCall:
     prompt = render.merged_prompt(template, [s.block for s in shares])
-    max_tokens = render.max_output([s.member.member for s in shares], [s.output_budget for s in shares], model)
+    max_tokens = render.max_output([s.tag for s in shares], [s.output_budget for s in shares], model)
     return MergedCall(call_id=call_id([s.member for s in shares]), job=shares[0].member.job, template=template.id,
                       prompt=prompt, prompt_tokens=tokens.count(prompt, model), max_tokens=max_tokens,
                       shares=shares, sent=sent, note=note)

@@ -19,16 +19,28 @@ class QuotaTooSmall(ValueError):
     pass
 
 
+def one_line(text: Any) -> str:
+    """`text` with every run of white space (line breaks included) made one space: a member's prose can then
+    never open a line of its own, such as a `### ` block header or an `=== tag ===` answer head."""
+    return " ".join(str(text).split())
+
+
+def field_name(key: Any) -> str:
+    """A key as a line may start with it: one line, without leading header or list marks."""
+    return one_line(key).lstrip("#=-*> ") or "field"
+
+
 def inline(value: Any, nested: bool = False) -> str:
     """One-line text of a value: dicts `k=v, k=v`, lists `a; b` (a list inside a list `a, b`)."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={inline(v, True)}" for k, v in value.items())
+        return ", ".join(f"{one_line(k)}={inline(v, True)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return (", " if nested else "; ").join(inline(v, True) for v in value)
-    return str(value)
+    return one_line(value)
 
 
 def render_entry(key: str, value: Any, lines: list[str]) -> None:
+    key = field_name(key)
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         lines.append(f"{key}:")
         lines.extend("- " + " | ".join(f"{k}: {inline(v)}" for k, v in item.items()) for item in value)
@@ -48,8 +60,11 @@ def render_variables(variables: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def block_text(member: BatchMember, variables: dict[str, Any], output_budget: int) -> str:
-    header = f"### member {member.member} (kind {member.kind}, answer within {output_budget} tokens)"
+def block_text(member: BatchMember, variables: dict[str, Any], output_budget: int, tag: str = "m1") -> str:
+    """A member's block, headed by its tag (`m<position>`), not its id: an id may hold spaces, brackets or
+    `=` signs that would break the header or answer-head layout, and a short tag costs fewer tokens."""
+    kind = one_line(member.kind).translate(str.maketrans("", "", "()"))
+    header = f"### member {tag} (kind {kind}, answer within {output_budget} tokens)"
     return f"{header}\n{render_variables(variables)}\n"
 
 
@@ -93,7 +108,8 @@ def output_budget(template: BatchTemplate, quota: int) -> int:
     return min(template.output_tokens, quota // 3)
 
 
-def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str) -> tuple[str, int, list[str]]:
+def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str,
+         tag: str = "m1") -> tuple[str, int, list[str]]:
     """(block, block tokens, what was trimmed) with block + output budget within the member's quota."""
     budget_out = output_budget(template, member.quota_tokens)
     if budget_out < (least := min_answer_tokens(template, model)):
@@ -106,7 +122,7 @@ def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], m
     variables, trimmed = dict(member.variables), []
 
     def current() -> tuple[str, int]:
-        text = block_text(member, variables, budget_out)
+        text = block_text(member, variables, budget_out, tag)
         return text, tokens.count(text, model)
 
     text, size = current()
@@ -136,10 +152,10 @@ def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], m
 
 
 def shared_header(template: BatchTemplate, several: bool) -> str:
-    """The instructions: a merged call asks for an `=== <member id> ===` line before each answer, a call for
+    """The instructions: a merged call asks for an `=== <member tag> ===` line before each answer, a call for
     one member does not (its answer needs no label, and so costs no more than the member's budget)."""
     lines = "\n".join(f"- {name}: {what}" for name, what in template.sections)
-    layout = ("each member below, in the order given. Start each answer with a line \"=== <member id> ===\", "
+    layout = ("each member below, in the order given. Start each answer with a line \"=== <member tag> ===\", "
               "then" if several else "the member below:")
     return (f"{template.instructions}\n\nWrite one answer for {layout} one line per section, "
             f"\"<Section>: <text>\", in this order:\n"
@@ -158,13 +174,13 @@ def individual_tokens(template: BatchTemplate, block: str, budget: int, model: s
     return tokens.count(merged_prompt(template, [block]), model) + budget
 
 
-def answer_overhead(member_id: str, model: str) -> int:
-    """Tokens of the `=== id ===` line that opens a member's answer in a merged output, with the line break
+def answer_overhead(tag: str, model: str) -> int:
+    """Tokens of the `=== tag ===` line that opens a member's answer in a merged output, with the line break
     that joins it to the answer before."""
-    return tokens.count(f"\n=== {member_id} ===\n", model)
+    return tokens.count(f"\n=== {tag} ===\n", model)
 
 
-def max_output(member_ids: list[str], budgets: list[int], model: str) -> int:
-    """Max output tokens of a call: the members' budgets, plus their `=== id ===` lines when several."""
-    heads = sum(answer_overhead(m, model) for m in member_ids) if len(member_ids) > 1 else 0
+def max_output(tags: list[str], budgets: list[int], model: str) -> int:
+    """Max output tokens of a call: the members' budgets, plus their `=== tag ===` lines when several."""
+    heads = sum(answer_overhead(t, model) for t in tags) if len(tags) > 1 else 0
     return sum(budgets) + heads

@@ -4,7 +4,9 @@ tokens_merged counts what the merged calls (and any retries) reserve: prompt plu
 member charged its share. tokens_individual counts one call per member on the same basis: the shared
 instructions re-sent with its block, plus its output budget. Members of a group where merging would not pay
 are sent individually (`individual_calls`), so tokens_merged never exceeds tokens_individual but for retries,
-which count too. tokens_merged_actual uses the output actually generated.
+which count too: a merged call whose retries made it cost more says so (`notes`), and the planner sends the
+next windows of that template individually while its retry rate stays that high. tokens_merged_actual uses
+the output actually generated.
 """
 from __future__ import annotations
 
@@ -34,5 +36,6 @@ def summarize(job: str, results: list[BatchResult], members: int, model: str) ->
         "quota_compliance": round(sum(r.quota_used <= r.quota_tokens for r in ok) / len(ok), 4) if ok else 0.0,
         "trimmed_members": sum(bool(r.trimmed) for r in results),
         "labels": sorted({r.label for r in results if r.label}),
+        "notes": sorted({r.note for r in results if r.note}),
         "model": model,
     }

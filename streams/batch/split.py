@@ -19,7 +19,7 @@ ANSWER_HEAD = re.compile(r"^\s*=+\s*(.+?)\s*=+\s*$", re.MULTILINE)
 
 
 def parse_answers(text: str) -> dict[str, str]:
-    """member id → its answer text (without the `=== id ===` line); the first answer of a repeated id wins."""
+    """member tag → its answer text (without the `=== tag ===` line); the first answer of a repeated tag wins."""
     heads = list(ANSWER_HEAD.finditer(text))
     answers: dict[str, str] = {}
     for head, nxt in zip(heads, heads[1:] + [None]):
@@ -85,10 +85,13 @@ def result(share: MemberShare, call: MergedCall, template: BatchTemplate, answer
         sent=call.sent, note=call.note)
 
 
-def own_answer(text: str, member: str, alone: bool) -> str | None:
-    """The member's answer in a call's output; a call for one member may answer without the `=== id ===` line."""
+def own_answer(text: str, tag: str, alone: bool) -> str | None:
+    """The member's answer in a call's output, under its `=== tag ===` line; the answer of a call for one member
+    may come without that line, or under another one."""
     answers = parse_answers(text)
-    return text.strip() if alone and not answers else answers.get(member)
+    if alone and tag not in answers:
+        return text.strip() if not answers else next(iter(answers.values())) if len(answers) == 1 else None
+    return answers.get(tag)
 
 
 def retry(share: MemberShare, template: BatchTemplate, generator: Generator, model: str) -> tuple[str, int, int, list[str], str]:
@@ -101,7 +104,7 @@ def retry(share: MemberShare, template: BatchTemplate, generator: Generator, mod
     except Exception as exc:  # the backend failed for this member too: an explicit failure, not a drop
         return "", prompt_tokens, 0, [f"retry failed: {type(exc).__name__}: {exc}"], generator.label
     output_tokens = tokens.count(out.text, model)
-    answer = own_answer(out.text, share.member.member, True)
+    answer = own_answer(out.text, share.tag, True)
     if answer is not None and tokens.count(answer, model) > share.output_budget:
         answer = tokens.truncate(answer, share.output_budget, model).strip()  # token-exact cut, then re-checked
     return answer or "", prompt_tokens, output_tokens, problems(answer, template, share.output_budget, model), out.label
@@ -113,12 +116,12 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
     output budget), so a retry is never free."""
     shares = call.shares
     alone = len(shares) == 1
-    found = [None if call.error else own_answer(call.text, s.member.member, alone) for s in shares]
+    found = [None if call.error else own_answer(call.text, s.tag, alone) for s in shares]
     inputs = [s.block_tokens + extra for s, extra in zip(shares, apportion(
         call.prompt_tokens - sum(s.block_tokens for s in shares), [1] * len(shares)))]
     outputs = apportion(call.output_tokens, [tokens.count(a or "", model) for a in found])
     limits = apportion(call.max_tokens, [s.output_budget + (0 if alone else render.answer_overhead(
-        s.member.member, model)) for s in shares])
+        s.tag, model)) for s in shares])
     results = []
     for share, answer, input_tokens, output_tokens, limit in zip(shares, found, inputs, outputs, limits):
         errors = [call.error] if call.error else problems(answer, template, share.output_budget, model)
@@ -131,4 +134,10 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
         results.append(result(share, call, template, again, input_tokens + prompt_tokens, output_tokens + out_tokens,
                               input_tokens + limit + prompt_tokens + share.output_budget, model, True, label,
                               generator.name, errors))
+    spent, alone = sum(r.reserved_tokens for r in results), sum(s.individual_tokens for s in shares)
+    if len(shares) > 1 and spent > alone:  # said on every result; the planner's retry rate sends the next ones alone
+        note = (f"merged call and its {sum(r.retried for r in results)} retries reserved {spent} tokens, "
+                f"its members alone {alone}")
+        for r in results:
+            r.note = note
     return results

@@ -5,7 +5,7 @@ import pytest
 
 from schemas.batch import BatchMember
 from streams import tokens
-from streams.batch import aggregate, config, report, split
+from streams.batch import aggregate, config, render, report, split
 from streams.generation import ExtractiveGenerator, Generated
 
 MODEL = "gpt-4o-mini"
@@ -87,7 +87,8 @@ def test_malformed_members_are_retried_alone():
               f"=== {ids[3]} ===\n" + answers[ids[3]]]
     call.text, call.output_tokens = "\n".join(broken), tokens.count("\n".join(broken), MODEL)
     results = split.split(call, TEMPLATE, gen, MODEL)
-    assert [r.member for r in results] == ids
+    assert ids == ["m1", "m2", "m3", "m4"]  # answers are headed by the members' tags, results carry their ids
+    assert [r.member for r in results] == [s.member.member for s in call.shares]
     assert [r.retried for r in results] == [True, True, True, False]
     assert all(r.status == "ok" for r in results)
     assert results[0].input_tokens > call.shares[0].block_tokens + 100  # the retry re-sent the instructions
@@ -178,10 +179,10 @@ def test_a_group_merging_would_not_pay_for_is_sent_individually_and_says_so():
     assert all(res.sent == "individual" and res.note.startswith("sent individually") for res in results)
 
 
-def test_merging_that_costs_more_than_it_saves_is_not_done():
+def test_merging_that_costs_more_than_it_saves_is_not_done(monkeypatch):
     members = sample_members(2)
-    for i, m in enumerate(members):  # member lines of a merged output longer than the instructions it shares
-        m.member = f"{i}-" + "-".join(f"department{j}" for j in range(80))
+    # answer heads of a merged output longer than the instructions it shares
+    monkeypatch.setattr(render, "answer_overhead", lambda tag, model: 400)
     calls, _ = aggregate.plan(members, CFG, MODEL)
     shares = [s for c in calls for s in c.shares]
     merged = aggregate.call(shares, TEMPLATE, MODEL)
@@ -212,3 +213,51 @@ def test_a_quota_whose_answer_cannot_hold_the_sections_fails_before_any_call():
     member = BatchMember(**{**json.loads(MIXED.read_text().splitlines()[0]), "quota_tokens": 36})
     calls, failed = aggregate.plan([member], CFG, MODEL)
     assert calls == [] and "one line per section of weekly_report needs at least" in failed[0].error
+
+
+ODD = Path("tests/streams/batch/jobs/odd_shapes.jsonl")
+
+
+def test_ids_and_prose_that_look_like_layout_cannot_break_it():
+    """Ids with spaces, brackets, `=` and Chinese; prose with line breaks, `### ` and `=== x ===` lines;
+    Chinese field names; empty lists. Every member gets its own answer from the merged call."""
+    members = [BatchMember(**json.loads(line)) for line in ODD.read_text().splitlines()]
+    results = run_job(members)
+    r = report.summarize(members[0].job, results, len(members), MODEL)
+    assert r["failed"] == r["retries"] == r["quota_violations"] == 0 and r["merged_calls"] == 1, r
+    assert r["tokens_merged"] < r["tokens_individual"] and r["notes"] == []
+    by_member = {res.member: res for res in results}
+    assert "IOS-12" in by_member["Mobile Apps (iOS)"].text
+    assert "MKT-9" in by_member["市场部"].text and "李娜" in by_member["市场部"].text
+    assert "OPS-7" in by_member["ops = north"].text and "=== plan ===" not in by_member["ops = north"].text.splitlines()
+
+
+def test_a_template_whose_merged_calls_need_retries_is_sent_individually_and_says_so():
+    members = sample_members(4)
+    rates = aggregate.RetryRate()
+    rates.record(TEMPLATE.id, [True, True, True, False])  # 3 of 4 members of the last merged call retried
+    calls, _ = aggregate.plan(members, CFG, MODEL, rates.rate(TEMPLATE.id))
+    assert len(calls) == 4 and all(c.sent == "individual" and "75% of the members" in c.note for c in calls)
+    calls, _ = aggregate.plan(members, CFG, MODEL, aggregate.RetryRate().rate(TEMPLATE.id))
+    assert len(calls) == 1 and calls[0].sent == "merged"
+
+
+def test_a_merged_call_whose_retries_cost_more_than_its_members_alone_says_so():
+    gen = ExtractiveGenerator(MODEL)
+    call = aggregate.generate(planned(4), gen, MODEL)
+    call.text, call.output_tokens = "", 0  # nothing usable: every member retried alone
+    results = split.split(call, TEMPLATE, gen, MODEL)
+    r = report.summarize("weekly", results, 4, MODEL)
+    assert r["failed"] == 0 and r["retries"] == 4 and r["tokens_merged"] > r["tokens_individual"]
+    assert r["notes"] == [f"merged call and its 4 retries reserved {r['tokens_merged']} tokens, "
+                          f"its members alone {r['tokens_individual']}"]
+
+
+def test_the_w23_held_out_job_needs_no_retry_and_costs_less_merged():
+    """Measured once as held out (jev batch submit ... --wait --json: 12 ok, 2,643 vs 3,882 tokens), kept here so
+    it stays that way."""
+    lines = Path("tests/streams/batch/jobs/heldout_w23.jsonl").read_text().splitlines()
+    members = [BatchMember(**json.loads(line)) for line in lines]
+    r = report.summarize(members[0].job, run_job(members), len(members), MODEL)
+    assert r["ok"] == 12 and r["retries"] == r["quota_violations"] == 0
+    assert r["tokens_merged"] < r["tokens_individual"]
