@@ -122,6 +122,9 @@ class Settings:
                                      "worker export as jev_consumer_lag_messages.")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")
+    usage_ts_window_days: int = _doc(7, "A usage event stamped more than this many days before now (or more than an "
+                                        "hour ahead) is dead-lettered (bad_usage_event): every stage stamps its "
+                                        "events when it makes them, and each day is a ClickHouse partition.")
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
