@@ -32,7 +32,15 @@ class Settings:
     sink_flush_ms: int = _doc(1000, "Max delay before buffered usage rows are inserted. Each insert has a fixed "
                                     "cost (embedded engine: ~55 ms of CPU for its parts and materialized "
                                     "views, measured), so a longer window means fewer, cheaper rows.")
-    max_request_bytes: int = _doc(1_048_576, "Requests larger than this are rejected (reason too_large).")
+    max_record_bytes: int = _doc(262_144, "Requests larger than this are rejected at decode (reason too_large), "
+                                          "before any parsing: large records would stall the small ones of other "
+                                          "tenants in the same micro-batch (256 KiB is ~60k tokens of context).")
+    max_field_bytes: int = _doc(65_536, "The most UTF-8 bytes one string of a request (state, a history turn, a "
+                                        "candidate, a key) may hold; a longer one is rejected (too_large, naming it).")
+    tenant_rates: str = _doc("", "Admission rate per tenant: TENANT=REQUESTS_PER_S:TOKENS_PER_S, comma-separated, "
+                                 "* for any tenant not named, 0 = no limit on that axis (e.g. acme=50:20000,"
+                                 "*=200:100000). Over it a request is rejected rate_limited with retry_after_s. "
+                                 "Per stage process (each admits the partitions it reads). Empty = no limit.")
     default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
     tokenizers: str = _doc("", "Extra model→tokenizer mappings for self-hosted models: "
                                "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>' (longest prefix wins).")

@@ -24,6 +24,7 @@ class Admission:
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
     tenants: frozenset[str] | None = None  # the tenants admitted; None = any non-empty tenant (JEV_TENANTS=*)
+    max_field_bytes: int | None = None  # the most bytes one string of a request may hold (JEV_MAX_FIELD_BYTES)
 
 
 METADATA = ("request_id", "tenant", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
@@ -43,7 +44,8 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
     now = time.time() if now is None else now
     request_id = ""
     try:
-        request = decode(raw, Request, policy.max_bytes, clean=METADATA)
+        request = decode(raw, Request, policy.max_bytes, clean=METADATA,
+                         max_field_bytes=policy.max_field_bytes)
         request_id = request.request_id
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
