@@ -51,7 +51,9 @@ def to_columns(events: list) -> list[list]:
 
 
 def by_days(events: list, max_days: int = MAX_PARTITIONS) -> list[list]:
-    """The events in groups spanning at most `max_days` UTC days each (in ts order)."""
+    """The events in groups spanning at most `max_days` UTC days each (in ts order when they span more)."""
+    if len({int(e.ts // DAY) for e in events}) <= max_days:
+        return [events] if events else []
     days = [list(day) for _, day in groupby(sorted(events, key=lambda e: e.ts), key=lambda e: int(e.ts // DAY))]
     return [[e for day in days[i:i + max_days] for e in day] for i in range(0, len(days), max_days)]
 
