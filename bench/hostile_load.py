@@ -3,7 +3,8 @@
 Each loaded wave of acme's and globex's requests is published right behind tenant `mallory`'s --huge records of
 --huge-bytes (1 MB: over JEV_MAX_RECORD_BYTES, rejected too_large unparsed) and --large records just under the
 limits (a history of 2 KB turns, --large-bytes in all: admitted, each tens of thousands of tokens to count, until
-mallory's tokens/s rate in --rates is spent, then rate_limited). The runner, waves and ratios:
+mallory's rate in --rates is spent (by default 2 requests/s and 20,000 tokens/s; 50/s for every other tenant),
+then rate_limited). The runner, waves and ratios:
 bench/tenant_mix.py. Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, outcomes of
 mallory's records, ...).
 
@@ -31,7 +32,7 @@ def record(request_id: str, size: int, huge: bool) -> bytes:
 
 
 def main() -> None:
-    ap = tenant_mix.parser(__doc__, rates="mallory=20:50000,*=200:1000000")
+    ap = tenant_mix.parser(__doc__, rates="mallory=2:20000,*=50:500000")
     ap.add_argument("--huge", type=int, default=21, help="1 MB records per loaded wave")
     ap.add_argument("--huge-bytes", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=21, help="records just under the size limits per loaded wave")

@@ -1,9 +1,10 @@
 """Other tenants' decision latency while one tenant floods ingest with 5,000 requests at once (issue 31).
 
 Each loaded wave of acme's and globex's requests is published right behind --flood new requests of tenant
-`flood` (the runner, waves and ratios: bench/tenant_mix.py). Over its admission rate (JEV_TENANT_RATES, --rates)
-the flood is rejected `rate_limited` with a retry-after before any decoding work, and what it is allowed is taken
-in turn with the other tenants inside each micro-batch, so the others do not wait behind it.
+`flood` (the runner, waves and ratios: bench/tenant_mix.py). Over its admission rate (JEV_TENANT_RATES, --rates:
+by default 2 requests/s for `flood`, as its contract would set it, 50/s for every other tenant) the flood is
+rejected `rate_limited` with a retry-after before any decoding work, and what it is allowed is taken in turn with
+the other tenants inside each micro-batch, so the others do not wait behind it.
 Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, outcomes of the flood, ...).
 
     PYTHONPATH=. .venv/bin/python bench/tenant_flood.py [--flood 5000] [--waves 4] [--wave 5]
@@ -19,7 +20,7 @@ from workers import workload
 
 
 def main() -> None:
-    ap = tenant_mix.parser(__doc__, rates="flood=20:50000,*=200:1000000")
+    ap = tenant_mix.parser(__doc__, rates="flood=2:20000,*=50:500000")
     ap.add_argument("--flood", type=int, default=5000, help="requests the flooding tenant sends per loaded wave")
     args = ap.parse_args()
 

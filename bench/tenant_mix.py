@@ -137,7 +137,7 @@ async def run(args, hostile: Callable[[int], list[bytes]], describe: dict) -> di
 def parser(doc: str, rates: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--waves", type=int, default=4, help="pairs of waves (baseline, loaded)")
-    ap.add_argument("--wave", type=int, default=5, help="requests per well-behaved tenant (acme, globex) per wave")
+    ap.add_argument("--wave", type=int, default=10, help="requests per well-behaved tenant (acme, globex) per wave")
     ap.add_argument("--settle-s", type=float, default=2.0, help="seconds of quiet before each wave")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="most seconds to wait for a wave's decisions")
     ap.add_argument("--rates", default=rates, help="JEV_TENANT_RATES for the run")
