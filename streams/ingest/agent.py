@@ -17,7 +17,7 @@ from streams import pricing
 from streams.ingest.budgets import Refused, request_scopes
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
-from streams.ingest.fairness import TenantLimiter, fair_order, sender_of
+from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.idempotency import (CONFLICT, LOG_TOPIC, REDELIVERY, Requests, admitted_record, conflict_detail,
                                        reservation_key)
 from streams.postprocess import stream as stream_mod
@@ -130,7 +130,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
             if isinstance(result, Rejection):
                 out.dead_letters.append(result)
                 continue
-            limiter.spend(tenant, result.context_tokens + sum(result.candidate_tokens), now)
+            limiter.spend(tenant, charged_tokens(len(raw), result.context_tokens + sum(result.candidate_tokens)), now)
             admitted.append(result)
             out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw))
             sent_bytes, compact_bytes = protocol_bytes(result)

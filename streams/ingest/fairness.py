@@ -5,12 +5,15 @@ Rates (JEV_TENANT_RATES, `tenant=REQUESTS_PER_S:TOKENS_PER_S`, comma-separated, 
 tenant's buckets before any decoding work: when the requests bucket is empty or the tokens bucket is in debt it
 is rejected `rate_limited` with the seconds after which the tenant may send again (`retry_after_s` of the
 Rejection), never dropped silently; that check is all a flood costs. An admitted request takes one request and,
-once its tokens are counted, its input tokens (the bucket may go into debt: the next requests wait for it).
+once its tokens are counted, its input tokens or a quarter of its bytes, whichever is more (counting costs by
+the size of what was sent, before any truncation), from the tokens bucket, which may go into debt: the next
+requests wait for it.
 The buckets are per ingest process: with several stage processes, each admits its own share of the partitions.
 
 Fair order: the requests of a micro-batch are taken in deficit round-robin over tenants, weighed by their bytes
-(QUANTUM bytes per tenant per round, a request costing at least one), so the work a batch sends on (and the scoring workers take in order)
-interleaves tenants: a flood queues behind its own tenant, and a tenant's large records behind its small ones.
+(QUANTUM bytes per tenant per round, a request costing at least one), so the work a batch sends on (and the
+scoring workers take in order) interleaves tenants: a flood queues behind its own tenant, and a tenant's large
+records behind its small ones.
 """
 from __future__ import annotations
 
@@ -114,6 +117,12 @@ class TenantLimiter:
         if tokens is not None:
             tokens.refill(now)
             tokens.level -= n_tokens
+
+
+def charged_tokens(raw_bytes: int, counted: int) -> int:
+    """What an admitted request takes from its tenant's tokens bucket: its counted input tokens, at least a quarter
+    of its bytes (a history truncated to its contract was still all read and counted)."""
+    return max(counted, raw_bytes // 4)
 
 
 def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Per-tenant admission rates (token buckets) and the fair order of a micro-batch."""
 import pytest
 
-from streams.ingest.fairness import QUANTUM, Rate, TenantLimiter, fair_order, parse_rates, sender_of
+from streams.ingest.fairness import QUANTUM, Rate, TenantLimiter, charged_tokens, fair_order, parse_rates, sender_of
 
 
 def test_rates_parse_per_tenant_with_a_default():
@@ -62,3 +62,8 @@ def test_sender_is_read_without_trusting_the_record():
     assert sender_of(b'{"tenant": 5, "request_id": ["r"]}', 1000) == ("", "")
     assert sender_of(b"{broken", 1000) == ("", "")
     assert sender_of(b'{"tenant": "acme"}' + b" " * 2000, 1000) == ("", "")
+
+
+def test_a_request_is_charged_for_what_was_sent_not_only_what_its_contract_kept():
+    assert charged_tokens(240_000, 3_000) == 60_000  # a long history truncated to 3,000 tokens was counted whole
+    assert charged_tokens(400, 150) == 150
