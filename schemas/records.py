@@ -232,6 +232,7 @@ class Rejection(Record):
     original: str
     ts: float
     request_id: str = ""
+    retry_after_s: float = 0.0  # rate_limited: the seconds after which the tenant may send again
 
 
 class Control(Record):

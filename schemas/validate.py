@@ -151,20 +151,43 @@ def strip_controls(data: dict, fields: tuple[str, ...]) -> None:
             data[name] = CONTROL.sub("", data[name])
 
 
-def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[str, ...] = ()):
+def oversized_field(data: Any, max_bytes: int) -> tuple[str, int] | None:
+    """(path, UTF-8 bytes) of the first string (key or value) in `data` longer than `max_bytes`, else None."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if len(item) * 4 > max_bytes and len(item.encode("utf-8", "surrogatepass")) > max_bytes:
+                return path or "(the record)", len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                stack.append((f"{path}.{key}" if path else str(key), key))
+                stack.append((f"{path}.{key}" if path else str(key), value))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", value) for i, value in enumerate(item))
+    return None
+
+
+def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[str, ...] = (),
+           max_field_bytes: int | None = None):
     """bytes → record, or Invalid with a reason code (too_large, bad_json (syntax or not UTF-8), bad_number,
     duplicate_key, wrong_type, …) and the request_id when one was readable. `clean`: string fields stripped of control
-    characters."""
+    characters. `max_field_bytes`: the most UTF-8 bytes one string of the record may hold."""
     if len(raw) > max_bytes:
         raise Invalid("too_large", f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
-                                   f"(JEV_MAX_REQUEST_BYTES); shorten state/history or raise the limit",
-                      readable_request_id(raw))
+                                   f"(JEV_MAX_RECORD_BYTES); shorten state/history or raise the limit",
+                      readable_request_id(raw[:65_536]))
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise json_fault(raw, exc) from None
     request_id = data.get("request_id") if isinstance(data, dict) else None
     request_id = CONTROL.sub("", request_id) if isinstance(request_id, str) else ""
+    if max_field_bytes is not None and len(raw) > max_field_bytes:
+        field = oversized_field(data, max_field_bytes)
+        if field is not None:
+            raise Invalid("too_large", f"{field[0]} is {field[1]:,} bytes; one field may hold {max_field_bytes:,} "
+                                       f"(JEV_MAX_FIELD_BYTES); send a shorter one or raise the limit", request_id)
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_exceeds(data):  # fewer brackets cannot nest deeper
         raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state", request_id)
     repeated = duplicate_key(raw, data)

@@ -62,9 +62,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     controls.listeners.append(apply_budget_controls(book))
     controls.listeners.append(lambda _: observe_switches(controls.switches))
     observe_switches(controls.switches)
-    admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_types or ()),
+    admission = Admission(settings.max_record_bytes, settings.default_model, frozenset(known_types or ()),
                           Templates.from_dir(), stream_config.load(settings.stream_config),
-                          tenants.admitted(settings.tenants), tenants.load_keys(settings.tenant_keys))
+                          tenants.admitted(settings.tenants), settings.max_field_bytes,
+                          tenants.load_keys(settings.tenant_keys))
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)

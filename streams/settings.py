@@ -32,7 +32,15 @@ class Settings:
     sink_flush_ms: int = _doc(1000, "Max delay before buffered usage rows are inserted. Each insert has a fixed "
                                     "cost (embedded engine: ~55 ms of CPU for its parts and materialized "
                                     "views, measured), so a longer window means fewer, cheaper rows.")
-    max_request_bytes: int = _doc(1_048_576, "Requests larger than this are rejected (reason too_large).")
+    max_record_bytes: int = _doc(262_144, "Requests larger than this are rejected at decode (reason too_large), "
+                                          "before any parsing: large records would stall the small ones of other "
+                                          "tenants in the same micro-batch (256 KiB is ~60k tokens of context).")
+    max_field_bytes: int = _doc(65_536, "The most UTF-8 bytes one string of a request (state, a history turn, a "
+                                        "candidate, a key) may hold; a longer one is rejected (too_large, naming it).")
+    tenant_rates: str = _doc("", "Admission rate per tenant: TENANT=REQUESTS_PER_S:TOKENS_PER_S, comma-separated, "
+                                 "* for any tenant not named, 0 = no limit on that axis (e.g. acme=50:20000,"
+                                 "*=200:100000). Over it a request is rejected rate_limited with retry_after_s. "
+                                 "Per stage process (each admits the partitions it reads). Empty = no limit.")
     default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
     tokenizers: str = _doc("", "Extra model→tokenizer mappings for self-hosted models: "
                                "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>' (longest prefix wins).")
@@ -128,6 +136,9 @@ class Settings:
                                      "worker export as jev_consumer_lag_messages.")
     usage_ttl_days: int = _doc(0, "Days usage_events rows are kept in ClickHouse (0 = forever); the hourly and "
                                   "daily aggregates keep their own history.")
+    usage_ts_window_days: int = _doc(7, "A usage event stamped more than this many days before now (or more than an "
+                                        "hour ahead) is dead-lettered (bad_usage_event): every stage stamps its "
+                                        "events when it makes them, and each day is a ClickHouse partition.")
     query_tokens: str = _doc("", "JSON file (mode 0600) of bearer tokens for the owner's query endpoints: "
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")

@@ -16,6 +16,7 @@ from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.idempotency.requests import CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail
 from streams.idempotency.seen_log import RequestsSeenLog
+from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
 from streams.metrics import observe_protocol, observe_stages
 from streams.output.format import http_headers
@@ -34,6 +35,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
     first decision again."""
     requests = requests if requests is not None else Requests(settings.idempotency_max)
     seen = app.jev_requests_seen = RequestsSeenLog(settings.bootstrap, requests)
+    limiter = app.jev_limiter = TenantLimiter.of(settings)
 
     @app.task
     async def follow_requests_seen():
@@ -43,9 +45,18 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, first
         decisions again for redeliveries, the rest as distilled work, and the naive twins of sampled requests as
         shadow work)."""
-        admitted, out = [], Outbox()
-        for message in messages:
+        admitted, out, now = [], Outbox(), time.monotonic()
+        senders = {id(m): sender_of(m.value or b"", admission.max_bytes) for m in messages}
+        for message in fair_order(messages, lambda m: senders[id(m)][0], lambda m: len(m.value or b"")):
             raw = message.value or b""  # a message without a value is invalid input
+            tenant, request_id = senders[id(message)]
+            wait = limiter.check(tenant, now) if tenant else None
+            if wait is not None:  # over its tenant's rate: refused before any decoding work
+                out.dead_letters.append(dead_letter(
+                    "rate_limited", f"tenant {tenant!r} is over its admission rate (JEV_TENANT_RATES); send this "
+                                    f"request again after {wait:.2f} s", "ingest", raw, request_id,
+                    retry_after_s=round(wait, 3)))
+                continue
             try:
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"), headers=message.headers)
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
@@ -74,6 +85,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
             if isinstance(result, Rejection):
                 out.dead_letters.append(result)
                 continue
+            limiter.spend(tenant, charged_tokens(len(raw), result.context_tokens + sum(result.candidate_tokens)), now)
             admitted.append(result)
             out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw))
             sent_bytes, compact_bytes = protocol_bytes(result)

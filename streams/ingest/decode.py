@@ -26,6 +26,7 @@ class Admission:
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
     tenants: frozenset[str] | None = None  # the tenants admitted (streams.tenants.admitted); None = any valid name
+    max_field_bytes: int | None = None  # the most bytes one string of a request may hold (JEV_MAX_FIELD_BYTES)
     tenant_keys: dict[str, bytes] | None = None  # producers' keys per tenant (JEV_TENANT_KEYS); None = unbound
 
 
@@ -42,7 +43,8 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
     now = time.time() if now is None else now
     request_id = ""
     try:
-        request = decode(raw, Request, policy.max_bytes, clean=METADATA)
+        request = decode(raw, Request, policy.max_bytes, clean=METADATA,
+                         max_field_bytes=policy.max_field_bytes)
         request_id = request.request_id
         request = with_canonical_tenant(request)
         model = request.model or policy.default_model

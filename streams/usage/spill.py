@@ -10,6 +10,11 @@ left by a crashed process are drained by the next one that opens the same direct
 
 Backpressure: past `max_spilled_events` on disk, insert() blocks (retrying) instead of spilling more, so the
 stage stops consuming and Kafka holds the rest.
+
+A segment never blocks the queue for ever: a line that does not decode as a checked usage event (a segment an
+older version spilled with a poisoned record in it) and a row the inner sink refuses while ClickHouse answers
+(its `take_set_aside()`) go to `quarantine/` beside the segments, one JSON line each with the reason, and the
+rest of the segment is written. Only an outage (the inner insert raises) keeps a segment for another try.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Callable
 
 import orjson
 
-from schemas.records import UsageEvent
+from streams.usage.decode import usage_event
 
 log = logging.getLogger("jev.usage.spill")
 
@@ -67,22 +72,44 @@ class SpillQueue:
             os.close(fd)
         self.events += len(events)
 
-    def oldest(self) -> tuple[Path, list] | None:
+    def oldest(self) -> tuple[Path, list, list, int] | None:
+        """The oldest segment: its path, the events that decode, (line, reason) of those that do not, and its
+        line count."""
         segments = self.segments()
         if not segments:
             return None
+        events, bad, lines = [], [], 0
         with open(segments[0], "rb") as f:
-            return segments[0], [self.decode(orjson.loads(line)) for line in f if line.strip()]
+            for line in f:
+                if not line.strip():
+                    continue
+                lines += 1
+                try:
+                    events.append(self.decode(orjson.loads(line)))
+                except Exception as exc:
+                    bad.append((line.rstrip(b"\n").decode("utf-8", "replace"), f"{type(exc).__name__}: {exc}"))
+        return segments[0], events, bad, lines
 
     def remove(self, path: Path, n: int) -> None:
         path.unlink(missing_ok=True)
         self.events -= n
 
+    def quarantine(self, source: Path, entries: list[tuple[str, str]]) -> Path:
+        """Write (record as JSON text, reason) entries to quarantine/<source name>, fsync'ed; returns its path."""
+        folder = self.dir / "quarantine"
+        folder.mkdir(exist_ok=True)
+        path = folder / source.name
+        with open(path, "ab") as f:
+            f.write(b"".join(orjson.dumps({"reason": reason, "record": record}) + b"\n" for record, reason in entries))
+            f.flush()
+            os.fsync(f.fileno())
+        return path
+
 
 class SpillingSink:
     def __init__(self, inner, spill_dir: str | Path, max_memory_events: int = 5000,
                  max_spilled_events: int = 2_000_000, retry_initial_s: float = 0.5, retry_max_s: float = 10.0,
-                 encode: Callable = lambda e: e.asdict(), decode: Callable = UsageEvent.from_data):
+                 encode: Callable = lambda e: e.asdict(), decode: Callable = usage_event):
         self.inner = inner
         self.queue = SpillQueue(Path(spill_dir), encode, decode)
         self.max_memory_events = max_memory_events
@@ -93,7 +120,8 @@ class SpillingSink:
         self.wake = threading.Event()
         self.closed = threading.Event()
         self.outage_until = 0.0  # wall clock, so a restarted process re-reading the control topic agrees
-        self.failures = self.spilled = self.recovered = 0
+        self.failures = self.spilled = self.recovered = self.quarantined = 0
+        self.live_refused: list[tuple] = []
         self.drainer = threading.Thread(target=self._drain_forever, name="jev-spill-drain", daemon=True)
         self.drainer.start()
         if self.queue.events:
@@ -144,21 +172,40 @@ class SpillingSink:
         log.warning("usage sink insert failed (%s); spilling to %s, retry in %.1f s",
                     exc, self.queue.dir, self.backoff)
 
+    def _refused(self) -> list[tuple]:
+        return self.inner.take_set_aside() if hasattr(self.inner, "take_set_aside") else []
+
+    def take_set_aside(self) -> list[tuple]:
+        """The (event, reason) pairs the inner sink refused on the live path since the last call."""
+        with self.lock:
+            taken, self.live_refused = self.live_refused + self._refused(), []
+            return taken
+
     def drain_once(self) -> bool:
-        """Write the oldest spilled segment; True when it was written (or nothing was spilled)."""
+        """Write the oldest spilled segment, its bad lines and refused rows quarantined; True when it was written
+        (or nothing was spilled)."""
         with self.lock:
             oldest = self.queue.oldest()
             if oldest is None:
                 return True
-            path, events = oldest
+            path, events, bad, lines = oldest
+            self.live_refused += self._refused()  # kept apart: the live path's caller dead-letters them
             try:
                 self._inner_insert(events)
             except Exception as exc:
+                self._refused()  # the segment stays whole for the next try
                 self._failed(exc)
                 self.backoff = min(self.retry_max_s, self.backoff * 2)
                 return False
-            self.queue.remove(path, len(events))
-            self.recovered += len(events)
+            refused = self._refused()
+            bad += [(orjson.dumps(self.queue.encode(e)).decode(), reason) for e, reason in refused]
+            if bad:
+                where = self.queue.quarantine(path, bad)
+                self.quarantined += len(bad)
+                log.error("%d usage records of spill segment %s set aside in %s (first: %s)",
+                          len(bad), path.name, where, bad[0][1])
+            self.queue.remove(path, lines)
+            self.recovered += len(events) - len(refused)
             self.backoff = self.retry_initial_s
             return True
 

@@ -62,8 +62,8 @@ async def test_a_request_near_the_size_limit_is_decided(settings, clickhouse_dsn
         {"role": "user", "content": f"turn {i}: " + "the order arrived late and the box was damaged " * 40}
         for i in range(500)]}
     raw = orjson.dumps(big)
-    assert 900_000 < len(raw) < settings.max_request_bytes
-    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn)
+    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn, max_record_bytes=1_048_576)
+    assert 900_000 < len(raw) < settings.max_record_bytes
     async with Pipeline(settings, known_decision_types()) as pipe:
         await pipe.publish([raw] + small[1:])
         decisions, _ = await pipe.collect(20, 0, timeout=120)

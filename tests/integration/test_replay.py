@@ -30,7 +30,7 @@ async def test_replay_with_the_same_configuration_agrees(settings, clickhouse_ds
         decisions = await read_topic(pipe.settings.bootstrap, name("decisions"), since_ms("1h"))
     assert len(decided) == 40
     recorded = {d.request_id: d for d in (Decision.loads(m.value) for m in decisions)}
-    admission = Admission(settings.max_request_bytes, settings.default_model, frozenset(known_decision_types()))
+    admission = Admission(settings.max_record_bytes, settings.default_model, frozenset(known_decision_types()))
     summary = compare(build_engine(settings), admission, [m.value for m in requests], recorded)
     answered_by_models = sum(not d.tier.startswith("cache") for d in recorded.values())
     assert summary["replayed"] == 40 and summary["compared"] == answered_by_models >= 20

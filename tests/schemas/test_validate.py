@@ -41,7 +41,7 @@ def test_oversized_payload_is_refused_before_parsing():
     with pytest.raises(Invalid) as err:
         decode(b"x" * 10_000_001, Request, 1_048_576)
     assert err.value.reason == "too_large"
-    assert "JEV_MAX_REQUEST_BYTES" in str(err.value)
+    assert "JEV_MAX_RECORD_BYTES" in str(err.value)
 
 
 def test_an_oversized_request_is_refused_with_its_request_id_where_it_can_be_read():
@@ -60,3 +60,29 @@ def test_json_schema_lists_required_fields_and_nested_types():
     turn = schema["properties"]["history"]["items"]
     assert turn["properties"]["ts"]["anyOf"][0] == {"type": "number"}
     assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("field, value, path", [
+    ("state", "x" * 70_000, "state"),
+    ("state", "长" * 30_000, "state"),  # 90,000 bytes in UTF-8 from 30,000 characters
+    ("history", [{"role": "user", "content": "ok"}, {"role": "user", "content": "y" * 70_000}], "history[1].content"),
+])
+def test_a_field_over_the_field_limit_is_too_large_and_named(field, value, path):
+    raw = orjson.dumps({"request_id": "r-big", "tenant": "acme", "service": "s", "decision_type": "ranking",
+                        "state": "s", field: value})
+    with pytest.raises(Invalid) as err:
+        decode(raw, Request, 1_048_576, max_field_bytes=65_536)
+    assert err.value.reason == "too_large" and err.value.request_id == "r-big"
+    assert path in str(err.value) and "JEV_MAX_FIELD_BYTES" in str(err.value)
+
+
+def test_fields_under_the_limit_decode():
+    raw = orjson.dumps({"request_id": "r", "tenant": "acme", "service": "s", "decision_type": "ranking",
+                        "state": "中文" * 10_000})
+    assert decode(raw, Request, 1_048_576, max_field_bytes=65_536).state == "中文" * 10_000
+
+
+def test_an_oversized_record_keeps_its_request_id():
+    with pytest.raises(Invalid) as err:
+        decode(b'{"request_id": "r-huge", "state": "' + b"x" * 2_000_000 + b'"}', Request, 1_048_576)
+    assert err.value.reason == "too_large" and err.value.request_id == "r-huge"

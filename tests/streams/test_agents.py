@@ -42,6 +42,21 @@ def work(decision=None) -> Work:
                 context_tokens=4, candidate_tokens=[2, 1], cache_key="k1", decision=decision)
 
 
+async def test_ingest_rejects_a_tenant_over_its_rate_with_a_retry_after_and_orders_tenants_fairly(settings):
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", budget_leases=0, tenant_rates="flood=3:0"),
+                     {"ranking"}, sink=object(), sender=(captured := Captured()))
+    flood = [orjson.dumps({**REQUEST, "tenant": "flood", "request_id": f"f{i}"}) for i in range(10)]
+    others = [orjson.dumps({**REQUEST, "tenant": tenant, "request_id": f"{tenant}-1", "state": "跑鞋 trail"})
+              for tenant in ("acme", "阿里")]
+    await app.jev_ingest.hand_over(requests(flood + others))
+    admitted = [w.request for batch in captured.sent["distilled"] for w in batch.items]
+    assert [(r.tenant, r.request_id) for r in admitted] == [("flood", "f0"), ("acme", "acme-1"), ("阿里", "阿里-1"),
+                                                           ("flood", "f1"), ("flood", "f2")]
+    limited = captured.sent["rejected"]
+    assert [(r.reason, r.request_id) for r in limited] == [("rate_limited", f"f{i}") for i in range(3, 10)]
+    assert all(0 < r.retry_after_s <= 1.0 and "JEV_TENANT_RATES" in r.detail for r in limited)
+
+
 async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     app, captured = app_and_sent
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
@@ -244,6 +259,9 @@ class RecordingSink:
     def insert(self, events: list) -> int:
         self.inserts.append(events)
         return len(events)
+
+    def take_set_aside(self) -> list:
+        return []
 
 
 async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_malformed_one(settings):

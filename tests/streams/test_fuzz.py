@@ -134,7 +134,7 @@ def decode_internal(work_topic, record: str, raw: bytes):
 
 def dead_lettered(value) -> bool:
     return isinstance(value, ValueDecodeError) or (isinstance(value, Rejection) and
-                                                   value.reason == "bad_internal_message")
+                                                   value.reason in ("bad_internal_message", "bad_usage_event"))
 
 
 GOOD_WORK = {"request": GOOD, "admitted_at": 1.0, "model": "gpt-4o-mini"}

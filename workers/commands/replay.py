@@ -40,7 +40,8 @@ def run(args, settings) -> int:
     requests, decisions = asyncio.run(read())
     recorded = {d.request_id: d for d in (Decision.loads(m.value) for m in decisions)}
     known = frozenset(known_decision_types(settings.decision_types))
-    admission = Admission(settings.max_request_bytes, settings.default_model, known, Templates.from_dir())
+    admission = Admission(settings.max_record_bytes, settings.default_model, known, Templates.from_dir(),
+                          max_field_bytes=settings.max_field_bytes)
     summary = compare(build_engine(settings, args.mode), admission, [m.value for m in requests], recorded)
     print(orjson.dumps(summary).decode() if args.json else
           "\n".join(f"{k:>16}: {v}" for k, v in summary.items()))

@@ -1,10 +1,13 @@
 """The usage sink counts every event once however often it is delivered (real embedded ClickHouse)."""
 import random
 
+import orjson
 import pytest
 
 from infra.clickhouse import USAGE_COLUMNS
-from streams.usage.sink import UsageSink, to_columns
+from schemas.records import UsageEvent
+from streams.usage.sink import UsageSink, by_days, sink_messages, to_columns
+from tests.conftest import consumed
 from workers.analytics import levels
 from workers.analytics.sample import usage_events
 
@@ -75,3 +78,35 @@ def test_four_levels_do_not_move_under_redelivery(usage_db):
     assert levels.four_levels(usage_db, since, now) | {"totals": levels.totals(usage_db, since)} == first
     assert first["totals"]["tokens"] == sum(e.input_tokens + e.output_tokens for e in events)
     assert first["request"]["requests"] == 200
+
+
+def count(client) -> int:
+    return client.query("SELECT count() FROM usage_events").result_rows[0][0]
+
+
+def test_an_insert_clickhouse_refuses_is_split_to_the_bad_row_and_the_rest_inserted(usage_db):
+    events = usage_events(20, START)
+    poison = UsageEvent.from_data({**events[7].asdict(), "event_id": "poison", "input_tokens": "abc"})
+    sink = UsageSink(usage_db)
+    assert sink.insert(events[:7] + [poison] + events[7:]) == len(events)
+    set_aside = sink.take_set_aside()
+    assert [e.event_id for e, _ in set_aside] == ["poison"] and set_aside[0][1]
+    assert count(usage_db) == len(events)
+    assert sink.take_set_aside() == []
+
+
+def test_101_events_on_101_days_are_inserted_in_inserts_of_at_most_90_days(usage_db):
+    events = [e.derive(ts=START - day * 86400) for day, e in enumerate(usage_events(101, START)[:101])]
+    assert len(by_days(events)) == 2 and max(len({int(e.ts // 86400) for e in g}) for g in by_days(events)) <= 90
+    assert UsageSink(usage_db).insert(events) == 101
+    assert count(usage_db) == 101
+
+
+def test_a_usage_batch_of_events_on_101_days_keeps_those_inside_the_window(usage_db):
+    now = START + 3600
+    events = [e.derive(ts=now - day * 86400 - 60) for day, e in enumerate(usage_events(101, START)[:101])]
+    batch = orjson.dumps({"events": [e.asdict() for e in events]})
+    rejected = sink_messages(consumed("jev.usage.v1", [batch]), UsageSink(usage_db), now, 7, 10_000)
+    assert count(usage_db) == 7
+    assert len(rejected) == 94 and {r.reason for r in rejected} == {"bad_usage_event"}
+    assert "days old" in rejected[0].detail and "JEV_USAGE_TS_WINDOW_DAYS" in rejected[0].detail

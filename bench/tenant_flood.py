@@ -1,0 +1,35 @@
+"""Other tenants' decision latency while one tenant floods ingest with 5,000 requests at once (issue 31).
+
+Each loaded wave of acme's and globex's requests is published right behind --flood new requests of tenant
+`flood` (the runner, waves and ratios: bench/tenant_mix.py). Over its admission rate (JEV_TENANT_RATES, --rates:
+by default 2 requests/s for `flood`, as its contract would set it, 50/s for every other tenant) the flood is
+rejected `rate_limited` with a retry-after before any decoding work, and what it is allowed is taken in turn with
+the other tenants inside each micro-batch, so the others do not wait behind it.
+Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, outcomes of the flood, ...).
+
+    PYTHONPATH=. .venv/bin/python bench/tenant_flood.py [--flood 5000] [--waves 4] [--wave 5]
+"""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+import tenant_mix
+from workers import workload
+
+
+def main() -> None:
+    ap = tenant_mix.parser(__doc__, rates="flood=2:20000,*=50:500000")
+    ap.add_argument("--flood", type=int, default=5000, help="requests the flooding tenant sends per loaded wave")
+    args = ap.parse_args()
+
+    def flood(i: int) -> list[bytes]:
+        return workload.generate(args.flood, seed=50_000 + i, repeat_share=0.0, tenant="flood")
+
+    result = asyncio.run(tenant_mix.run(args, flood, {"bench": "tenant_flood", "flood": args.flood}))
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Fairness between tenants at ingest: a per-tenant admission rate and a fair order inside each micro-batch.
+
+Rates (JEV_TENANT_RATES, `tenant=REQUESTS_PER_S:TOKENS_PER_S`, comma-separated, `*` for every tenant not named,
+0 = no limit on that axis) are token buckets holding BURST_S seconds of rate. A request is checked against its
+tenant's buckets before any decoding work: when the requests bucket is empty or the tokens bucket is in debt it
+is rejected `rate_limited` with the seconds after which the tenant may send again (`retry_after_s` of the
+Rejection), never dropped silently; that check is all a flood costs. An admitted request takes one request and,
+once its tokens are counted, its input tokens or a quarter of its bytes, whichever is more (counting costs by
+the size of what was sent, before any truncation), from the tokens bucket, which may go into debt: the next
+requests wait for it.
+The buckets are per ingest process: with several stage processes, each admits its own share of the partitions.
+
+Fair order: the requests of a micro-batch are taken in deficit round-robin over tenants, weighed by their bytes
+(QUANTUM bytes per tenant per round, a request costing at least one), so the work a batch sends on (and the
+scoring workers take in order) interleaves tenants: a flood queues behind its own tenant, and a tenant's large
+records behind its small ones.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import orjson
+
+from streams.tenants import BadTenant, canonical
+
+BURST_S = 1.0  # seconds of rate a bucket holds: a tenant idle for a while may send this much at once
+QUANTUM = 16_384  # bytes a tenant's deficit grows by per round of the fair order
+
+
+@dataclass(frozen=True)
+class Rate:
+    requests_s: float  # 0 = no limit
+    tokens_s: float  # 0 = no limit
+
+
+def parse_rates(text: str) -> dict[str, Rate]:
+    """JEV_TENANT_RATES as {tenant: Rate}; '' = no limits. Raises ValueError naming the bad entry."""
+    rates = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        tenant, _, value = entry.rpartition("=")
+        parts = value.split(":")
+        try:
+            if not tenant.strip() or len(parts) != 2:
+                raise ValueError
+            rate = Rate(float(parts[0]), float(parts[1]))
+            if rate.requests_s < 0 or rate.tokens_s < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"JEV_TENANT_RATES entry {entry!r}: expected TENANT=REQUESTS_PER_S:TOKENS_PER_S "
+                             f"(numbers >= 0, 0 = no limit), e.g. acme=50:20000,*=200:100000") from None
+        rates[tenant.strip()] = rate
+    return rates
+
+
+class Bucket:
+    def __init__(self, rate: float, now: float):
+        self.rate, self.capacity = rate, rate * BURST_S
+        self.level, self.updated = self.capacity, now
+
+    def refill(self, now: float) -> float:
+        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        self.updated = now
+        return self.level
+
+
+class TenantLimiter:
+    """Token buckets per tenant: `check` before decoding, `spend` once the tokens are counted."""
+
+    def __init__(self, rates: dict[str, Rate], max_tenants: int = 100_000):
+        self.rates, self.max_tenants = rates, max_tenants
+        self.buckets: OrderedDict[str, tuple[Bucket | None, Bucket | None]] = OrderedDict()
+        self.limited = 0
+
+    @classmethod
+    def of(cls, settings) -> "TenantLimiter":
+        return cls(parse_rates(settings.tenant_rates))
+
+    def _buckets(self, tenant: str, now: float) -> tuple[Bucket | None, Bucket | None]:
+        found = self.buckets.get(tenant)
+        if found is None:
+            rate = self.rates.get(tenant) or self.rates.get("*") or Rate(0, 0)
+            found = (Bucket(rate.requests_s, now) if rate.requests_s else None,
+                     Bucket(rate.tokens_s, now) if rate.tokens_s else None)
+            self.buckets[tenant] = found
+            if len(self.buckets) > self.max_tenants:  # a full bucket again for the tenant idle longest
+                self.buckets.popitem(last=False)
+        else:
+            self.buckets.move_to_end(tenant)
+        return found
+
+    def check(self, tenant: str, now: float | None = None) -> float | None:
+        """None when `tenant` may send one more request now (taken from its bucket), else the seconds after
+        which it may."""
+        if not self.rates:
+            return None
+        now = time.monotonic() if now is None else now
+        requests, tokens = self._buckets(tenant, now)
+        waits = []
+        if requests is not None and requests.refill(now) < 1:
+            waits.append((1 - requests.level) / requests.rate)
+        if tokens is not None and tokens.refill(now) < 0:
+            waits.append(-tokens.level / tokens.rate)
+        if waits:
+            self.limited += 1
+            return max(waits)
+        if requests is not None:
+            requests.level -= 1
+        return None
+
+    def spend(self, tenant: str, n_tokens: int, now: float | None = None) -> None:
+        """Charge an admitted request's counted tokens to its tenant (the bucket may go into debt)."""
+        if not self.rates:
+            return
+        now = time.monotonic() if now is None else now
+        tokens = self._buckets(tenant, now)[1]
+        if tokens is not None:
+            tokens.refill(now)
+            tokens.level -= n_tokens
+
+
+def charged_tokens(raw_bytes: int, counted: int) -> int:
+    """What an admitted request takes from its tenant's tokens bucket: its counted input tokens, at least a quarter
+    of its bytes (a history truncated to its contract was still all read and counted)."""
+    return max(counted, raw_bytes // 4)
+
+
+def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str]:
+    """(tenant, request_id) a request names, read for the checks before decoding, the tenant by its canonical name;
+    '' for what is not readable or not a valid tenant name (decoding rejects the request then, with the reason) and
+    for records over `max_bytes` (rejected unparsed)."""
+    if len(raw) > max_bytes:
+        return "", ""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "", ""
+    if not isinstance(data, dict):
+        return "", ""
+    tenant, request_id = data.get("tenant"), data.get("request_id")
+    try:  # the canonical name (streams.tenants), so no spelling of a tenant has a rate of its own
+        tenant = canonical(tenant) if isinstance(tenant, str) else ""
+    except BadTenant:
+        tenant = ""
+    return tenant, request_id if isinstance(request_id, str) else ""
+
+
+def fair_order(items: list, tenant: Callable, size: Callable, quantum: int = QUANTUM) -> list:
+    """`items` in deficit round-robin over their tenants (first come first, within a tenant arrival order): each
+    round adds `quantum` to a tenant's deficit and an item costs its `size`, at least `quantum`, so small items
+    alternate one per tenant per round and an item of k quanta waits k rounds."""
+    queues: OrderedDict[str, list] = OrderedDict()
+    for item in items:
+        queues.setdefault(tenant(item), []).append(item)
+    if len(queues) < 2:
+        return list(items)
+    out, deficit, heads = [], dict.fromkeys(queues, 0), dict.fromkeys(queues, 0)
+    while queues:
+        for name in list(queues):
+            queue = queues[name]
+            deficit[name] += quantum
+            while heads[name] < len(queue) and max(quantum, size(queue[heads[name]])) <= deficit[name]:
+                deficit[name] -= max(quantum, size(queue[heads[name]]))
+                out.append(queue[heads[name]])
+                heads[name] += 1
+            if heads[name] == len(queue):
+                del queues[name]
+    return out

@@ -1,0 +1,54 @@
+"""Every usage event is type-checked at decode: a record that would fail the ClickHouse insert is refused with
+the field named."""
+import math
+
+import pytest
+
+from streams.usage.decode import MAX_FUTURE_S, BadUsage, usage_event
+
+NOW = 1.8e9
+GOOD = {"event_id": "acme/r1:ingest", "request_id": "r1", "ts": NOW - 5, "tenant": "acme", "service": "shop",
+        "business_line": "", "session_id": "s", "user_id": "u", "decision_type": "ranking", "stage": "ingest",
+        "stack": "acme;shop;ranking;ingest", "input_tokens": 12, "latency_ms": 3}
+
+
+def test_a_well_typed_event_decodes_with_floats_widened():
+    event = usage_event(GOOD, NOW)
+    assert event.input_tokens == 12 and event.latency_ms == 3.0 and isinstance(event.latency_ms, float)
+    assert event.output_tokens == 0 and event.outcome == "ok"
+
+
+def test_a_chinese_event_decodes():
+    event = usage_event({**GOOD, "tenant": "阿里", "service": "客服", "stack": "阿里;客服;ranking;ingest"}, NOW)
+    assert event.tenant == "阿里"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"input_tokens": "abc"}, "input_tokens"),
+    ({"input_tokens": -1}, "input_tokens"),
+    ({"output_tokens": 2**32}, "output_tokens"),
+    ({"iteration": 70_000}, "iteration"),
+    ({"candidates": True}, "candidates"),
+    ({"input_tokens": 1.5}, "input_tokens"),
+    ({"latency_ms": "fast"}, "latency_ms"),
+    ({"latency_ms": math.nan}, "latency_ms"),
+    ({"cost": -1e9}, "cost"),
+    ({"tenant": ["acme"]}, "tenant"),
+    ({"stack": "x" * 5000}, "stack"),
+    ({"event_id": None}, "event_id"),
+    ({"ts": "yesterday"}, "ts"),
+    ({"ts": NOW + MAX_FUTURE_S + 60}, "ahead"),
+    ({"ts": NOW - 8 * 86400}, "days old"),
+])
+def test_a_poisoned_field_is_refused_by_name(change, field):
+    with pytest.raises(BadUsage, match=field):
+        usage_event({**GOOD, **change}, NOW, window_days=7)
+
+
+def test_not_an_object_is_refused():
+    with pytest.raises(BadUsage, match="JSON object"):
+        usage_event([1, 2], NOW)
+
+
+def test_without_now_the_timestamp_window_is_not_applied():
+    assert usage_event({**GOOD, "ts": 1.0}).ts == 1.0
