@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from streams import models, settings as settings_mod
-from streams.scoring import backends
+from streams.backends import lexical as backends
 from streams.scoring.batching import score_many
 
 

@@ -23,7 +23,7 @@ import orjson
 from schemas.records import Candidate, Request
 from streams import settings as settings_mod
 from workers.commands.score import score
-from streams.scoring import backends
+from streams.backends import lexical as backends
 from streams.scoring.cascade import jaccard
 from streams.scoring.engine import MODES, Engine
 from streams.scoring.policy import load as load_policy

@@ -17,7 +17,7 @@ from streams.deadletter import dead_letter
 from streams.outbox import Outbox
 from streams.usage.events import usage_event
 from streams.batch import aggregate, config, split
-from streams.generation import load_generator
+from streams.backends.extractive import load_generator
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
 

@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 
 from schemas.records import Work
-from streams.scoring import backends, policy as policy_mod
+from streams.backends import lexical as backends
+from streams.scoring import policy as policy_mod
 from streams.scoring.ledger import Ledger
 from streams.scoring.steps import Ranking
 

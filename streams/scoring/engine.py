@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, UsageEvent, Work
 from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
-from streams.scoring.backends import Backend
+from streams.backends.lexical import Backend
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision

@@ -7,7 +7,8 @@ from schemas.records import Request, Work
 from streams import tokens
 from streams.ingest.prompt import render_context
 from streams.models import configure as configure_models
-from streams.scoring import backends, policy as policy_mod, rules as rules_mod
+from streams.backends import lexical as backends
+from streams.scoring import policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
 
 
@@ -18,7 +19,7 @@ def build_engine(settings, mode: str = "cascade") -> Engine:
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
-    from streams.generation import load_generator
+    from streams.backends.extractive import load_generator
     from streams.postprocess import stream as stream_config
 
     return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),

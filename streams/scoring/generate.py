@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from schemas.records import Decision, UsageEvent, Work
-from streams.scoring.backends import Scored
+from streams.backends.lexical import Scored
 from streams.scoring.ledger import Ledger
 
 

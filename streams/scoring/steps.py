@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator
 
-from streams.scoring.backends import Backend, Scored
+from streams.backends.lexical import Backend, Scored
 
 
 @dataclass

@@ -18,10 +18,10 @@ from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
 from streams import tokens
-from streams.generation import Streaming
+from streams.backends.extractive import Streaming
 from streams.metrics import observe_stream
 from streams.postprocess import stream as stream_mod
-from streams.scoring.backends import Scored
+from streams.backends.lexical import Scored
 from streams.scoring.ledger import Ledger
 
 

@@ -6,7 +6,7 @@ import pytest
 from schemas.batch import BatchMember
 from streams import tokens
 from streams.batch import aggregate, config, report, split
-from streams.generation import ExtractiveGenerator, Generated
+from streams.backends.extractive import ExtractiveGenerator, Generated
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()

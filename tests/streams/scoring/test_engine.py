@@ -2,7 +2,8 @@ import pytest
 
 from schemas.records import Candidate, Request
 from streams import models
-from streams.scoring import backends, policy, rules
+from streams.backends import lexical as backends
+from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 from streams.scoring.hierarchy import children

@@ -7,10 +7,10 @@ import pytest
 
 from schemas.records import Request, Work
 from streams import metrics, tokens
-from streams.generation import ExtractiveGenerator
+from streams.backends.extractive import ExtractiveGenerator
 from streams.postprocess import stream as stream_config
 from streams.postprocess.clean import clean
-from streams.scoring import backends
+from streams.backends import lexical as backends
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
 

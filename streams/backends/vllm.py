@@ -12,7 +12,7 @@ from its prefix cache (RequestOutput.num_cached_tokens); output = 1 generated to
 from __future__ import annotations
 
 from streams import models
-from streams.scoring.backends import Scored
+from streams.backends.lexical import Scored
 
 QUESTION = "\nDoes the candidate fit the context? Answer Yes or No.\nAnswer:"
 LABELS = (" Yes", " No")

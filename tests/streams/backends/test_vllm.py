@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from streams.scoring import vllm_backend
+from streams.backends import vllm as vllm_backend
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,8 @@ def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
     from pathlib import Path
 
     from schemas.records import Candidate, Request
-    from streams.scoring import backends, policy
+    from streams.backends import lexical as backends
+    from streams.scoring import policy
     from streams.scoring.engine import Engine
     from streams.scoring.factory import work_for
 

@@ -77,15 +77,15 @@ def load(name: str) -> Backend:
         raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm:/model/dir")
     models.require(name, "backend")
     if name == "minilm":
-        from streams.scoring.minilm import MiniLMBackend
+        from streams.backends.embeddings import MiniLMBackend
 
         return MiniLMBackend()
     if name == "smollm2":
-        from streams.scoring.causal_lm import CausalLMBackend
+        from streams.backends.smollm2 import CausalLMBackend
 
         return CausalLMBackend()
     if name == "vllm":
-        from streams.scoring.vllm_backend import VLLMBackend
+        from streams.backends.vllm import VLLMBackend
 
         if not model_path:
             raise RuntimeError("backend 'vllm' needs a local model directory: name it as vllm:/path/to/model")

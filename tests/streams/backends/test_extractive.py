@@ -3,7 +3,7 @@ import importlib.util
 import pytest
 
 from streams import tokens
-from streams.generation import ExtractiveGenerator, load_generator
+from streams.backends.extractive import ExtractiveGenerator, load_generator
 
 MODEL = "gpt-4o-mini"
 PROMPT = """Write reports.

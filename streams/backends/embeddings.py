@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from streams import models
 from streams.cache.state import StateEncodingCache
-from streams.scoring.backends import Scored
+from streams.backends.lexical import Scored
 
 
 class MiniLMBackend:

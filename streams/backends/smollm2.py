@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from streams import models
-from streams.scoring.backends import Scored
+from streams.backends.lexical import Scored
 
 
 class CausalLMBackend:

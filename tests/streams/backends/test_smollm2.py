@@ -14,7 +14,7 @@ CANDIDATES = ["Someone is playing an instrument.", "The stock market fell sharpl
 def backend():
     import torch
 
-    from streams.scoring.causal_lm import CausalLMBackend
+    from streams.backends.smollm2 import CausalLMBackend
 
     torch.set_num_threads(1)
     return CausalLMBackend(batch_size=2)  # 2 forces several batches, with padding
