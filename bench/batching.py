@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from streams import models, settings as settings_mod
-from streams.backends import lexical as backends
+from streams.backends import registry
 from streams.scoring.batching import score_many
 
 
@@ -46,7 +46,7 @@ def decisions(sts_dir: Path, n: int, candidates: int, seed: int = 5) -> list[tup
 
 def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     """Interleaved on a shared machine: each micro-batch is scored one by one, then batched, before the next."""
-    single, batched = backends.load(name), backends.load(name)
+    single, batched = registry.scorer(name), registry.scorer(name)
     one, many, clock = [], [], {"one_wall": 0.0, "one_cpu": 0.0, "many_wall": 0.0, "many_cpu": 0.0}
     for i in range(0, len(items), batch):
         group = items[i:i + batch]

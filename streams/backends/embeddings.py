@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from streams import models
 from streams.cache.state import StateEncodingCache
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Scored
 
 
 class MiniLMBackend:
@@ -45,3 +45,7 @@ class MiniLMBackend:
                                   input_tokens=sum(e.input_tokens for e in everything),
                                   cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
         return results
+
+
+def scorer(spec) -> MiniLMBackend:
+    return MiniLMBackend()

@@ -1,35 +1,14 @@
-"""Scoring backends: score(context, candidates) → scores with exact token accounting.
-
-Heavy backends (MiniLM, SmolLM2, vLLM) import their stacks lazily, so the base install runs with
-the lexical backend alone.
-"""
+"""The lexical engine: BM25 of each candidate against the context as the query. No model, no model tokens; the
+cascade's coarse tier and the fallback ranking."""
 from __future__ import annotations
 
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
-from typing import Protocol
 
-from streams import models
+from streams.backends.protocol import Scored
 
 WORD = re.compile(r"\w+", re.UNICODE)
-
-
-@dataclass
-class Scored:
-    scores: list[float]
-    input_tokens: int = 0
-    cache_read_tokens: int = 0  # subset of input_tokens served from a cache (OTel GenAI semantics)
-    output_tokens: int = 0
-
-
-class Backend(Protocol):
-    name: str
-    model: str
-    temperature: float  # scale of its scores, for the softmax confidence
-
-    def score(self, context: str, candidates: list[str]) -> Scored: ...
 
 
 def words(text: str) -> list[str]:
@@ -64,29 +43,5 @@ class LexicalBackend:
         return Scored(scores)
 
 
-def load(name: str) -> Backend:
-    """Backend by name (`vllm:/model/dir` for vLLM); `auto` takes the best one installed. Models come from
-    the registry (streams/models.py), so a backend shares its model with the rest of the process; a missing
-    extra names its install."""
-    name, _, model_path = name.partition(":")
-    if name == "auto":
-        name = "minilm" if models.available("minilm") else "lexical"
-    if name == "lexical":
-        return LexicalBackend()
-    if name not in ("minilm", "smollm2", "vllm"):
-        raise ValueError(f"unknown backend {name!r}: choose auto, lexical, minilm, smollm2 or vllm:/model/dir")
-    models.require(name, "backend")
-    if name == "minilm":
-        from streams.backends.embeddings import MiniLMBackend
-
-        return MiniLMBackend()
-    if name == "smollm2":
-        from streams.backends.smollm2 import CausalLMBackend
-
-        return CausalLMBackend()
-    if name == "vllm":
-        from streams.backends.vllm import VLLMBackend
-
-        if not model_path:
-            raise RuntimeError("backend 'vllm' needs a local model directory: name it as vllm:/path/to/model")
-        return VLLMBackend(model_path)
+def scorer(spec) -> LexicalBackend:
+    return LexicalBackend()

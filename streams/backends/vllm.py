@@ -1,4 +1,5 @@
-"""vLLM on a GPU (the `gpu` extra, imported lazily): candidates scored against a shared context prefix.
+"""vLLM in-process on a GPU (the `gpu` extra, imported lazily): scoring, candidates against a shared context
+prefix, and generation (greedy chat completion, streamed by stepping the engine).
 
 vLLM skips its prefix cache when prompt_logprobs is set, so likelihood scoring of the candidate tokens
 would re-encode the context every time. Instead every prompt is `context + candidate + question` with the
@@ -11,8 +12,11 @@ from its prefix cache (RequestOutput.num_cached_tokens); output = 1 generated to
 """
 from __future__ import annotations
 
+import threading
+import time
+
 from streams import models
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Generated, Scored, Streaming
 
 QUESTION = "\nDoes the candidate fit the context? Answer Yes or No.\nAnswer:"
 LABELS = (" Yes", " No")
@@ -61,3 +65,74 @@ class VLLMBackend:
                 result.output_tokens += len(out.outputs[0].token_ids)
             results.append(result)
         return results
+
+
+class VLLMGenerator:
+    """vLLM on a GPU (the `gpu` extra): greedy chat completion of one prompt."""
+
+    name = "vllm"
+    label = "llm"
+
+    def __init__(self, model: str, gpu_memory_utilization: float = 0.5, max_model_len: int = 8192):
+        from vllm import SamplingParams
+
+        self.model = model
+        self.params = SamplingParams
+        self.llm = models.vllm(model, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+        self.lock = threading.Lock()  # streams step the engine one at a time
+        self.latest: dict = {}  # request id → its latest output, taken by that request's stream
+
+    def generate(self, prompt: str, max_tokens: int) -> Generated:
+        started = time.perf_counter()
+        params = self.params(max_tokens=max_tokens, temperature=0.0)
+        out = self.llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)[0]
+        return Generated(out.outputs[0].text.strip(), len(out.prompt_token_ids), len(out.outputs[0].token_ids),
+                         self.model, self.label, (time.perf_counter() - started) * 1000)
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        """vLLM's engine stepped one iteration at a time, each step giving this request's text so far. Steps of
+        concurrent streams are serialized by a lock; a step's outputs for other requests are kept for them."""
+        engine = self.llm.llm_engine
+        tokenizer = self.llm.get_tokenizer()
+        text_prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                    add_generation_prompt=True, tokenize=False)
+        request_id = f"jev-stream-{time.monotonic_ns()}-{threading.get_ident()}"
+        with self.lock:
+            engine.add_request(request_id, text_prompt, self.params(max_tokens=max_tokens, temperature=0.0))
+
+        def pieces():
+            sent, finished = 0, False
+            try:
+                while not finished:
+                    with self.lock:
+                        if request_id not in self.latest:
+                            self.latest.update((out.request_id, out) for out in engine.step())
+                        out = self.latest.pop(request_id, None)
+                    if out is None:
+                        continue
+                    text, finished = out.outputs[0].text, out.finished
+                    if len(text) > sent:
+                        yield text[sent:]
+                        sent = len(text)
+            finally:
+                if not finished:
+                    with self.lock:
+                        engine.abort_request([request_id])
+                        self.latest.pop(request_id, None)
+
+        return Streaming(pieces(), len(tokenizer.encode(text_prompt)), self.model, self.label)
+
+
+def require_dir(spec) -> str:
+    if not spec.model:
+        raise RuntimeError(f"model {spec.name!r} (engine vllm) needs a local model directory: name it as "
+                           "vllm:/path/to/model or set `model:` in the pool")
+    return spec.model
+
+
+def scorer(spec) -> VLLMBackend:
+    return VLLMBackend(require_dir(spec))
+
+
+def generator(spec) -> VLLMGenerator:
+    return VLLMGenerator(require_dir(spec))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Scored
 from streams.scoring.steps import Call, Deciding
 
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from schemas.records import Work
-from streams.backends import lexical as backends
+from streams.backends.lexical import LexicalBackend
 from streams.scoring import policy as policy_mod
 from streams.scoring.ledger import Ledger
 from streams.scoring.steps import Ranking
@@ -42,6 +42,6 @@ def fallback_ranking(work: Work, pol: policy_mod.Policy, reason: str) -> Ranking
     if pol.fallback_action in ids:
         i = ids.index(pol.fallback_action)
         return Ranking([i], {i: 1.0}, "fallback", 0.0, [f"fallback:{reason}:policy"])
-    scores = backends.LexicalBackend().score(work.context, [c.text for c in work.request.candidates]).scores
+    scores = LexicalBackend().score(work.context, [c.text for c in work.request.candidates]).scores
     order = sorted(range(len(ids)), key=lambda i: scores[i], reverse=True)
     return Ranking(order, dict(enumerate(scores)), "fallback", 0.0, [f"fallback:{reason}:lexical"])

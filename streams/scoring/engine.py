@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, UsageEvent, Work
 from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
-from streams.backends.lexical import Backend
+from streams.backends.protocol import Scorer
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
@@ -33,16 +33,16 @@ MODES = ("cascade", "fine-only", "coarse-only")
 
 @dataclass
 class Engine:
-    coarse: Backend
-    fine: Backend
-    escalation: Backend | None = None
+    coarse: Scorer
+    fine: Scorer
+    escalation: Scorer | None = None
     config: policy_mod.Config = field(default_factory=policy_mod.load)
     rules: list = field(default_factory=list)
     mode: str = "cascade"
     top_n: int = 5
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
-    generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
+    generator: object | None = None  # answers generate requests (no candidates); streams/backends/
     reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
     stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
     chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)

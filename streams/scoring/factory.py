@@ -6,26 +6,26 @@ import time
 from schemas.records import Request, Work
 from streams import tokens
 from streams.ingest.prompt import render_context
+from streams.backends import pool as pool_mod, registry
 from streams.models import configure as configure_models
-from streams.backends import lexical as backends
 from streams.scoring import policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
 
 
 def build_engine(settings, mode: str = "cascade") -> Engine:
-    """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier), rules from
-    settings.rules. Models load here, once."""
+    """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier) and the generator,
+    all models of the pool (settings.models); rules from settings.rules. Models load here, once."""
     configure_models(settings.model_threads)
+    pool = pool_mod.load(settings.models)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
-    from streams.backends.extractive import load_generator
     from streams.postprocess import stream as stream_config
 
-    return Engine(coarse=backends.load(config.tiers["coarse"]), fine=backends.load(fine),
-                  escalation=None if escalation in ("", "none") else backends.load(escalation),
+    return Engine(coarse=registry.scorer(config.tiers["coarse"], pool), fine=registry.scorer(fine, pool),
+                  escalation=None if escalation in ("", "none") else registry.scorer(escalation, pool),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
-                  generator=load_generator(settings.generator, settings.default_model),
+                  generator=registry.generator(settings.generator, pool, settings.default_model),
                   reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0,
                   stream_config=stream_config.load(settings.stream_config), patterns=settings.postprocess_patterns)
 

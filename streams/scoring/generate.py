@@ -1,11 +1,11 @@
-"""A generate request (no candidates): the generator (streams/generation.py) answers from the distilled context
+"""A generate request (no candidates): the generator (streams/backends/) answers from the distilled context
 within max_output_tokens, metered like any model call."""
 from __future__ import annotations
 
 import time
 
 from schemas.records import Decision, UsageEvent, Work
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Scored
 from streams.scoring.ledger import Ledger
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from schemas.records import Request, UsageEvent, Work
 from streams import pricing, tokens
 from streams.usage.events import usage_event
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Scored
 
 
 @dataclass

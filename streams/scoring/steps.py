@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator
 
-from streams.backends.lexical import Backend, Scored
+from streams.backends.protocol import Scored, Scorer
 
 
 @dataclass
 class Call:
-    backend: Backend
+    backend: Scorer
     context: str
     candidates: list[str]
 

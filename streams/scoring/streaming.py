@@ -18,10 +18,9 @@ from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
 from streams import tokens
-from streams.backends.extractive import Streaming
 from streams.metrics import observe_stream
 from streams.postprocess import stream as stream_mod
-from streams.backends.lexical import Scored
+from streams.backends.protocol import Scored, Streaming
 from streams.scoring.ledger import Ledger
 
 

@@ -3,7 +3,8 @@ import importlib.util
 import pytest
 
 from streams import tokens
-from streams.backends.extractive import ExtractiveGenerator, load_generator
+from streams.backends.extractive import ExtractiveGenerator
+from streams.backends.registry import generator as load_generator
 
 MODEL = "gpt-4o-mini"
 PROMPT = """Write reports.

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.backends.extractive import ExtractiveGenerator, load_generator
+from streams.backends.extractive import ExtractiveGenerator
+from streams.backends.registry import generator as load_generator
 
 PROMPT = "\n".join(f"Line {i}: parcels to depot {i % 5} leave within {i} hours." for i in range(40))
 

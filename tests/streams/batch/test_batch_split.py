@@ -6,7 +6,8 @@ import pytest
 from schemas.batch import BatchMember
 from streams import tokens
 from streams.batch import aggregate, config, report, split
-from streams.backends.extractive import ExtractiveGenerator, Generated
+from streams.backends.extractive import ExtractiveGenerator
+from streams.backends.protocol import Generated
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()

@@ -10,7 +10,7 @@ from streams import metrics, tokens
 from streams.backends.extractive import ExtractiveGenerator
 from streams.postprocess import stream as stream_config
 from streams.postprocess.clean import clean
-from streams.backends import lexical as backends
+from streams.backends import registry
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
 
@@ -36,7 +36,7 @@ class FakeClock(Clock):
 
 def engine(clock=None) -> tuple[Engine, list]:
     sent = []
-    eng = Engine(coarse=backends.load("lexical"), fine=backends.load("lexical"), generator=ExtractiveGenerator(MODEL),
+    eng = Engine(coarse=registry.scorer("lexical"), fine=registry.scorer("lexical"), generator=ExtractiveGenerator(MODEL),
                  stream_config=stream_config.load(), clock=clock or FakeClock(), chunk_sink=sent.append)
     return eng, sent
 
