@@ -26,6 +26,7 @@ import orjson
 from streams import models, settings as settings_mod
 from streams.backends import registry
 from streams.scoring.batching import score_many
+from streams.scoring.steps import Call
 
 
 def decisions(sts_dir: Path, n: int, candidates: int, seed: int = 5) -> list[tuple[str, list[str]]]:
@@ -51,7 +52,7 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     for i in range(0, len(items), batch):
         group = items[i:i + batch]
         for way, run, out in (("one", lambda: [single.score(c, cands) for c, cands in group], one),
-                              ("many", lambda: score_many(batched, group), many)):
+                              ("many", lambda: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many)):
             wall, cpu = time.perf_counter(), time.process_time()
             out.extend(run())
             clock[f"{way}_wall"] += time.perf_counter() - wall

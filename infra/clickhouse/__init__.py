@@ -19,7 +19,8 @@ USAGE_TABLES = ["usage_events", "usage_by_request", "usage_by_session_hour", "us
 USAGE_COLUMNS = ["event_id", "request_id", "ts", "tenant", "service", "business_line", "session_id", "user_id",
                  "decision_type", "stage", "stack", "model", "input_tokens", "cache_read_tokens", "output_tokens",
                  "nominal_tokens", "candidates", "beam", "iteration", "latency_ms", "cost", "outcome",
-                 "business_event", "prompt_bytes", "compact_bytes", "first_chunk_ms", "tokens_per_s"]
+                 "business_event", "prompt_bytes", "compact_bytes", "first_chunk_ms", "tokens_per_s",
+                 "server_input_tokens", "server_cache_read_tokens", "server_output_tokens", "count_source"]
 
 
 class DataDirBusy(RuntimeError):

@@ -35,6 +35,12 @@ class DecisionBreakers:
         if ledger.actual + next_call_tokens > self.pol.token_cap:
             raise Fallback("token_cap")
 
+    def until(self) -> float:
+        """Epoch seconds the next model call must end by: the earlier of the caller's deadline and the end of the
+        decision type's time budget."""
+        budget_end = time.time() + self.pol.timeout_ms / 1000 - (time.perf_counter() - self.start)
+        return min(budget_end, self.deadline) if self.deadline else budget_end
+
 
 def fallback_ranking(work: Work, pol: policy_mod.Policy, reason: str) -> Ranking:
     """The policy's fallback action when offered, else the coarse (lexical) order: no model tokens."""

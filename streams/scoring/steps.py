@@ -17,6 +17,7 @@ class Call:
     backend: Scorer
     context: str
     candidates: list[str]
+    deadline: float = 0.0  # epoch seconds the call must end by (a model server's retries stay inside it); 0 = none
 
 
 @dataclass

@@ -20,7 +20,8 @@ from schemas.records import Chunk, Decision, UsageEvent, Work
 from streams import tokens
 from streams.metrics import observe_stream
 from streams.postprocess import stream as stream_mod
-from streams.backends.protocol import Scored, Streaming
+from streams.backends.protocol import ModelUnavailable, Scored, Streaming
+from streams.scoring.generate import unavailable
 from streams.scoring.ledger import Ledger
 
 
@@ -65,7 +66,11 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
         return bool(text) and switches["postprocess.scan"] and bool(cleaner.patterns.scanner.scan(text))
 
     withheld = ""  # text with a sensitive word: never sent as a chunk; the decision goes to review
-    streaming = stream_of(engine.generator, work.context, plan.length)
+    try:
+        streaming = stream_of(engine.generator, work.context, plan.length)
+    except ModelUnavailable as exc:  # nothing was sent: the request gets a fallback decision saying why
+        engine.counters["fallback_model_unavailable"] += 1
+        return unavailable(engine.generator, work, start, exc)
     try:
         for piece in streaming:
             text = cleaner.feed(piece)
@@ -88,7 +93,8 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
     tokens_per_s = round(output / seconds, 1)
     ledger.add("stream", work.context_tokens + output, streaming.model,
-               Scored([], streaming.input_tokens, 0, output))
+               Scored([], streaming.input_tokens, 0, output, streaming.server,
+                      int(getattr(engine.generator, "remote", False))))
     input_tokens, cache_read, output_tokens, cost = ledger.totals()
     latency = round((time.perf_counter() - start) * 1000, 3)
     engine.counters["llm"] += 1
