@@ -215,7 +215,7 @@ class OpenAIEngine:
                 raise ModelUnavailable(f"{self.base_url}: circuit open after {srv.breaker.streak} failures")
             left = deadline - now
             if left <= 0:
-                raise ModelUnavailable(f"{self.base_url}/{path}: no time left before the deadline")
+                raise ModelUnavailable(f"{self.base_url}/{path}: no time left before the deadline", "timeout")
             retry_after = None
             try:
                 async with srv.slots:
@@ -244,7 +244,9 @@ class OpenAIEngine:
             if retry_after and retry_after.replace(".", "", 1).isdigit():
                 wait = max(wait, float(retry_after))
             if attempt > self.options["retries"] or time.time() + wait >= deadline:
-                raise ModelUnavailable(f"{self.base_url}/{path}: {problem} after {attempt} attempt(s)")
+                slow = problem.endswith("Timeout") and left < self.options["timeout_s"]  # cut by the caller's time
+                raise ModelUnavailable(f"{self.base_url}/{path}: {problem} after {attempt} attempt(s)",
+                                       "timeout" if slow else "model_unavailable")
             await asyncio.sleep(wait)
 
     def deadline(self, deadline: float) -> float:

@@ -17,8 +17,13 @@ from typing import Iterator, Protocol
 
 
 class ModelUnavailable(Exception):
-    """The model could not answer (connect error, timeout, 429/5xx after retries, an open circuit, a malformed
-    body): the caller falls back (`fallback:model_unavailable`)."""
+    """The model could not answer (connect error, 429/5xx after retries, an open circuit, a malformed body): the
+    caller falls back with `reason`, model_unavailable; `timeout` when the decision's own time ran out first (the
+    server was slow, not down)."""
+
+    def __init__(self, message: str, reason: str = "model_unavailable"):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object
     def advance(i: int, value) -> None:
         try:
             if isinstance(value, ModelUnavailable):  # the decision falls back, as when a breaker trips
-                waiting[i] = decisions[i].throw(Fallback("model_unavailable"))
+                waiting[i] = decisions[i].throw(Fallback(value.reason))
             else:
                 waiting[i] = decisions[i].send(value)
         except StopIteration as done:

@@ -32,11 +32,11 @@ def generated_decision(generator, work: Work, start: float) -> tuple[Decision, l
 def unavailable(generator, work: Work, start: float, exc: ModelUnavailable) -> tuple[Decision, list[UsageEvent]]:
     """The generator's model could not answer: a fallback decision saying why, no model tokens."""
     req = work.request
-    observe_fallback("model_unavailable")
+    observe_fallback(exc.reason)
     ledger = Ledger()
     ledger.add("fallback", work.context_tokens)
     latency = round((time.perf_counter() - start) * 1000, 3)
     decision = Decision(request_id=req.request_id, tier="fallback", nominal_tokens=work.context_tokens,
-                        chain=["fallback:model_unavailable", f"generate:{generator.name}"],
+                        chain=[f"fallback:{exc.reason}", f"generate:{generator.name}"],
                         error=f"model unavailable: {exc}", latency_ms=latency)
     return decision, ledger.events(req, latency, "fallback", 1)

@@ -69,7 +69,7 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     try:
         streaming = stream_of(engine.generator, work.context, plan.length)
     except ModelUnavailable as exc:  # nothing was sent: the request gets a fallback decision saying why
-        engine.counters["fallback_model_unavailable"] += 1
+        engine.counters[f"fallback_{exc.reason}"] += 1
         return unavailable(engine.generator, work, start, exc)
     try:
         for piece in streaming:

@@ -54,6 +54,8 @@ def make_app(script: Script) -> web.Application:
             return web.Response(status=script.fail_status, text="busy", headers={"Retry-After": "0"})
         if script.mode == "malformed":
             return web.Response(text="<html>gateway</html>", content_type="text/html")
+        if script.mode == "slow":
+            await asyncio.sleep(2)
         answer = {"choices": [{"text": " B", "logprobs": {"top_logprobs": [top_logprobs(body["prompt"])]}}]}
         if script.mode != "no_usage":
             answer["usage"] = USAGE
@@ -186,6 +188,13 @@ def test_429_and_5xx_are_retried_inside_the_deadline(fake_server):
     started = time.time()
     [result] = engine(url, retries=50, backoff_s=0.05).score_many([("refund?", CANDIDATES)], [time.time() + 0.5])
     assert isinstance(result, ModelUnavailable) and time.time() - started < 1.5
+
+
+def test_a_slow_server_cut_by_the_decisions_deadline_is_a_timeout_not_unavailable(fake_server):
+    url, script = fake_server
+    script.mode = "slow"
+    [result] = engine(url).score_many([("refund?", CANDIDATES)], [time.time() + 0.3])
+    assert isinstance(result, ModelUnavailable) and result.reason == "timeout"
 
 
 def test_the_circuit_opens_after_failures_in_a_row_then_lets_one_trial_through(fake_server):
