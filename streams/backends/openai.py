@@ -432,6 +432,7 @@ class SSEFeed:
             try:
                 request = srv.client.build_request("POST", "chat/completions", json=payload, headers=engine.headers(),
                                                    timeout=min(self.deadline - now, engine.options["timeout_s"]))
+                srv.calls += 1
                 response = await srv.client.send(request, stream=True)
                 if response.status_code < 400:
                     srv.breaker.success()

@@ -20,6 +20,10 @@ def register(sub) -> None:
     p.add_argument("--shadow-rate", default="0.1", metavar="R",
                    help="share of requests also decided the naive way to measure each saving's agreement "
                         "(default 0.1 here, for a useful sample of a short run; JEV_SHADOW_RATE in production)")
+    p.add_argument("--model-url", metavar="URL", default="",
+                   help="an OpenAI-compatible server's base URL (http://host:port/v1: vLLM, llama.cpp, SGLang, TGI, "
+                        "Ollama, a provider): the demo's generate requests and its escalation tier (llm) go to the "
+                        "model it serves, and by_model puts the server's token count beside Jev's")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--metrics-out", metavar="FILE", default="",
                    help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
@@ -42,6 +46,14 @@ def run(args, settings) -> int:
     except ValueError as exc:
         print(f"jev demo: --shadow-rate: {exc}", file=sys.stderr)
         return 2
+    if args.model_url:
+        from workers.demo import served_settings
+
+        try:
+            settings = served_settings(settings, args.model_url)
+        except ValueError as exc:
+            print(f"jev demo: --model-url: {exc}", file=sys.stderr)
+            return 2
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress,
@@ -70,6 +82,10 @@ def print_report(r: dict) -> None:
                                                  for k, v in r["cache"].items() if isinstance(v, dict)) or "none"),
         ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
         ("agreement with the naive path", agreement_line(r)),
+        ("tokens by model (Jev's / server's, drift, cost)",
+         "; ".join(f"{m} {v['calls']} calls {v['tokens_jev']:,} / "
+                   + ("-" if v["tokens_server"] is None else f"{v['tokens_server']:,}, {v['drift']:+.1%}")
+                   + f", ${v['cost']:.4f}" for m, v in r["by_model"].items()) or "none"),
         ("latency p50 / p95", f"{r['latency_ms']['p50']} ms / {r['latency_ms']['p95']} ms"),
         ("streamed answers", "{requests} ({generated} generated), {chunks} chunks, {tokens:,} tokens, first chunk "
                              "p50 {first_chunk_ms_p50} ms, {tokens_per_s_p50} tokens/s".format(**r["stream"])),
