@@ -137,6 +137,15 @@ def usage_of(body: dict) -> Usage | None:
         return None
 
 
+def answer_confidence(body: dict) -> float | None:
+    """The mean probability of an answer's tokens from its chat logprobs; None when the server sent none."""
+    try:
+        values = [float(t["logprob"]) for t in body["choices"][0]["logprobs"]["content"]]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return round(math.exp(sum(values) / len(values)), 4) if values else None
+
+
 def label_scores(top: object, labels: list[str]) -> list[float]:
     """Each label's log-probability from a top-logprobs entry: the legacy completions form {token: logprob} or the
     chat form [{token, logprob}]. A token counts for a label when it is the label with spaces, dots or
@@ -361,7 +370,7 @@ class OpenAIEngine:
             model = await self.served(srv, until)
             return await self.request(srv, "POST", "chat/completions", {
                 "model": model, "messages": self.messages(prompt), "max_tokens": max_tokens,
-                "temperature": 0.0}, until)
+                "temperature": 0.0, "logprobs": True}, until)
 
         body = self.loop.run(call())
         try:
@@ -369,7 +378,7 @@ class OpenAIEngine:
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no message)") from None
         return Generated(text.strip(), self.count(prompt), self.count(text), self.model, self.label,
-                         (time.perf_counter() - started) * 1000, usage_of(body))
+                         (time.perf_counter() - started) * 1000, usage_of(body), answer_confidence(body))
 
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
         """The answer's pieces as the server sends them. Connecting (with retries) happens here, so a server that

@@ -57,6 +57,7 @@ class Generated:
     label: str  # "llm" for a model's output, "extractive" for copied source lines
     latency_ms: float = 0.0
     server: Usage | None = None
+    confidence: float | None = None  # mean probability of its tokens, where the engine reports them
 
 
 @dataclass

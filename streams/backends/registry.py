@@ -59,7 +59,17 @@ def scorer(name: str, pool: pool_mod.Pool | None = None) -> Scorer:
 
 def generator(name: str, pool: pool_mod.Pool | None = None, count_model: str = "gpt-4o-mini") -> Generator:
     """The generator by name; `auto` is smollm2 when the cpu-llm extra is installed, else extractive. The
-    extractive one counts in `count_model`'s tokenizer unless its entry names one."""
+    extractive one counts in `count_model`'s tokenizer unless its entry names one. Several pool names, comma
+    separated, give a router over their channels (streams/backends/router.py)."""
+    if "," in name:
+        from streams.backends.router import Router
+
+        names = [n.strip() for n in name.split(",") if n.strip()]
+        entries = [resolve(n, pool, "generator") for n in names]
+        channels = [e.channel for e in entries]
+        if len(set(channels)) < len(channels):
+            raise ValueError(f"generators {', '.join(names)}: one model per channel (they have {channels})")
+        return Router({e.channel: generator(n, pool, count_model) for n, e in zip(names, entries)})
     if name == "auto":
         name = "smollm2" if models.available("smollm2") else "extractive"
     entry = resolve(name, pool, "generator")

@@ -13,6 +13,7 @@ KV, cached context-free terms). Output = 0: nothing is generated.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -189,10 +190,13 @@ class SmolLM2Generator:
                                                  return_tensors="pt")
         with self.torch.no_grad():
             out = self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
-                                   do_sample=False, pad_token_id=self.tokenizer.eos_token_id)
-        new = out[0, ids.shape[1]:]
+                                   do_sample=False, pad_token_id=self.tokenizer.eos_token_id,
+                                   output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1]:]
+        chosen = [float(self.torch.log_softmax(step[0].float(), -1)[token]) for step, token in zip(out.scores, new)]
+        confidence = round(math.exp(sum(chosen) / len(chosen)), 4) if chosen else None
         return Generated(self.tokenizer.decode(new, skip_special_tokens=True).strip(), int(ids.shape[1]), int(len(new)),
-                         self.model, self.label, (time.perf_counter() - started) * 1000)
+                         self.model, self.label, (time.perf_counter() - started) * 1000, confidence=confidence)
 
     def stream(self, prompt: str, max_tokens: int) -> Streaming:
         """Greedy generation in a thread, its text read through transformers' TextIteratorStreamer as

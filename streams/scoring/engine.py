@@ -79,7 +79,7 @@ class Engine:
             return streaming.stream_answer(self, work, ledger, start)
         if not ids and self.generator is not None:
             self.counters["llm"] += 1
-            return generated_decision(self.generator, work, start)
+            return generated_decision(self.generator, work, start, pol)
         elif not ids:
             ledger.add("fallback", nominal)
             decision = Decision(request_id=req.request_id, tier="fallback", nominal_tokens=nominal,
