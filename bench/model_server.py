@@ -26,7 +26,7 @@ import httpx
 import orjson
 
 from schemas.records import Request
-from streams.backends import openai as engine_mod
+from streams.backends import http, openai as engine_mod
 from streams.backends.pool import ModelSpec
 from streams.scoring.factory import work_for
 from workers import workload
@@ -122,7 +122,7 @@ def main() -> int:
         prompts = prompts[:args.generate]
         asyncio.run(direct_decide(url, model, items[:4], args.concurrency))  # warm-up, both ways
         jev_decide(engine, items[:4])
-        srv = engine_mod._servers[url.rstrip("/")]
+        srv = http._servers[url.rstrip("/")]
         calls_before = srv.calls
         clock = {"direct": 0.0, "jev": 0.0, "direct_gen": 0.0, "jev_gen": 0.0}
         jev_tokens = server_tokens = 0

@@ -118,7 +118,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         if metrics_out:
             metrics = write_scrapes(pipe.scrape_metrics(), metrics_out)
     tiers: dict[str, int] = {}
-    fallbacks: dict[str, int] = {"model_unavailable": 0}  # why each fell back: its chain's first step, fallback:<reason>
+    fallbacks: dict[str, int] = {"model_unavailable": 0}  # why each fell back: its chain's first step's reason
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
         if d.tier == "fallback" and d.chain:

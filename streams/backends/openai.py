@@ -9,12 +9,11 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
   `generative_scoring` (vLLM's /generative-scores: query = context, items = candidates, scored by
   log P(yes) − log P(no) over `options.label_token_ids`). A micro-batch's decisions go as concurrent calls, at
   most `options.max_concurrency` (8) in flight per server.
-- faults: connect errors, timeouts, 429 and 5xx are retried with exponential backoff (Retry-After honoured) while
-  the call's deadline allows (the decision's, else `options.timeout_s`, 30 s); then `ModelUnavailable`, and the
-  scoring engine falls back with reason `model_unavailable`. `options.breaker_failures` (5) failures in a row open
-  the server's circuit for `options.breaker_cooldown_s` (5 s): calls fail at once, then one trial call decides.
-  A malformed body is a failure; a missing `usage` leaves the server's count empty (Jev's count stands); usage
-  repeated cumulatively in every stream chunk or sent after `finish_reason` is read once, the last one seen.
+- faults: retries inside the deadline and a circuit per server (streams/backends/http.py), then
+  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`, or `fallback:timeout` when the
+  decision's own time ran out). A malformed body is a failure; a missing `usage` leaves the server's count empty
+  (Jev's count stands); usage repeated cumulatively in every stream chunk or sent after `finish_reason` is read
+  once, the last one seen.
 
 Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard) and the server's
 `usage` (prompt, prompt_tokens_details.cached_tokens, completion) in `Scored.server` / `Generated.server`.
@@ -29,112 +28,18 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 import httpx
 
 from streams import tokens
+from streams.backends.http import Server, loop, send, server, usage_of
 from streams.backends.protocol import Generated, ModelUnavailable, Scored, Streaming, Usage
 
 LETTERS = [chr(ord("A") + i) for i in range(26)]
 FLOOR = -30.0  # log-probability of a label the server did not list among its top logprobs
-RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 DEFAULTS = {"timeout_s": 30.0, "retries": 4, "backoff_s": 0.1, "max_concurrency": 8, "breaker_failures": 5,
             "breaker_cooldown_s": 5.0, "decide": "completions", "top_logprobs": 20, "label_token_ids": []}
 JEV_STANDARD = "cl100k_base"  # Jev's count where the pool names no tokenizer for a model
-
-
-class Loop:
-    """One asyncio loop in a daemon thread, shared by every openai engine of the process: the engines are called
-    from the scoring worker's threads; their HTTP calls all run here, on pooled connections."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="jev-openai", daemon=True).start()
-
-    def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-
-_loop: Loop | None = None
-_loop_lock = threading.Lock()
-
-
-def loop() -> Loop:
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = Loop()
-        return _loop
-
-
-@dataclass
-class Breaker:
-    """The circuit of one server: open after `failures` failures in a row, for `cooldown_s`; then half-open, one
-    trial call at a time, closed again by a success."""
-    failures: int
-    cooldown_s: float
-    streak: int = 0
-    opened_at: float = 0.0
-    trial: bool = False
-
-    def allow(self, now: float) -> bool:
-        if self.streak < self.failures:
-            return True
-        if now - self.opened_at < self.cooldown_s or self.trial:
-            return False
-        self.trial = True
-        return True
-
-    def success(self) -> None:
-        self.streak, self.trial = 0, False
-
-    def failure(self, now: float) -> None:
-        self.streak += 1
-        self.trial = False
-        if self.streak >= self.failures:
-            self.opened_at = now
-
-    @property
-    def open(self) -> bool:
-        return self.streak >= self.failures
-
-
-@dataclass
-class Server:
-    """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
-    client: httpx.AsyncClient
-    slots: asyncio.Semaphore
-    breaker: Breaker
-    calls: int = 0
-
-
-_servers: dict[str, Server] = {}
-
-
-def server(base_url: str, options: dict) -> Server:
-    """The Server of `base_url` (called on the engine loop)."""
-    if base_url not in _servers:
-        _servers[base_url] = Server(
-            httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", timeout=options["timeout_s"],
-                              limits=httpx.Limits(max_connections=options["max_concurrency"] * 2)),
-            asyncio.Semaphore(options["max_concurrency"]),
-            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]))
-    return _servers[base_url]
-
-
-def usage_of(body: dict) -> Usage | None:
-    """The server's usage in an OpenAI-style body, None when it sent none (or an unreadable one)."""
-    raw = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(raw, dict):
-        return None
-    details = raw.get("prompt_tokens_details") or {}
-    try:
-        prompt = int(raw.get("prompt_tokens", raw.get("total_tokens", 0)) or 0)
-        return Usage(prompt, int(raw.get("completion_tokens") or 0),
-                     int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0))
-    except (TypeError, ValueError):
-        return None
 
 
 def answer_confidence(body: dict) -> float | None:
@@ -217,46 +122,15 @@ class OpenAIEngine:
 
     async def request(self, srv: Server, method: str, path: str, payload: dict | None, deadline: float) -> dict:
         """One JSON call with retries inside `deadline` (epoch seconds) and the server's circuit."""
-        attempt = 0
-        while True:
-            now = time.time()
-            if not srv.breaker.allow(now):
-                raise ModelUnavailable(f"{self.base_url}: circuit open after {srv.breaker.streak} failures")
-            left = deadline - now
-            if left <= 0:
-                raise ModelUnavailable(f"{self.base_url}/{path}: no time left before the deadline", "timeout")
-            retry_after = None
-            try:
-                async with srv.slots:
-                    srv.calls += 1
-                    response = await srv.client.request(method, path, json=payload, headers=self.headers(),
-                                                        timeout=min(left, self.options["timeout_s"]))
-                if response.status_code < 400:
-                    body = response.json()
-                    if not isinstance(body, dict):
-                        raise ValueError("not a JSON object")
-                    srv.breaker.success()
-                    return body
-                problem = f"HTTP {response.status_code}"
-                retry_after = response.headers.get("retry-after")
-                if response.status_code not in RETRYABLE:
-                    srv.breaker.failure(time.time())
-                    raise ModelUnavailable(f"{self.base_url}/{path}: {problem}: {response.text[:200]}")
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                problem = type(exc).__name__
-            except ValueError as exc:  # a body that is not JSON, or not an object
-                srv.breaker.failure(time.time())
-                raise ModelUnavailable(f"{self.base_url}/{path}: malformed response ({exc})") from None
+        response = await send(srv, method, path, payload, self.headers(), deadline, self.options)
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
             srv.breaker.failure(time.time())
-            attempt += 1
-            wait = self.options["backoff_s"] * 2 ** (attempt - 1)
-            if retry_after and retry_after.replace(".", "", 1).isdigit():
-                wait = max(wait, float(retry_after))
-            if attempt > self.options["retries"] or time.time() + wait >= deadline:
-                slow = problem.endswith("Timeout") and left < self.options["timeout_s"]  # cut by the caller's time
-                raise ModelUnavailable(f"{self.base_url}/{path}: {problem} after {attempt} attempt(s)",
-                                       "timeout" if slow else "model_unavailable")
-            await asyncio.sleep(wait)
+            raise ModelUnavailable(f"{self.base_url}/{path}: malformed response (not a JSON object)")
+        return body
 
     def deadline(self, deadline: float) -> float:
         cap = time.time() + self.options["timeout_s"]
@@ -410,7 +284,8 @@ class SSEFeed:
                 model = await engine.served(srv, self.deadline)
                 payload = {"model": model, "messages": engine.messages(self.prompt), "max_tokens": self.max_tokens,
                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-                response = await self.connect(srv, payload)
+                response = await send(srv, "POST", "chat/completions", payload, engine.headers(), self.deadline,
+                                      engine.options, stream=True)
             except ModelUnavailable as exc:
                 outcome.append(exc)
                 ready.set()
@@ -428,37 +303,6 @@ class SSEFeed:
         ready.wait()
         if outcome:
             raise outcome[0]
-
-    async def connect(self, srv: Server, payload: dict) -> httpx.Response:
-        """The streaming response once its status is 2xx, with the same retries and circuit as any call."""
-        engine, attempt = self.engine, 0
-        while True:
-            now = time.time()
-            if not srv.breaker.allow(now):
-                raise ModelUnavailable(f"{engine.base_url}: circuit open after {srv.breaker.streak} failures")
-            if now >= self.deadline:
-                raise ModelUnavailable(f"{engine.base_url}/chat/completions: no time left before the deadline")
-            try:
-                request = srv.client.build_request("POST", "chat/completions", json=payload, headers=engine.headers(),
-                                                   timeout=min(self.deadline - now, engine.options["timeout_s"]))
-                srv.calls += 1
-                response = await srv.client.send(request, stream=True)
-                if response.status_code < 400:
-                    srv.breaker.success()
-                    return response
-                problem = f"HTTP {response.status_code}"
-                await response.aclose()
-                if response.status_code not in RETRYABLE:
-                    srv.breaker.failure(time.time())
-                    raise ModelUnavailable(f"{engine.base_url}/chat/completions: {problem}")
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                problem = type(exc).__name__
-            srv.breaker.failure(time.time())
-            attempt += 1
-            wait = engine.options["backoff_s"] * 2 ** (attempt - 1)
-            if attempt > engine.options["retries"] or time.time() + wait >= self.deadline:
-                raise ModelUnavailable(f"{engine.base_url}/chat/completions: {problem} after {attempt} attempt(s)")
-            await asyncio.sleep(wait)
 
     async def read(self, response: httpx.Response) -> None:
         """Server-sent events until [DONE]: each delta's text goes to the queue; the last usage seen is kept (a

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from schemas.records import Candidate, Request, Work
-from streams.backends import openai as engine_mod
+from streams.backends import http, openai as engine_mod
 from streams.backends.lexical import LexicalBackend
 from streams.backends.pool import ModelSpec
 from streams.postprocess import stream as stream_config
@@ -71,7 +71,7 @@ def test_decisions_are_scored_in_one_call_each_and_reconciled_in_clickhouse(mode
     fine = served(model_server)
     eng = scoring_engine(fine)
     fine.score("warm up", ["a", "b"])
-    srv = engine_mod._servers[fine.base_url]
+    srv = http._servers[fine.base_url]
     before = srv.calls
     results = eng.decide_batch(decision_works("d"))
     assert srv.calls - before == len(DECISIONS)  # one call per decision, the context sent once

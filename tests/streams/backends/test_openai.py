@@ -11,7 +11,7 @@ from aiohttp import web
 
 from schemas.records import Candidate, Request
 from streams.backends import pool as pool_mod
-from streams.backends.openai import Breaker, OpenAIEngine, label_scores, usage_of
+from streams.backends.openai import OpenAIEngine, label_scores
 from streams.backends.protocol import ModelUnavailable, Usage
 from streams.scoring import policy
 from streams.scoring.engine import Engine
@@ -213,14 +213,6 @@ def test_the_circuit_opens_after_failures_in_a_row_then_lets_one_trial_through(f
     assert len(eng.score("refund", CANDIDATES).scores) == 3  # the trial call closes it
 
 
-def test_breaker_half_open_allows_one_trial_at_a_time():
-    b = Breaker(failures=2, cooldown_s=1.0)
-    b.failure(0.0), b.failure(0.0)
-    assert not b.allow(0.5) and b.allow(1.5) and not b.allow(1.6)
-    b.success()
-    assert b.allow(1.7) and not b.open
-
-
 def test_connect_errors_end_in_model_unavailable_within_the_deadline():
     eng = engine("http://127.0.0.1:9/v1", retries=50)
     started = time.time()
@@ -277,8 +269,7 @@ def test_a_server_down_gives_fallback_model_unavailable_and_loses_nothing():
     assert all(d.tier == "fallback" and d.chain[0].startswith("fallback:model_unavailable") for d, _ in decisions)
 
 
-def test_usage_of_reads_the_forms_servers_send():
-    assert usage_of({"usage": {"total_tokens": 9}}) == Usage(9, 0, 0)
-    assert usage_of({"usage": None}) is None and usage_of({"usage": {"prompt_tokens": "x"}}) is None
+def test_label_scores_read_both_logprob_forms():
     assert label_scores([{"token": " B", "logprob": -0.5}, {"token": "A.", "logprob": -2.0}], ["A", "B", "C"]) == \
         [-2.0, -0.5, -30.0]
+    assert label_scores({" A": -1.0, "(B)": -0.2}, ["A", "B"]) == [-1.0, -0.2]
