@@ -64,17 +64,3 @@ def test_the_api_key_is_read_from_its_source_and_never_shown(tmp_path, monkeypat
 def test_bad_pools_say_what_to_fix(text, message):
     with pytest.raises(ValueError, match=message):
         pool_mod.parse(text)
-
-
-def test_unknown_names_list_the_pool():
-    with pytest.raises(ValueError, match="a model of the pool \\(lexical, minilm"):
-        registry.scorer("gpt9")
-    with pytest.raises(ValueError, match="unknown engine 'nope'"):
-        registry.build(pool_mod.ModelSpec(name="m", engine="nope"), "scorer")
-    with pytest.raises(ValueError, match="engine 'lexical' has no generator"):
-        registry.generator("lexical")
-
-
-def test_an_ad_hoc_server_url_becomes_an_entry():
-    engine = registry.scorer("openai:http://127.0.0.1:8080/v1")
-    assert engine.name == "openai@127.0.0.1:8080" and engine.base_url == "http://127.0.0.1:8080/v1"

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 import pytest
 
 from schemas.records import Request, Work
-from streams.backends import registry
 from streams.backends.protocol import Generated, ModelUnavailable
 from streams.backends.router import Router
 from streams.scoring.generate import generated_decision
@@ -75,8 +74,3 @@ def test_an_escalation_that_fails_keeps_the_first_answer():
     r = Router({"fast": Fixed("fast", 0.1), "precise": Fixed("precise", down=True)})
     decision, _ = generated_decision(r, work(), time.perf_counter(), Policy(escalate_below=0.5))
     assert decision.text == "fast answer" and decision.chain[-1] == "escalation:precise:model_unavailable"
-
-
-def test_the_generator_setting_names_several_pool_models_for_a_router():
-    with pytest.raises(ValueError, match="one model per channel"):
-        registry.generator("extractive,lexical")

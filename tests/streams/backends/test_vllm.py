@@ -59,3 +59,20 @@ def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
                       "gpt-4o-mini") for i in range(4)]
     decisions = engine.decide_batch(works)
     assert calls == [12] and all(d.tier == "fine" for d, _ in decisions)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+def test_vllm_streams_what_it_generates(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from streams.backends import registry
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench" / "gpu"))
+    from vllm_prefix import export_smollm2
+
+    gen = registry.generator(f"vllm:{export_smollm2(tmp_path / 'smollm2')}")
+    pieces = list(gen.stream("Name three colours.", 16))
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == gen.generate("Name three colours.", 16).text
