@@ -82,7 +82,7 @@ class OpenAIEngine:
     def __init__(self, spec):
         self.spec = spec
         self.name = self.model = spec.name  # usage rows and prices go under the pool entry's name
-        self.remote = spec.model  # the server's name for it; empty: the first model the server lists
+        self.served_name = spec.model  # the server's name for it; empty: the first model the server lists
         self.base_url = spec.base_url.rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"model {spec.name!r} (engine openai): base_url must be an http(s) URL ending in /v1, "
@@ -112,13 +112,13 @@ class OpenAIEngine:
 
     async def served(self, srv: Server, deadline: float) -> str:
         """The model name to send: the pool's, else the first the server lists at /models (asked once)."""
-        if not self.remote:
+        if not self.served_name:
             body = await self.request(srv, "GET", "models", None, deadline)
             try:
-                self.remote = str(body["data"][0]["id"])
+                self.served_name = str(body["data"][0]["id"])
             except (KeyError, IndexError, TypeError):
                 raise ModelUnavailable(f"{self.base_url}/models lists no model; name it as `model:` in the pool")
-        return self.remote
+        return self.served_name
 
     async def request(self, srv: Server, method: str, path: str, payload: dict | None, deadline: float) -> dict:
         """One JSON call with retries inside `deadline` (epoch seconds) and the server's circuit."""

@@ -24,6 +24,9 @@ def register(sub) -> None:
                    help="an OpenAI-compatible server's base URL (http://host:port/v1: vLLM, llama.cpp, SGLang, TGI, "
                         "Ollama, a provider): the demo's generate requests and its escalation tier (llm) go to the "
                         "model it serves, and by_model puts the server's token count beside Jev's")
+    p.add_argument("--local-model", action="store_true",
+                   help="start the local OpenAI-compatible server (llama.cpp serving SmolLM2-135M-Instruct on the CPU; "
+                        "`make model-server` installs it), run as with --model-url against it, and stop it after")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--metrics-out", metavar="FILE", default="",
                    help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
@@ -46,6 +49,19 @@ def run(args, settings) -> int:
     except ValueError as exc:
         print(f"jev demo: --shadow-rate: {exc}", file=sys.stderr)
         return 2
+    if args.local_model:
+        from pathlib import Path
+
+        from infra.model_server import ModelServer, missing
+
+        if missing():
+            print(f"jev demo: --local-model: {missing()}", file=sys.stderr)
+            return 2
+        log = Path(settings.data_dir) / "model_server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with ModelServer(log=log) as server:
+            args.local_model, args.model_url = False, server.url
+            return run(args, settings)
     if args.model_url:
         from workers.demo import served_settings
 

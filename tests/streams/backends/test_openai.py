@@ -273,3 +273,18 @@ def test_label_scores_read_both_logprob_forms():
     assert label_scores([{"token": " B", "logprob": -0.5}, {"token": "A.", "logprob": -2.0}], ["A", "B", "C"]) == \
         [-2.0, -0.5, -30.0]
     assert label_scores({" A": -1.0, "(B)": -0.2}, ["A", "B"]) == [-1.0, -0.2]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(fake_server, stream):
+    from streams.postprocess import stream as stream_config
+
+    url, _ = fake_server
+    eng = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), generator=engine(url), config=policy.load(),
+                 stream_config=stream_config.load(), chunk_sink=lambda chunk: None)
+    request = Request(request_id="g1", tenant="t", service="s", decision_type="customer_service", kind="generate",
+                      state="我的退款在哪里? Where is my refund?", stream=stream)
+    decision, events = eng.decide(work_for(request, "gpt-4o-mini"))
+    assert decision.tier == "llm" and "refund" in decision.text
+    [row] = [e for e in events if e.model == "served"]
+    assert row.count_source == "server" and row.server_output_tokens == 6
