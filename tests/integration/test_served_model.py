@@ -19,6 +19,7 @@ from streams.usage.sink import UsageSink
 from workers.analytics.levels import by_model
 
 pytestmark = pytest.mark.integration
+pytest.importorskip("infra.model_server", reason="the model server launcher (infra/model_server.py) is not installed")
 
 QUESTIONS = {"en": "My parcel arrived broken. What should I do? Answer in one sentence.",
              "zh": "我的包裹到的时候坏了，我该怎么办？请用一句话回答。"}
