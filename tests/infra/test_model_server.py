@@ -1,0 +1,113 @@
+"""The real model server (llama.cpp serving SmolLM2-135M-Instruct on the CPU) through its OpenAI-compatible API:
+chat with usage, streaming, completions with logprobs, and stop / kill / restart on the same port."""
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import pytest
+
+from infra import model_server as ms
+
+pytestmark = pytest.mark.model_server
+
+PROMPTS = {"en": "Name one primary colour. Answer in one word.", "zh": "用一个词说出一种原色。"}
+
+
+def chat(server, content: str, max_tokens: int = 12, **extra) -> dict:
+    body = {"model": server.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0, **extra}
+    reply = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120)
+    reply.raise_for_status()
+    return reply.json()
+
+
+def tokenize(server, text: str) -> int:
+    reply = httpx.post(f"{server.url.removesuffix('/v1')}/extras/tokenize", json={"input": text}, timeout=30)
+    reply.raise_for_status()
+    return len(reply.json()["tokens"])
+
+
+def test_gguf_comes_from_the_wheel():
+    if ms.missing():
+        pytest.skip(ms.missing())
+    path = ms.gguf_path()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert path.open("rb").read(4) == b"GGUF"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_chat_completion_reports_usage(model_server, lang):
+    out = chat(model_server, PROMPTS[lang])
+    text = out["choices"][0]["message"]["content"]
+    usage = out["usage"]
+    assert text.strip(), out
+    assert out["model"] == model_server.model
+    assert 1 <= usage["completion_tokens"] <= 12
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # The prompt is the question inside the chat template: more tokens than the bare question, in the model's
+    # own tokenizer.
+    assert usage["prompt_tokens"] > tokenize(model_server, PROMPTS[lang])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_streamed_chat_gives_the_same_greedy_answer(model_server, lang):
+    whole = chat(model_server, PROMPTS[lang])["choices"][0]["message"]["content"]
+    body = {"model": model_server.model, "messages": [{"role": "user", "content": PROMPTS[lang]}],
+            "max_tokens": 12, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    pieces, finishes, usages = [], [], []
+    with httpx.stream("POST", f"{model_server.url}/chat/completions", json=body, timeout=120) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            if chunk.get("usage"):
+                usages.append(chunk["usage"])
+            for choice in chunk.get("choices", []):
+                pieces.append(choice.get("delta", {}).get("content") or "")
+                if choice.get("finish_reason"):
+                    finishes.append(choice["finish_reason"])
+    assert len([p for p in pieces if p]) > 1, "the answer came in one piece: not streamed"
+    assert "".join(pieces) == whole
+    assert finishes in (["stop"], ["length"])
+    for usage in usages:  # where the server sends usage in the stream, it must agree with the pieces
+        assert usage["completion_tokens"] >= 1
+
+
+def test_completions_return_logprobs_for_scoring(model_server):
+    """A candidate label's log-probability as the next token: what a decision is scored with."""
+    body = {"model": model_server.model, "prompt": "Q: What is the capital of France?\nA: The capital of France is",
+            "max_tokens": 1, "temperature": 0, "logprobs": 20}
+    reply = httpx.post(f"{model_server.url}/completions", json=body, timeout=120)
+    reply.raise_for_status()
+    out = reply.json()
+    top = out["choices"][0]["logprobs"]["top_logprobs"][0]
+    assert len(top) == 20
+    assert all(v <= 0 for v in top.values())
+    assert 0.5 < sum(math.exp(v) for v in top.values()) <= 1.0001  # the 20 best hold most of the mass
+    assert max(top, key=top.get).strip() == "Paris"
+    assert out["usage"]["completion_tokens"] == 1
+
+
+def test_kill_and_restart_on_the_same_port(model_server):
+    url = model_server.url
+    model_server.kill()
+    assert not model_server.running
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", timeout=5)
+    model_server.start()
+    assert model_server.url == url
+    assert httpx.get(f"{url}/models", timeout=5).json()["data"][0]["id"] == model_server.model
+    model_server.restart()
+    assert chat(model_server, PROMPTS["en"], max_tokens=4)["usage"]["completion_tokens"] >= 1
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path):
+    if ms.missing():
+        pytest.skip(ms.missing())
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(RuntimeError, match="exited with code"):
+        ms.ModelServer(model_path=bad).start(timeout=60)
