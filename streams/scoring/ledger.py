@@ -45,8 +45,10 @@ class SectionSpend:
 
     @property
     def count_source(self) -> str:
+        """jev (no model-server call), server (every call reported usage), missing (none did: the server columns
+        hold Jev's count) or mixed."""
         if not self.reported:
-            return "jev"
+            return "missing" if self.unreported else "jev"
         return "mixed" if self.unreported else "server"
 
     def settled(self) -> tuple[int, int, int]:

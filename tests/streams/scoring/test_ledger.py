@@ -33,6 +33,13 @@ def test_a_call_without_usage_is_settled_on_jevs_count_and_says_so():
     assert event.count_source == "mixed" and event.server_input_tokens == 160 and event.input_tokens == 150
 
 
+def test_a_server_that_reports_no_usage_is_settled_on_jevs_count_and_says_so():
+    ledger = Ledger()
+    ledger.add("stream", 0, "ledger-test-model", Scored([], 30, 0, 12, None, calls=1))
+    [event] = ledger.events(REQUEST, 5.0, "ok", 1)
+    assert event.count_source == "missing" and (event.server_input_tokens, event.server_output_tokens) == (30, 12)
+
+
 def test_in_process_models_have_only_jevs_count():
     ledger = Ledger()
     ledger.add("fine", 0, "ledger-test-model", Scored([0.1], 100, 10, 0))
