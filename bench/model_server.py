@@ -5,12 +5,13 @@ rendered as the scoring workers render it. "direct" sends each decision's prompt
 once, the candidates under letters) to /completions itself, with max_tokens 1 and logprobs, through one
 httpx.AsyncClient and a semaphore of --concurrency; "jev" scores the same decisions with the engine's score_many
 (its own pool, retries, circuit and the same bound). The two alternate round by round (the machine is shared: load
-drifts), after one warm-up round each. Generate: --generate prompts answered by a streamed chat completion each
+drifts, and a server's prompt cache favours whoever goes second: the order alternates), after a warm-up round
+that puts every prompt in the server's prompt cache. Generate: --generate prompts answered by a streamed chat completion each
 way (Jev's stream() vs a direct SSE read). `ratio_to_direct` is Jev's throughput over direct's;
 `calls_per_decision` the HTTP calls Jev made per decision. Jev's count and the server's are summed for the drift.
 
     .venv/bin/python bench/model_server.py [--url http://127.0.0.1:PORT/v1] [--decisions 48] [--concurrency 4]
-        [--rounds 3] [--generate 6]
+        [--rounds 4] [--generate 6]
 Without --url it starts the local llama.cpp server (infra/model_server.py) and stops it after.
 Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
 """
@@ -97,7 +98,7 @@ def main() -> int:
     ap.add_argument("--url", default="", help="the server's base URL (default: start the local llama.cpp server)")
     ap.add_argument("--decisions", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--generate", type=int, default=6, help="streamed answers per round each way (0: none)")
     ap.add_argument("--max-tokens", type=int, default=48)
     args = ap.parse_args()
@@ -120,16 +121,19 @@ def main() -> int:
         items = decisions(args.decisions)
         prompts = [f"A customer asks: {c.splitlines()[0][:300]}\nAnswer in two sentences." for c, _ in items]
         prompts = prompts[:args.generate]
-        asyncio.run(direct_decide(url, model, items[:4], args.concurrency))  # warm-up, both ways
+        asyncio.run(direct_decide(url, model, items, args.concurrency))  # warm-up: every prompt in the server's cache
         jev_decide(engine, items[:4])
         srv = http._servers[url.rstrip("/")]
         calls_before = srv.calls
         clock = {"direct": 0.0, "jev": 0.0, "direct_gen": 0.0, "jev_gen": 0.0}
         jev_tokens = server_tokens = 0
-        for _ in range(args.rounds):
-            clock["direct"] += asyncio.run(direct_decide(url, model, items, args.concurrency))
+        for round_ in range(args.rounds):
+            if round_ % 2 == 0:  # who goes first alternates: the server's prompt cache favours the second
+                clock["direct"] += asyncio.run(direct_decide(url, model, items, args.concurrency))
             seconds, results = jev_decide(engine, items)
             clock["jev"] += seconds
+            if round_ % 2 == 1:
+                clock["direct"] += asyncio.run(direct_decide(url, model, items, args.concurrency))
             for r in results:
                 if isinstance(r, Exception):
                     raise r
