@@ -24,8 +24,9 @@ from pathlib import Path
 import orjson
 
 from streams import encodings, models, settings as settings_mod
-from streams.scoring import backends
+from streams.backends import registry
 from streams.scoring.batching import score_many
+from streams.scoring.steps import Call
 
 
 def decisions(sts_dir: Path, n: int, candidates: int, seed: int = 5) -> list[tuple[str, list[str]]]:
@@ -46,13 +47,13 @@ def decisions(sts_dir: Path, n: int, candidates: int, seed: int = 5) -> list[tup
 
 def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     """Interleaved on a shared machine: each micro-batch is scored one by one, then batched, before the next."""
-    single, batched = backends.load(name), backends.load(name)
+    single, batched = registry.scorer(name), registry.scorer(name)
     one, many, clock = [], [], {"one_wall": 0.0, "one_cpu": 0.0, "many_wall": 0.0, "many_cpu": 0.0}
     caches = {way: encodings.EncodingCache(64 * 2 ** 20) for way in ("one", "many")}
     for i in range(0, len(items), batch):
         group = items[i:i + batch]
         for way, run, out in (("one", lambda: [single.score(c, cands) for c, cands in group], one),
-                              ("many", lambda: score_many(batched, group), many)):
+                              ("many", lambda: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many)):
             wall, cpu = time.perf_counter(), time.process_time()
             with encodings.using(caches[way]):
                 out.extend(run())

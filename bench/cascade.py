@@ -23,7 +23,7 @@ import orjson
 from schemas.records import Candidate, Request
 from streams import encodings, settings as settings_mod
 from workers.commands.score import score
-from streams.scoring import backends
+from streams.backends import lexical, registry
 from streams.scoring.cascade import jaccard
 from streams.scoring.engine import MODES, Engine
 from streams.scoring.policy import load as load_policy
@@ -44,12 +44,12 @@ def build_decisions(pairs: list[tuple[str, str]], limit: int, n_candidates: int,
     rng = random.Random(seed)
     chosen = rng.sample(pairs, min(limit, len(pairs)))
     index = {text: i for i, text in enumerate(pool)}
-    bags = [set(backends.words(t)) for t in pool]
+    bags = [set(lexical.words(t)) for t in pool]
     hard_each = (n_candidates - 1) // 3
     decisions = []
     for number, (state, answer) in enumerate(chosen):
         banned = {answer, state}
-        state_bag = set(backends.words(state))
+        state_bag = set(lexical.words(state))
         by_meaning = np.argsort(-(vectors @ vectors[index[answer]]))
         by_words = sorted(range(len(pool)), key=lambda i: -jaccard(state_bag, bags[i]))
         picked: list[str] = []
@@ -85,8 +85,8 @@ def main() -> int:
     if not (sts / "dev.tsv").exists():
         print(f"STS-B not found under {sts}: set JEV_SHARED_DATA to the shared data folder", file=sys.stderr)
         return 2
-    fine = backends.load(args.fine)
-    minilm = fine if fine.name == "minilm" else backends.load("minilm")
+    fine = registry.scorer(args.fine)
+    minilm = fine if fine.name == "minilm" else registry.scorer("minilm")
     print(f"building {args.limit} decisions of {args.candidates} candidates", file=sys.stderr)
     pairs = read_pairs(sts)
     pool = sorted({b for _, b in pairs})
@@ -98,7 +98,7 @@ def main() -> int:
     results = {}
     for mode in MODES:
         started = time.perf_counter()
-        engine = Engine(coarse=backends.LexicalBackend(), fine=fine, config=config, mode=mode)
+        engine = Engine(coarse=lexical.LexicalBackend(), fine=fine, config=config, mode=mode)
         _, summary = score(engine, decisions, settings.default_model)
         summary["seconds"] = round(time.perf_counter() - started, 2)
         results[mode] = summary

@@ -51,7 +51,7 @@ def main() -> int:
         return 2
     import torch
 
-    from streams.scoring.causal_lm import CausalLMBackend
+    from streams.backends.smollm2 import CausalLMBackend
 
     torch.set_num_threads(args.threads)
     backend = CausalLMBackend()

@@ -68,11 +68,12 @@ class ModelServer:
     def command(self) -> list[str]:
         # logits_all keeps every position's logits so /v1/completions can return logprobs; cache reuses the
         # longest cached prefix of a prompt (a decision's shared context scored for several candidates).
+        # interrupt_requests false: by default a new request cuts off a stream in progress (concurrent answers broke).
         return [sys.executable, "-m", SERVER_MODULE, "--model", str(self.model_path or gguf_path()),
                 "--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port),
                 "--n_ctx", str(self.context), "--n_threads", str(self.threads),
                 "--n_threads_batch", str(self.threads), "--logits_all", "true", "--cache", "true",
-                "--verbose", "false"]
+                "--interrupt_requests", "false", "--verbose", "false"]
 
     def start(self, timeout: float = 120.0) -> "ModelServer":
         if self.running:

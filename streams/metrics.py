@@ -25,6 +25,12 @@ EFFECTIVE_TOKENS = Counter("jev_tokens_effective", "Input and output tokens mete
                            "decision: not spent on one that fell back, nor on repairing output, nor in shadow. "
                            "Token efficiency TE = these / jev_tokens_total{kind=~\"input|output\",stage!=\"shadow\"}.",
                            ["decision_type"])
+MODEL_TOKENS = Counter("jev_model_tokens", "Input and output tokens of model calls metered, by model and count: jev "
+                       "(Jev's own count, which reserved the budget) and billed (the server's count where the server "
+                       "reported one, else Jev's: what settled it).", ["model", "count"])
+COUNT_DRIFT = Gauge("jev_token_count_drift", "Billed over Jev's count of a model's tokens, minus 1, since this "
+                    "process started (+0.05: the server counted 5% more). The alert JevTokenCountDrift reads "
+                    "jev_model_tokens_total over 15 minutes.", ["model"])
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
 DECISIONS = Counter("jev_decisions", "Decisions made, by the tier that answered.", ["tier", "decision_type"])
 CACHE = Counter("jev_cache_lookups", "Cache look-ups by level and result.", ["level", "result"])
@@ -167,6 +173,7 @@ def observe_usage(events) -> None:
         acc[4] += f["cost"]
         if effective(f["stage"], f["stack"], f["outcome"]):
             acc[5] += f["input_tokens"] + f["output_tokens"]
+    observe_counts(events)
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):
@@ -176,6 +183,32 @@ def observe_usage(events) -> None:
             COST.labels(stage, dtype).inc(acc[4])
         if acc[5]:
             EFFECTIVE_TOKENS.labels(dtype).inc(acc[5])
+
+
+_counted: dict[str, list[int]] = {}  # model → [Jev's count, billed count] since start: the drift gauge
+
+
+def observe_counts(events) -> None:
+    """Jev's count and the billed count (the server's where it reported one) of each model's tokens, and their
+    drift."""
+    sums: dict[str, list[int]] = {}
+    for e in events:
+        f = e.__dict__
+        jev = f["input_tokens"] + f["output_tokens"]
+        if not f["model"] or not jev:
+            continue
+        billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
+        acc = sums.setdefault(f["model"], [0, 0])
+        acc[0] += jev
+        acc[1] += billed
+    for model, (jev, billed) in sums.items():
+        model = bounded("model", model)
+        MODEL_TOKENS.labels(model, "jev").inc(jev)
+        MODEL_TOKENS.labels(model, "billed").inc(billed)
+        total = _counted.setdefault(model, [0, 0])
+        total[0] += jev
+        total[1] += billed
+        COUNT_DRIFT.labels(model).set(round(total[1] / total[0] - 1, 6))
 
 
 def observe_sink(inserted: list, dropped: int, seconds: float) -> None:

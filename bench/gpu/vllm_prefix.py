@@ -102,7 +102,7 @@ def main() -> int:
         import vllm
         import torch
 
-        from streams.scoring.vllm_backend import VLLMBackend
+        from streams.backends.vllm import VLLMBackend
 
         model_dir = export_smollm2(Path(args.model_dir))
         print(f"vllm {vllm.__version__}: loading {model_dir}", file=sys.stderr)

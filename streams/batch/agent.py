@@ -17,7 +17,7 @@ from streams.deadletter import dead_letter
 from streams.outbox import Outbox
 from streams.usage.events import usage_event
 from streams.batch import aggregate, config, split
-from streams.generation import load_generator
+from streams.backends import pool as pool_mod, registry
 from streams.tenants import BadTenant, canonical
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
@@ -72,7 +72,8 @@ def register(app, topics, settings, sender) -> None:
 
     async def generator():
         if "generator" not in state:  # loaded once, off the loop (SmolLM2 takes tens of seconds)
-            state["generator"] = await asyncio.to_thread(load_generator, settings.generator, model)
+            state["generator"] = await asyncio.to_thread(registry.generator, settings.generator,
+                                                           pool_mod.load(settings.models), model)
         return state["generator"]
 
     def result_record(result: BatchResult) -> tuple[str, bytes, bytes]:

@@ -12,7 +12,7 @@ from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
 from streams import tokens
 from streams.batch import render
 from streams.batch.config import BatchConfig, BatchTemplate
-from streams.generation import Generator
+from streams.backends.protocol import Generator
 
 
 def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember]]:

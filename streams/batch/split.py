@@ -13,7 +13,7 @@ from schemas.batch import BatchResult, MemberShare, MergedCall
 from streams import pricing, tokens
 from streams.batch import render
 from streams.batch.config import BatchTemplate
-from streams.generation import Generator
+from streams.backends.protocol import Generator
 
 ANSWER_HEAD = re.compile(r"^\s*=+\s*(.+?)\s*=+\s*$", re.MULTILINE)
 

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 from typing import Callable
 
-from streams.scoring.backends import Scored
+from streams.backends.protocol import ModelUnavailable, Scored
+from streams.scoring.breakers import Fallback
 from streams.scoring.steps import Call, Deciding
 
 
-def score_many(backend, items: list[tuple[str, list[str]]]) -> list[Scored]:
-    """One call for every (context, candidates) of `items` when the backend batches, else one call each."""
-    many = getattr(backend, "score_many", None)
-    if many is not None:
+def score_many(backend, calls: list[Call]) -> list[Scored | ModelUnavailable]:
+    """One call for every Call of `calls` when the backend batches, else one call each. A model that could not
+    answer gives ModelUnavailable in place of the Scored of each call it failed (all of them when it raised)."""
+    items = [(call.context, call.candidates) for call in calls]
+    try:
+        many = getattr(backend, "score_many", None)
+        if many is None:
+            return [backend.score(context, candidates) for context, candidates in items]
+        if getattr(backend, "takes_deadlines", False):
+            return many(items, [call.deadline for call in calls])
         return many(items)
-    return [backend.score(context, candidates) for context, candidates in items]
+    except ModelUnavailable as exc:
+        return [exc] * len(items)
 
 
 def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object] | None = None) -> list:
@@ -32,7 +40,10 @@ def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object
 
     def advance(i: int, value) -> None:
         try:
-            waiting[i] = decisions[i].send(value)
+            if isinstance(value, ModelUnavailable):  # the decision falls back, as when a breaker trips
+                waiting[i] = decisions[i].throw(Fallback(value.reason))
+            else:
+                waiting[i] = decisions[i].send(value)
         except StopIteration as done:
             results[i] = done.value
         except Exception as exc:
@@ -50,7 +61,7 @@ def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object
         for indices in rounds.values():
             indices.sort()
             backend = calls[indices[0]].backend
-            scored = score_many(backend, [(calls[i].context, calls[i].candidates) for i in indices])
+            scored = score_many(backend, [calls[i] for i in indices])
             for i, result in zip(indices, scored):
                 advance(i, result)
     return results

@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 
 from schemas.records import Work
-from streams.scoring import backends, policy as policy_mod
+from streams.backends.lexical import LexicalBackend
+from streams.scoring import policy as policy_mod
 from streams.scoring.ledger import Ledger
 from streams.scoring.steps import Ranking
 
@@ -34,6 +35,12 @@ class DecisionBreakers:
         if ledger.actual + next_call_tokens > self.pol.token_cap:
             raise Fallback("token_cap")
 
+    def until(self) -> float:
+        """Epoch seconds the next model call must end by: the earlier of the caller's deadline and the end of the
+        decision type's time budget."""
+        budget_end = time.time() + self.pol.timeout_ms / 1000 - (time.perf_counter() - self.start)
+        return min(budget_end, self.deadline) if self.deadline else budget_end
+
 
 def fallback_ranking(work: Work, pol: policy_mod.Policy, reason: str) -> Ranking:
     """The policy's fallback action when offered, else the coarse (lexical) order: no model tokens."""
@@ -41,6 +48,6 @@ def fallback_ranking(work: Work, pol: policy_mod.Policy, reason: str) -> Ranking
     if pol.fallback_action in ids:
         i = ids.index(pol.fallback_action)
         return Ranking([i], {i: 1.0}, "fallback", 0.0, [f"fallback:{reason}:policy"])
-    scores = backends.LexicalBackend().score(work.context, [c.text for c in work.request.candidates]).scores
+    scores = LexicalBackend().score(work.context, [c.text for c in work.request.candidates]).scores
     order = sorted(range(len(ids)), key=lambda i: scores[i], reverse=True)
     return Ranking(order, dict(enumerate(scores)), "fallback", 0.0, [f"fallback:{reason}:lexical"])

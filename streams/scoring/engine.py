@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, UsageEvent, Work
 from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
-from streams.scoring.backends import Backend
+from streams.backends.protocol import Scorer
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
@@ -34,16 +34,16 @@ MODES = ("cascade", "fine-only", "coarse-only")
 
 @dataclass
 class Engine:
-    coarse: Backend
-    fine: Backend
-    escalation: Backend | None = None
+    coarse: Scorer
+    fine: Scorer
+    escalation: Scorer | None = None
     config: policy_mod.Config = field(default_factory=policy_mod.load)
     rules: list = field(default_factory=list)
     mode: str = "cascade"
     top_n: int = 5
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
-    generator: object | None = None  # answers generate requests (no candidates); streams/generation.py
+    generator: object | None = None  # answers generate requests (no candidates); streams/backends/
     reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
     stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
     chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
@@ -81,7 +81,7 @@ class Engine:
             return streaming.stream_answer(self, work, ledger, start)
         if not ids and self.generator is not None:
             self.counters["llm"] += 1
-            return generated_decision(self.generator, work, start)
+            return generated_decision(self.generator, work, start, pol)
         elif not ids:
             ledger.add("fallback", nominal)
             decision = Decision(request_id=req.request_id, tier="fallback", nominal_tokens=nominal,
@@ -120,7 +120,7 @@ class Engine:
             output_tokens=output, nominal_tokens=nominal, cost=cost, latency_ms=round(latency, 3))
         return decision, ledger.events(req, round(latency, 3), outcome, iterations)
 
-    def fine_for(self, work: Work) -> Backend:
+    def fine_for(self, work: Work) -> Scorer:
         return self.fine_tiers.choose(work) if self.fine_tiers is not None else self.fine
 
     def deadline(self, work: Work) -> float:

@@ -6,40 +6,42 @@ import time
 from schemas.records import Request, Work
 from streams import encodings, tokens
 from streams.prompt import render_context
+from streams.backends import pool as pool_mod, registry
 from streams.models import configure as configure_models
-from streams.scoring import backends, policy as policy_mod, rules as rules_mod
+from streams.scoring import policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
 from streams.scoring.languages import FineTiers, multilingual_name
 
 
 def build_engine(settings, mode: str = "cascade") -> Engine:
-    """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier), rules from
-    settings.rules. Models load here, once."""
+    """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier) and the generator,
+    all models of the pool (settings.models); rules from settings.rules. Models load here, once."""
     configure_models(settings.model_threads)
     encodings.configure(settings.encoding_cache_mb)
+    pool = pool_mod.load(settings.models)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
-    from streams.generation import load_generator
     from streams.output import stream as stream_config
 
-    fine_tiers = fine_tiers_for(config, backends.load(fine), settings.backend)
-    return Engine(coarse=backends.load(config.tiers["coarse"]), fine=fine_tiers.english, fine_tiers=fine_tiers,
-                  escalation=None if escalation in ("", "none") else backends.load(escalation),
+    fine_tiers = fine_tiers_for(config, registry.scorer(fine, pool), settings.backend, pool)
+    return Engine(coarse=registry.scorer(config.tiers["coarse"], pool), fine=fine_tiers.english, fine_tiers=fine_tiers,
+                  escalation=None if escalation in ("", "none") else registry.scorer(escalation, pool),
                   config=config, rules=rules_mod.load(settings.rules), mode=mode,
-                  generator=load_generator(settings.generator, settings.default_model),
+                  generator=registry.generator(settings.generator, pool, settings.default_model),
                   reservation_ttl_s=settings.budget_reservation_ttl_s if settings.budget_leases else 0.0,
                   stream_config=stream_config.load(settings.stream_config), patterns=settings.postprocess_patterns)
 
 
-def fine_tiers_for(config: policy_mod.Config, english, backend_setting: str = "auto") -> FineTiers:
-    """The fine tier per language and per decision type. A fine backend named in the settings (JEV_BACKEND)
-    serves every language; each backend name loads once."""
+def fine_tiers_for(config: policy_mod.Config, english, backend_setting: str = "auto",
+                   pool: pool_mod.Pool | None = None) -> FineTiers:
+    """The fine tier per language and per decision type, each a model of the pool. A fine model named in the
+    settings (JEV_BACKEND) serves every language; each model loads once."""
     loaded = {english.name: english}
 
     def load(name: str):
         if name not in loaded:
-            loaded[name] = backends.load(name)
+            loaded[name] = registry.scorer(name, pool)
         return loaded[name]
 
     multilingual = "none" if backend_setting != "auto" else multilingual_name(config.tiers["fine_multilingual"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import Work
 from streams import language, models
-from streams.scoring.backends import Backend
+from streams.backends.protocol import Scorer
 
 SAMPLE_CHARS = 2000  # the language is read from this much of the context and of the candidates
 
@@ -24,11 +24,11 @@ def request_language(work: Work) -> str:
 
 @dataclass
 class FineTiers:
-    english: Backend
-    multilingual: Backend | None = None  # None: the English tier serves every language
-    by_type: dict[str, Backend] = field(default_factory=dict)
+    english: Scorer
+    multilingual: Scorer | None = None  # None: the English tier serves every language
+    by_type: dict[str, Scorer] = field(default_factory=dict)
 
-    def choose(self, work: Work) -> Backend:
+    def choose(self, work: Work) -> Scorer:
         chosen = self.by_type.get(work.request.decision_type)
         if chosen is not None:
             return chosen

@@ -1,8 +1,9 @@
 """Per-decision token accounting, attributed per mechanism: one UsageEvent per tier or mechanism.
 
 Units. Actual tokens are exact in the tokenizer of the backend that processed them (its `model`);
-cache_read is the subset of input served from a cache. Nominal tokens use the request's model (tiktoken,
-the counts ingest put on the Work) and follow ONE definition in every mode: every candidate scored by the
+cache_read is the subset of input served from a cache. A model server's own count (its `usage`) is kept beside
+Jev's per section, and settles the decision's totals and cost where the server reported it. Nominal tokens use
+the request's model (tiktoken, the counts ingest put on the Work) and follow ONE definition in every mode: every candidate scored by the
 fine tier with the context re-sent each time, Σ_i (context + candidate_i). The sections split that total:
   rules           the rules tier answered: the whole nominal, zero actual
   cascade         candidates the coarse tier pruned (beyond the widest beam); actual = coarse tier's tokens
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from schemas.records import Request, UsageEvent, Work
 from streams import pricing, tokens
 from streams.usage.events import usage_event
-from streams.scoring.backends import Scored
+from streams.backends.protocol import Scored
 
 
 @dataclass
@@ -36,6 +37,25 @@ class SectionSpend:
     nominal_tokens: int = 0
     candidates: int = 0
     beam: int = 0
+    server_input: int = 0  # settled: the server's count, Jev's for a server call that reported none
+    server_cached: int = 0
+    server_output: int = 0
+    reported: int = 0  # server calls with usage
+    unreported: int = 0  # server calls without
+
+    @property
+    def count_source(self) -> str:
+        """jev (no model-server call), server (every call reported usage), missing (none did: the server columns
+        hold Jev's count) or mixed."""
+        if not self.reported:
+            return "missing" if self.unreported else "jev"
+        return "mixed" if self.unreported else "server"
+
+    def settled(self) -> tuple[int, int, int]:
+        """input, cache_read, output as billed: the server's where it reported, Jev's elsewhere."""
+        if self.count_source == "jev":
+            return self.input_tokens, self.cache_read_tokens, self.output_tokens
+        return self.server_input, self.server_cached, self.server_output
 
 
 @dataclass
@@ -53,12 +73,22 @@ class Ledger:
             entry.input_tokens += scored.input_tokens
             entry.cache_read_tokens += scored.cache_read_tokens
             entry.output_tokens += scored.output_tokens
+            if scored.server is not None:
+                entry.reported += 1
+                entry.server_input += scored.server.prompt_tokens
+                entry.server_cached += scored.server.cached_tokens
+                entry.server_output += scored.server.completion_tokens
+            elif scored.calls:
+                entry.unreported += 1
+                entry.server_input += scored.input_tokens
+                entry.server_cached += scored.cache_read_tokens
+                entry.server_output += scored.output_tokens
 
     def add_model_call(self, section: str, nominal: int, model: str, scored: Scored, candidates: int) -> None:
         """A model tier's call, its cache reads split off into `state_cache` with their share of nominal."""
         cached = scored.cache_read_tokens
         share = round(nominal * cached / scored.input_tokens) if scored.input_tokens else 0
-        fresh = Scored([], scored.input_tokens - cached, 0, scored.output_tokens)
+        fresh = Scored([], scored.input_tokens - cached, 0, scored.output_tokens, scored.server, scored.calls)
         self.add(section, nominal - share, model, fresh, candidates, candidates)
         if cached:
             self.add("state_cache", share, model, Scored([], cached, cached, 0))
@@ -78,18 +108,26 @@ class Ledger:
         return sum(e.nominal_tokens for e in self.entries.values())
 
     def totals(self) -> tuple[int, int, int, float]:
-        """input, cache_read, output tokens and cost of the whole decision."""
-        es = self.entries.values()
-        return (sum(e.input_tokens for e in es), sum(e.cache_read_tokens for e in es),
-                sum(e.output_tokens for e in es),
-                sum(pricing.cost(e.model, e.input_tokens, e.cache_read_tokens, e.output_tokens) for e in es))
+        """input, cache_read, output tokens and cost of the whole decision, as settled (the server's count where a
+        server reported one): what the budget reservation settles with."""
+        settled = [(e.model, e.settled()) for e in self.entries.values()]
+        return (sum(s[0] for _, s in settled), sum(s[1] for _, s in settled), sum(s[2] for _, s in settled),
+                sum(pricing.cost(model, *s) for model, s in settled))
 
     def events(self, request: Request, latency_ms: float, outcome: str, iterations: int) -> list[UsageEvent]:
         return [usage_event(request, "score", section=section, model=e.model, input_tokens=e.input_tokens,
                             cache_read_tokens=e.cache_read_tokens, output_tokens=e.output_tokens,
                             nominal_tokens=e.nominal_tokens, latency_ms=latency_ms, outcome=outcome,
-                            candidates=e.candidates, beam=e.beam, iteration=iterations)
+                            candidates=e.candidates, beam=e.beam, iteration=iterations,
+                            **self.server_fields(e))
                 for section, e in self.entries.items()]
+
+    @staticmethod
+    def server_fields(e: SectionSpend) -> dict:
+        if e.count_source == "jev":
+            return {}
+        return {"server_input_tokens": e.server_input, "server_cache_read_tokens": e.server_cached,
+                "server_output_tokens": e.server_output, "count_source": e.count_source}
 
 
 def candidate_lengths(work: Work) -> list[int]:

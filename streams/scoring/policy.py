@@ -42,6 +42,12 @@ class Config:
     def policy(self, decision_type: str) -> Policy:
         return self.policies.get(decision_type, self.default)
 
+    def with_timeout(self, timeout_ms: float) -> "Config":
+        """The same policies with every time budget set to `timeout_ms` (an offline run against a slow model)."""
+        return Config(self.tiers, {name: dataclasses.replace(p, timeout_ms=timeout_ms)
+                                   for name, p in self.policies.items()},
+                      dataclasses.replace(self.default, timeout_ms=timeout_ms))
+
 
 FIELDS = {f.name for f in dataclasses.fields(Policy)}
 

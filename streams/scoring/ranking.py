@@ -24,7 +24,7 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
     if mode == "fine-only" or (mode == "cascade" and len(subset) <= pol.coarse_k_min):
         kept, coarse_scores = subset, {}
     else:
-        scored = yield Call(coarse, context, sub_texts)
+        scored = yield Call(coarse, context, sub_texts, breakers.until())
         coarse_scores = dict(zip(subset, scored.scores))
         if mode == "coarse-only":
             ledger.add("coarse", sum(ctx + lengths[i] for i in subset), coarse.model, scored, len(subset))
@@ -42,7 +42,7 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
     breakers.check(ledger, ctx + sum(lengths[i] for i in kept))
     chain = [f"coarse:{coarse.name}:{len(kept)}/{len(subset)}"] if coarse_scores else []
     fine_tier = tiers.fine_for(work)
-    fine = yield Call(fine_tier, context, [texts[i] for i in kept])
+    fine = yield Call(fine_tier, context, [texts[i] for i in kept], breakers.until())
     ledger.add("shared_context", (len(kept) - 1) * ctx)
     ledger.add_model_call("fine", ctx + sum(lengths[i] for i in kept), fine_tier.model, fine, len(kept))
     scores = {**coarse_scores, **dict(zip(kept, fine.scores))}
@@ -53,7 +53,7 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
     if escalation is not None and conf < pol.escalate_below:
         top = order[:pol.coarse_k_min]
         breakers.check(ledger, ctx + sum(lengths[i] for i in top))
-        esc = yield Call(escalation, context, [texts[i] for i in top])
+        esc = yield Call(escalation, context, [texts[i] for i in top], breakers.until())
         ledger.add("escalation", 0, escalation.model, esc, len(top), len(top))
         scores.update(zip(top, esc.scores))
         order = sorted(top, key=lambda i: scores[i], reverse=True) + order[len(top):]

@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator
 
-from streams.scoring.backends import Backend, Scored
+from streams.backends.protocol import Scored, Scorer
 
 
 @dataclass
 class Call:
-    backend: Backend
+    backend: Scorer
     context: str
     candidates: list[str]
+    deadline: float = 0.0  # epoch seconds the call must end by (a model server's retries stay inside it); 0 = none
 
 
 @dataclass

@@ -18,11 +18,12 @@ from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
 from streams import tokens
-from streams.generation import Streaming
 from streams.metrics import observe_stream
 from streams.output import stream as stream_mod
-from streams.scoring.backends import Scored
+from streams.backends.protocol import ModelUnavailable, Scored, Streaming
+from streams.scoring.generate import unavailable
 from streams.scoring.ledger import Ledger
+from streams.backends.router import for_work
 
 
 @dataclass
@@ -66,7 +67,12 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
         return bool(text) and switches["postprocess.scan"] and bool(cleaner.patterns.scanner.scan(text))
 
     withheld = ""  # text with a sensitive word: never sent as a chunk; the decision goes to review
-    streaming = stream_of(engine.generator, work.context, plan.length)
+    generator = for_work(engine.generator, work)
+    try:
+        streaming = stream_of(generator, work.context, plan.length)
+    except ModelUnavailable as exc:  # nothing was sent: the request gets a fallback decision saying why
+        engine.counters[f"fallback_{exc.reason}"] += 1
+        return unavailable(generator, work, start, exc)
     try:
         for piece in streaming:
             text = cleaner.feed(piece)
@@ -89,14 +95,15 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
     tokens_per_s = round(output / seconds, 1)
     ledger.add("stream", work.context_tokens + output, streaming.model,
-               Scored([], streaming.input_tokens, 0, output))
+               Scored([], streaming.input_tokens, 0, output, streaming.server,
+                      int(getattr(generator, "remote", False))))
     input_tokens, cache_read, output_tokens, cost = ledger.totals()
     latency = round((time.perf_counter() - start) * 1000, 3)
     engine.counters["llm"] += 1
     engine.counters["streamed"] += 1
     observe_stream(plan.client, plan.question_type, first_chunk_ms, tokens_per_s, len(sent))
     decision = Decision(request_id=req.request_id, tier="llm", text=text, confidence=0.0,
-                        chain=[f"generate:{engine.generator.name}:{streaming.label}",
+                        chain=[f"generate:{generator.name}:{streaming.label}",
                                f"stream:{plan.client}:{plan.question_type}:{len(sent)}",
                                *(["stream:withheld"] if withheld else [])],
                         input_tokens=input_tokens, cache_read_tokens=cache_read, output_tokens=output_tokens,

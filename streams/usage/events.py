@@ -28,7 +28,8 @@ def usage_event(request: Request, stage: str, *, section: str = "", **fields) ->
 def event(who: dict, stage: str, section: str = "", *, model: str = "", input_tokens: int = 0,
           cache_read_tokens: int = 0, output_tokens: int = 0, outcome: str = "ok", **measured) -> UsageEvent:
     """A UsageEvent from `who` (request_id, ts, tenant, service, business_line, session_id, user_id,
-    decision_type, business_event) and what was `measured` (nominal_tokens, latency_ms, candidates, …).
+    decision_type, business_event) and what was `measured` (nominal_tokens, latency_ms, candidates, the server's
+    counts, …). Its cost is priced on the server's count where it has one, else on Jev's.
     event_id = event_key(tenant, request_id, stage, section), so a redelivered stage re-emits the same key and the
     sink stores it once, and one tenant's event never shares a key with (and is never dropped as a duplicate of)
     another tenant's."""
@@ -44,8 +45,10 @@ def event(who: dict, stage: str, section: str = "", *, model: str = "", input_to
                   stage=stage, stack=";".join(p for p in (who["tenant"], who["service"], who["decision_type"],
                                                          stage, section) if p),
                   model=model, input_tokens=input_tokens, cache_read_tokens=cache_read_tokens,
-                  output_tokens=output_tokens, outcome=outcome,
-                  cost=pricing.cost(model, input_tokens, cache_read_tokens, output_tokens))
+                  output_tokens=output_tokens, outcome=outcome)
+    settled = (fields["server_input_tokens"], fields["server_cache_read_tokens"], fields["server_output_tokens"]) \
+        if fields["count_source"] != "jev" else (input_tokens, cache_read_tokens, output_tokens)
+    fields["cost"] = pricing.cost(model, *settled)  # the server's count where there is one: it is the bill
     return record
 
 

@@ -55,13 +55,24 @@ def test_dependencies_have_healthchecks():
             assert "healthcheck" in SERVICES[dependency], f"{service} waits on {dependency}, which has no healthcheck"
 
 
-def test_vllm_worker_names_a_model_directory_it_mounts():
-    s = SERVICES["score-gpu"]
-    backend = s["environment"]["JEV_BACKEND"]
-    assert backend.startswith("vllm:"), backend
-    model_dir = backend.removeprefix("vllm:")
-    assert any(str(v).split(":")[-2] == model_dir for v in s["volumes"])
-    assert s.get("profiles") == ["gpu"]  # started only when asked: no crash loop on a machine without one
+def test_the_gpu_worker_calls_vllm_serve_through_its_model_pool():
+    from streams.backends import pool as pool_mod
+
+    worker, server = SERVICES["score-gpu"], SERVICES["vllm"]
+    assert worker.get("profiles") == server.get("profiles") == ["gpu"]  # started only when asked
+    env = worker["environment"]
+    pool = pool_mod.load(str(ROOT / env["JEV_MODELS"].removeprefix("/app/")))
+    served = pool[env["JEV_BACKEND"]]
+    assert env["JEV_GENERATOR"] == env["JEV_BACKEND"] and served.engine == "openai"
+    command = server["command"]
+    assert {"--enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(command)
+    assert command[command.index("--served-model-name") + 1] == served.model
+    port = command[command.index("--port") + 1]
+    assert served.base_url == f"http://vllm:{port}/v1" and port in server["expose"]
+    assert worker["depends_on"]["vllm"] == {"condition": "service_healthy"} and "healthcheck" in server
+    model_dir = served.tokenizer.removeprefix("hf:")  # Jev counts in the served model's tokenizer
+    assert any(str(v).split(":")[-2] == model_dir for v in worker["volumes"])
+    assert env[served.api_key_env] == "${" + served.api_key_env + ":-}"  # from the host, never written here
 
 
 def test_kafka_advertises_a_listener_the_host_can_reach():

@@ -91,7 +91,7 @@ def test_minilm_scores_are_identical_with_and_without_the_cache():
     """Identical up to float32 rounding: a batched encoder's output moves in the 7th digit with the padding of
     the batch a text ran in (a cached encoding ran in an earlier batch), with or without the cache; the ranking
     of every decision's candidates is the same."""
-    from streams.scoring.minilm import MiniLMBackend
+    from streams.backends.embeddings import MiniLMBackend
 
     actions = ["hold the transfer", "review by hand", "block the payment", "ship from warehouse B"]
     items = [("SKU A1 stock 3 at warehouse B, demand 40 units this week", actions),

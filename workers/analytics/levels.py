@@ -209,6 +209,26 @@ def savings_by_mechanism(client, since: dt.datetime) -> list[dict]:
     return out
 
 
+def by_model(client, since: dt.datetime) -> dict[str, dict]:
+    """Per model: its calls (usage rows with model tokens), Jev's count of its tokens, the server's (where a server
+    reported usage; Jev's stands in for a call that reported none), their drift (server / Jev − 1) and the cost,
+    priced on the server's count where there is one. In-process models have no server count: None."""
+    out = {}
+    for r in rows(client, "SELECT model, count() AS calls, toUInt64(sum(input_tokens + output_tokens)) AS tokens_jev, "
+                          "toUInt64(sumIf(server_input_tokens + server_output_tokens, count_source != 'jev')) "
+                          "AS server_tokens, toUInt64(sumIf(input_tokens + output_tokens, count_source != 'jev')) "
+                          "AS jev_of_served, countIf(count_source != 'jev') AS served, round(sum(cost), 6) AS cost "
+                          "FROM usage_events WHERE ts >= {since:DateTime64(3)} AND stage != 'shadow' AND model != '' "
+                          "AND input_tokens + output_tokens > 0 GROUP BY model ORDER BY tokens_jev DESC",
+                  {"since": since}):
+        served = bool(r["served"])
+        out[r["model"]] = {"calls": r["calls"], "tokens_jev": r["tokens_jev"],
+                           "tokens_server": r["server_tokens"] if served else None,
+                           "drift": round(r["server_tokens"] / r["jev_of_served"] - 1, 4)
+                           if served and r["jev_of_served"] else None, "cost": r["cost"]}
+    return out
+
+
 def tier_shares(client, since: dt.datetime) -> dict[str, float]:
     counts = rows(client, f"SELECT tier, count() AS n FROM ({PER_REQUEST}) WHERE tier != '' GROUP BY tier "
                           "ORDER BY n DESC", {"since": since}, BY_PARTITION)

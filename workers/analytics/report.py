@@ -22,6 +22,7 @@ def collect(client, since: dt.datetime, now: dt.datetime, by: str = "service") -
             "tokens_over_time": levels.tokens_over_time(client, since, now),
             "savings_by_mechanism": levels.savings_by_mechanism(client, since),
             "tier_shares": levels.tier_shares(client, since), "efficiency": levels.efficiency(client, since),
+            "by_model": levels.by_model(client, since),
             "agreement": agreement(client, since),
             "indices": levels.indices(client, since)}
 

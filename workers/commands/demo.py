@@ -25,6 +25,13 @@ def register(sub) -> None:
                         "semantic cache (L2), which serves only once verdicts certify its error bound "
                         "(JEV_CACHE_MAX_ERROR): at least about 160 distinct reworded searches miss first (118 clean "
                         "certifying verdicts at the defaults); --requests 2000 --reworded-share 1 holds about 230")
+    p.add_argument("--model-url", metavar="URL", default="",
+                   help="an OpenAI-compatible server's base URL (http://host:port/v1: vLLM, llama.cpp, SGLang, TGI, "
+                        "Ollama, a provider): the demo's generate requests and its escalation tier (llm) go to the "
+                        "model it serves, and by_model puts the server's token count beside Jev's")
+    p.add_argument("--local-model", action="store_true",
+                   help="start the local OpenAI-compatible server (llama.cpp serving SmolLM2-135M-Instruct on the CPU; "
+                        "`make model-server` installs it), run as with --model-url against it, and stop it after")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--metrics-out", metavar="FILE", default="",
                    help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
@@ -50,6 +57,27 @@ def run(args, settings) -> int:
     except ValueError as exc:
         print(f"jev demo: --shadow-rate: {exc}", file=sys.stderr)
         return 2
+    if args.local_model:
+        from pathlib import Path
+
+        from infra.model_server import ModelServer, missing
+
+        if missing():
+            print(f"jev demo: --local-model: {missing()}", file=sys.stderr)
+            return 2
+        log = Path(settings.data_dir) / "model_server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with ModelServer(log=log) as server:
+            args.local_model, args.model_url = False, server.url
+            return run(args, settings)
+    if args.model_url:
+        from workers.demo import served_settings
+
+        try:
+            settings = served_settings(settings, args.model_url)
+        except ValueError as exc:
+            print(f"jev demo: --model-url: {exc}", file=sys.stderr)
+            return 2
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         report = asyncio.run(run_demo(settings.replace(shadow_rate=args.shadow_rate), args.requests, progress,
@@ -78,6 +106,10 @@ def print_report(r: dict) -> None:
                                                  for k, v in r["cache"].items() if isinstance(v, dict)) or "none"),
         ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
         ("agreement with the naive path", agreement_line(r)),
+        ("tokens by model (Jev's / server's, drift, cost)",
+         "; ".join(f"{m} {v['calls']} calls {v['tokens_jev']:,} / "
+                   + ("-" if v["tokens_server"] is None else f"{v['tokens_server']:,}, {v['drift']:+.1%}")
+                   + f", ${v['cost']:.4f}" for m, v in r["by_model"].items()) or "none"),
         *((f"{label} p50 / p95 / p99", "{p50} ms / {p95} ms / {p99} ms".format(**r["latency"][key]))
           for key, label in (("total_ms", "latency"), ("queue_ms", "  queued (admission to work)"),
                              ("service_ms", "  in service"))),

@@ -98,6 +98,9 @@ def print_tables(data: dict) -> None:
          ["business_line", "business_event", "events", "tokens_per_event", "cost_per_event", "events_per_1k_tokens"]),
         ("savings by mechanism", data["savings_by_mechanism"], ["stage", "section", "nominal_tokens", "tokens",
                                                                 "saved_tokens"]),
+        ("tokens by model: Jev's count and the server's (drift = server / Jev − 1; cost on the server's count)",
+         [{"model": m, **r} for m, r in data["by_model"].items()],
+         ["model", "calls", "tokens_jev", "tokens_server", "drift", "cost"]),
     ]
     from workers.analytics.report import AGREEMENT_COLUMNS, agreement_rows
 

@@ -20,6 +20,12 @@ def register(sub) -> None:
     p.add_argument("file", type=Path, help="JSONL: one {request_id, state, candidates, label?} per line")
     p.add_argument("--mode", choices=MODES, default="cascade", help="tiers to use (default cascade)")
     p.add_argument("--decision-type", default="ranking", help="decision type of lines that name none")
+    p.add_argument("--model", metavar="NAME", default="",
+                   help="the fine tier's model: a name in the model pool (JEV_MODELS), e.g. minilm or a served "
+                        "model, or openai:http://host:port/v1 (default: the fine tier of decision_types.yaml)")
+    p.add_argument("--timeout-ms", type=float, default=0.0, metavar="MS",
+                   help="every decision type's time budget for this run (default: each type's timeout_ms); a "
+                        "model server on a small CPU may need more than the 300-800 ms the bundled types allow")
     p.add_argument("--json", action="store_true", help="one JSON line per decision, then a summary line")
     p.set_defaults(func=run)
 
@@ -52,9 +58,13 @@ def read_requests(path: Path, default_type: str) -> list[tuple[Request, str]]:
 def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -> tuple[list[dict], dict]:
     """Decide every request; rows per decision and the summary (shared with bench/cascade.py)."""
     rows, tiers, correct, labeled = [], Counter(), 0, 0
-    actual = nominal = 0
+    actual = nominal = served_jev = served_server = 0
     for request, label in items:
         decision, events = engine.decide(work_for(request, model))
+        for e in events:
+            if e.count_source != "jev":
+                served_jev += e.input_tokens + e.output_tokens
+                served_server += e.server_input_tokens + e.server_output_tokens
         tiers[decision.tier] += 1
         actual += decision.input_tokens + decision.output_tokens
         nominal += decision.nominal_tokens
@@ -73,6 +83,9 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
             progress()
     summary = {"summary": True, "decisions": len(rows), "accuracy": round(correct / labeled, 4) if labeled else None,
                "tokens_actual": actual, "tokens_nominal": nominal, "tiers": dict(tiers),
+               "tokens_server": served_server if served_jev else None,
+               "drift": round(served_server / served_jev - 1, 4) if served_jev else None,
+               "model": engine.fine.name,
                "fallbacks": sum(v for k, v in engine.counters.items() if k.startswith("fallback_")),
                "over_budget": engine.counters["over_budget"]}
     return rows, summary
@@ -80,7 +93,15 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
 
 def run(args, settings) -> int:
     items = read_requests(args.file, args.decision_type)
-    engine = build_engine(settings, mode=args.mode)
+    if args.model:
+        settings = settings.replace(backend=args.model)
+    try:
+        engine = build_engine(settings, mode=args.mode)
+    except (ValueError, KeyError, RuntimeError) as err:
+        print(f"jev score: {err}", file=sys.stderr)
+        return 2
+    if args.timeout_ms > 0:
+        engine.config = engine.config.with_timeout(args.timeout_ms)
     from rich.console import Console
     from rich.progress import Progress
 

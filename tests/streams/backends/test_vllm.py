@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from streams.scoring import vllm_backend
+from streams.backends import vllm as vllm_backend
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,8 @@ def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
     from pathlib import Path
 
     from schemas.records import Candidate, Request
-    from streams.scoring import backends, policy
+    from streams.backends import lexical as backends
+    from streams.scoring import policy
     from streams.scoring.engine import Engine
     from streams.scoring.factory import work_for
 
@@ -58,3 +59,20 @@ def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
                       "gpt-4o-mini") for i in range(4)]
     decisions = engine.decide_batch(works)
     assert calls == [12] and all(d.tier == "fine" for d, _ in decisions)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+def test_vllm_streams_what_it_generates(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from streams.backends import registry
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench" / "gpu"))
+    from vllm_prefix import export_smollm2
+
+    gen = registry.generator(f"vllm:{export_smollm2(tmp_path / 'smollm2')}")
+    pieces = list(gen.stream("Name three colours.", 16))
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == gen.generate("Name three colours.", 16).text

@@ -14,7 +14,7 @@ CANDIDATES = ["Someone is playing an instrument.", "The stock market fell sharpl
 def backend():
     import torch
 
-    from streams.scoring.causal_lm import CausalLMBackend
+    from streams.backends.smollm2 import CausalLMBackend
 
     torch.set_num_threads(1)
     return CausalLMBackend(batch_size=2)  # 2 forces several batches, with padding
@@ -42,3 +42,31 @@ def test_token_accounting_counts_cache_reads_as_a_subset_of_input(backend):
     second = backend.score(CONTEXT, CANDIDATES)
     assert second.input_tokens == context_ids + 2 * candidate_ids
     assert second.cache_read_tokens == context_ids + candidate_ids  # cached context KV and priors
+
+
+@pytest.fixture(scope="module")
+def generator():
+    from streams.backends import registry
+
+    return registry.generator("smollm2")
+
+
+def test_smollm2_generates_real_text(generator):
+    out = generator.generate("Name one colour.", 4)
+    assert out.label == "llm" and out.model == "SmolLM2-135M"
+    assert 0 < out.output_tokens <= 4 and out.text and 0 < out.confidence <= 1
+
+
+def test_smollm2_streams_through_the_transformers_streamer(generator):
+    streaming = generator.stream("Name three colours.", 16)
+    pieces = list(streaming)
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == generator.generate("Name three colours.", 16).text
+    assert streaming.input_tokens > 0 and streaming.label == "llm"
+
+
+def test_closing_a_smollm2_stream_stops_its_generation(generator):
+    streaming = generator.stream("Write a long story about a parcel.", 400)
+    first = next(iter(streaming))
+    streaming.close()  # returns once the generation thread has stopped
+    assert first

@@ -1,0 +1,173 @@
+"""Jev's OpenAI-compatible engine vs direct httpx calls to the same server: same prompts, same concurrency.
+
+Decisions: the demo workload's decide requests (workers/workload.py, seed 11: not the demo's seed 7), each context
+rendered as the scoring workers render it. "direct" sends each decision's prompt (the one Jev builds: the context
+once, the candidates under letters) to /completions itself, with max_tokens 1 and logprobs, through one
+httpx.AsyncClient and a semaphore of --concurrency; "jev" scores the same decisions with the engine's score_many
+(its own pool, retries, circuit and the same bound). The two alternate round by round (the machine is shared: load
+drifts, and a server's prompt cache favours whoever goes second: the order alternates), after a warm-up round
+that puts every prompt in the server's prompt cache. Generate: --generate prompts answered by a streamed chat completion each
+way (Jev's stream() vs a direct SSE read). `ratio_to_direct` is Jev's throughput over direct's;
+`calls_per_decision` the HTTP calls Jev made per decision. Jev's count and the server's are summed for the drift.
+
+    .venv/bin/python bench/model_server.py [--url http://127.0.0.1:PORT/v1] [--decisions 48] [--concurrency 4]
+        [--rounds 4] [--generate 6]
+Without --url it starts the local llama.cpp server (infra/model_server.py) and stops it after.
+Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import httpx
+import orjson
+
+from schemas.records import Request
+from streams.backends import http, openai as engine_mod
+from streams.backends.pool import ModelSpec
+from streams.scoring.factory import work_for
+from workers import workload
+
+
+def decisions(n: int) -> list[tuple[str, list[str]]]:
+    out = []
+    for body in map(orjson.loads, workload.generate(n * 3, seed=11, repeat_share=0.0)):
+        if body.get("candidates") and len(out) < n:
+            work = work_for(Request.from_data(body), "gpt-4o-mini")
+            out.append((work.context, [c.text for c in work.request.candidates][:26]))
+    return out
+
+
+async def direct_decide(url: str, model: str, items, concurrency: int) -> float:
+    slots = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=120.0) as client:
+        async def one(context, candidates):
+            async with slots:
+                r = await client.post("completions", json={
+                    "model": model, "prompt": engine_mod.choice_prompt(context, candidates), "max_tokens": 1,
+                    "temperature": 0.0, "logprobs": engine_mod.DEFAULTS["top_logprobs"]})
+                r.raise_for_status()
+                return r.json()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(c, cands) for c, cands in items))
+        return time.perf_counter() - started
+
+
+async def direct_stream(url: str, model: str, prompts: list[str], concurrency: int, max_tokens: int) -> float:
+    slots = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=300.0) as client:
+        async def one(prompt):
+            async with slots:
+                payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                           "stream_options": {"include_usage": True}}
+                async with client.stream("POST", "chat/completions", json=payload) as r:
+                    async for _ in r.aiter_lines():
+                        pass
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(p) for p in prompts))
+        return time.perf_counter() - started
+
+
+def jev_decide(engine, items) -> tuple[float, list]:
+    started = time.perf_counter()
+    results = engine.score_many(items)
+    return time.perf_counter() - started, results
+
+
+def jev_stream(engine, prompts: list[str], concurrency: int, max_tokens: int) -> float:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(prompt):
+        return "".join(engine.stream(prompt, max_tokens))
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, prompts))
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", default="", help="the server's base URL (default: start the local llama.cpp server)")
+    ap.add_argument("--decisions", type=int, default=48)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--generate", type=int, default=6, help="streamed answers per round each way (0: none)")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    args = ap.parse_args()
+    server = None
+    url = args.url
+    if not url:
+        from infra.model_server import ModelServer, missing
+
+        why = missing()
+        if why:
+            print(json.dumps({"skipped": why}))
+            return 0
+        server = ModelServer().start()
+        url = server.url
+    try:
+        model = httpx.get(url.rstrip("/") + "/models", timeout=30).json()["data"][0]["id"]
+        spec = ModelSpec(name=model, engine="openai", base_url=url, model=model,
+                         options={"max_concurrency": args.concurrency, "timeout_s": 120})
+        engine = engine_mod.OpenAIEngine(spec)
+        items = decisions(args.decisions)
+        prompts = [f"A customer asks: {c.splitlines()[0][:300]}\nAnswer in two sentences." for c, _ in items]
+        prompts = prompts[:args.generate]
+        asyncio.run(direct_decide(url, model, items, args.concurrency))  # warm-up: every prompt in the server's cache
+        jev_decide(engine, items[:4])
+        srv = http._servers[url.rstrip("/")]
+        calls_before = srv.calls
+        clock = {"direct": 0.0, "jev": 0.0, "direct_gen": 0.0, "jev_gen": 0.0}
+        jev_tokens = server_tokens = 0
+        for round_ in range(args.rounds):
+            if round_ % 2 == 0:  # who goes first alternates: the server's prompt cache favours the second
+                clock["direct"] += asyncio.run(direct_decide(url, model, items, args.concurrency))
+            seconds, results = jev_decide(engine, items)
+            clock["jev"] += seconds
+            if round_ % 2 == 1:
+                clock["direct"] += asyncio.run(direct_decide(url, model, items, args.concurrency))
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+                jev_tokens += r.input_tokens + r.output_tokens
+                if r.server is not None:
+                    server_tokens += r.server.prompt_tokens + r.server.completion_tokens
+            if prompts:
+                clock["direct_gen"] += asyncio.run(direct_stream(url, model, prompts, args.concurrency,
+                                                                 args.max_tokens))
+                clock["jev_gen"] += jev_stream(engine, prompts, args.concurrency, args.max_tokens)
+        decided = args.rounds * len(items)
+        calls = srv.calls - calls_before - args.rounds * len(prompts)
+        decide = {"decisions": decided, "concurrency": args.concurrency,
+                  "direct_decisions_per_s": round(decided / clock["direct"], 2),
+                  "jev_decisions_per_s": round(decided / clock["jev"], 2),
+                  "ratio_to_direct": round(clock["direct"] / clock["jev"], 3),
+                  "calls_per_decision": round(calls / decided, 3)}
+        generate = {}
+        if prompts:
+            answered = args.rounds * len(prompts)
+            generate = {"answers": answered, "max_tokens": args.max_tokens,
+                        "direct_answers_per_s": round(answered / clock["direct_gen"], 3),
+                        "jev_answers_per_s": round(answered / clock["jev_gen"], 3),
+                        "ratio_to_direct": round(clock["direct_gen"] / clock["jev_gen"], 3)}
+        print(json.dumps({"server": url, "model": model, "decide": decide, "generate": generate,
+                          "ratio_to_direct": decide["ratio_to_direct"],
+                          "calls_per_decision": decide["calls_per_decision"],
+                          "tokens_jev": jev_tokens, "tokens_server": server_tokens,
+                          "drift": round(server_tokens / jev_tokens - 1, 4) if jev_tokens and server_tokens else None}))
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The HTTP side of the model-server engines: one asyncio loop for the process, one connection pool, concurrency
+bound and circuit per server, and the one retry loop every call goes through.
+
+Retries: connect errors, timeouts, 408/409/425/429 and 5xx are retried with exponential backoff (`backoff_s`,
+doubling; a Retry-After header is honoured) while the call's deadline allows and `retries` remain; any other 4xx is
+final. Then ModelUnavailable: reason `timeout` when the caller's own deadline cut the call short (the server was
+slow), else `model_unavailable`. `breaker_failures` failures in a row open the server's circuit for
+`breaker_cooldown_s`: calls fail at once, then one trial call at a time decides.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from streams.backends.protocol import ModelUnavailable, Usage
+
+RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class Loop:
+    """One asyncio loop in a daemon thread, shared by every openai engine of the process: the engines are called
+    from the scoring worker's threads; their HTTP calls all run here, on pooled connections."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="jev-openai", daemon=True).start()
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+_loop: Loop | None = None
+_loop_lock = threading.Lock()
+
+
+def loop() -> Loop:
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = Loop()
+        return _loop
+
+
+@dataclass
+class Breaker:
+    """The circuit of one server: open after `failures` failures in a row, for `cooldown_s`; then half-open, one
+    trial call at a time, closed again by a success."""
+    failures: int
+    cooldown_s: float
+    streak: int = 0
+    opened_at: float = 0.0
+    trial: bool = False
+
+    def allow(self, now: float) -> bool:
+        if self.streak < self.failures:
+            return True
+        if now - self.opened_at < self.cooldown_s or self.trial:
+            return False
+        self.trial = True
+        return True
+
+    def success(self) -> None:
+        self.streak, self.trial = 0, False
+
+    def failure(self, now: float) -> None:
+        self.streak += 1
+        self.trial = False
+        if self.streak >= self.failures:
+            self.opened_at = now
+
+    @property
+    def open(self) -> bool:
+        return self.streak >= self.failures
+
+
+@dataclass
+class Server:
+    """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
+    client: httpx.AsyncClient
+    slots: asyncio.Semaphore
+    breaker: Breaker
+    calls: int = 0
+
+
+_servers: dict[str, Server] = {}
+
+
+def server(base_url: str, options: dict) -> Server:
+    """The Server of `base_url` (called on the engine loop)."""
+    if base_url not in _servers:
+        _servers[base_url] = Server(
+            httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", timeout=options["timeout_s"],
+                              limits=httpx.Limits(max_connections=options["max_concurrency"] * 2)),
+            asyncio.Semaphore(options["max_concurrency"]),
+            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]))
+    return _servers[base_url]
+
+
+def usage_of(body: dict) -> Usage | None:
+    """The server's usage in an OpenAI-style body, None when it sent none (or an unreadable one)."""
+    raw = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details") or {}
+    try:
+        prompt = int(raw.get("prompt_tokens", raw.get("total_tokens", 0)) or 0)
+        return Usage(prompt, int(raw.get("completion_tokens") or 0),
+                     int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0))
+    except (TypeError, ValueError):
+        return None
+
+
+async def send(srv: Server, method: str, path: str, payload: dict | None, headers: dict, deadline: float,
+               options: dict, stream: bool = False) -> httpx.Response:
+    """The server's 2xx response to one call (its body unread when `stream`), with retries inside `deadline`
+    (epoch seconds), at most `max_concurrency` plain calls in flight, and the circuit."""
+    where = f"{srv.client.base_url}{path}"
+    attempt = 0
+    while True:
+        now = time.time()
+        if not srv.breaker.allow(now):
+            raise ModelUnavailable(f"{srv.client.base_url}: circuit open after {srv.breaker.streak} failures")
+        left = deadline - now
+        if left <= 0:
+            raise ModelUnavailable(f"{where}: no time left before the deadline", "timeout")
+        retry_after = None
+        try:
+            request = srv.client.build_request(method, path, json=payload, headers=headers,
+                                               timeout=min(left, options["timeout_s"]))
+            srv.calls += 1
+            if stream:  # a stream holds its connection while it is read: not one of the bounded slots
+                response = await srv.client.send(request, stream=True)
+            else:
+                async with srv.slots:
+                    response = await srv.client.send(request)
+            if response.status_code < 400:
+                srv.breaker.success()
+                return response
+            problem = f"HTTP {response.status_code}"
+            retry_after = response.headers.get("retry-after")
+            detail = "" if stream else f": {response.text[:200]}"
+            await response.aclose()
+            if response.status_code not in RETRYABLE:
+                srv.breaker.failure(time.time())
+                raise ModelUnavailable(f"{where}: {problem}{detail}")
+        except httpx.TransportError as exc:  # connect errors and timeouts
+            problem = type(exc).__name__
+        srv.breaker.failure(time.time())
+        attempt += 1
+        wait = options["backoff_s"] * 2 ** (attempt - 1)
+        if retry_after and retry_after.replace(".", "", 1).isdigit():
+            wait = max(wait, float(retry_after))
+        if attempt > options["retries"] or time.time() + wait >= deadline:
+            slow = problem.endswith("Timeout") and left < options["timeout_s"]  # cut by the caller's own time
+            raise ModelUnavailable(f"{where}: {problem} after {attempt} attempt(s)",
+                                   "timeout" if slow else "model_unavailable")
+        await asyncio.sleep(wait)

@@ -1,0 +1,98 @@
+"""What every engine gives, whatever runs it (in-process model, HTTP model server, no model at all).
+
+A scorer scores candidates against a context: `score(context, candidates) -> Scored` (and optionally
+`score_many(items)` for a micro-batch of decisions in one go). A generator answers a prompt:
+`generate(prompt, max_tokens) -> Generated`, and `stream(prompt, max_tokens) -> Streaming`, the same answer as
+text pieces in order while it is generated.
+
+Two counts of one call: the engine's own (`input_tokens`, `cache_read_tokens`, `output_tokens`, in the model's
+tokenizer where Jev has it) and, where a model server reported one, the server's (`server`, a `Usage`), which
+settles the bill. An engine that cannot reach its model raises `ModelUnavailable`; the scoring engine falls back
+with reason `model_unavailable`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+
+class ModelUnavailable(Exception):
+    """The model could not answer (connect error, 429/5xx after retries, an open circuit, a malformed body): the
+    caller falls back with `reason`, model_unavailable; `timeout` when the decision's own time ran out first (the
+    server was slow, not down)."""
+
+    def __init__(self, message: str, reason: str = "model_unavailable"):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A server's own count of one call (its OpenAI-style `usage`): what it bills."""
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt_tokens_details.cached_tokens: a subset of prompt_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
+                     self.cached_tokens + other.cached_tokens)
+
+
+@dataclass
+class Scored:
+    scores: list[float]
+    input_tokens: int = 0
+    cache_read_tokens: int = 0  # subset of input_tokens served from a cache (OTel GenAI semantics)
+    output_tokens: int = 0
+    server: Usage | None = None  # the model server's usage of this call, when it reported one
+    calls: int = 0  # requests sent to a model server for it
+
+
+@dataclass
+class Generated:
+    text: str
+    input_tokens: int  # in the backend's own tokenizer
+    output_tokens: int
+    model: str
+    label: str  # "llm" for a model's output, "extractive" for copied source lines
+    latency_ms: float = 0.0
+    server: Usage | None = None
+    confidence: float | None = None  # mean probability of its tokens, where the engine reports them
+
+
+@dataclass
+class Streaming:
+    """A generation in progress: iterate it for the text pieces in order; close() stops the generation
+    early (the stream reached its length). `server` holds the server's usage once the stream has ended, when
+    the server reported it."""
+    pieces: Iterator[str]
+    input_tokens: int  # in the backend's own tokenizer
+    model: str
+    label: str
+    server: Usage | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        return self.pieces
+
+    def close(self) -> None:
+        close = getattr(self.pieces, "close", None)
+        if close is not None:
+            close()
+
+
+class Scorer(Protocol):
+    name: str
+    model: str
+    temperature: float  # scale of its scores, for the softmax confidence
+
+    def score(self, context: str, candidates: list[str]) -> Scored: ...
+
+
+class Generator(Protocol):
+    name: str
+    model: str
+    label: str
+
+    def generate(self, prompt: str, max_tokens: int) -> Generated: ...
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming: ...
