@@ -7,7 +7,8 @@ whole micro-batch in one call per prefix.
 """
 from __future__ import annotations
 
-from streams import encodings, models
+from streams import models
+from streams.backends.embeddings import cosine_scored
 from streams.backends.protocol import Scored
 
 MAX_TOKENS = 512  # the model's input length: longer texts are truncated, and metered as what it read
@@ -42,17 +43,7 @@ class E5Backend:
         return self.score_many([(context, candidates)])[0]
 
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
-        texts = [text for context, candidates in items for text in (QUERY + context, *(PASSAGE + c for c in candidates))]
-        encoded = encodings.shared().get_many(self.model, texts, self.embed, self.tokens)
-        results, at = [], 0
-        for _, candidates in items:
-            state, *cands = everything = encoded[at:at + 1 + len(candidates)]
-            at += len(everything)
-            results.append(Scored([float(e.value @ state.value) for e in cands],
-                                  input_tokens=sum(e.input_tokens for e in everything),
-                                  cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
-        return results
-
+        return cosine_scored(self, items, QUERY, PASSAGE)
 
 def scorer(spec) -> E5Backend:
     return E5Backend()

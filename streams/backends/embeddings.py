@@ -32,18 +32,23 @@ class MiniLMBackend:
         return self.score_many([(context, candidates)])[0]
 
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
-        """Every text of every decision through one encoding-cache lookup, so one encoder call: a text met earlier
-        in the batch is a cache read for the later decision, as it would be one decision after another."""
-        texts = [text for context, candidates in items for text in (context, *candidates)]
-        encoded = encodings.shared().get_many(self.model, texts, self.embed, self.tokens)
-        results, at = [], 0
-        for _, candidates in items:
-            state, *cands = everything = encoded[at:at + 1 + len(candidates)]
-            at += len(everything)
-            results.append(Scored([float(e.value @ state.value) for e in cands],
-                                  input_tokens=sum(e.input_tokens for e in everything),
-                                  cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
-        return results
+        return cosine_scored(self, items)
+
+def cosine_scored(encoder, items: list[tuple[str, list[str]]], query: str = "", passage: str = "") -> list[Scored]:
+    """Each decision's candidates scored by cosine to its context, for a bi-encoder with `model`, `embed` and
+    `tokens` (texts prefixed with `query` / `passage` where the model was trained so). Every text of every
+    decision goes through one encoding-cache lookup, so one encoder call: a text met earlier in the batch is a
+    cache read for the later decision, as it would be one decision after another."""
+    texts = [text for context, candidates in items for text in (query + context, *(passage + c for c in candidates))]
+    encoded = encodings.shared().get_many(encoder.model, texts, encoder.embed, encoder.tokens)
+    results, at = [], 0
+    for _, candidates in items:
+        state, *cands = everything = encoded[at:at + 1 + len(candidates)]
+        at += len(everything)
+        results.append(Scored([float(e.value @ state.value) for e in cands],
+                              input_tokens=sum(e.input_tokens for e in everything),
+                              cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
+    return results
 
 
 def scorer(spec) -> MiniLMBackend:
