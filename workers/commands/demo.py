@@ -100,6 +100,9 @@ def print_report(r: dict) -> None:
         ("requests", r["requests"]), ("decided", r["decided"]),
         ("rejected (bad input)", f"{r['rejected']}  {', '.join(r['rejected_reasons'])}"),
         ("decisions by tier", ", ".join(f"{k} {v}" for k, v in r["tiers"].items())),
+        ("decisions by language", "; ".join(f"{lang} {v['decided']}/{v['requests']}: "
+                                            + ", ".join(f"{k} {n}" for k, n in v["tiers"].items())
+                                            for lang, v in r["by_language"].items())),
         ("fallbacks by reason", ", ".join(f"{k} {v}" for k, v in r["fallbacks"].items()) or "none"),
         ("tokens actual / nominal", f"{r['tokens']['actual']:,} / {r['tokens']['nominal']:,}  ({saved:.1%} saved)"),
         ("cache hits (tokens saved)", ", ".join(f"{k.removeprefix('cache_')} {v['hits']} ({v['tokens_saved']:,})"
