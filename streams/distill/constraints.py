@@ -16,6 +16,7 @@ MAX_CHARS = 300  # a longer user turn is pasted material, not a stated constrain
 RESTATED_CHARS = 4
 TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}[年月日号]|[一二三四五六七八九十]{1,3}[月日号]")
 LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z_-]*\d[\w-]*")  # order ab-12, INV-0004, A320: a reference, not a quantity
 
 
 @functools.cache
@@ -26,10 +27,11 @@ def _place() -> re.Pattern:
 
 
 def constraints(text: str) -> set[str]:
-    """The constraints `text` states, normalized (numbers as values)."""
+    """The constraints `text` states, normalized (numbers as values; the digits of an identifier such as an order
+    number are not a stated quantity: a later turn names the order again when it matters)."""
     if len(text) > MAX_CHARS:
         return set()
-    found = {f"#{v}" for v in language.numbers(text)}
+    found = {f"#{v}" for v in language.numbers(IDENTIFIER.sub(" ", text))}
     found |= {m.group() for m in TIME_OR_TITLE.finditer(text)}
     found |= {m.group() for m in _place().finditer(text)}
     found |= {m.group() for m in LATIN_NAME.finditer(text.strip())}
