@@ -55,7 +55,19 @@ def test_dependencies_have_healthchecks():
             assert "healthcheck" in SERVICES[dependency], f"{service} waits on {dependency}, which has no healthcheck"
 
 
-def test_the_gpu_worker_calls_vllm_serve_through_its_model_pool():
+@pytest.fixture
+def own_registries(monkeypatch):
+    """Loading a pool registers its tokenizers and prices process-wide: this test's stay in it."""
+    from streams import pricing, tokens
+
+    monkeypatch.setattr(tokens, "MODEL_ENCODINGS", dict(tokens.MODEL_ENCODINGS))
+    monkeypatch.setattr(pricing, "PRICES", dict(pricing.PRICES))
+    yield
+    tokens.encoding_name.cache_clear()
+    pricing._RESOLVED.clear()
+
+
+def test_the_gpu_worker_calls_vllm_serve_through_its_model_pool(own_registries):
     from streams.backends import pool as pool_mod
 
     worker, server = SERVICES["score-gpu"], SERVICES["vllm"]

@@ -3,6 +3,8 @@ with a tenant column is declared (a migration without its registry line fails he
 are the UsageEvent record's fields."""
 from __future__ import annotations
 
+import pytest
+
 from infra.clickhouse import USAGE_COLUMNS, keep_request_texts
 from schemas.records import UsageEvent
 from schemas.tables import TABLES, TENANT_TABLES, TENANT_VIEWS, USAGE_TABLES
@@ -16,8 +18,16 @@ def catalog(client) -> dict[str, tuple[str, bool]]:
     return {name: (engine, bool(tenant)) for name, engine, tenant in rows}
 
 
-def test_every_entry_exists_as_declared(clickhouse_session):
-    keep_request_texts(clickhouse_session, 1)  # the opt-in table, as JEV_RAW_TEXT_DAYS=1 makes it
+@pytest.fixture
+def with_request_texts(clickhouse_session):
+    """The opt-in table, as JEV_RAW_TEXT_DAYS=1 makes it, dropped after: the session's engine is shared and by
+    default holds no raw text (tests/security/test_storage.py)."""
+    keep_request_texts(clickhouse_session, 1)
+    yield clickhouse_session
+    clickhouse_session.command("DROP TABLE IF EXISTS request_texts")
+
+
+def test_every_entry_exists_as_declared(with_request_texts, clickhouse_session):
     found = catalog(clickhouse_session)
     for table in TABLES:
         engine, has_tenant = found[table.name]
@@ -25,8 +35,7 @@ def test_every_entry_exists_as_declared(clickhouse_session):
         assert has_tenant == (table.tenant_column is not None), table
 
 
-def test_every_table_or_view_with_a_tenant_column_is_declared(clickhouse_session):
-    keep_request_texts(clickhouse_session, 1)
+def test_every_table_or_view_with_a_tenant_column_is_declared(with_request_texts, clickhouse_session):
     declared = {t.name for t in TABLES}
     tenant_kept = {name for name, (engine, tenant) in catalog(clickhouse_session).items()
                    if tenant and (engine == "View" or engine.endswith("MergeTree"))}
