@@ -194,6 +194,11 @@ async def sustained_capacity(probe, first: float, lo: float, hi: float | None, p
     return lo, tried
 
 
+def half_rate(capacity: float, probes: list) -> float:
+    """Half the sustained capacity; where no probe kept up (capacity 0), a quarter of the lowest rate tried."""
+    return capacity / 2 if capacity else min(p["offered_per_s"] for p in probes) / 4
+
+
 def half_capacity(capacity: float, probes: list, half: dict) -> dict:
     return {"sustained_capacity_per_s": round(capacity, 2),
             "probes": [{k: p[k] for k in ("offered_per_s", "decisions_per_s", "kept_up", "p99_ms")} for p in probes],
@@ -235,7 +240,7 @@ async def model_path_half_capacity(settings, args) -> dict:
                                    lambda tier: not rules_or_cache(tier))
 
         capacity, probes = await sustained_capacity(probe, 0.8 * burst_capacity, 0.0, None, args.probes)
-        half = await probe(capacity / 2, args.half_s)
+        half = await probe(half_rate(capacity, probes), args.half_s)
         result = {"backend": pipe.settings.backend, "burst_capacity_per_s": round(burst_capacity, 2),
                   **half_capacity(capacity, probes, half)}
         collector.stopping.set()
@@ -304,7 +309,7 @@ async def run_pipeline(settings, args) -> dict:
         lo, hi = max(kept, default=0.0), min(missed, default=None)
         capacity, probes = await sustained_capacity(probe, (lo + hi) / 2 if lo and hi else (lo * 1.5 or hi / 2),
                                                     lo, hi, args.probes)
-        rules_cache_half = half_capacity(capacity, probes, await probe(capacity / 2, args.half_s))
+        rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
         log(f"rules/cache path at half its sustained capacity: {rules_cache_half}")
         hops = await hop_latencies(bootstrap, step_ids)
         log(f"median hop delays (ms): {hops}")
