@@ -5,7 +5,8 @@ publishes at a fixed rate for --step-s seconds; a request's latency is the time 
 its decision. The rate rises until a step does not keep up (below: every request decided, at >= 90% of the
 offered rate, no queue building up) or its p99 is over --p99-ms, or --max-total-s is spent. Then a burst of
 --burst requests is published at once: the ramp's requests again under new ids, cycled (the rules/cache path), long
-enough that micro-batch windows do not dominate either side. decisions_per_s is the burst size over the time to decide it all (saturated; the pipeline is already running).
+enough that micro-batch windows do not dominate either side. decisions_per_s is the burst size over the time to
+decide it all (saturated; the pipeline is already running).
 Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory. Both sides are
 timed alike: warmed first (the pipeline by the ramp; the bare child by 500 requests of its own, so its tokenizer
