@@ -2,10 +2,11 @@
 
 Pipeline: the Faust stages in their own process (as deployed), one scoring worker, ClickHouse sink. Each step
 publishes at a fixed rate for --step-s seconds; a request's latency is the time from publishing it to reading
-its decision. The rate rises until the pipeline falls behind (decisions < 90% of the offered rate, or p99 over
---p99-ms), or --max-total-s is spent. Then a burst of --burst requests is published at once: the ramp's requests
-again under new ids, cycled (the rules/cache path), long enough that micro-batch windows do not dominate either
-side. decisions_per_s is the burst size over the time to decide it all (saturated; the pipeline is already running).
+its decision. The rate rises until a step does not keep up (below: every request decided, at >= 90% of the
+offered rate, no queue building up) or its p99 is over --p99-ms, or --max-total-s is spent. Then a burst of
+--burst requests is published at once: the ramp's requests again under new ids, cycled (the rules/cache path), long
+enough that micro-batch windows do not dominate either side. decisions_per_s is the burst size over the time to
+decide it all (saturated; the pipeline is already running).
 Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
 UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory. Both sides are
 timed alike: warmed first (the pipeline by the ramp; the bare child by 500 requests of its own, so its tokenizer
@@ -21,15 +22,19 @@ a cache made (the rest went through the model tiers, after an L2 embedding of th
 cpu_ms_per_decision is the CPU each process (stages, scoring worker, broker) spent per decision during the bursts,
 bare_cpu_ms_per_event the same for the bare child and the broker during the bare runs;
 hop_median_ms splits the latency of the highest rate step by topic.
-Latency at half capacity, per path (`half_capacity`): the rules/cache path at half the median burst's rate (the
-ramp's requests again under new ids, for --half-s seconds); the model path in a second pipeline with the fine tier
---model-backend (auto: MiniLM when installed), rules and caches switched off, its capacity from a burst of
---model-burst fresh model-path requests, then fresh ones at half that rate. Each: p50/p95/p99 of its decisions,
-admission by publishing to decision read (goals: model path p99 under the 800 ms decision timeout, rules/cache
-path p99 <= 100 ms).
+Latency at half capacity, per path (`half_capacity`), at half of the path's SUSTAINED capacity: the highest rate
+it keeps up with when requests arrive paced at that rate (every request decided, >= 90% of the rate, no queue
+building up over the step), found by bisecting with --probes paced steps (`probes`) — not from a burst, whose larger
+micro-batches decide more per second than steady traffic allows, so half a burst rate can still overload it. The
+rules/cache path: the ramp's requests again under new ids, bisected between the ramp's last kept-up and first missed
+rate, then --half-s seconds at half. The model path: a second pipeline with the fine tier --model-backend (auto:
+MiniLM when installed), rules and caches switched off; its burst capacity from --model-burst fresh requests, then
+paced steps of --model-step-s from 0.8 of it, then half. Each: p50/p95/p99 of its decisions, publishing to decision
+read (goals: model path p99 under the 800 ms decision timeout, rules/cache path p99 <= 100 ms), and each decision's
+own split, queue_ms (admission to the start of the work that decided it) and service_ms (the rest).
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
-        [--half-s 20] [--model-burst 100] [--model-backend auto]
+        [--half-s 20] [--model-burst 100] [--model-backend auto] [--probes 3] [--model-step-s 10]
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ from streams import settings as settings_mod
 from streams.process import freeze_heap
 from workers import workload
 from workers.chaos import Collector
+from workers.demo import latency_split
 from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types, percentile
 
@@ -137,21 +143,72 @@ def rules_or_cache(tier: str) -> bool:
     return tier == "rules" or tier.startswith("cache")
 
 
-async def paced_latency(bootstrap: str, collector: Collector, sent_at: dict, payloads: list[bytes], rate: float,
-                        in_path) -> dict:
-    """`payloads` published at `rate`: p50/p95/p99 of the decisions of the path (`in_path(tier)`), publishing to
-    decision read."""
-    ids = {orjson.loads(p)["request_id"] for p in payloads}
+def paced_result(collector: Collector, sent_at: dict, ids: list[str], t0: float, rate: float, in_path) -> dict:
+    """What a paced run of `ids` (in publishing order) at `rate` gave: whether the pipeline kept up (every request
+    decided, at >= 90% of the offered rate, and no queue building up: the median latency of the last third of the
+    requests within twice the first third's plus 100 ms), and the p50/p95/p99 of the path's decisions (`in_path(tier)`)
+    from publishing to decision read, with each decision's own split: queue_ms (admission to the start of the work
+    that decided it) and service_ms (the rest, to postprocess)."""
+    done = [i for i in ids if i in collector.first_seen]
+    latency = {i: (collector.first_seen[i] - sent_at[i]) * 1000 for i in done}
+    elapsed = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
+    third = max(1, len(ids) // 3)
+    first, last = ([latency[i] for i in part if i in latency] for part in (ids[:third], ids[-third:]))
+    growing = not last or percentile(last, 0.5) > 2 * percentile(first, 0.5) + 100
+    path = [collector.decisions[i] for i in done if in_path(collector.decisions[i].tier)]
+    return {"offered_per_s": round(rate, 2), "published": len(ids), "decided": len(done),
+            "decisions_per_s": round(len(done) / elapsed, 1),
+            "kept_up": len(done) == len(ids) and len(done) / elapsed >= 0.9 * rate and not growing,
+            "decided_in_path": len(path),
+            **{f"p{q}_ms": percentile([latency[d.request_id] for d in path], q / 100) for q in (50, 95, 99)},
+            **latency_split(path)}
+
+
+async def paced_run(bootstrap: str, collector: Collector, sent_at: dict, payloads: list[bytes], rate: float,
+                    in_path=lambda tier: True) -> dict:
+    """`payloads` published at `rate`, then waited for (up to twice their publishing time, 10 s at least)."""
+    ids = [orjson.loads(p)["request_id"] for p in payloads]
+    t0 = time.monotonic()
     await paced_publish(bootstrap, payloads, rate, sent_at)
-    await wait_for(collector, ids, timeout=max(60.0, len(ids) / rate))
-    latencies = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in ids
-                 if i in collector.first_seen and in_path(collector.decisions[i].tier)]
-    return {"offered_per_s": round(rate, 2), "published": len(ids), "decided_in_path": len(latencies),
-            **{f"p{q}_ms": percentile(latencies, q / 100) for q in (50, 95, 99)}}
+    await wait_for(collector, set(ids), timeout=max(10.0, 2 * len(ids) / rate))
+    return paced_result(collector, sent_at, ids, t0, rate, in_path)
+
+
+async def sustained_capacity(probe, first: float, lo: float, hi: float | None, probes: int) -> tuple[float, list]:
+    """The highest rate the pipeline keeps up with when requests arrive at that rate (not in a burst, whose larger
+    micro-batches can decide more per second than steady traffic allows): `probe(rate)` runs one paced step;
+    bisects between `lo` (kept up) and `hi` (did not; None: unknown, then the rate grows by half), starting at
+    `first`, for `probes` steps, and on until one step kept up (three more at most)."""
+    rate, tried = first, []
+    for attempt in range(probes + 3):
+        if attempt >= probes and lo:
+            break
+        step = await probe(rate)
+        tried.append(step)
+        log(f"sustained capacity probe at {rate:.1f}/s: {step}")
+        if step["kept_up"]:
+            lo = rate
+            rate = (rate + hi) / 2 if hi else rate * 1.5
+        else:
+            hi = rate
+            rate = (lo + rate) / 2 if lo else rate / 2
+    return lo, tried
+
+
+def half_rate(capacity: float, probes: list) -> float:
+    """Half the sustained capacity; where no probe kept up (capacity 0), a quarter of the lowest rate tried."""
+    return capacity / 2 if capacity else min(p["offered_per_s"] for p in probes) / 4
+
+
+def half_capacity(capacity: float, probes: list, half: dict) -> dict:
+    return {"sustained_capacity_per_s": round(capacity, 2),
+            "probes": [{k: p[k] for k in ("offered_per_s", "decisions_per_s", "kept_up", "p99_ms")} for p in probes],
+            **half}
 
 
 async def model_path_half_capacity(settings, args) -> dict:
-    """The model path alone (rules and caches off): its capacity from a burst, then its latency at half of it."""
+    """The model path alone (rules and caches off): its burst capacity, then its sustained capacity (paced steps
+    of --model-step-s), then its latency at half the sustained capacity."""
     from schemas.records import Control
     from streams.control import publish
 
@@ -163,8 +220,8 @@ async def model_path_half_capacity(settings, args) -> dict:
         collector = Collector(bootstrap)
         following = asyncio.create_task(collector.run())
         sent_at: dict[str, float] = {}
-        fresh = workload.model_path_requests(args.model_burst * 4 + 20, "model")
-        warm, burst, rest = fresh[:20], fresh[20:20 + args.model_burst], fresh[20 + args.model_burst:]
+        fresh = workload.model_path_requests(args.model_burst + 20, "model")
+        warm, burst = fresh[:20], fresh[20:]
         await paced_publish(bootstrap, warm, 1e9, sent_at)
         await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
         ids = {orjson.loads(p)["request_id"] for p in burst}
@@ -172,12 +229,21 @@ async def model_path_half_capacity(settings, args) -> dict:
         await paced_publish(bootstrap, burst, 1e9, sent_at)
         await wait_for(collector, ids, timeout=max(300.0, len(ids)))
         done = [i for i in ids if i in collector.first_seen]
-        capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
-        rate = capacity / 2
-        paced = rest[:max(20, int(rate * args.half_s))]
-        result = {"capacity_per_s": round(capacity, 2), "backend": pipe.settings.backend,
-                  **await paced_latency(bootstrap, collector, sent_at, paced, rate,
-                                        lambda tier: not rules_or_cache(tier))}
+        burst_capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
+        # fresh requests (another seed) for the paced steps: enough for every probe at twice the burst's rate
+        paced = iter(workload.model_path_requests(
+            int(burst_capacity * 2 * args.model_step_s * (args.probes + 3) + burst_capacity * args.half_s) + 100,
+            "model-paced", seed=32))
+
+        async def probe(rate: float, seconds: float = args.model_step_s) -> dict:
+            payloads = [next(paced) for _ in range(max(10, int(rate * seconds)))]
+            return await paced_run(bootstrap, collector, sent_at, payloads, rate,
+                                   lambda tier: not rules_or_cache(tier))
+
+        capacity, probes = await sustained_capacity(probe, 0.8 * burst_capacity, 0.0, None, args.probes)
+        half = await probe(half_rate(capacity, probes), args.half_s)
+        result = {"backend": pipe.settings.backend, "burst_capacity_per_s": round(burst_capacity, 2),
+                  **half_capacity(capacity, probes, half)}
         collector.stopping.set()
         await following
     return result
@@ -199,25 +265,17 @@ async def run_pipeline(settings, args) -> dict:
             if time.monotonic() - started > args.max_total_s:
                 break
             payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
-            ids = {orjson.loads(p)["request_id"] for p in payloads}
-            published |= ids
-            t0 = time.monotonic()
-            await paced_publish(bootstrap, payloads, rate, sent_at)
-            await wait_for(collector, ids, timeout=args.step_s * 2)
-            done = [i for i in ids if i in collector.first_seen]
-            elapsed = (max(collector.first_seen[i] for i in done) - t0) if done else float("inf")
-            latencies = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in done]
-            rules_cache = [(collector.first_seen[i] - sent_at[i]) * 1000 for i in done
-                           if rules_or_cache(collector.decisions[i].tier)]
-            step_ids = ids
-            step = {"offered_per_s": rate, "decided": len(done), "of": len(ids),
-                    "decisions_per_s": round(len(done) / elapsed, 1), "p50_ms": percentile(latencies, 0.5),
-                    "p99_ms": percentile(latencies, 0.99), "p99_rules_cache_ms": percentile(rules_cache, 0.99)}
+            step_ids = {orjson.loads(p)["request_id"] for p in payloads}
+            published |= step_ids
+            step = await paced_run(bootstrap, collector, sent_at, payloads, rate)
+            step["p99_rules_cache_ms"] = percentile([(collector.first_seen[i] - sent_at[i]) * 1000 for i in step_ids
+                                                     if i in collector.first_seen
+                                                     and rules_or_cache(collector.decisions[i].tier)], 0.99)
             steps.append(step)
             log(f"rate {rate}/s: {step}")
-            if len(done) < len(ids) or step["decisions_per_s"] < 0.9 * rate or step["p99_ms"] > args.p99_ms:
+            if not step["kept_up"] or step["p99_ms"] > args.p99_ms:
                 break
-        ramp = base[:max((s["of"] for s in steps), default=len(warm))]
+        ramp = base[:max((s["published"] for s in steps), default=len(warm))]
         processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid, "broker": pipe.broker.proc.pid}
         cpu = dict.fromkeys(processes, 0.0)
         trials, decided = [], set()
@@ -239,24 +297,34 @@ async def run_pipeline(settings, args) -> dict:
                            "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
             log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
         cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
-        capacity = sorted(t["decisions_per_s"] for t in trials)[len(trials) // 2]
-        half = tagged([ramp[i % len(ramp)] for i in range(max(20, int(capacity / 2 * args.half_s)))], "half")
-        rules_cache_half = {"capacity_per_s": capacity, **await paced_latency(bootstrap, collector, sent_at, half,
-                                                                              capacity / 2, rules_or_cache)}
-        log(f"rules/cache path at half capacity: {rules_cache_half}")
+        probe_count = iter(range(1_000_000))
+
+        async def probe(rate: float, seconds: float = args.step_s) -> dict:
+            tag = f"probe{next(probe_count)}"
+            payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * seconds)))], tag)
+            published.update(orjson.loads(p)["request_id"] for p in payloads)
+            return await paced_run(bootstrap, collector, sent_at, payloads, rate, rules_or_cache)
+
+        kept = [s["offered_per_s"] for s in steps if s["kept_up"]]
+        missed = [s["offered_per_s"] for s in steps if not s["kept_up"]]
+        lo, hi = max(kept, default=0.0), min(missed, default=None)
+        capacity, probes = await sustained_capacity(probe, (lo + hi) / 2 if lo and hi else (lo * 1.5 or hi / 2),
+                                                    lo, hi, args.probes)
+        rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
+        log(f"rules/cache path at half its sustained capacity: {rules_cache_half}")
         hops = await hop_latencies(bootstrap, step_ids)
         log(f"median hop delays (ms): {hops}")
         lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
         collector.stopping.set()
         await following
-    kept_up = [s for s in steps if s["decided"] == s["of"] and s["p99_ms"] <= args.p99_ms]
+    kept_up = [s for s in steps if s["kept_up"] and s["p99_ms"] <= args.p99_ms]
     tiers: dict[str, int] = {}
     for i in decided:
         tiers[collector.decisions[i].tier] = tiers.get(collector.decisions[i].tier, 0) + 1
     middle = sorted(trials, key=lambda t: t["ratio_to_bare"])[len(trials) // 2]  # the median pair
     report = {"decisions_per_s": middle["decisions_per_s"], "bare_events_per_s": middle["bare_events_per_s"],
               "ratio_to_bare": middle["ratio_to_bare"], "burst": args.burst, "trials": trials,
-              "sustained_rate_per_s": max((s["offered_per_s"] for s in kept_up), default=0),
+              "sustained_rate_per_s": rules_cache_half["sustained_capacity_per_s"],
               "p99_ms": max((s["p99_ms"] for s in kept_up), default=steps[-1]["p99_ms"] if steps else 0.0),
               "p99_rules_cache_ms": max((s["p99_rules_cache_ms"] for s in kept_up),
                                         default=steps[-1]["p99_rules_cache_ms"] if steps else 0.0),
@@ -365,11 +433,14 @@ def main() -> None:
     p.add_argument("--burst", type=int, default=8000, help="requests in each saturation burst (and bare run)")
     p.add_argument("--trials", type=int, default=3, help="burst + bare pairs, one after the other; the median "
                                                           "pair's figures are reported")
-    p.add_argument("--p99-ms", type=float, default=1000.0, help="a step whose p99 exceeds this ends the ramp")
+    p.add_argument("--p99-ms", type=float, default=1000.0, help="a step whose p99 exceeds this ends the ramp "
+                                                                 "(as does one that did not keep up)")
     p.add_argument("--max-total-s", type=float, default=60.0, help="stop starting rate steps after this")
     p.add_argument("--backend", default="lexical", help="scoring backend (default lexical: the rules/cache path)")
     p.add_argument("--half-s", type=float, default=20.0, help="seconds of each path's run at half its capacity")
-    p.add_argument("--model-burst", type=int, default=100, help="model-path requests that measure its capacity")
+    p.add_argument("--model-burst", type=int, default=100, help="model-path requests that measure its burst capacity")
+    p.add_argument("--probes", type=int, default=3, help="paced steps that bisect each path's sustained capacity")
+    p.add_argument("--model-step-s", type=float, default=10.0, help="seconds of each model-path paced step")
     p.add_argument("--model-backend", default="auto", help="fine tier of the model-path pipeline (auto: MiniLM "
                                                            "when installed)")
     p.add_argument("--bare-child", metavar="PAYLOADS", help=argparse.SUPPRESS)

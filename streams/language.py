@@ -18,6 +18,7 @@ import yaml
 
 DATA = Path(__file__).with_name("lang")
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK = re.compile(f"[{_CJK_CHARS}]")
 _UNIT = re.compile(f"([{_CJK_CHARS}]+)|([^\\W_{_CJK_CHARS}]+(?:'[^\\W\\d_]+)?)", re.UNICODE)
 _SCRIPTS = (  # (language, characters of its script); Han alone is Chinese, Han with kana is Japanese
     ("ja", re.compile("[\u3040-\u30ff]")),
@@ -51,6 +52,12 @@ def detect(text: str) -> str:
 
 def is_cjk(lang: str) -> bool:
     return lang in ("zh", "ja", "ko")
+
+
+def has_cjk(text: str) -> bool:
+    """Whether `text` holds a CJK character: without one, detect() cannot answer a CJK language (a quick test
+    before it)."""
+    return _CJK.search(text) is not None
 
 
 def units(text: str, *, content: bool = False) -> list[str]:

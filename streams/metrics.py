@@ -160,20 +160,28 @@ def effective(stage: str, stack: str, outcome: str) -> bool:
 
 
 def observe_usage(events) -> None:
-    """Tokens and cost of metered UsageEvents (the sink calls this for what it inserted), summed per label set
-    first: one counter update per stage and decision type, not per event."""
+    """Tokens and cost of metered UsageEvents (the sink calls this for what it inserted), and each model's count
+    against the billed count (observe_counts), summed per label set in one pass over the events first: one counter
+    update per stage and decision type, and per model, not per event."""
     sums: dict[tuple[str, str], list[float]] = {}
+    counts: dict[str, list[int]] = {}
     for e in events:
         f = e.__dict__
-        acc = sums.setdefault((f["stage"], f["decision_type"]), [0, 0, 0, 0, 0.0, 0])
-        acc[0] += f["input_tokens"]
+        stage, inputs, outputs = f["stage"], f["input_tokens"], f["output_tokens"]
+        key = (stage, f["decision_type"])
+        acc = sums.get(key) or sums.setdefault(key, [0, 0, 0, 0, 0.0, 0])
+        acc[0] += inputs
         acc[1] += f["cache_read_tokens"]
-        acc[2] += f["output_tokens"]
+        acc[2] += outputs
         acc[3] += f["nominal_tokens"]
         acc[4] += f["cost"]
-        if effective(f["stage"], f["stack"], f["outcome"]):
-            acc[5] += f["input_tokens"] + f["output_tokens"]
-    observe_counts(events)
+        if effective(stage, f["stack"], f["outcome"]):
+            acc[5] += inputs + outputs
+        if f["model"] and (jev := inputs + outputs):
+            billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
+            pair = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0])
+            pair[0] += jev
+            pair[1] += billed
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):
@@ -183,25 +191,16 @@ def observe_usage(events) -> None:
             COST.labels(stage, dtype).inc(acc[4])
         if acc[5]:
             EFFECTIVE_TOKENS.labels(dtype).inc(acc[5])
+    observe_counts(counts)
 
 
 _counted: dict[str, list[int]] = {}  # model → [Jev's count, billed count] since start: the drift gauge
 
 
-def observe_counts(events) -> None:
-    """Jev's count and the billed count (the server's where it reported one) of each model's tokens, and their
-    drift."""
-    sums: dict[str, list[int]] = {}
-    for e in events:
-        f = e.__dict__
-        jev = f["input_tokens"] + f["output_tokens"]
-        if not f["model"] or not jev:
-            continue
-        billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
-        acc = sums.setdefault(f["model"], [0, 0])
-        acc[0] += jev
-        acc[1] += billed
-    for model, (jev, billed) in sums.items():
+def observe_counts(counts: dict[str, list[int]]) -> None:
+    """Jev's count and the billed count (the server's where it reported one) of each model's tokens (model →
+    [Jev's, billed], summed by observe_usage), and their drift."""
+    for model, (jev, billed) in counts.items():
         model = bounded("model", model)
         MODEL_TOKENS.labels(model, "jev").inc(jev)
         MODEL_TOKENS.labels(model, "billed").inc(billed)

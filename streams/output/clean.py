@@ -195,7 +195,7 @@ def closer_rest(sentence: str, p: Patterns) -> str | None:
     stripped = sentence.strip()
     if p.closer.fullmatch(stripped):
         return None if content_tokens(stripped) else ""
-    if not language.is_cjk(language.detect(stripped)):
+    if not language.has_cjk(stripped) or not language.is_cjk(language.detect(stripped)):
         return None
     end = stripped[-1] if stripped[-1] in "。！？!?.~" else ""
     clauses = CLAUSE.findall(stripped.removesuffix(end) if end else stripped)

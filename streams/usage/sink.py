@@ -18,6 +18,7 @@ the spill's quarantine when they came from a spill file), never retried.
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
 import time
 from itertools import groupby
@@ -34,6 +35,7 @@ from streams.outbox import Outbox
 from streams.usage.decode import BadUsage, usage_event
 
 TS = USAGE_COLUMNS.index("ts")
+ROW = operator.itemgetter(*USAGE_COLUMNS)  # a UsageEvent's fields, in column order
 # the batch's ids go into a session-local Memory table: a native insert + `IN table` is ~3x faster than
 # binding thousands of ids into the query text
 PROBE = "CREATE TEMPORARY TABLE IF NOT EXISTS usage_probe (event_id String) ENGINE = Memory"
@@ -44,9 +46,11 @@ DAY = 86400
 
 def to_columns(events: list) -> list[list]:
     """Column-oriented data for clickhouse-connect (the fast insert path); ts as DateTime64(3) ticks (ms).
-    Reads each Record's __dict__: several times faster than going through its field descriptors."""
-    fields = [e.__dict__ for e in events]
-    columns = [[f[name] for f in fields] for name in USAGE_COLUMNS]
+    Reads each Record's __dict__ (several times faster than its field descriptors) into a row tuple with one C call
+    (ROW) and transposes the rows with zip: a third of the time of a Python loop per column."""
+    if not events:
+        return [[] for _ in USAGE_COLUMNS]
+    columns = [list(column) for column in zip(*map(ROW, [e.__dict__ for e in events]))]
     columns[TS] = [round(t * 1000) for t in columns[TS]]
     return columns
 

@@ -64,3 +64,13 @@ def test_lexicons_come_from_the_data_files():
                                         ("the", "the"), ("Owner's", "owner")])
 def test_stem(word, stem):
     assert language.stem(word) == stem
+
+
+@pytest.mark.parametrize("text", ["I hope this helps!", "Café “naïve” – 42 ≥ 7", "Привет", ""])
+def test_no_cjk_character_means_no_cjk_language(text):
+    assert not language.has_cjk(text) and not language.is_cjk(language.detect(text))
+
+
+@pytest.mark.parametrize("text", ["希望对您有帮助！", "帮我查一下iPhone 15的价格", "ありがとう", "감사합니다"])
+def test_cjk_characters_are_found(text):
+    assert language.has_cjk(text) and language.is_cjk(language.detect(text))
