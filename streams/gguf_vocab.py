@@ -7,6 +7,10 @@ nothing is downloaded. The vocabulary and merges become a byte-level BPE in the 
 pre-tokenizer llama.cpp applies for the file's `tokenizer.ggml.pre`: `smollm` splits digits one by one (SmolLM2:
 "12345" is five tokens), `default`/`gpt2` is GPT-2's. Other tokenizer kinds (SentencePiece `llama`, Llama-3's
 `llama-bpe` regex, ...) raise an error that names the fix (a tokenizer.json through `hf:<dir>`).
+
+`chat_framing` is what the file's chat template (`tokenizer.chat_template`, rendered as llama.cpp's server renders
+it) adds around one user message: a server bills it as prompt tokens of every chat call (SmolLM2: 30, its default
+system prompt and the role markers).
 """
 from __future__ import annotations
 
@@ -101,3 +105,19 @@ def tokenizer(path: str | Path):
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                             for t, kind in zip(tokens, types) if kind == CONTROL])
     return tok
+
+
+def chat_framing(path: str | Path) -> int:
+    """Tokens the file's chat template adds to one user message with the assistant's turn opened (0 without one)."""
+    import jinja2.sandbox
+
+    meta = metadata(path)
+    template = meta.get("tokenizer.chat_template")
+    if not template:
+        return 0
+    vocab = meta["tokenizer.ggml.tokens"]
+    special = lambda key: vocab[meta[key]] if key in meta else ""
+    text = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(template).render(
+        messages=[{"role": "user", "content": ""}], add_generation_prompt=True,
+        bos_token=special("tokenizer.ggml.bos_token_id"), eos_token=special("tokenizer.ggml.eos_token_id"))
+    return len(tokenizer(path).encode(text, add_special_tokens=False).ids)  # its special tokens one each

@@ -142,6 +142,18 @@ def encoding(name: str):
     return tiktoken.get_encoding(name)
 
 
+@functools.lru_cache(maxsize=None)
+def chat_framing(name: str) -> int:
+    """Tokens a chat call adds around one user message, from the tokenizer's own chat template where it carries
+    one (gguf:); 0 elsewhere (tiktoken encodings and hf: tokenizer.json files carry no template)."""
+    kind, _, path = name.partition(":")
+    if kind != "gguf":
+        return 0
+    from streams import gguf_vocab
+
+    return gguf_vocab.chat_framing(local_file(path, name))
+
+
 def for_model(model: str):
     return encoding(encoding_name(model))
 

@@ -1,7 +1,8 @@
 """`jev score --model smollm2-server` against the real model server (llama.cpp serving SmolLM2-135M-Instruct, the
 `model_server` fixture) on labelled decisions built from the shared data, English (STS-B) and Chinese (zh-dev
 dialogs): one call per decision, no fallbacks, and Jev's count (the GGUF's own vocabulary) within ±5% of the
-server's, in `jev score`'s summary, in ClickHouse (`by_model`) and in `jev_token_count_drift`."""
+server's, in `jev score`'s summary, in ClickHouse (`by_model`) and in `jev_token_count_drift`; a chat call's count
+with the model's chat template equal to the server's."""
 import dataclasses
 import datetime
 import json
@@ -93,7 +94,7 @@ def test_jev_score_with_the_served_model_beside_a_built_in_tier(model_server, tm
 
     built_in = score(tmp_path, capsys, lines, "--model", "lexical")[-1]
     assert built_in["model"] == "lexical" and built_in["calls_per_decision"] == 0.0
-    assert built_in["tokens_server"] is None and built_in["tokens_actual"] > 0
+    assert built_in["tokens_server"] is None and built_in["drift"] is None and built_in["tokens_nominal"] > 0
     assert set(built_in) == set(summary)  # the same summary keys for a served model and a built-in tier
 
 
@@ -115,3 +116,14 @@ def test_the_served_models_drift_in_clickhouse_and_the_gauge(model_server, usage
     assert row["calls"] == len(works) and abs(row["drift"]) <= 0.05
     metrics.observe_counts(events)
     assert abs(REGISTRY.get_sample_value("jev_token_count_drift", {"model": MODEL})) <= 0.05
+
+
+@pytest.mark.parametrize("question", ["My parcel arrived broken. What should I do?", "我的包裹到的时候坏了，我该怎么办？"],
+                         ids=["en", "zh"])
+def test_a_chat_calls_count_includes_the_chat_template(model_server, question):
+    pool = pool_mod.load()
+    engine = registry.generator(MODEL, pool.with_model(dataclasses.replace(pool[MODEL], base_url=model_server.url)))
+    answer = engine.generate(question, 8)
+    assert answer.server is not None and answer.text
+    assert answer.input_tokens == answer.server.prompt_tokens  # the message + SmolLM2's template (30 tokens)
+    assert abs(answer.output_tokens - answer.server.completion_tokens) <= 1

@@ -93,3 +93,24 @@ def test_a_sentencepiece_vocabulary_names_the_fix(tmp_path):
     path.write_bytes(gguf_bytes([("tokenizer.ggml.model", gguf_vocab.STRING, "llama")]))
     with pytest.raises(ValueError, match="hf:<dir holding tokenizer.json>"):
         gguf_vocab.tokenizer(path)
+
+
+def test_smollm2_chat_framing_is_what_the_server_adds():
+    need_smollm2()
+    # the server's prompt_tokens for a chat call of one user message "你好" (4 tokens) was 34
+    assert tokens.chat_framing(SMOLLM2) == 30
+
+
+def test_chat_framing_renders_the_files_template(tmp_path):
+    path = tmp_path / "m.gguf"
+    vocab = ["a", "b", "<s>", "</s>"]
+    header = [("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
+              ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, vocab)),
+              ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 1, 3, 3])),
+              ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.eos_token_id", 4, 3)]
+    path.write_bytes(gguf_bytes(header))
+    assert gguf_vocab.chat_framing(path) == 0
+    template = ("{{ bos_token }}{% for m in messages %}a{{ m['content'] }}{{ eos_token }}{% endfor %}"
+                "{% if add_generation_prompt %}b{% endif %}")
+    path.write_bytes(gguf_bytes([*header, ("tokenizer.chat_template", gguf_vocab.STRING, template)]))
+    assert gguf_vocab.chat_framing(path) == 4  # <s> a </s> b: each special token one
