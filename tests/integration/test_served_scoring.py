@@ -25,7 +25,7 @@ from streams.usage.sink import UsageSink
 from workers import cli
 from workers.analytics.levels import by_model
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.model_server]
 DATA = Path(settings_mod.load().shared_data)
 MODEL = "smollm2-server"
 DECISIONS = 4  # per language: a CPU server on a shared machine takes seconds per call
@@ -127,3 +127,14 @@ def test_a_chat_calls_count_includes_the_chat_template(model_server, question):
     assert answer.server is not None and answer.text
     assert answer.input_tokens == answer.server.prompt_tokens  # the message + SmolLM2's template (30 tokens)
     assert abs(answer.output_tokens - answer.server.completion_tokens) <= 1
+
+
+def test_local_model_starts_the_bundled_server_for_the_run(tmp_path, capsys, monkeypatch):
+    from infra.model_server import missing
+
+    if missing():
+        pytest.skip(missing())
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path / "jev"))
+    rows = score(tmp_path, capsys, english()[:1], "--local-model")
+    assert rows[-1]["model"] == MODEL and rows[-1]["tiers"] == {"fine": 1} and rows[-1]["calls_per_decision"] == 1.0
+    assert (tmp_path / "jev" / "model_server.log").exists()  # the server it started logged there
