@@ -15,6 +15,7 @@ system prompt and the role markers).
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 MAGIC = b"GGUF"
@@ -84,11 +85,24 @@ def metadata(path: str | Path, prefix: str = "tokenizer.") -> dict:
                 size *= 4
 
 
-def tokenizer(path: str | Path):
+@dataclass(frozen=True)
+class Vocabulary:
+    tokenizer: object  # a tokenizers.Tokenizer
+    chat_framing: int  # tokens the chat template adds around one user message (0: the file has no template)
+
+
+def load(path: str | Path) -> Vocabulary:
+    """The file's tokenizer and its chat framing, from one read of its header."""
+    meta = metadata(path)
+    tok = tokenizer(path, meta)
+    return Vocabulary(tok, chat_framing(meta, tok))
+
+
+def tokenizer(path: str | Path, meta: dict | None = None):
     """A `tokenizers.Tokenizer` equal to the one llama.cpp builds from the file (special tokens included)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    meta = metadata(path)
+    meta = meta if meta is not None else metadata(path)
     kind, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "default")
     if kind != "gpt2" or pre not in PRE_TOKENIZERS:
         raise ValueError(f"gguf:{path}: Jev reads byte-level BPE vocabularies (tokenizer.ggml.model gpt2, pre "
@@ -107,11 +121,11 @@ def tokenizer(path: str | Path):
     return tok
 
 
-def chat_framing(path: str | Path) -> int:
-    """Tokens the file's chat template adds to one user message with the assistant's turn opened (0 without one)."""
+def chat_framing(meta: dict, tok) -> int:
+    """Tokens the chat template in `meta` adds to one user message with the assistant's turn opened (0 without
+    one), its special tokens one each as the server parses them."""
     import jinja2.sandbox
 
-    meta = metadata(path)
     template = meta.get("tokenizer.chat_template")
     if not template:
         return 0
@@ -120,4 +134,4 @@ def chat_framing(path: str | Path) -> int:
     text = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(template).render(
         messages=[{"role": "user", "content": ""}], add_generation_prompt=True,
         bos_token=special("tokenizer.ggml.bos_token_id"), eos_token=special("tokenizer.ggml.eos_token_id"))
-    return len(tokenizer(path).encode(text, add_special_tokens=False).ids)  # its special tokens one each
+    return len(tok.encode(text, add_special_tokens=False).ids)

@@ -95,11 +95,13 @@ class HFEncoding:
 
     def __init__(self, spec: str):
         self.name = spec
+        self.chat_framing = 0  # tokens a chat template adds around one user message (a GGUF file carries one)
         kind, _, path = spec.partition(":")
         if kind == "gguf":
             from streams import gguf_vocab
 
-            self._tok = gguf_vocab.tokenizer(local_file(path, spec))
+            vocab = gguf_vocab.load(local_file(path, spec))
+            self._tok, self.chat_framing = vocab.tokenizer, vocab.chat_framing
         else:
             from tokenizers import Tokenizer
 
@@ -142,16 +144,10 @@ def encoding(name: str):
     return tiktoken.get_encoding(name)
 
 
-@functools.lru_cache(maxsize=None)
 def chat_framing(name: str) -> int:
     """Tokens a chat call adds around one user message, from the tokenizer's own chat template where it carries
     one (gguf:); 0 elsewhere (tiktoken encodings and hf: tokenizer.json files carry no template)."""
-    kind, _, path = name.partition(":")
-    if kind != "gguf":
-        return 0
-    from streams import gguf_vocab
-
-    return gguf_vocab.chat_framing(local_file(path, name))
+    return encoding(name).chat_framing if name.startswith("gguf:") else 0
 
 
 def for_model(model: str):

@@ -109,8 +109,8 @@ def test_chat_framing_renders_the_files_template(tmp_path):
               ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 1, 3, 3])),
               ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.eos_token_id", 4, 3)]
     path.write_bytes(gguf_bytes(header))
-    assert gguf_vocab.chat_framing(path) == 0
+    assert gguf_vocab.load(path).chat_framing == 0
     template = ("{{ bos_token }}{% for m in messages %}a{{ m['content'] }}{{ eos_token }}{% endfor %}"
                 "{% if add_generation_prompt %}b{% endif %}")
     path.write_bytes(gguf_bytes([*header, ("tokenizer.chat_template", gguf_vocab.STRING, template)]))
-    assert gguf_vocab.chat_framing(path) == 4  # <s> a </s> b: each special token one
+    assert gguf_vocab.load(path).chat_framing == 4  # <s> a </s> b: each special token one

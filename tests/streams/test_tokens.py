@@ -76,13 +76,14 @@ def test_loaded_once_and_only_on_first_count(monkeypatch, registry):
     need_smollm2()
     built = []
     real = gguf_vocab.tokenizer
-    monkeypatch.setattr(gguf_vocab, "tokenizer", lambda path: built.append(path) or real(path))
+    monkeypatch.setattr(gguf_vocab, "tokenizer", lambda path, meta=None: built.append(path) or real(path, meta))
     # the same file by its absolute path: a spec no other test loaded
     spec = "gguf:" + str(tokens.local_file(SMOLLM2.removeprefix("gguf:"), SMOLLM2))
     tokens.register("my-smollm2", spec)
     assert built == []
     assert tokens.count("one two three", "my-smollm2") == 3
     assert tokens.count("四五六七", "my-smollm2") > 0
+    assert tokens.chat_framing(spec) == 30
     assert len(built) == 1
 
 
