@@ -8,6 +8,10 @@ tokens are every model token any tier processed (cache reads included, as input)
 token_ratio = cascade tokens / fine-only tokens. Last stdout line: one JSON object.
 
     .venv/bin/python bench/cascade.py [--limit 200] [--candidates 20]
+    .venv/bin/python bench/cascade.py --out /tmp/en-decisions [--limit 200] [--candidates 20]
+
+--out writes the decisions as `jev score` input instead of scoring them: <out>/sts-dev.jsonl and sts-heldout.jsonl,
+a decision held out by a hash of its state (a fifth), so a model tuned on dev is measured on states it never saw.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import argparse
 import random
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -74,11 +79,33 @@ def build_decisions(pairs: list[tuple[str, str]], limit: int, n_candidates: int,
     return decisions
 
 
+HELD_OUT = 5  # one decision in this many is held out (--out)
+
+
+def write_decisions(decisions, out: Path) -> dict:
+    """The decisions as `jev score` input lines, split dev / held-out by a hash of the state."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = {"dev": [], "heldout": []}
+    for request, label in decisions:
+        split = "heldout" if zlib.crc32(request.state.encode()) % HELD_OUT == 0 else "dev"
+        lines[split].append(orjson.dumps({"request_id": request.request_id, "decision_type": request.decision_type,
+                                          "state": request.state, "label": label,
+                                          "candidates": [{"id": c.id, "text": c.text} for c in request.candidates]}))
+    counts = {}
+    for split, rows in lines.items():
+        path = out / f"sts-{split}.jsonl"
+        path.write_bytes(b"".join(row + b"\n" for row in rows))
+        counts[path.name] = len(rows)
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=200, help="decisions (default 200)")
     parser.add_argument("--candidates", type=int, default=20, help="candidates per decision (default 20)")
     parser.add_argument("--fine", default="auto", help="fine tier backend (default auto: minilm)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the decisions as jev score input (sts-dev.jsonl, sts-heldout.jsonl) and stop")
     args = parser.parse_args()
     settings = settings_mod.load()
     sts = Path(settings.shared_data) / "sts-b"
@@ -94,6 +121,9 @@ def main() -> int:
     # (cache reads still count as input).
     vectors = [e.value for e in encodings.shared().get_many(minilm.model, pool, minilm.embed, minilm.tokens)]
     decisions = build_decisions(pairs, args.limit, args.candidates, pool, vectors)
+    if args.out is not None:
+        print(orjson.dumps({"out": str(args.out), "decisions": write_decisions(decisions, args.out)}).decode())
+        return 0
     config = load_policy(settings.decision_types)
     results = {}
     for mode in MODES:

@@ -8,10 +8,11 @@ httpx.AsyncClient and a semaphore of --concurrency; "jev" scores the same decisi
 drifts, and a server's prompt cache favours whoever goes second: the order alternates), after a warm-up round
 that puts every prompt in the server's prompt cache. Generate: --generate prompts answered by a streamed chat completion each
 way (Jev's stream() vs a direct SSE read). `ratio_to_direct` is Jev's throughput over direct's;
-`calls_per_decision` the HTTP calls Jev made per decision. Jev's count and the server's are summed for the drift.
+`calls_per_decision` the HTTP calls Jev made per decision. Jev's count (the pool entry's tokenizer: smollm2-server
+counts in its GGUF's own vocabulary) and the server's are summed over the decide calls for the drift.
 
-    .venv/bin/python bench/model_server.py [--url http://127.0.0.1:PORT/v1] [--decisions 48] [--concurrency 4]
-        [--rounds 4] [--generate 6]
+    .venv/bin/python bench/model_server.py [--url http://127.0.0.1:PORT/v1] [--model smollm2-server]
+        [--decisions 48] [--concurrency 4] [--rounds 4] [--generate 6]
 Without --url it starts the local llama.cpp server (infra/model_server.py) and stops it after.
 Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -27,8 +29,7 @@ import httpx
 import orjson
 
 from schemas.records import Request
-from streams.backends import http, openai as engine_mod
-from streams.backends.pool import ModelSpec
+from streams.backends import http, openai as engine_mod, pool as pool_mod
 from streams.scoring.factory import work_for
 from workers import workload
 
@@ -96,6 +97,8 @@ def jev_stream(engine, prompts: list[str], concurrency: int, max_tokens: int) ->
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", default="", help="the server's base URL (default: start the local llama.cpp server)")
+    ap.add_argument("--model", default="smollm2-server",
+                    help="the pool entry (engine openai) of the served model: its tokenizer counts Jev's side")
     ap.add_argument("--decisions", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4)
@@ -115,8 +118,9 @@ def main() -> int:
         url = server.url
     try:
         model = httpx.get(url.rstrip("/") + "/models", timeout=30).json()["data"][0]["id"]
-        spec = ModelSpec(name=model, engine="openai", base_url=url, model=model,
-                         options={"max_concurrency": args.concurrency, "timeout_s": 120})
+        entry = pool_mod.load()[args.model]
+        spec = dataclasses.replace(entry, base_url=url, model=model,
+                                   options={**entry.options, "max_concurrency": args.concurrency, "timeout_s": 120})
         engine = engine_mod.OpenAIEngine(spec)
         items = decisions(args.decisions)
         prompts = [f"A customer asks: {c.splitlines()[0][:300]}\nAnswer in two sentences." for c, _ in items]
@@ -158,7 +162,8 @@ def main() -> int:
                         "direct_answers_per_s": round(answered / clock["direct_gen"], 3),
                         "jev_answers_per_s": round(answered / clock["jev_gen"], 3),
                         "ratio_to_direct": round(clock["direct_gen"] / clock["jev_gen"], 3)}
-        print(json.dumps({"server": url, "model": model, "decide": decide, "generate": generate,
+        print(json.dumps({"server": url, "model": model, "pool_entry": args.model, "tokenizer": spec.tokenizer,
+                          "decide": decide, "generate": generate,
                           "ratio_to_direct": decide["ratio_to_direct"],
                           "calls_per_decision": decide["calls_per_decision"],
                           "tokens_jev": jev_tokens, "tokens_server": server_tokens,

@@ -43,7 +43,8 @@ class Settings:
                                  "Per stage process (each admits the partitions it reads). Empty = no limit.")
     default_model: str = _doc("gpt-4o-mini", "Model assumed when a request names none (token encoding and price).")
     tokenizers: str = _doc("", "Extra model→tokenizer mappings for self-hosted models: "
-                               "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>' (longest prefix wins).")
+                               "'PREFIX=cl100k_base,PREFIX=hf:<dir with tokenizer.json>,PREFIX=gguf:<model.gguf>' "
+                               "(longest prefix wins; gguf: is the model file's own vocabulary, as llama.cpp counts).")
     decision_types: str = _doc("", "YAML file of decision types and their policies; empty = the bundled one.")
     rules: str = _doc("", "YAML file of the rules tier; empty = the bundled one.")
     distill_policies: str = _doc("", "YAML file of distill policies per decision type (budget, quotas, TTL, "
@@ -52,7 +53,7 @@ class Settings:
                                          "empty = the bundled streams/output/patterns.yaml.")
     models: str = _doc("", "YAML file of the model pool (engine, base URL, API-key source, tokenizer, prices, context "
                            "length, channel per model); empty = the bundled one (lexical, minilm, e5, smollm2, "
-                           "extractive).")
+                           "extractive, smollm2-server: SmolLM2 served by llama.cpp at 127.0.0.1:8080).")
     backend: str = _doc("auto", "Scoring model of the fine tier: auto, a model of the pool (JEV_MODELS), "
                                 "vllm:/model/dir or openai:http://host:port/v1.")
     cache_max_entries: int = _doc(100_000, "Max entries of the L1 exact cache (oldest evicted first).")

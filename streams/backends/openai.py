@@ -15,7 +15,8 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
   (Jev's count stands); usage repeated cumulatively in every stream chunk or sent after `finish_reason` is read
   once, the last one seen.
 
-Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard) and the server's
+Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard; a chat call's prompt with
+what the model's chat template adds where the tokenizer carries one, `gguf:`) and the server's
 `usage` (prompt, prompt_tokens_details.cached_tokens, completion) in `Scored.server` / `Generated.server`.
 The API key comes from the pool entry's source at call time; it goes only into the Authorization header.
 """
@@ -103,6 +104,10 @@ class OpenAIEngine:
     def count(self, text: str) -> int:
         """Jev's count of `text`: the pool's tokenizer for this model (Jev's standard one when it names none)."""
         return len(tokens.encoding(self.counting).encode_ordinary(text)) if text else 0
+
+    def count_chat(self, prompt: str) -> int:
+        """Jev's count of a chat call's prompt: the message and what the model's chat template adds around it."""
+        return self.count(prompt) + tokens.chat_framing(self.counting)
 
     # --- HTTP, on the engine loop -------------------------------------------------------------------------
 
@@ -197,7 +202,7 @@ class OpenAIEngine:
             top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no logprobs)") from None
-        return Scored(label_scores(top, LETTERS[:len(candidates)]), self.count(prompt), 0, 1, usage_of(body))
+        return Scored(label_scores(top, LETTERS[:len(candidates)]), self.count_chat(prompt), 0, 1, usage_of(body))
 
     async def rerank(self, srv, model, context, candidates, deadline) -> Scored:
         body = await self.request(srv, "POST", "rerank", {"model": model, "query": context,
@@ -251,7 +256,7 @@ class OpenAIEngine:
             text = body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no message)") from None
-        return Generated(text.strip(), self.count(prompt), self.count(text), self.model, self.label,
+        return Generated(text.strip(), self.count_chat(prompt), self.count(text), self.model, self.label,
                          (time.perf_counter() - started) * 1000, usage_of(body), answer_confidence(body))
 
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
@@ -259,7 +264,7 @@ class OpenAIEngine:
         is down raises ModelUnavailable before any piece; a stream cut later ends with the text so far."""
         feed = SSEFeed(self, prompt, max_tokens, self.deadline(deadline))
         feed.open()
-        streaming = Streaming(iter(()), self.count(prompt), self.model, self.label)
+        streaming = Streaming(iter(()), self.count_chat(prompt), self.model, self.label)
         streaming.pieces = feed.pieces(streaming)
         return streaming
 

