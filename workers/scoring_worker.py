@@ -27,6 +27,7 @@ from streams.outbox import Outbox
 from streams.sender import Sender
 from workers.lag import export_lag_forever
 from streams.scoring.factory import build_engine
+from streams.scoring.warmup import warm
 from streams.shadow import mechanisms
 from streams.shadow.tuning import EngineTuning
 from workers.shadow_scoring import ShadowScorer
@@ -48,7 +49,10 @@ def ready_file(settings) -> Path:
 class ScoringWorker:
     def __init__(self, settings, engine=None):
         self.settings = settings
-        self.engine = engine or build_engine(settings)
+        if engine is None:  # its own engine is warmed before the worker reads a request (streams/scoring/warmup.py)
+            engine = build_engine(settings)
+            warm(engine, settings.default_model)
+        self.engine = engine
         self.stopping = asyncio.Event()
         self.decided = 0
         self.sender: Sender | None = None  # started by run()

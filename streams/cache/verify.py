@@ -2,9 +2,10 @@
 
 Near-duplicate questions that mean something else usually differ by one word: a number or year, a
 negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
-rare word). The number, negation, ordinal and antonym checks read English and Chinese; the word-order and
-key-term checks need words, so they run on Latin-script text only. The word lists are the languages' own
-(streams/lang/, read through streams/language.py)."""
+rare word). The number, negation, ordinal and antonym checks read English and Chinese, and so does the key-term
+check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/keyterms.py); the word-order
+and the English name and rare-word checks need words, so they run on Latin-script text only. The word lists are
+the languages' own (streams/lang/, read through streams/language.py)."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 
 
-from streams import language, tokens
+from streams import keyterms, language, tokens
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_]+", re.UNICODE)
 _LATIN = re.compile(r"[A-Za-z]")
@@ -164,6 +165,8 @@ def verify(query: str, cached: str) -> Verdict:
         return Verdict(False, "ordinal")
     if _opposite(a, b):
         return Verdict(False, "antonym")
+    if keyterms.differ(query, cached):
+        return Verdict(False, "key_term")
     if not (a.latin and b.latin):
         return Verdict(True)
     if _swapped(a, b):

@@ -7,23 +7,15 @@ suffixes from the language's word lists.
 """
 from __future__ import annotations
 
-import functools
 import re
 
 from streams import language
+from streams.keyterms import IDENTIFIER, place
 
 MAX_CHARS = 300  # a longer user turn is pasted material, not a stated constraint
 RESTATED_CHARS = 4
 TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}[年月日号]|[一二三四五六七八九十]{1,3}[月日号]")
 LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
-IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z_-]*\d[\w-]*")  # order ab-12, INV-0004, A320: a reference, not a quantity
-
-
-@functools.cache
-def _place() -> re.Pattern:
-    suffixes = sorted(language.lexicon("zh").data.get("place_suffixes", "").split(), key=len, reverse=True)
-    # two or more Han characters before the suffix, the last not a particle: 北京饭店, not 什么类型的酒店
-    return re.compile(f"[\u4e00-\u9fff]{{1,10}}[^\\W\\d_的个家些么啥哪这那]({'|'.join(suffixes)})")
 
 
 def constraints(text: str) -> set[str]:
@@ -31,9 +23,9 @@ def constraints(text: str) -> set[str]:
     number are not a stated quantity: a later turn names the order again when it matters)."""
     if len(text) > MAX_CHARS:
         return set()
-    found = {f"#{v}" for v in language.numbers(IDENTIFIER.sub(" ", text))}
+    found = {f"#{v}" for v in language.numbers(IDENTIFIER.sub(" ", text))}  # order ab-12, A320: a reference
     found |= {m.group() for m in TIME_OR_TITLE.finditer(text)}
-    found |= {m.group() for m in _place().finditer(text)}
+    found |= {m.group() for m in place().finditer(text)}
     found |= {m.group() for m in LATIN_NAME.finditer(text.strip())}
     return found
 

@@ -5,11 +5,18 @@ Each decision is a generator (streams.scoring.steps) that yields the backend cal
 every decision, groups the calls they wait on by backend, scores each group with one `score_many` call (MiniLM
 encodes every context and candidate of the group together; the causal LM pads them into shared forward passes;
 vLLM gets them in one generate call) and resumes each decision with its own result. Decisions that need another
-tier (fine after coarse, escalation, the next level of a hierarchy) meet again in the next round. Calls are served
-in the order of the decisions, so caches see texts in the same order as one decision after another would, and
-the tokens metered are the same."""
+tier (fine after coarse, escalation, the next level of a hierarchy) meet again in the next round. Inside one
+backend's call, decisions are served in their order, so caches see texts in the same order as one decision after
+another would, and the tokens metered are the same.
+
+Inside a round, the shortest call goes first (`Pace`: each backend's measured seconds per text). A decision's
+time budget runs from its start and its breakers are checked before its next tier, so a decision whose cheap
+coarse call was served after another group's long model call would have spent its budget waiting on work that is
+not its own: Chinese tickets, whose lexical coarse call shared a round with English fine-only decisions, fell back
+on the timeout behind MiniLM's batch."""
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from streams.backends.protocol import ModelUnavailable, Scored
@@ -30,6 +37,34 @@ def score_many(backend, calls: list[Call]) -> list[Scored | ModelUnavailable]:
         return many(items)
     except ModelUnavailable as exc:
         return [exc] * len(items)
+
+
+class Pace:
+    """Each backend's seconds per text, measured on its calls (a moving average); a backend not yet measured
+    counts as free, so it goes first once and is measured."""
+
+    def __init__(self, weight: float = 0.3):
+        self.weight = weight
+        self.seconds_per_text: dict[tuple[str, str], float] = {}
+
+    @staticmethod
+    def key(backend) -> tuple[str, str]:
+        return backend.name, backend.model
+
+    def expected(self, backend, calls: list[Call]) -> float:
+        return self.seconds_per_text.get(self.key(backend), 0.0) * texts_of(calls)
+
+    def observe(self, backend, calls: list[Call], seconds: float) -> None:
+        rate, key = seconds / max(1, texts_of(calls)), self.key(backend)
+        known = self.seconds_per_text.get(key)
+        self.seconds_per_text[key] = rate if known is None else known + self.weight * (rate - known)
+
+
+def texts_of(calls: list[Call]) -> int:
+    return sum(1 + len(call.candidates) for call in calls)
+
+
+PACE = Pace()  # the process's: its backends are the process's models
 
 
 def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object] | None = None) -> list:
@@ -58,10 +93,12 @@ def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object
         for i, call in waiting.items():
             rounds.setdefault(id(call.backend), []).append(i)
         calls, waiting = waiting, {}
-        for indices in rounds.values():
-            indices.sort()
-            backend = calls[indices[0]].backend
-            scored = score_many(backend, [calls[i] for i in indices])
+        groups = [sorted(indices) for indices in rounds.values()]
+        for indices in sorted(groups, key=lambda ix: PACE.expected(calls[ix[0]].backend, [calls[i] for i in ix])):
+            backend, group = calls[indices[0]].backend, [calls[i] for i in indices]
+            began = time.perf_counter()
+            scored = score_many(backend, group)
+            PACE.observe(backend, group, time.perf_counter() - began)
             for i, result in zip(indices, scored):
                 advance(i, result)
     return results

@@ -1,9 +1,12 @@
 """One backend call per micro-batch across requests: the same decisions, scores and tokens as one by one."""
+import time
+
 import pytest
 
 from schemas.records import Candidate, Request
 from streams.backends import lexical as backends
-from streams.scoring import policy, rules
+from streams.scoring import batching, policy, rules
+from streams.scoring.steps import Call
 from streams.models import available
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
@@ -110,3 +113,46 @@ def test_causal_lm_batch_pads_contexts_together_and_matches_one_by_one():
         assert (b.input_tokens, b.cache_read_tokens) == (o.input_tokens, o.cache_read_tokens)
     separate = backend.score_separately(*items[1])
     assert batched[1].scores == pytest.approx(separate, abs=1e-3)
+
+
+class Slow(backends.LexicalBackend):
+    """A model tier that takes `seconds` per call and logs the order of every call it and the others get."""
+
+    def __init__(self, name, log, seconds=0.0):
+        super().__init__()
+        self.name = self.model = name
+        self.log, self.seconds = log, seconds
+
+    def score_many(self, items):
+        self.log.append(self.name)
+        time.sleep(self.seconds)
+        return [self.score(c, cands) for c, cands in items]
+
+
+def test_inside_a_round_the_shortest_call_goes_first_so_no_decision_waits_out_its_budget(monkeypatch):
+    """Fine-only decisions (few candidates) call the slow English tier in the first round while cascade decisions
+    call the coarse tier: the coarse call goes first, so the cascade decisions still have their time budget when
+    their breakers are checked before the fine tier, and none falls back on the timeout."""
+    pace = batching.Pace()
+    monkeypatch.setattr(batching, "PACE", pace)
+    log = []
+    coarse, fine = Slow("coarse", log), Slow("fine", log, seconds=0.5)
+    pace.observe(fine, [Call(fine, "state", ["a"])], 1.0)  # measured slow, as a warm-up leaves it
+    few = [work_for(Request(request_id=f"few{i}", tenant="t", service="s", decision_type="ranking", state=STATES[i],
+                            candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS[:3])]), MODEL)
+           for i in range(2)]
+    eng = engine(coarse, fine, ranking={"timeout_ms": 300})
+    decisions = [d for d, _ in eng.decide_batch(few + works(2))]
+    assert log[:2] == ["coarse", "fine"]
+    assert [d.tier for d in decisions] == ["fine"] * 4 and not eng.counters["fallback_timeout"]
+    assert pace.seconds_per_text[("coarse", "coarse")] < pace.seconds_per_text[("fine", "fine")]
+
+
+def test_a_backend_not_yet_measured_goes_first_and_is_measured():
+    pace = batching.Pace()
+    measured, fresh = Slow("measured", []), Slow("fresh", [])
+    pace.observe(measured, [Call(measured, "s", ["a", "b"])], 0.3)
+    assert pace.expected(fresh, [Call(fresh, "s", ["a"])]) == 0.0
+    assert pace.expected(measured, [Call(measured, "s", ["a"])]) == pytest.approx(0.2)
+    pace.observe(measured, [Call(measured, "s", ["a", "b"])], 0.0)  # a moving average: one fast call moves it a part
+    assert 0.0 < pace.seconds_per_text[("measured", "measured")] < 0.1
