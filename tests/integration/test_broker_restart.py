@@ -75,8 +75,8 @@ async def test_workers_reconnect_and_decide_after_the_broker_restarts(settings):
 
 class Upstream:
     """An upstream system publishing requests at a steady rate, as Kafka clients do: a send the broker did not
-    acknowledge is sent again until it is (the broker being down included), and `resend` publishes requests
-    again by id (at-least-once: the same bytes, so Jev decides each once)."""
+    acknowledge is sent again until it is (the broker being down included), and `run(ids=...)` publishes
+    requests again by id (at-least-once: the same bytes, so Jev decides each once)."""
 
     def __init__(self, bootstrap: str, payloads: list[bytes]):
         self.bootstrap = bootstrap
