@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from streams import signing
-from streams.kafka_tuning import back_off_when_idle
+from streams.kafka_tuning import tune
 
 log = logging.getLogger("jev.consumer")
 STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
@@ -28,7 +28,8 @@ CAUGHT_UP_QUIET_S = 0.5  # with the partitions assigned, this long without a rec
 
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
                             poll_ms: int, what: str, caught_up: Callable[[], None] | None = None,
-                            trusted: Callable[[object], bool] = signing.trusted) -> None:
+                            trusted: Callable[[object], bool] = signing.trusted,
+                            on_restart: Callable[[], None] | None = None) -> None:
     """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
     calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
     On a signed topic (streams.signing) a message Jev did not write is refused, counted and logged (`trusted`),
@@ -36,11 +37,12 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
     A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process.
     `caught_up()` is called once, when every partition is read up to the end offset it had when assigned and
     CAUGHT_UP_QUIET_S then pass without a record (the local broker's end offsets can fall short of the true end,
-    DESIGN.md: the quiet time covers what they miss)."""
+    DESIGN.md: the quiet time covers what they miss). `on_restart()` is called when a partition's log came back
+    shorter than what was read (a broker restarted without its data; streams.kafka_tuning.follow_log_restarts)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                 enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
-    back_off_when_idle(consumer)
+    tune(consumer, None if on_restart is None else lambda tp: on_restart())
     last, ends = time.monotonic(), None
     try:
         while not stopping.is_set():
@@ -112,7 +114,7 @@ class BatchConsumer(mode.Service):
                                          session_timeout_ms=6000, heartbeat_interval_ms=1000,
                                          fetch_max_wait_ms=self.wait_ms)
         await self.consumer.start()
-        back_off_when_idle(self.consumer)
+        tune(self.consumer)
 
     async def on_stop(self) -> None:
         """The consumer stopped once the loop has left it: the loop polls no more once the service stops, and

@@ -1,5 +1,6 @@
 """Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that
-never pass a message no agent has handled.
+never pass a message no agent has handled. Every consumer of Jev's (`tune`) also backs off while idle and reads a
+partition again from its beginning when a restarted broker's log of it ends before its position.
 
 Short fetch wait: Faust hard-codes fetch_max_wait_ms=1500 for its consumers. Brokers that hold a fetch open
 well past the arrival of data (tansu notices new data only every fraction of the wait: a median 13 ms late,
@@ -28,7 +29,16 @@ infers were compacted away) are not counted as acknowledged: the stage topics ar
 """
 from __future__ import annotations
 
+import logging
+from typing import Callable
+
+from aiokafka import TopicPartition
+from aiokafka.consumer.fetcher import OffsetResetStrategy
 from faust.transport.drivers import aiokafka as driver
+
+from streams.metrics import LOG_RESTARTS
+
+log = logging.getLogger("jev.kafka")
 
 FETCH_MAX_WAIT_MS = 5
 IDLE_FETCH_WAIT_MS = 100
@@ -49,6 +59,46 @@ def back_off_when_idle(consumer, longest_ms: int = IDLE_FETCH_WAIT_MS) -> None:
     fetcher._proc_fetch_request = fetch_and_adapt
 
 
+def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] | None = None) -> None:
+    """A started aiokafka consumer reads a partition again from its beginning when the broker's log of it ends
+    before the consumer's position. Kafka answers a fetch past a log's end with OffsetOutOfRange, which aiokafka
+    resets by auto_offset_reset; a broker that restarted without its data (the local tansu keeps its logs in
+    memory) answers with no records, no error and its new, lower end offset, and the consumer would skip every
+    record written after the restart up to its old position. A partition whose fetched high watermark is below
+    the offset it was fetched at (impossible on a log that only grows) is logged, counted in
+    jev_log_restarts_total{topic}, sought to its beginning and passed to `on_restart`."""
+    fetcher = consumer._fetcher
+    fetch = fetcher._proc_fetch_request
+
+    async def fetch_and_check(assignment, node_id, request) -> bool:
+        got = await fetch(assignment, node_id, request)
+        if not assignment.active:
+            return got
+        for topic, partitions in request.topics:
+            for partition, offset, *_ in partitions:
+                tp = TopicPartition(topic, partition)
+                state = assignment.state_value(tp)
+                if (state is None or tp in fetcher._records or not state.has_valid_position
+                        or state.position != offset or state.highwater is None or state.highwater >= offset):
+                    continue
+                log.warning("%s[%d] ends at offset %d, before this consumer's position %d: the broker restarted "
+                            "without its data; reading the partition again from its beginning",
+                            topic, partition, state.highwater, offset)
+                LOG_RESTARTS.labels(topic).inc()
+                state.await_reset(OffsetResetStrategy.EARLIEST)
+                if on_restart is not None:
+                    on_restart(tp)
+        return got
+
+    fetcher._proc_fetch_request = fetch_and_check
+
+
+def tune(consumer, on_restart: Callable[[TopicPartition], None] | None = None) -> None:
+    """Both changes to a started aiokafka consumer: back_off_when_idle and follow_log_restarts."""
+    back_off_when_idle(consumer)
+    follow_log_restarts(consumer, on_restart)
+
+
 class JevConsumerThread(driver.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport):
         consumer = super()._create_worker_consumer(transport)
@@ -57,7 +107,7 @@ class JevConsumerThread(driver.AIOKafkaConsumerThread):
 
     async def on_start(self) -> None:
         await super().on_start()
-        back_off_when_idle(self._consumer)
+        tune(self._consumer)
 
     async def seek_to_committed(self):
         committed, positions = await self.call_thread(seek_to_committed_or_beginning, self._ensure_consumer())

@@ -74,6 +74,9 @@ ENCODING_BYTES = Gauge("jev_encoding_cache_bytes", "Bytes the encoding cache hol
 FORGED = Counter("jev_forged_records", "Internal records refused because Jev did not write them: unsigned, badly "
                  "signed, or a control record stamped in the future (streams/signing.py), by topic.", ["topic"])
 
+LOG_RESTARTS = Counter("jev_log_restarts", "Partitions whose log came back shorter than this process had read "
+                       "(a broker restarted without its data): read again from the beginning, by topic.", ["topic"])
+
 _seen: dict[str, set[str]] = {}
 
 

@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
 from streams.control import publish as publish_controls
-from streams.kafka_tuning import FETCH_MAX_WAIT_MS
+from streams.kafka_tuning import FETCH_MAX_WAIT_MS, follow_log_restarts
 from streams.deadletter import ORIGINAL_MAX
 from workers import workload
 from workers.lag import stage_lag
@@ -94,6 +94,7 @@ class Collector:
                                     bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
                                     fetch_max_wait_ms=FETCH_MAX_WAIT_MS, max_partition_fetch_bytes=16 << 20)
         await consumer.start()
+        follow_log_restarts(consumer)
         try:
             while not self.stopping.is_set():
                 for tp, msgs in (await consumer.getmany(timeout_ms=200)).items():

@@ -23,7 +23,7 @@ from schemas.records import BudgetEvent, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams import signing
-from streams.kafka_tuning import back_off_when_idle
+from streams.kafka_tuning import tune
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner
 from streams.partitioning import partition_for
@@ -75,7 +75,7 @@ class BudgetOwner:
 
         consumer.subscribe([name("budget")], listener=Rebalance())
         await consumer.start()
-        back_off_when_idle(consumer)
+        tune(consumer)
         self.partitions = len(consumer.partitions_for_topic(name("budget")) or ()) or 1
         last_reclaim = 0.0
         try:
@@ -267,7 +267,7 @@ class LeaseClient:
         consumer = AIOKafkaConsumer(name("leases"), bootstrap_servers=self.bootstrap, group_id=f"{self.id}-grants",
                                     auto_offset_reset="earliest", enable_auto_commit=True, fetch_max_wait_ms=20)
         await consumer.start()
-        back_off_when_idle(consumer)
+        tune(consumer)
         try:
             while not self.stopping.is_set():
                 for msgs in (await consumer.getmany(timeout_ms=200)).values():

@@ -104,6 +104,15 @@ class Requests:
         with self.lock:
             self.seen.pop((tenant, request_id), None)
 
+    def orphan_undecided(self) -> None:
+        """The broker lost its logs (it restarted without its data): the work of a request this process admitted
+        and has not decided may have been lost with them, so a redelivery of it is admitted again (NEW) instead
+        of waiting for a decision that may never come (at-least-once; a second decision repeats the first)."""
+        with self.lock:
+            for entry in self.seen.values():
+                if entry[1] is None:
+                    entry[2] = False
+
     def apply(self, raw: bytes) -> None:
         """One requests-seen record (admitted_record, decided_record), from this process or another: what it
         adds is kept; nothing already known here is replaced."""

@@ -33,7 +33,7 @@ class RequestsSeenLog:
         if self.following is None:
             self.following = asyncio.ensure_future(follow_from_start(
                 self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
-                "requests-seen record", caught_up=self.caught_up.set))
+                "requests-seen record", caught_up=self.caught_up.set, on_restart=self.requests.orphan_undecided))
         await asyncio.shield(self.following)
 
     async def wait_loaded(self, stream) -> None:

@@ -167,3 +167,19 @@ def test_a_compacted_log_keeps_the_content_of_a_decided_request():
     restarted.apply(latest)
     assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT, None)
     assert restarted.check("t", "r", a) == (REDELIVERY, first)
+
+
+def test_after_the_broker_lost_its_logs_an_undecided_request_is_admitted_again():
+    """A broker that restarted without its data may have lost the work of requests admitted here: their
+    redelivery is admitted again (not left waiting for a decision that may never come); decided ones are not."""
+    seen = Requests()
+    a, b = (orjson.dumps({"request_id": r, "tenant": "t", "state": "x"}) for r in ("r", "r2"))
+    assert seen.check("t", "r", a) == seen.check("t", "r2", b) == (NEW, None)
+    first = Decision(request_id="r", tier="fine", action_id="a", input_tokens=40)
+    seen.decided("t", first)
+    assert seen.check("t", "r2", b) == (REDELIVERY, None)  # in flight here
+    seen.orphan_undecided()
+    assert seen.check("t", "r2", b) == (NEW, None)
+    assert seen.check("t", "r2", b) == (REDELIVERY, None)  # in flight again, once
+    verdict, again = seen.check("t", "r", a)
+    assert verdict == REDELIVERY and again is first

@@ -1,8 +1,10 @@
 """Faust's consumer as Jev installs it: seeks on the real local broker, and which offsets a commit covers."""
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.kafka_tuning import back_off_when_idle, committable, seek_to_committed_or_beginning
+from infra.broker import LocalBroker, create_topics
+from streams.kafka_tuning import back_off_when_idle, committable, follow_log_restarts, seek_to_committed_or_beginning
+from streams.metrics import LOG_RESTARTS
 from tests.conftest import fresh_topic
 
 
@@ -55,6 +57,46 @@ async def test_an_idle_consumer_backs_its_fetch_wait_off_and_a_record_brings_it_
         assert consumer._fetcher._fetch_max_wait_ms == 5
     finally:
         await consumer.stop()
+
+
+async def test_a_consumer_reads_a_restarted_brokers_log_from_its_beginning():
+    """tansu restarted without its data answers a fetch past its new end with no records and no error: the
+    consumer would skip everything up to its old position. With follow_log_restarts it reads the new log from its
+    first record, counts the partition and says so to `on_restart`."""
+    topic = "test.log_restart"
+    with LocalBroker() as broker:
+        bootstrap = broker.url.removeprefix("kafka://")
+        await create_topics(bootstrap, [topic], 1)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=20)
+        await producer.start()
+        await consumer.start()
+        restarted = []
+        follow_log_restarts(consumer, restarted.append)
+        before = LOG_RESTARTS.labels(topic)._value.get()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(topic, b"old%d" % i, partition=0)
+            read = 0
+            while read < 10:
+                read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+            broker.stop()
+            broker.start()
+            await create_topics(bootstrap, [topic], 1)
+            for i in range(3):
+                await producer.send_and_wait(topic, b"new%d" % i, partition=0)
+            new = []
+            for _ in range(50):
+                new += [m.value for msgs in (await consumer.getmany(timeout_ms=200)).values() for m in msgs]
+                if len(new) >= 3:
+                    break
+            assert new == [b"new0", b"new1", b"new2"]
+            assert restarted == [TopicPartition(topic, 0)]
+            assert LOG_RESTARTS.labels(topic)._value.get() == before + 1
+        finally:
+            await consumer.stop()
+            await producer.stop()
 
 
 @pytest.mark.parametrize("acked, start, offset, left", [
