@@ -4,7 +4,8 @@ It scores the single best candidate a question meets in L2 (the nearest cached q
 verification checks, verify.py) from features every install has: the primary embedder's cosine, the model
 check's cosine where one is configured (multilingual e5), how far the next neighbour lies behind (a crowded
 neighbourhood is ambiguous), the overlap of the two questions' word units, the words and key terms only
-one side has, the length ratio, and two offsets shared by all partitions (Han text; a decide request).
+one side has, the length ratio, two offsets shared by all partitions (Han text; a decide request), and
+word order, function words and question words (verify.differences: "Why did X win?" is not "Did X win?").
 One logistic regression over all partitions (pooled: a partition with few verdicts borrows the others'),
 numpy only. Its starting weights are those `jev cache train-verifier` fitted offline on labelled pairs
 (saved in the data dir), else the shipped ones (verifier.json, fitted the same way on the development
@@ -27,7 +28,7 @@ import numpy as np
 from streams.cache.verify import differences
 
 FEATURES = ("bias", "cosine", "second", "margin", "overlap", "extra_words", "extra_key", "length_ratio", "han",
-            "decide")
+            "decide", "order", "all_overlap", "asks")
 SHIPPED = Path(__file__).with_name("verifier.json")
 STORE = "verifier.json"  # in the data dir: weights `jev cache train-verifier` fitted
 RIDGE = 1.0  # pull of the starting weights in an online refit, in verdicts' worth
@@ -42,7 +43,8 @@ def features(query: str, cached: str, cosine: float, next_cosine: float, second:
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
     return np.array([1.0, cosine, cosine if second is None else second, cosine - next_cosine, diff["overlap"],
                      min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA, min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
-                     diff["length_ratio"], float(han), float(decide)], dtype=np.float64)
+                     diff["length_ratio"], float(han), float(decide), diff["order"], diff["all_overlap"],
+                     diff["asks"]], dtype=np.float64)
 
 
 def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, steps: int = 25) -> np.ndarray:
