@@ -129,6 +129,12 @@ class _Parsed:
         return word.replace(",", "").rstrip(".").lstrip("0") or "0"
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> _Parsed:
+    """A text parsed once for `verify` and `differences` of the same pair (read-only after construction)."""
+    return _Parsed(text)
+
+
 def _swapped(a: _Parsed, b: _Parsed) -> bool:
     """Two shared content words in opposite order around the same relation word ("Poles dislike Russians")."""
     common = set(a.content) & set(b.content)
@@ -157,7 +163,7 @@ def _opposite(a: _Parsed, b: _Parsed) -> bool:
 
 def verify(query: str, cached: str) -> Verdict:
     """Verdict(ok=True) when nothing but wording separates the two questions."""
-    a, b = _Parsed(query), _Parsed(cached)
+    a, b = _parsed(query), _parsed(cached)
     if a.numbers != b.numbers:
         return Verdict(False, "number")
     if bool(a.negations) != bool(b.negations):  # negated on one side only: in both is no difference
@@ -209,7 +215,7 @@ def differences(query: str, cached: str) -> dict[str, float]:
     consecutive content unit pairs (word order: "ethane to ethene" vs "ethene to ethane"), the overlap of all
     their units (function words too: "this plant" vs "plant"), and whether their question words ask different
     things (asks)."""
-    a, b = _Parsed(query), _Parsed(cached)
+    a, b = _parsed(query), _parsed(cached)
     seq_a, seq_b = (language.units(t, content=True) for t in (query, cached))
     units_a, units_b = set(seq_a), set(seq_b)
     union = units_a | units_b
