@@ -12,6 +12,9 @@ having been fitted). So each verdict falls, by a hash of the pair it judged (nev
 two folds: FIT_SHARE of them refit the verifier, the rest certify it. A refit rescores the certifying
 verdicts and tests again (another fit, at a smaller alpha).
 
+The verifier's calibration verdicts (verifier.py: mined from labelled pairs its weights were not fitted on)
+open the certifying fold, so a threshold can be certified before live verdicts come; they never refit it.
+
 Per entry (vCache's per-embedding refinement, the conservative side of it): an entry whose cached answer
 drew a disagreement at cosine c is never served again at a cosine <= c, whichever fold the verdict fell in.
 Exploration (learning.py): a share of what the threshold would serve is refused, so verdicts keep coming.
@@ -28,6 +31,7 @@ from streams.cache.learning import ThresholdLearner
 from streams.cache.verifier import Verifier
 
 POOL = ("pooled",)
+CALIBRATION = "offline-calibration"  # the entry key of calibration verdicts (no live entry has it)
 FIT_SHARE = 0.25  # verdicts that refit the verifier; the rest certify it
 REFIT_EVERY = 100  # fit-fold verdicts between refits (each refit spends a share of alpha)
 MAX_ROWS = 10_000  # per fold, the most recent kept
@@ -48,6 +52,11 @@ class PooledEvidence:
         self.certify_rows: deque[np.ndarray] = deque(maxlen=MAX_ROWS)  # in the learner's order
         self.vetoes: OrderedDict[str, float] = OrderedDict()  # entry key -> cosine of its disagreement
         self.since_refit = 0
+        rows, agreed = verifier.calibration
+        for row, ok in zip(rows, agreed):
+            self.certify_rows.append(row)
+            self.learner.observe(POOL, CALIBRATION, self.score(row), bool(ok))
+        self.calibration_verdicts = len(rows)
 
     def score(self, row: np.ndarray) -> float:
         return self.verifier.probability(row)
@@ -90,5 +99,6 @@ class PooledEvidence:
             self.learner.rescore(POOL, [1 / (1 + math.exp(-max(min(s, 30.0), -30.0))) for s in scores])
 
     def stats(self) -> dict:
-        return {**self.learner.stats(POOL), "fit_verdicts": len(self.fit_rows), "verifier": self.verifier.name,
+        return {**self.learner.stats(POOL), "fit_verdicts": len(self.fit_rows),
+                "calibration_verdicts": self.calibration_verdicts, "verifier": self.verifier.name,
                 "verifier_fits": self.verifier.fits, "weights": self.verifier.as_dict()}

@@ -19,7 +19,7 @@ its own question, not another pair's).
 `hit_ratio` is L2 hits over all requests (every `text_b`), `per_request_error` false hits over all requests
 (vCache's delta; the bound itself is per served hit, the stricter one), `curve` the running
 [requests asked, hit ratio, precision] at CURVE_POINTS points of the run.
-The learner starts empty: its first questions are misses while verdicts accumulate, as on fresh traffic.
+The learner starts with the verifier's calibration verdicts only (evidence.py), as a fresh deployment does.
 """
 from __future__ import annotations
 

@@ -5,8 +5,14 @@ The verifier judges the candidates L2 really meets, so it is fitted on those: ev
 row, labelled right only when that neighbour is its own `text_a` and the pair is labelled 1 (replay.py's
 rule). Rows are mined through SemanticCache.probe with pooled evidence that has no verdicts yet, so nothing is
 served and every candidate is returned with its feature row.
+
+The pairs are split by a hash of each pair: CALIBRATION_SHARE of them are not fitted on; their candidates,
+scored by the fitted weights, are the verifier's calibration verdicts (verifier.py), and the summary's
+`errors_top_N` counts wrong candidates among the N the weights rank highest there, out of sample.
 """
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -18,6 +24,13 @@ from streams.cache.learning import ThresholdLearner
 from streams.cache.replay import PARTITION
 from streams.cache.semantic import SemanticCache, _same_question
 from streams.cache.verifier import FEATURES, Verifier, fit
+
+CALIBRATION_SHARE = 0.5  # of the pairs, by hash: kept out of the fit, their candidates calibrate it
+
+
+def held_for_calibration(pair: Pair) -> bool:
+    digest = hashlib.blake2b(f"{pair.text_a}\x00{pair.text_b}\x01".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2 ** 64 < CALIBRATION_SHARE
 
 
 def mine(cache: SemanticCache, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
@@ -37,16 +50,22 @@ def mine(cache: SemanticCache, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarra
     return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES)), np.array(labels, dtype=np.float64)
 
 
-def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 1.0) -> tuple[np.ndarray, dict]:
-    """(weights, a summary): logistic regression on the mined candidates, a weak ridge towards zero."""
-    never = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(explore=0.0))
-    cache = SemanticCache(embedder, floor, check=check, evidence=never, max_entries=max(len(pairs), 1))
-    rows, labels = mine(cache, pairs)
+def train(embedder, pairs: list[Pair], floor: float, check=None,
+          ridge: float = 1.0) -> tuple[np.ndarray, dict, tuple[np.ndarray, np.ndarray]]:
+    """(weights, a summary, the calibration verdicts): logistic regression on the candidates mined from the
+    fitting part of the pairs, a weak ridge towards zero; the calibration part's candidates as (rows, agreed)."""
+    mined = []
+    for part in ([p for p in pairs if not held_for_calibration(p)], [p for p in pairs if held_for_calibration(p)]):
+        never = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(explore=0.0))
+        cache = SemanticCache(embedder, floor, check=check, evidence=never, max_entries=max(len(part), 1))
+        mined.append(mine(cache, part) if part else (np.zeros((0, len(FEATURES))), np.zeros(0)))
+    (rows, labels), (held, held_labels) = mined
     if len(rows) < 2 * len(FEATURES) or labels.min(initial=1) == labels.max(initial=0):
         raise ValueError(f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
                          "weights: give more labelled pairs, with both labels, or lower --floor")
     weights = fit(rows, labels, np.zeros(len(FEATURES)), ridge=ridge)
-    p = 1 / (1 + np.exp(-(rows @ weights)))
-    order = np.argsort(-p)
-    top = {f"errors_top_{n}": int(n - labels[order[:n]].sum()) for n in (100, 200, 500) if n <= len(rows)}
-    return weights, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()), **top}
+    order = np.argsort(-(held @ weights))
+    top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (100, 200, 500) if n <= len(held)}
+    return weights, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()),
+                     "calibration_candidates": len(held), "calibration_right": int(held_labels.sum()), **top}, (
+        held, held_labels.astype(bool))

@@ -4,11 +4,18 @@ It scores the single best candidate a question meets in L2 (the nearest cached q
 verification checks, verify.py) from features every install has: the primary embedder's cosine, the model
 check's cosine where one is configured (multilingual e5), how far the next neighbour lies behind (a crowded
 neighbourhood is ambiguous), the overlap of the two questions' word units, the words and key terms only
-one side has, the length ratio, and two offsets shared by all partitions (Han text; a decide request).
+one side has, the length ratio, two offsets shared by all partitions (Han text; a decide request), and
+word order, function words and question words (verify.differences: "Why did X win?" is not "Did X win?").
 One logistic regression over all partitions (pooled: a partition with few verdicts borrows the others'),
 numpy only. Its starting weights are those `jev cache train-verifier` fitted offline on labelled pairs
 (saved in the data dir), else the shipped ones (verifier.json, fitted the same way on the development
 part of qqp-dev); online it is refitted from verdicts (evidence.py), pulled towards the starting weights.
+
+Weights come with calibration verdicts: `train-verifier` fits on one part of the labelled pairs and keeps the
+feature rows and outcomes of the candidates mined from the other part, which the fit never saw. They are
+verdicts like live ones (exchangeable with traffic like those pairs), so they join the certifying fold and the
+threshold can be certified before the first live verdict; live verdicts join the same test and, being newer,
+push them out of its window (learning.MAX_VERDICTS).
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import numpy as np
 from streams.cache.verify import differences
 
 FEATURES = ("bias", "cosine", "second", "margin", "overlap", "extra_words", "extra_key", "length_ratio", "han",
-            "decide")
+            "decide", "order", "all_overlap", "asks")
 SHIPPED = Path(__file__).with_name("verifier.json")
 STORE = "verifier.json"  # in the data dir: weights `jev cache train-verifier` fitted
 RIDGE = 1.0  # pull of the starting weights in an online refit, in verdicts' worth
@@ -36,7 +43,8 @@ def features(query: str, cached: str, cosine: float, next_cosine: float, second:
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
     return np.array([1.0, cosine, cosine if second is None else second, cosine - next_cosine, diff["overlap"],
                      min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA, min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
-                     diff["length_ratio"], float(han), float(decide)], dtype=np.float64)
+                     diff["length_ratio"], float(han), float(decide), diff["order"], diff["all_overlap"],
+                     diff["asks"]], dtype=np.float64)
 
 
 def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, steps: int = 25) -> np.ndarray:
@@ -57,10 +65,14 @@ def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, s
 
 
 class Verifier:
-    def __init__(self, weights: np.ndarray, name: str = "shipped"):
+    def __init__(self, weights: np.ndarray, name: str = "shipped",
+                 calibration: tuple[np.ndarray, np.ndarray] | None = None):
+        """`calibration`: (feature rows, agreed) of verdicts the weights were not fitted on."""
         if len(weights) != len(FEATURES):
             raise ValueError(f"verifier weights need {len(FEATURES)} numbers ({', '.join(FEATURES)}), "
                              f"got {len(weights)}: refit them with `jev cache train-verifier`")
+        self.calibration = calibration if calibration is not None else (np.zeros((0, len(FEATURES))),
+                                                                         np.zeros(0, dtype=bool))
         self.prior = np.asarray(weights, dtype=np.float64)
         self.weights = self.prior.copy()
         self.name = name
@@ -84,17 +96,25 @@ def load_verifier(decision: str, data_dir: str | Path) -> Verifier:
     for path, source in ((Path(data_dir) / STORE, "trained"), (SHIPPED, "shipped")):
         if path.exists():
             record = json.loads(path.read_text()).get(decision)
-            if record is not None:
-                return Verifier(np.array([record["weights"][f] for f in FEATURES]), f"{source}:{decision}")
+            if record is not None and set(record["weights"]) == set(FEATURES):
+                held = record.get("calibration") or {"rows": [], "agreed": []}
+                rows = np.array(held["rows"], dtype=np.float64).reshape(-1, len(FEATURES))
+                return Verifier(np.array([record["weights"][f] for f in FEATURES]), f"{source}:{decision}",
+                                (rows, np.array(held["agreed"], dtype=bool)))
     cosine_only = np.zeros(len(FEATURES))
     cosine_only[0], cosine_only[1] = -20.0, 25.0  # p = 0.5 at cosine 0.8
     return Verifier(cosine_only, f"cosine:{decision}")
 
 
-def save_weights(data_dir: str | Path, decision: str, weights: np.ndarray, record: dict) -> Path:
+def save_weights(data_dir: str | Path, decision: str, weights: np.ndarray, record: dict,
+                 calibration: tuple[np.ndarray, np.ndarray] | None = None) -> Path:
+    """Save `weights` (and the calibration verdicts kept out of their fit) for `decision` in the data dir."""
     path = Path(data_dir) / STORE
     saved = json.loads(path.read_text()) if path.exists() else {}
     saved[decision] = {**record, "weights": dict(zip(FEATURES, map(float, weights)))}
+    if calibration is not None:
+        rows, agreed = calibration
+        saved[decision]["calibration"] = {"rows": np.round(rows, 4).tolist(), "agreed": [int(a) for a in agreed]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(saved, indent=1, sort_keys=True))
     return path

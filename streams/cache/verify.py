@@ -46,6 +46,8 @@ _ZH_NOT_NUMBER = _alternation(_ZH["not_numbers"].split())
 _ZH_NOT_NEGATION = _alternation(_ZH["not_negations"].split())
 _ZH_A_NOT_A = re.compile(f"(.)[{''.join(n for n in _ZH['negations'] if len(n) == 1)}]\\1")  # 是不是, 有没有
 _ZH_NEGATION = _alternation(_ZH["negations"])
+_EN_ASKS, _ZH_ASKS = _EN["question_words"], _ZH["question_words"]
+_ZH_ASK = _alternation(_ZH_ASKS)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,12 @@ class _Parsed:
         return word.replace(",", "").rstrip(".").lstrip("0") or "0"
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> _Parsed:
+    """A text parsed once for `verify` and `differences` of the same pair (read-only after construction)."""
+    return _Parsed(text)
+
+
 def _swapped(a: _Parsed, b: _Parsed) -> bool:
     """Two shared content words in opposite order around the same relation word ("Poles dislike Russians")."""
     common = set(a.content) & set(b.content)
@@ -156,7 +164,7 @@ def _opposite(a: _Parsed, b: _Parsed) -> bool:
 
 def verify(query: str, cached: str) -> Verdict:
     """Verdict(ok=True) when nothing but wording separates the two questions."""
-    a, b = _Parsed(query), _Parsed(cached)
+    a, b = _parsed(query), _parsed(cached)
     if a.numbers != b.numbers:
         return Verdict(False, "number")
     if bool(a.negations) != bool(b.negations):  # negated on one side only: in both is no difference
@@ -182,12 +190,37 @@ def verify(query: str, cached: str) -> Verdict:
     return Verdict(True)
 
 
+def asks(text: str) -> frozenset[str]:
+    """What a question asks by its question words (why, how, quantity, ...; none for a yes/no question), in
+    English and Chinese: "Why did X win?" and "Did X win?" differ, as do 如何 and 为什么."""
+    units = language.units(text)
+    kinds = {_ZH_ASKS[m] for m in _ZH_ASK.findall(text)} if _HAN.search(text) else set()
+    skip = False
+    for unit, after in zip(units, units[1:] + [""]):
+        if skip:
+            skip = False
+        elif f"{unit} {after}" in _EN_ASKS:
+            kinds.add(_EN_ASKS[f"{unit} {after}"])
+            skip = True
+        elif unit in _EN_ASKS:
+            kinds.add(_EN_ASKS[unit])
+    return frozenset(kinds)
+
+
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
 def differences(query: str, cached: str) -> dict[str, float]:
     """What separates two questions that passed `verify`, as numbers for the learned verifier (verifier.py):
     the overlap of their content word units (language.units: words, CJK character bigrams), the Latin-script
-    content words and key terms only one side has, and the ratio of their lengths in units."""
-    a, b = _Parsed(query), _Parsed(cached)
-    units_a, units_b = (set(language.units(t, content=True)) for t in (query, cached))
+    content words and key terms only one side has, the ratio of their lengths in units, the overlap of their
+    consecutive content unit pairs (word order: "ethane to ethene" vs "ethene to ethane"), the overlap of all
+    their units (function words too: "this plant" vs "plant"), and whether their question words ask different
+    things (asks)."""
+    a, b = _parsed(query), _parsed(cached)
+    seq_a, seq_b = (language.units(t, content=True) for t in (query, cached))
+    units_a, units_b = set(seq_a), set(seq_b)
     union = units_a | units_b
     words_a, words_b = ({w for w in p.content if w.isascii()} for p in (a, b))
     extra_a, extra_b = words_a - words_b, words_b - words_a
@@ -195,4 +228,7 @@ def differences(query: str, cached: str) -> dict[str, float]:
     return {"overlap": len(units_a & units_b) / len(union) if union else 1.0,
             "extra_words": float(len(extra_a) + len(extra_b)),
             "extra_key": float(len(extra_a & a.key) + len(extra_b & b.key)),
-            "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0}
+            "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0,
+            "order": _jaccard(set(zip(seq_a, seq_a[1:])), set(zip(seq_b, seq_b[1:]))),
+            "all_overlap": _jaccard(set(language.units(query)), set(language.units(cached))),
+            "asks": float(asks(query) != asks(cached))}

@@ -26,8 +26,11 @@ Fit the L2 verifier's starting weights from labelled pairs, and save them in the
 Every text_a is cached and every text_b asks; the best verified neighbour each one meets (what the live L2
 decision judges) is a training row, right only when it is the pair's own text_a and the pair is labelled 1.
 A logistic regression over the verifier's features (cosines, word overlap, words and key terms only one
-side has, length ratio, language and decision kind) is fitted to them. Live, the weights are refitted from
-verdicts, pulled towards these; the threshold that serves is still certified from live verdicts only.
+side has, length ratio, language and decision kind) is fitted to the rows of half the pairs (by hash); the
+other half's rows are saved with the weights as calibration verdicts. Live, they open the test that certifies
+the served threshold (so hits can be served before live verdicts come); live verdicts join the same test,
+and refit the weights, pulled towards these. errors_top_N: wrong rows among the N the weights rank highest
+in the calibration half (out of sample).
 Fit on development pairs and report on others (bench/cache_replay.py holds out 30% of qqp-dev).
 
   jev cache train-verifier qqp_dev.jsonl --json
@@ -37,9 +40,10 @@ REPLAY_HELP = """\
 Replay a labelled pairs file as traffic through the live L2 decision, with thresholds learned from verdicts.
 
 Every text_a is asked and answered first (it fills the cache). Then every text_b is asked. A hit is right
-only when the entry it hit is its own text_a and the pair is labelled 1. The learner starts with no
-evidence, so a partition serves no L2 hit until verdicts show that a threshold keeps the false-hit rate
-at or below JEV_CACHE_MAX_ERROR with JEV_CACHE_ERROR_CONFIDENCE. Verdicts come from two places, as live:
+only when the entry it hit is its own text_a and the pair is labelled 1. The learner starts with the
+verifier's calibration verdicts only (pairs its weights were not fitted on: train-verifier), and serves no L2
+hit until verdicts show that a threshold keeps the false-hit rate at or below JEV_CACHE_MAX_ERROR with
+JEV_CACHE_ERROR_CONFIDENCE. Live verdicts come from two places:
   - served hits, at --shadow-rate (the label stands in for the shadow comparison with the naive answer);
   - misses whose verified neighbour the learned threshold refused, or that were refused to explore
     (JEV_CACHE_EXPLORE_RATE of what it would serve): the miss is answered anyway and its answer compared
@@ -141,6 +145,7 @@ def run_replay(args, settings) -> int:
     summary = {**summary, "embedder": embedder.name, "model_check": check_ or None, "floor": floor,
                "verifier": evidence.verifier.name, "verifier_fits": evidence.verifier.fits,
                "certifying_verdicts": evidence.stats()["verdicts"],
+               "calibration_verdicts": evidence.calibration_verdicts,
                "certifying_disagreements": evidence.stats()["disagreements"],
                "pairs_file": str(args.pairs), "refusals": dict(cache.refusals)}
     if args.json:
@@ -161,11 +166,12 @@ def run_train_verifier(args, settings) -> int:
         decision = decision_name(embedder.name, check)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
-        weights, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0))
+        weights, summary, held = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    path = save_weights(settings.data_dir, decision, weights, {**summary, "floor": floor, "source": str(args.pairs)})
+    path = save_weights(settings.data_dir, decision, weights, {**summary, "floor": floor, "source": str(args.pairs)},
+                        held)
     summary = {"decision": decision, "floor": floor, **summary, "weights": dict(zip(FEATURES, map(float, weights))),
                "saved": str(path)}
     if args.json:

@@ -39,7 +39,7 @@ def test_verdicts_of_every_partition_certify_one_threshold():
     rng = random.Random(1)
     for i in range(400):
         cosine = rng.uniform(0.9, 1.0)
-        evidence.observe(f"p{i % 40}/q{i}", row(cosine), cosine, agreed=rng.random() > 0.01)
+        evidence.observe(f"p{i % 40}/q{i}", row(cosine), cosine, agreed=cosine > 0.95 or rng.random() > 0.05)
     assert evidence.threshold() < 1.0
     assert evidence.stats()["verdicts"] + evidence.stats()["fit_verdicts"] == 400
     assert evidence.allows("p3/other", 0.97, evidence.score(row(0.97)))
@@ -118,3 +118,21 @@ def test_the_tune_floor_bounds_served_cosines_while_candidates_still_teach():
     cache.min_similarity = 0.9999
     hit, candidate = cache.probe(EN, "How can I reset my password?")
     assert hit is None and candidate is not None and cache.min_similarity == 0.9999
+
+
+def test_calibration_verdicts_certify_before_live_ones_and_never_refit():
+    """A verifier shipped with verdicts from pairs it was not fitted on serves English and Chinese hits at once;
+    a calibration set with errors at the top certifies nothing."""
+    clean = (np.stack([row(0.99)] * 300), np.ones(300, dtype=bool))
+    evidence = PooledEvidence(Verifier(cosine_verifier().weights, calibration=clean),
+                              ThresholdLearner(0.05, 0.9, explore=0.0))
+    assert evidence.stats()["calibration_verdicts"] == 300 and evidence.stats()["fit_verdicts"] == 0
+    cache = SemanticCache(HashingEmbedder(), threshold=0.3, evidence=evidence)
+    cache.insert(EN, "How do I reset my password?", "answer")
+    cache.insert(ZH, "如何重置我的密码？", "答案")
+    assert cache.probe(EN, "how do I reset my password")[0] is not None
+    assert cache.probe(ZH, "如何重置我的密码")[0] is not None
+    noisy = (clean[0], np.arange(300) % 5 != 0)  # one in five wrong
+    refused = PooledEvidence(Verifier(cosine_verifier().weights, calibration=noisy),
+                             ThresholdLearner(0.05, 0.9, explore=0.0))
+    assert refused.threshold() == math.inf

@@ -47,3 +47,13 @@ def test_trained_weights_are_preferred_to_shipped_and_unknown_decisions_fall_bac
     assert loaded.name == "trained:minilm" and np.array_equal(loaded.weights, weights)
     with pytest.raises(ValueError, match="train-verifier"):
         Verifier(np.zeros(3))
+
+
+def test_calibration_verdicts_are_saved_beside_the_weights(tmp_path):
+    rows = np.random.default_rng(0).uniform(size=(5, len(FEATURES)))
+    agreed = np.array([True, False, True, True, False])
+    save_weights(tmp_path, "minilm", np.ones(len(FEATURES)), {"pairs": 5}, (rows, agreed))
+    loaded = load_verifier("minilm", tmp_path)
+    assert np.allclose(loaded.calibration[0], rows, atol=1e-4) and loaded.calibration[1].tolist() == agreed.tolist()
+    save_weights(tmp_path, "e5", np.ones(len(FEATURES)), {"pairs": 0})
+    assert len(load_verifier("e5", tmp_path).calibration[0]) == 0

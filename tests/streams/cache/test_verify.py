@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from streams.cache.calibration import read_pairs
-from streams.cache.verify import _zh_value, verify
+from streams.cache.verify import _zh_value, asks, differences, verify
 
 QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
 
@@ -88,3 +88,33 @@ def test_hand_labeled_question_pairs():
     ("三万五千", "35000"), ("一亿两千万", "120000000")])
 def test_chinese_numbers(run, value):
     assert _zh_value(run) == value
+
+
+@pytest.mark.parametrize("text,kinds", [
+    ("Why did Julian Assange help Trump win?", {"why"}),
+    ("Did Julian Assange help Trump win?", set()),
+    ("How many women experience orgasm?", {"quantity"}),
+    ("How do women experience orgasm?", {"how"}),
+    ("为什么天空是蓝色的？", {"why"}),
+    ("天空为何是蓝色？", {"why"}),
+    ("学习Python要多少钱？", {"quantity"}),
+    ("北京今天会下雨吗？", set()),
+])
+def test_asks_reads_question_words_in_english_and_chinese(text, kinds):
+    assert asks(text) == kinds
+
+
+@pytest.mark.parametrize("query,cached,order,asked", [
+    ("How do you convert ethane to ethene?", "How do you convert ethene to ethane?", 0.0, 0.0),
+    ("How do you convert ethane to ethene?", "How can you convert ethane to ethene?", 1.0, 0.0),
+    ("Where is Sonia Gandhi?", "Who is Sonia Gandhi?", 1.0, 1.0),
+    ("北京到上海的火车票多少钱？", "上海到北京的火车票多少钱？", None, 0.0),
+    ("如何学习Python？", "为什么学习Python？", None, 1.0),
+])
+def test_differences_see_word_order_and_what_is_asked(query, cached, order, asked):
+    diff = differences(query, cached)
+    assert diff["asks"] == asked
+    if order is None:  # Chinese units are character bigrams: a swap or another word costs order more than overlap
+        assert diff["order"] < diff["overlap"] < 1.0
+    else:
+        assert diff["order"] == order

@@ -3,9 +3,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from streams.cache.verifier import FEATURES
 from workers.cli import main
 
 QUESTION_PAIRS = Path(__file__).parents[2] / "streams" / "cache" / "question_pairs.jsonl"
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def test_calibrate_then_evaluate_with_json(tmp_path, monkeypatch, capsys):
@@ -133,13 +138,22 @@ def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, mon
 
 def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
-    assert main(["cache", "train-verifier", str(QUESTION_PAIRS), "--embedder", "hashing", "--floor", "0.2",
-                 "--json"]) == 0
+    pairs = tmp_path / "train.jsonl"
+    rows = []
+    for n, w in enumerate("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma tau omega".split()):
+        rows += [{"text_a": f"How do I reset the {w} router?", "text_b": f"how do I reset the {w} router", "label": 1},
+                 {"text_a": f"Where is the {w} warehouse?", "text_b": f"Who runs the {w} warehouse today?", "label": 0},
+                 {"text_a": f"如何重置{w}路由器？", "text_b": f"如何重置{w}路由器", "label": 1},
+                 {"text_a": f"{w}仓库在哪里？", "text_b": f"今天谁管理{w}仓库？", "label": 0}]
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows + read_rows(QUESTION_PAIRS)))
+    assert main(["cache", "train-verifier", str(pairs), "--embedder", "hashing", "--floor", "0.2", "--json"]) == 0
     trained = orjson.loads(capsys.readouterr().out.splitlines()[-1])
-    assert trained["decision"] == "hashing" and trained["candidates"] > 0 and len(trained["weights"]) == 10
-    assert (tmp_path / "verifier.json").exists()
+    assert trained["decision"] == "hashing" and trained["candidates"] > 0 and len(trained["weights"]) == len(FEATURES)
+    assert (tmp_path / "verifier.json").exists() and trained["calibration_candidates"] > 0
     assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--json"]) == 0
-    assert orjson.loads(capsys.readouterr().out.splitlines()[-1])["verifier"] == "trained:hashing"
+    replayed = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert replayed["verifier"] == "trained:hashing"
+    assert replayed["calibration_verdicts"] == trained["calibration_candidates"], "the held half opens the test"
 
 
 def test_train_verifier_on_too_few_pairs_names_the_fix(tmp_path, monkeypatch, capsys):
