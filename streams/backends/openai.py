@@ -132,9 +132,6 @@ class OpenAIEngine:
             raise ModelUnavailable(f"{self.base_url}/{path}: malformed response (not a JSON object)")
         return body
 
-    def deadline(self, deadline: float) -> float:
-        cap = time.time() + self.options["timeout_s"]
-        return min(deadline, cap) if deadline > 0 else cap
 
     # --- decide -------------------------------------------------------------------------------------------
 
@@ -152,7 +149,7 @@ class OpenAIEngine:
 
         async def all_of():
             srv = server(self.base_url, self.options)
-            return await asyncio.gather(*(self.decide(srv, context, candidates, self.deadline(until))
+            return await asyncio.gather(*(self.decide(srv, context, candidates, until)
                                           for (context, candidates), until in zip(items, deadlines)),
                                         return_exceptions=True)
 
@@ -240,11 +237,10 @@ class OpenAIEngine:
 
         async def call():
             srv = server(self.base_url, self.options)
-            until = self.deadline(deadline)
-            model = await self.served(srv, until)
+            model = await self.served(srv, deadline)
             return await self.request(srv, "POST", "chat/completions", {
                 "model": model, "messages": self.messages(prompt), "max_tokens": max_tokens,
-                "temperature": 0.0, "logprobs": True}, until)
+                "temperature": 0.0, "logprobs": True}, deadline)
 
         body = self.loop.run(call())
         try:
@@ -257,7 +253,7 @@ class OpenAIEngine:
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
         """The answer's pieces as the server sends them. Connecting (with retries) happens here, so a server that
         is down raises ModelUnavailable before any piece; a stream cut later ends with the text so far."""
-        feed = SSEFeed(self, prompt, max_tokens, self.deadline(deadline))
+        feed = SSEFeed(self, prompt, max_tokens, deadline)
         feed.open()
         streaming = Streaming(iter(()), self.count(prompt), self.model, self.label)
         streaming.pieces = feed.pieces(streaming)
@@ -284,20 +280,20 @@ class SSEFeed:
                 model = await engine.served(srv, self.deadline)
                 payload = {"model": model, "messages": engine.messages(self.prompt), "max_tokens": self.max_tokens,
                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-                response = await send(srv, "POST", "chat/completions", payload, engine.headers(), self.deadline,
-                                      engine.options, stream=True)
-            except ModelUnavailable as exc:
+                async with srv.slot(self.deadline, f"{engine.base_url}/chat/completions"):  # until read through
+                    response = await send(srv, "POST", "chat/completions", payload, engine.headers(),
+                                          self.deadline, engine.options, stream=True)
+                    ready.set()
+                    try:
+                        await self.read(response)
+                    except (httpx.TransportError, httpx.TimeoutException):
+                        srv.breaker.failure(time.time())
+                    finally:
+                        await response.aclose()
+                        self.queue.put(None)
+            except ModelUnavailable as exc:  # raised before the stream began: nothing was read
                 outcome.append(exc)
                 ready.set()
-                return
-            ready.set()
-            try:
-                await self.read(response)
-            except (httpx.TransportError, httpx.TimeoutException):
-                srv.breaker.failure(time.time())
-            finally:
-                await response.aclose()
-                self.queue.put(None)
 
         self.task = asyncio.run_coroutine_threadsafe(run(), engine.loop.loop)
         ready.wait()
