@@ -3,8 +3,9 @@ bound and circuit per server, and the one retry loop every call goes through.
 
 Concurrency: at most `max_concurrency` calls of the process are at a server at once (the pool entry's option; a
 streamed answer holds its slot until it is read), as LiteLLM's `max_parallel_requests` and vLLM's benchmark client
-do with a semaphore per deployment. A call waits for a slot in order; the wait is queueing, not a failed call: it
-never touches the circuit, and the per-call `timeout_s` starts once the call is sent. The caller's deadline (epoch
+do with a semaphore per deployment. Waiting calls get a slot earliest deadline first (calls without a deadline, such
+as a streamed answer, after them, in arrival order). The wait is queueing, not a failed call: it never touches the
+circuit, and the per-call `timeout_s` starts once the call is sent. The caller's deadline (epoch
 seconds; 0 = none) bounds the wait and the call together: a call that runs out of it, waiting or at the server, ends
 with reason `deadline`, never counted against the server.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import math
 import threading
 import time
@@ -89,6 +92,39 @@ class Breaker:
         return self.streak >= self.failures
 
 
+class Slots:
+    """`size` slots; a freed slot goes to the waiter with the earliest deadline (none = last), ties in arrival order."""
+
+    def __init__(self, size: int):
+        self.size, self.busy = size, 0
+        self.waiters: list[tuple[float, int, asyncio.Future]] = []
+        self.order = itertools.count()
+
+    def full(self) -> bool:
+        return self.busy >= self.size
+
+    async def acquire(self, deadline: float) -> None:
+        if not self.full() and not self.waiters:
+            self.busy += 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiters, (deadline if deadline > 0 else math.inf, next(self.order), future))
+        try:
+            await future  # release() handed it a slot
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed a slot as the wait was cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        self.busy -= 1
+        while self.waiters and not self.full():
+            future = heapq.heappop(self.waiters)[2]
+            if not future.done():  # a cancelled waiter is skipped
+                self.busy += 1
+                future.set_result(None)
+
+
 def time_left(deadline: float) -> float:
     """Seconds until `deadline` (epoch seconds); infinite when there is none (0)."""
     return deadline - time.time() if deadline > 0 else math.inf
@@ -98,11 +134,9 @@ def time_left(deadline: float) -> float:
 class Server:
     """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
     client: httpx.AsyncClient
-    slots: asyncio.Semaphore
+    slots: Slots
     breaker: Breaker
-    size: int = 1  # max_concurrency: slots in all
     calls: int = 0
-    waiting: int = 0  # calls queued for a slot now
     waited: int = 0  # calls that found every slot taken and queued
 
     @contextlib.asynccontextmanager
@@ -112,17 +146,14 @@ class Server:
         left = time_left(deadline)
         if left <= 0:
             raise ModelUnavailable(f"{where}: the deadline passed before the call was sent", "deadline")
-        if self.slots.locked():
+        if self.slots.full() or self.slots.waiters:
             self.waited += 1
-        self.waiting += 1
         try:
             async with asyncio.timeout(None if math.isinf(left) else left):
-                await self.slots.acquire()
+                await self.slots.acquire(deadline)
         except TimeoutError:
-            raise ModelUnavailable(f"{where}: the deadline passed while queued for one of the server's {self.size} "
-                                   "slots", "deadline") from None
-        finally:
-            self.waiting -= 1
+            raise ModelUnavailable(f"{where}: the deadline passed while queued for one of the server's "
+                                   f"{self.slots.size} slots", "deadline") from None
         try:
             yield
         finally:
@@ -138,8 +169,8 @@ def server(base_url: str, options: dict) -> Server:
         _servers[base_url] = Server(
             httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", timeout=options["timeout_s"],
                               limits=httpx.Limits(max_connections=options["max_concurrency"] * 2)),
-            asyncio.Semaphore(options["max_concurrency"]),
-            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]), options["max_concurrency"])
+            Slots(options["max_concurrency"]),
+            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]))
     return _servers[base_url]
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from schemas.records import Candidate, Request
 from streams.backends import pool as pool_mod
+from streams.backends.http import server
 from streams.backends.openai import OpenAIEngine, label_scores
 from streams.backends.protocol import ModelUnavailable, Usage
 from streams.scoring import policy
@@ -222,13 +223,14 @@ def test_calls_queue_for_the_servers_slots_without_failing_or_opening_the_circui
     items = [(f"顾客 {i}: 我想退款 refund please", CANDIDATES) for i in range(8)]
     results = eng.score_many(items, [time.time() + 10] * len(items))
     assert all(not isinstance(r, ModelUnavailable) for r in results), results
-    assert script.most_in_flight == 1 and len(script.bodies) == 8
+    assert script.most_in_flight == 1 and len(script.bodies) == 8 and server(url, {}).waited >= 7
 
 
 def test_a_call_queued_past_its_deadline_is_a_deadline_and_never_sent(fake_server):
     url, script = fake_server
     script.delay_s = 0.4
     eng = engine(url, max_concurrency=1, breaker_failures=1)
+    eng.served_name = "fake-model"  # no /models call: the first decision takes the free slot at once
     now = time.time()
     first, second = eng.score_many([("refund one", CANDIDATES), ("refund two", CANDIDATES)], [now + 5, now + 0.2])
     assert not isinstance(first, ModelUnavailable) and first.scores
