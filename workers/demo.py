@@ -29,8 +29,8 @@ CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (b
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 SERVED_ESCALATE_BELOW = 0.5  # --model-url: fine-tier confidence under which the served model re-ranks (tier llm)
 SERVED_TIMEOUT_MS = 20_000  # --model-url: each decision type's time budget (a CPU server takes seconds per call)
-SERVED_ANSWER_TOKENS = 96  # --model-url: the most tokens one streamed answer generates (the question types' lengths
-# cut to it): ~1.4 s of SmolLM2-135M on llama.cpp on 2 quiet cores, so the demo's answers fit in about a minute
+SERVED_ANSWER_TOKENS = 64  # --model-url: the most tokens one streamed answer generates (the question types' lengths
+# cut to it): about a second of SmolLM2-135M on llama.cpp on 2 quiet cores, two or three sentences
 
 
 def served_settings(settings, url: str, concurrency: int = 1):
@@ -111,7 +111,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         for wave in range(WAVES):
             await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
             decisions, rejections = await pipe.collect(
-                (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20),
+                (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20), idle=True,
                 on_progress=lambda done: progress.update(task, completed=done))
         chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
         await wait_verdicts(pipe, expected, since, SHADOW_WAIT_S)

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.model_server]
 ROOT = Path(__file__).resolve().parents[2]
-REQUESTS = 40
+REQUESTS = 24
 
 
 def test_the_served_demo_decides_every_request_with_no_fallbacks(model_server, tmp_path):
