@@ -118,6 +118,7 @@ def print_report(r: dict) -> None:
         ("requests", r["requests"]), ("decided", r["decided"]),
         ("rejected (bad input)", f"{r['rejected']}  {', '.join(r['rejected_reasons'])}"),
         ("decisions by tier", ", ".join(f"{k} {v}" for k, v in r["tiers"].items())),
+        ("generate answers from", r["generator"]),
         ("decisions by language", "; ".join(f"{lang} {v['decided']}/{v['requests']}: "
                                             + ", ".join(f"{k} {n}" for k, n in v["tiers"].items())
                                             for lang, v in r["by_language"].items())),
