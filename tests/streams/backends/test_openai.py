@@ -218,8 +218,8 @@ def test_a_slow_server_cut_by_the_decisions_deadline_is_a_deadline_not_unavailab
 
 def test_calls_queue_for_the_servers_slots_without_failing_or_opening_the_circuit(fake_server):
     url, script = fake_server
-    script.delay_s = 0.2  # 8 calls one at a time: 1.6 s in all, far past each call's own 0.5 s timeout
-    eng = engine(url, max_concurrency=1, timeout_s=0.5, breaker_failures=1)
+    script.delay_s = 0.25  # 8 calls one at a time: 2 s in all, twice each call's own 1 s timeout
+    eng = engine(url, max_concurrency=1, timeout_s=1.0, breaker_failures=1)
     items = [(f"顾客 {i}: 我想退款 refund please", CANDIDATES) for i in range(8)]
     results = eng.score_many(items, [time.time() + 10] * len(items))
     assert all(not isinstance(r, ModelUnavailable) for r in results), results
@@ -257,11 +257,11 @@ def test_a_decision_queued_behind_the_server_falls_back_for_its_own_reason(fake_
     url, script = fake_server
     script.delay_s = 0.5
     served = engine(url, max_concurrency=1)
-    eng = Engine(coarse=LexicalBackend(), fine=served, mode="fine-only", config=policy.load())
+    eng = Engine(coarse=LexicalBackend(), fine=served, mode="fine-only", config=policy.load().with_timeout(60_000))
     works = [work_for(Request(request_id=f"q{i}", tenant="t", service="s", decision_type="ranking",
                               state="我要退款 refund", deadline_ms=ms,
                               candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)]),
-                      "gpt-4o-mini") for i, ms in enumerate([5000, 300])]
+                      "gpt-4o-mini") for i, ms in enumerate([30_000, 300])]
     first, second = [d for d, _ in eng.decide_batch(works)]
     assert first.tier == "fine" and second.tier == "fallback"
     assert second.chain[0].startswith("fallback:deadline") and eng.counters["fallback_model_unavailable"] == 0
