@@ -71,7 +71,7 @@ def run(args, settings) -> int:
     if not (args.model_url or args.no_model_server):
         from pathlib import Path
 
-        from infra.model_server import ModelServer, missing
+        from infra.model_server import ModelServer, idle_cores, missing
 
         why = missing()
         if why and args.local_model:
@@ -83,9 +83,10 @@ def run(args, settings) -> int:
         else:
             log = Path(settings.data_dir) / "model_server.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            print(f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct; log {log})",
-                  file=sys.stderr)
-            with ModelServer(log=log) as server:
+            threads = idle_cores()
+            print(f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct, {threads} thread(s); "
+                  f"log {log})", file=sys.stderr)
+            with ModelServer(log=log, threads=threads) as server:
                 args.local_model, args.model_url = False, server.url
                 return run(args, settings)
     if args.model_url:
