@@ -42,7 +42,7 @@ def idle_cores(most: int = 2) -> int:
     llama.cpp's threads meet at a barrier after every operation, so one descheduled thread stalls the others: on a
     busy 2-core machine (load 24) SmolLM2 generated 57 tokens in 50-80 s with 2 threads and in 7 s with 1."""
     idle = (os.cpu_count() or 1) - os.getloadavg()[0]
-    return max(1, min(most, int(idle)))
+    return max(1, min(most, round(idle)))
 
 
 def missing() -> str:
