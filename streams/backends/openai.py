@@ -8,10 +8,10 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
   without /completions), `rerank` (/rerank of a reranker model: query = context, documents = candidates) or
   `generative_scoring` (vLLM's /generative-scores: query = context, items = candidates, scored by
   log P(yes) − log P(no) over `options.label_token_ids`). A micro-batch's decisions go as concurrent calls, at
-  most `options.max_concurrency` (8) in flight per server.
+  most `options.max_concurrency` (8) in flight per server, the rest queued earliest deadline first.
 - faults: retries inside the deadline and a circuit per server (streams/backends/http.py), then
-  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`, or `fallback:timeout` when the
-  decision's own time ran out). A malformed body is a failure; a missing `usage` leaves the server's count empty
+  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`; `fallback:deadline` or
+  `fallback:timeout` when the caller's deadline or the decision type's budget ran out, queued or at the server). A malformed body is a failure; a missing `usage` leaves the server's count empty
   (Jev's count stands); usage repeated cumulatively in every stream chunk or sent after `finish_reason` is read
   once, the last one seen.
 
