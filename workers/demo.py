@@ -29,13 +29,17 @@ CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (b
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 SERVED_ESCALATE_BELOW = 0.5  # --model-url: fine-tier confidence under which the served model re-ranks (tier llm)
 SERVED_TIMEOUT_MS = 20_000  # --model-url: each decision type's time budget (a CPU server takes seconds per call)
+SERVED_ANSWER_TOKENS = 64  # --model-url: the most tokens one streamed answer generates (the question types' lengths
+# cut to it): about a second of SmolLM2-135M on llama.cpp on 2 quiet cores, two or three sentences
 
 
-def served_settings(settings, url: str):
+def served_settings(settings, url: str, concurrency: int = 1):
     """Settings that send the demo's generate requests, and the escalation tier (`llm`) of decisions the fine tier
     is unsure of, to the OpenAI-compatible server at `url`: a model pool with the server's model beside the
-    bundled ones, and the bundled decision types with that model as their escalation tier, written under the
-    data dir. Raises ValueError when nothing answers at `url`."""
+    bundled ones (a pool entry of that name keeps its tokenizer and prices; `concurrency` calls at once, see
+    streams/backends/http.py), the bundled decision types with that model as their escalation tier, and the bundled
+    stream lengths cut to SERVED_ANSWER_TOKENS, written under the data dir. Raises ValueError when nothing answers
+    at `url`."""
     from importlib import resources
 
     import httpx
@@ -49,17 +53,23 @@ def served_settings(settings, url: str):
     folder = Path(settings.data_dir).resolve() / "model-url"
     folder.mkdir(parents=True, exist_ok=True)
     pool = yaml.safe_load(resources.files("streams.backends").joinpath("models.yaml").read_text())
-    pool["models"][name] = {"engine": "openai", "model": name, "base_url": url, "channel": "precise",
-                            "options": {"timeout_s": 60}}
+    entry = pool["models"].get(name) or {}
+    pool["models"][name] = {**entry, "engine": "openai", "model": name, "base_url": url, "channel": "precise",
+                            "options": {**(entry.get("options") or {}), "timeout_s": 60,
+                                        "max_concurrency": concurrency}}
     types = yaml.safe_load(resources.files("streams.scoring").joinpath("decision_types.yaml").read_text())
     types["tiers"]["escalation"] = name
     types["defaults"].update(escalate_below=SERVED_ESCALATE_BELOW, timeout_ms=SERVED_TIMEOUT_MS)
     for policy in types["types"].values():
         policy.pop("timeout_ms", None)
+    lengths = yaml.safe_load(resources.files("streams.output").joinpath("stream.yaml").read_text())
+    for spec in lengths["types"].values():
+        spec["max_output_tokens"] = min(spec["max_output_tokens"], SERVED_ANSWER_TOKENS)
     (folder / "models.yaml").write_text(yaml.safe_dump(pool, allow_unicode=True))
     (folder / "decision_types.yaml").write_text(yaml.safe_dump(types, allow_unicode=True))
+    (folder / "stream.yaml").write_text(yaml.safe_dump(lengths, allow_unicode=True))
     return settings.replace(models=str(folder / "models.yaml"), decision_types=str(folder / "decision_types.yaml"),
-                            generator=name)
+                            stream_config=str(folder / "stream.yaml"), generator=name)
 
 
 def sampled(payloads: list[bytes], rate: str) -> int:
@@ -101,7 +111,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         for wave in range(WAVES):
             await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
             decisions, rejections = await pipe.collect(
-                (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20),
+                (wave + 1) * n // WAVES, len(bad), timeout=max(60.0, n / 20), idle=True,
                 on_progress=lambda done: progress.update(task, completed=done))
         chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
         await wait_verdicts(pipe, expected, since, SHADOW_WAIT_S)
@@ -135,7 +145,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
             "tokens": {"actual": int(actual), "nominal": int(nominal)}, "by_model": models,
             "cache": cache, "agreement": agreed, "shadow": shadow,
             "latency": latency_split(decisions.values()),
-            "clickhouse_rows": rows, "stages": stages, "scorers": scorers, **metrics,
+            "clickhouse_rows": rows, "stages": stages, "scorers": scorers, "generator": settings.generator, **metrics,
             "wall_s": round(time.monotonic() - started, 1), "stream": stream,
             "by_language": by_language(payloads, decisions)}
 

@@ -231,8 +231,10 @@ class Pipeline:
         finally:
             await producer.stop()
 
-    async def collect(self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None):
-        """Read decisions and dead letters until the expected counts arrive or `timeout` passes."""
+    async def collect(self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None,
+                      idle: bool = False):
+        """Read decisions and dead letters until the expected counts arrive or `timeout` passes (with `idle`:
+        passes with none arriving, so a slow model that keeps deciding is waited for)."""
         consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), bootstrap_servers=self.settings.bootstrap,
                                     auto_offset_reset="earliest", group_id=None)
         await consumer.start()
@@ -249,6 +251,8 @@ class Pipeline:
                             decisions[d.request_id] = d
                         else:
                             rejections.append(Rejection.loads(msg.value))
+                        if idle:
+                            deadline = time.monotonic() + timeout
                 if on_progress:
                     on_progress(len(decisions) + len(rejections))
         finally:

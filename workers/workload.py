@@ -130,6 +130,26 @@ def support(rng: random.Random, i: int) -> dict:
     return body
 
 
+ZH_QUESTIONS = ["{p}从{c}发货要多久才能送到？", "{p}买了超过30天还能退货吗？", "{p}的保修包括哪些内容？",
+                "{c}的顾客可以到仓库自提{p}吗？"]
+ZH_REFERENCE = ["{p}的订单在付款后{n}小时内从{c}仓库发出。", "从{c}发出的普通快递需要{d}个工作日，加急快递需要{e}天。",
+                "{p}在未使用且包装完好的情况下，{r}天内可以退货。", "{p}享有{y}年保修，覆盖制造缺陷，不包括磨损或意外损坏。",
+                "{c}的顾客可以在工作日到仓库柜台自提{p}。", "客服通过在线聊天在{n}小时内回复，通过电子邮件在{d}天内回复。"]
+
+
+def support_zh_answer(rng: random.Random, body: dict) -> dict:
+    """The support question of `body` asked in Chinese instead, with a Chinese reference text (streamed the same)."""
+    product, city = rng.choice(ZH_PRODUCTS), rng.choice(ZH_CITIES)
+    lines = [rng.choice(ZH_REFERENCE).format(p=product, c=rng.choice(ZH_CITIES), n=rng.choice([4, 12, 24, 48]),
+                                             d=rng.randint(2, 6), e=rng.randint(1, 3), r=rng.choice([7, 15, 30]),
+                                             y=rng.choice([1, 2, 3])) for _ in range(24)]
+    question = rng.choice(ZH_QUESTIONS).format(p=product, c=city)
+    body = {**body, "service": "support-zh", "state": question + "\n\n参考资料：\n" + "\n".join(lines)}
+    if "question_type" in body:
+        body["question_type"] = "fact"
+    return body
+
+
 ZH_PRODUCTS = ["蓝牙耳机", "电饭煲", "羽绒服", "扫地机器人", "运动鞋", "空气净化器", "婴儿推车", "机械键盘"]
 ZH_CITIES = ["北京", "上海", "广州", "深圳", "成都", "杭州", "武汉", "西安"]
 ZH_MESSAGES = ["我在{c}买的{p}已经{n}天了还没到，订单号{o}，能帮我查一下物流吗？",
@@ -171,11 +191,12 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
     """n requests as the bytes upstream would publish; `repeat_share` of them repeat an earlier one,
     `stream_share` of the new ones are streamed customer-service answers, `deadline_share` of the new payment
     screenings are made at checkout, with the caller's deadline, `chinese_share` of the new decisions are Chinese
-    customer-service tickets, and `reword_share` of the product searches (new or repeated) are asked in other
-    words (0: the same mix as before)."""
+    customer-service tickets (and as large a share of the streamed questions is asked in Chinese), and
+    `reword_share` of the product searches (new or repeated) are asked in other words (0: the same mix as before)."""
     rng = random.Random(seed)
     checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
     chinese = random.Random(f"{seed}:zh")
+    answers_zh = random.Random(f"{seed}:zh-answers")  # own draws: Chinese support questions leave the rest as it was
     reword = random.Random(f"{seed}:reword")
     out, originals = [], []
     for i in range(n):
@@ -183,6 +204,8 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
             body = dict(rng.choice(originals))
         elif stream_share and rng.random() < stream_share:
             body = support(rng, i)
+            if chinese_share and answers_zh.random() < chinese_share:
+                body = support_zh_answer(answers_zh, body)
             originals.append(body)
         else:
             make = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]

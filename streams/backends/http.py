@@ -1,15 +1,26 @@
 """The HTTP side of the model-server engines: one asyncio loop for the process, one connection pool, concurrency
 bound and circuit per server, and the one retry loop every call goes through.
 
-Retries: connect errors, timeouts, 408/409/425/429 and 5xx are retried with exponential backoff (`backoff_s`,
-doubling; a Retry-After header is honoured) while the call's deadline allows and `retries` remain; any other 4xx is
-final. Then ModelUnavailable: reason `timeout` when the caller's own deadline cut the call short (the server was
-slow), else `model_unavailable`. `breaker_failures` failures in a row open the server's circuit for
-`breaker_cooldown_s`: calls fail at once, then one trial call at a time decides.
+Concurrency: at most `max_concurrency` calls of the process are at a server at once (the pool entry's option; a
+streamed answer holds its slot until it is read), as LiteLLM's `max_parallel_requests` and vLLM's benchmark client
+do with a semaphore per deployment. Waiting calls get a slot earliest deadline first (calls without a deadline, such
+as a streamed answer, after them, in arrival order). The wait is queueing, not a failed call: it never touches the
+circuit, and the per-call `timeout_s` starts once the call is sent. The caller's deadline (epoch
+seconds; 0 = none) bounds the wait and the call together: a call that runs out of it, waiting or at the server, ends
+with reason `deadline`, never counted against the server.
+
+Retries: connect errors, timeouts of a call's own `timeout_s`, 408/409/425/429 and 5xx are retried with exponential
+backoff (`backoff_s`, doubling; a Retry-After header is honoured) while the deadline allows and `retries` remain;
+any other 4xx is final. Then ModelUnavailable (`model_unavailable`). `breaker_failures` such failures in a row open
+the server's circuit for `breaker_cooldown_s`: calls fail at once, then one trial call at a time decides.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -66,6 +77,10 @@ class Breaker:
     def success(self) -> None:
         self.streak, self.trial = 0, False
 
+    def undecided(self) -> None:
+        """A trial call ended without a verdict on the server (its caller's time ran out): the next call may try."""
+        self.trial = False
+
     def failure(self, now: float) -> None:
         self.streak += 1
         self.trial = False
@@ -77,13 +92,72 @@ class Breaker:
         return self.streak >= self.failures
 
 
+class Slots:
+    """`size` slots; a freed slot goes to the waiter with the earliest deadline (none = last), ties in arrival order."""
+
+    def __init__(self, size: int):
+        self.size, self.busy = size, 0
+        self.waiters: list[tuple[float, int, asyncio.Future]] = []
+        self.order = itertools.count()
+
+    def full(self) -> bool:
+        return self.busy >= self.size
+
+    async def acquire(self, deadline: float) -> None:
+        if not self.full() and not self.waiters:
+            self.busy += 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiters, (deadline if deadline > 0 else math.inf, next(self.order), future))
+        try:
+            await future  # release() handed it a slot
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed a slot as the wait was cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        self.busy -= 1
+        while self.waiters and not self.full():
+            future = heapq.heappop(self.waiters)[2]
+            if not future.done():  # a cancelled waiter is skipped
+                self.busy += 1
+                future.set_result(None)
+
+
+def time_left(deadline: float) -> float:
+    """Seconds until `deadline` (epoch seconds); infinite when there is none (0)."""
+    return deadline - time.time() if deadline > 0 else math.inf
+
+
 @dataclass
 class Server:
     """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
     client: httpx.AsyncClient
-    slots: asyncio.Semaphore
+    slots: Slots
     breaker: Breaker
     calls: int = 0
+    waited: int = 0  # calls that found every slot taken and queued
+
+    @contextlib.asynccontextmanager
+    async def slot(self, deadline: float, where: str):
+        """One of the server's slots, held for the block. A deadline that passes while waiting ends the wait with
+        ModelUnavailable(reason `deadline`); waiting never counts against the circuit."""
+        left = time_left(deadline)
+        if left <= 0:
+            raise ModelUnavailable(f"{where}: the deadline passed before the call was sent", "deadline")
+        if self.slots.full() or self.slots.waiters:
+            self.waited += 1
+        try:
+            async with asyncio.timeout(None if math.isinf(left) else left):
+                await self.slots.acquire(deadline)
+        except TimeoutError:
+            raise ModelUnavailable(f"{where}: the deadline passed while queued for one of the server's "
+                                   f"{self.slots.size} slots", "deadline") from None
+        try:
+            yield
+        finally:
+            self.slots.release()
 
 
 _servers: dict[str, Server] = {}
@@ -95,7 +169,7 @@ def server(base_url: str, options: dict) -> Server:
         _servers[base_url] = Server(
             httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", timeout=options["timeout_s"],
                               limits=httpx.Limits(max_connections=options["max_concurrency"] * 2)),
-            asyncio.Semaphore(options["max_concurrency"]),
+            Slots(options["max_concurrency"]),
             Breaker(options["breaker_failures"], options["breaker_cooldown_s"]))
     return _servers[base_url]
 
@@ -116,46 +190,48 @@ def usage_of(body: dict) -> Usage | None:
 
 async def send(srv: Server, method: str, path: str, payload: dict | None, headers: dict, deadline: float,
                options: dict, stream: bool = False) -> httpx.Response:
-    """The server's 2xx response to one call (its body unread when `stream`), with retries inside `deadline`
-    (epoch seconds), at most `max_concurrency` plain calls in flight, and the circuit."""
+    """The server's 2xx response to one call, with retries inside `deadline` (epoch seconds; 0 = none) and the
+    circuit. A plain call takes one of the server's slots for each attempt; a streamed one (`stream`: its body left
+    unread) is sent inside the slot its caller holds for the whole stream (Server.slot)."""
     where = f"{srv.client.base_url}{path}"
     attempt = 0
     while True:
-        now = time.time()
-        if not srv.breaker.allow(now):
-            raise ModelUnavailable(f"{srv.client.base_url}: circuit open after {srv.breaker.streak} failures")
-        left = deadline - now
-        if left <= 0:
-            raise ModelUnavailable(f"{where}: no time left before the deadline", "timeout")
-        retry_after = None
-        try:
-            request = srv.client.build_request(method, path, json=payload, headers=headers,
-                                               timeout=min(left, options["timeout_s"]))
-            srv.calls += 1
-            if stream:  # a stream holds its connection while it is read: not one of the bounded slots
-                response = await srv.client.send(request, stream=True)
-            else:
-                async with srv.slots:
-                    response = await srv.client.send(request)
-            if response.status_code < 400:
-                srv.breaker.success()
-                return response
-            problem = f"HTTP {response.status_code}"
-            retry_after = response.headers.get("retry-after")
-            detail = "" if stream else f": {response.text[:200]}"
-            await response.aclose()
-            if response.status_code not in RETRYABLE:
-                srv.breaker.failure(time.time())
-                raise ModelUnavailable(f"{where}: {problem}{detail}")
-        except httpx.TransportError as exc:  # connect errors and timeouts
-            problem = type(exc).__name__
-        srv.breaker.failure(time.time())
+        async with (contextlib.nullcontext() if stream else srv.slot(deadline, where)):
+            left = time_left(deadline)
+            if left <= 0:
+                raise ModelUnavailable(f"{where}: the deadline passed before the call was sent", "deadline")
+            if not srv.breaker.allow(time.time()):
+                raise ModelUnavailable(f"{srv.client.base_url}: circuit open after {srv.breaker.streak} failures")
+            cut = left < options["timeout_s"]  # the caller's time ends before the call's own timeout
+            retry_after = None
+            try:
+                request = srv.client.build_request(method, path, json=payload, headers=headers,
+                                                   timeout=min(left, options["timeout_s"]))
+                srv.calls += 1
+                response = await srv.client.send(request, stream=stream)
+                if response.status_code < 400:
+                    srv.breaker.success()
+                    return response
+                problem = f"HTTP {response.status_code}"
+                retry_after = response.headers.get("retry-after")
+                detail = "" if stream else f": {response.text[:200]}"
+                await response.aclose()
+                if response.status_code not in RETRYABLE:
+                    srv.breaker.failure(time.time())
+                    raise ModelUnavailable(f"{where}: {problem}{detail}")
+            except httpx.TimeoutException as exc:
+                if cut:  # the caller's deadline ended it: the server was busy, not failing
+                    srv.breaker.undecided()
+                    raise ModelUnavailable(f"{where}: {type(exc).__name__}: the deadline passed during the call "
+                                           f"(attempt {attempt + 1})", "deadline") from None
+                problem = type(exc).__name__
+            except httpx.TransportError as exc:  # connect errors, dropped connections
+                problem = type(exc).__name__
+            srv.breaker.failure(time.time())
         attempt += 1
         wait = options["backoff_s"] * 2 ** (attempt - 1)
         if retry_after and retry_after.replace(".", "", 1).isdigit():
             wait = max(wait, float(retry_after))
-        if attempt > options["retries"] or time.time() + wait >= deadline:
-            slow = problem.endswith("Timeout") and left < options["timeout_s"]  # cut by the caller's own time
-            raise ModelUnavailable(f"{where}: {problem} after {attempt} attempt(s)",
-                                   "timeout" if slow else "model_unavailable")
+        if attempt > options["retries"] or wait >= time_left(deadline):
+            raise ModelUnavailable(f"{where}: {problem} after {attempt} attempt(s)")
         await asyncio.sleep(wait)

@@ -8,10 +8,10 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
   without /completions), `rerank` (/rerank of a reranker model: query = context, documents = candidates) or
   `generative_scoring` (vLLM's /generative-scores: query = context, items = candidates, scored by
   log P(yes) − log P(no) over `options.label_token_ids`). A micro-batch's decisions go as concurrent calls, at
-  most `options.max_concurrency` (8) in flight per server.
+  most `options.max_concurrency` (8) in flight per server, the rest queued earliest deadline first.
 - faults: retries inside the deadline and a circuit per server (streams/backends/http.py), then
-  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`, or `fallback:timeout` when the
-  decision's own time ran out). A malformed body is a failure; a missing `usage` leaves the server's count empty
+  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`; `fallback:deadline` or
+  `fallback:timeout` when the caller's deadline or the decision type's budget ran out, queued or at the server). A malformed body is a failure; a missing `usage` leaves the server's count empty
   (Jev's count stands); usage repeated cumulatively in every stream chunk or sent after `finish_reason` is read
   once, the last one seen.
 
@@ -137,9 +137,6 @@ class OpenAIEngine:
             raise ModelUnavailable(f"{self.base_url}/{path}: malformed response (not a JSON object)")
         return body
 
-    def deadline(self, deadline: float) -> float:
-        cap = time.time() + self.options["timeout_s"]
-        return min(deadline, cap) if deadline > 0 else cap
 
     # --- decide -------------------------------------------------------------------------------------------
 
@@ -157,7 +154,7 @@ class OpenAIEngine:
 
         async def all_of():
             srv = server(self.base_url, self.options)
-            return await asyncio.gather(*(self.decide(srv, context, candidates, self.deadline(until))
+            return await asyncio.gather(*(self.decide(srv, context, candidates, until)
                                           for (context, candidates), until in zip(items, deadlines)),
                                         return_exceptions=True)
 
@@ -245,11 +242,10 @@ class OpenAIEngine:
 
         async def call():
             srv = server(self.base_url, self.options)
-            until = self.deadline(deadline)
-            model = await self.served(srv, until)
+            model = await self.served(srv, deadline)
             return await self.request(srv, "POST", "chat/completions", {
                 "model": model, "messages": self.messages(prompt), "max_tokens": max_tokens,
-                "temperature": 0.0, "logprobs": True}, until)
+                "temperature": 0.0, "logprobs": True}, deadline)
 
         body = self.loop.run(call())
         try:
@@ -262,7 +258,7 @@ class OpenAIEngine:
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
         """The answer's pieces as the server sends them. Connecting (with retries) happens here, so a server that
         is down raises ModelUnavailable before any piece; a stream cut later ends with the text so far."""
-        feed = SSEFeed(self, prompt, max_tokens, self.deadline(deadline))
+        feed = SSEFeed(self, prompt, max_tokens, deadline)
         feed.open()
         streaming = Streaming(iter(()), self.count_chat(prompt), self.model, self.label)
         streaming.pieces = feed.pieces(streaming)
@@ -289,20 +285,20 @@ class SSEFeed:
                 model = await engine.served(srv, self.deadline)
                 payload = {"model": model, "messages": engine.messages(self.prompt), "max_tokens": self.max_tokens,
                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-                response = await send(srv, "POST", "chat/completions", payload, engine.headers(), self.deadline,
-                                      engine.options, stream=True)
-            except ModelUnavailable as exc:
+                async with srv.slot(self.deadline, f"{engine.base_url}/chat/completions"):  # until read through
+                    response = await send(srv, "POST", "chat/completions", payload, engine.headers(),
+                                          self.deadline, engine.options, stream=True)
+                    ready.set()
+                    try:
+                        await self.read(response)
+                    except (httpx.TransportError, httpx.TimeoutException):
+                        srv.breaker.failure(time.time())
+                    finally:
+                        await response.aclose()
+                        self.queue.put(None)
+            except ModelUnavailable as exc:  # raised before the stream began: nothing was read
                 outcome.append(exc)
                 ready.set()
-                return
-            ready.set()
-            try:
-                await self.read(response)
-            except (httpx.TransportError, httpx.TimeoutException):
-                srv.breaker.failure(time.time())
-            finally:
-                await response.aclose()
-                self.queue.put(None)
 
         self.task = asyncio.run_coroutine_threadsafe(run(), engine.loop.loop)
         ready.wait()

@@ -35,6 +35,15 @@ class DecisionBreakers:
         if ledger.actual + next_call_tokens > self.pol.token_cap:
             raise Fallback("token_cap")
 
+    def ran_out(self, reason: str) -> str:
+        """The reason of a model call that ended for lack of time (`deadline`: the call's time, until(), ran out):
+        the caller's deadline when it has passed or was the nearer limit, else the decision type's budget
+        (`timeout`). Other reasons stay."""
+        if reason != "deadline" or not self.deadline:
+            return "timeout" if reason == "deadline" else reason
+        budget_end = time.time() + self.pol.timeout_ms / 1000 - (time.perf_counter() - self.start)
+        return "deadline" if time.time() >= self.deadline or self.deadline <= budget_end else "timeout"
+
     def until(self) -> float:
         """Epoch seconds the next model call must end by: the earlier of the caller's deadline and the end of the
         decision type's time budget."""

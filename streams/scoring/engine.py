@@ -104,8 +104,9 @@ class Engine:
                 else:
                     ranking = yield from rank(self, work, list(range(len(ids))), lengths, pol, ledger, breakers)
             except Fallback as stop:
-                observe_breaker(str(stop))
-                ranking, outcome = self.fallback(work, pol, str(stop)), "fallback"
+                reason = breakers.ran_out(str(stop))
+                observe_breaker(reason)
+                ranking, outcome = self.fallback(work, pol, reason), "fallback"
                 ledger.balance("fallback", nominal)
         action, chain = rollout(req, pol, ranking, ids, self.counters)
         latency = (time.perf_counter() - start) * 1000

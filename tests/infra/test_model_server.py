@@ -111,3 +111,11 @@ def test_a_server_that_cannot_start_says_why(tmp_path):
     bad.write_bytes(b"not a model")
     with pytest.raises(RuntimeError, match="exited with code"):
         ms.ModelServer(model_path=bad).start(timeout=60)
+
+
+def test_the_server_gets_only_the_cores_left_idle(monkeypatch):
+    monkeypatch.setattr(ms.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ms.os, "getloadavg", lambda: (24.0, 20.0, 18.0))
+    assert ms.idle_cores() == 1
+    monkeypatch.setattr(ms.os, "getloadavg", lambda: (0.1, 0.2, 0.3))
+    assert ms.idle_cores() == 2 and ms.idle_cores(most=1) == 1

@@ -65,3 +65,12 @@ def test_a_chinese_share_replaces_new_decisions_with_chinese_tickets_and_keeps_t
     plain = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5)]
     assert [r.state for r in requests if r.service != "support-zh"] == \
         [p.state for r, p in zip(requests, plain) if r.service != "support-zh"]
+
+
+def test_a_chinese_share_asks_streamed_questions_in_chinese_too():
+    requests = [decode(raw, Request, 1_048_576)
+                for raw in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.3)]
+    streamed = [r for r in requests if r.stream]
+    chinese = [r for r in streamed if language.detect(r.state) == "zh"]
+    assert 0 < len(chinese) < len(streamed)
+    assert all(r.kind == "generate" and r.service == "support-zh" and "参考资料" in r.state for r in chinese)

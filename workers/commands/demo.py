@@ -29,9 +29,17 @@ def register(sub) -> None:
                    help="an OpenAI-compatible server's base URL (http://host:port/v1: vLLM, llama.cpp, SGLang, TGI, "
                         "Ollama, a provider): the demo's generate requests and its escalation tier (llm) go to the "
                         "model it serves, and by_model puts the server's token count beside Jev's")
+    p.add_argument("--model-concurrency", type=int, default=1, metavar="N",
+                   help="calls Jev sends the model server at once (default 1: llama.cpp's Python server answers one "
+                        "at a time; raise it for vLLM, SGLang or a provider). Calls beyond it queue, earliest "
+                        "deadline first, within each request's deadline")
     p.add_argument("--local-model", action="store_true",
                    help="start the local OpenAI-compatible server (llama.cpp serving SmolLM2-135M-Instruct on the CPU; "
-                        "`make model-server` installs it), run as with --model-url against it, and stop it after")
+                        "`make model-server` installs it), run as with --model-url against it, and stop it after; "
+                        "an error when it is not installed")
+    p.add_argument("--no-model-server", action="store_true",
+                   help="answer with the in-process extractive generator (no escalation tier) even when the local "
+                        "model server is installed; by default the demo starts it when it is")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--metrics-out", metavar="FILE", default="",
                    help="write the final /metrics scrape of every process the demo ran to FILE (Prometheus text) "
@@ -57,24 +65,35 @@ def run(args, settings) -> int:
     except ValueError as exc:
         print(f"jev demo: --shadow-rate: {exc}", file=sys.stderr)
         return 2
-    if args.local_model:
+    if args.model_concurrency < 1:
+        print("jev demo: --model-concurrency must be at least 1", file=sys.stderr)
+        return 2
+    if not (args.model_url or args.no_model_server):
         from pathlib import Path
 
-        from infra.model_server import ModelServer, missing
+        from infra.model_server import ModelServer, idle_cores, missing
 
-        if missing():
-            print(f"jev demo: --local-model: {missing()}", file=sys.stderr)
+        why = missing()
+        if why and args.local_model:
+            print(f"jev demo: --local-model: {why}", file=sys.stderr)
             return 2
-        log = Path(settings.data_dir) / "model_server.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with ModelServer(log=log) as server:
-            args.local_model, args.model_url = False, server.url
-            return run(args, settings)
+        if why:
+            print(f"jev demo: generate answers come from the extractive generator (sentences of the request's own "
+                  f"text), not a model: {why}", file=sys.stderr)
+        else:
+            log = Path(settings.data_dir) / "model_server.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            threads = idle_cores()
+            print(f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct, {threads} thread(s); "
+                  f"log {log})", file=sys.stderr)
+            with ModelServer(log=log, threads=threads) as server:
+                args.local_model, args.model_url = False, server.url
+                return run(args, settings)
     if args.model_url:
         from workers.demo import served_settings
 
         try:
-            settings = served_settings(settings, args.model_url)
+            settings = served_settings(settings, args.model_url, args.model_concurrency)
         except ValueError as exc:
             print(f"jev demo: --model-url: {exc}", file=sys.stderr)
             return 2
@@ -100,6 +119,7 @@ def print_report(r: dict) -> None:
         ("requests", r["requests"]), ("decided", r["decided"]),
         ("rejected (bad input)", f"{r['rejected']}  {', '.join(r['rejected_reasons'])}"),
         ("decisions by tier", ", ".join(f"{k} {v}" for k, v in r["tiers"].items())),
+        ("generate answers from", r["generator"]),
         ("decisions by language", "; ".join(f"{lang} {v['decided']}/{v['requests']}: "
                                             + ", ".join(f"{k} {n}" for k, n in v["tiers"].items())
                                             for lang, v in r["by_language"].items())),

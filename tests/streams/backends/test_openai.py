@@ -11,6 +11,7 @@ from aiohttp import web
 
 from schemas.records import Candidate, Request
 from streams.backends import pool as pool_mod
+from streams.backends.http import server
 from streams.backends.openai import OpenAIEngine, label_scores
 from streams.backends.protocol import ModelUnavailable, Usage
 from streams.scoring import policy
@@ -31,6 +32,9 @@ class Script:
         self.bodies: list[dict] = []
         self.paths: list[str] = []
         self.headers: list[dict] = []
+        self.delay_s = 0.0  # each call takes this long, as a server that answers one request at a time
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most calls the server held at once
 
 
 def top_logprobs(prompt: str) -> dict:
@@ -41,6 +45,18 @@ def top_logprobs(prompt: str) -> dict:
 
 
 def make_app(script: Script) -> web.Application:
+    @web.middleware
+    async def counting(request, handler):
+        if request.path == "/v1/models":
+            return await handler(request)
+        script.in_flight += 1
+        script.most_in_flight = max(script.most_in_flight, script.in_flight)
+        try:
+            await asyncio.sleep(script.delay_s)
+            return await handler(request)
+        finally:
+            script.in_flight -= 1
+
     async def models(request):
         return web.json_response({"data": [{"id": "fake-model"}]})
 
@@ -99,7 +115,7 @@ def make_app(script: Script) -> web.Application:
                                               for i, d in enumerate(body["documents"])],
                                   "usage": {"total_tokens": 30}})
 
-    app = web.Application()
+    app = web.Application(middlewares=[counting])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
@@ -190,11 +206,65 @@ def test_429_and_5xx_are_retried_inside_the_deadline(fake_server):
     assert isinstance(result, ModelUnavailable) and time.time() - started < 1.5
 
 
-def test_a_slow_server_cut_by_the_decisions_deadline_is_a_timeout_not_unavailable(fake_server):
+def test_a_slow_server_cut_by_the_decisions_deadline_is_a_deadline_not_unavailable(fake_server):
     url, script = fake_server
     script.mode = "slow"
-    [result] = engine(url).score_many([("refund?", CANDIDATES)], [time.time() + 0.3])
-    assert isinstance(result, ModelUnavailable) and result.reason == "timeout"
+    eng = engine(url, breaker_failures=1)
+    [result] = eng.score_many([("refund?", CANDIDATES)], [time.time() + 0.3])
+    assert isinstance(result, ModelUnavailable) and result.reason == "deadline"
+    script.mode = "ok"
+    assert len(eng.score("refund", CANDIDATES).scores) == 3  # the busy server was not counted as failing
+
+
+def test_calls_queue_for_the_servers_slots_without_failing_or_opening_the_circuit(fake_server):
+    url, script = fake_server
+    script.delay_s = 0.25  # 8 calls one at a time: 2 s in all, twice each call's own 1 s timeout
+    eng = engine(url, max_concurrency=1, timeout_s=1.0, breaker_failures=1)
+    items = [(f"顾客 {i}: 我想退款 refund please", CANDIDATES) for i in range(8)]
+    results = eng.score_many(items, [time.time() + 10] * len(items))
+    assert all(not isinstance(r, ModelUnavailable) for r in results), results
+    assert script.most_in_flight == 1 and len(script.bodies) == 8 and server(url, {}).waited >= 7
+
+
+def test_a_call_queued_past_its_deadline_is_a_deadline_and_never_sent(fake_server):
+    url, script = fake_server
+    script.delay_s = 0.4
+    eng = engine(url, max_concurrency=1, breaker_failures=1)
+    eng.served_name = "fake-model"  # no /models call: the first decision takes the free slot at once
+    now = time.time()
+    first, second = eng.score_many([("refund one", CANDIDATES), ("refund two", CANDIDATES)], [now + 5, now + 0.2])
+    assert not isinstance(first, ModelUnavailable) and first.scores
+    assert isinstance(second, ModelUnavailable) and second.reason == "deadline"
+    assert len(script.bodies) == 1 and script.most_in_flight == 1
+    assert len(eng.score("refund three", CANDIDATES).scores) == 3  # the circuit stayed closed
+
+
+def test_a_stream_holds_its_slot_until_it_is_read(fake_server):
+    url, script = fake_server
+    script.delay_s = 0.2
+    eng = engine(url, max_concurrency=1)
+    streaming = eng.stream("Where is my refund? 我的退款在哪里？", 32)
+    scored = []
+    decide = threading.Thread(target=lambda: scored.append(eng.score("refund", CANDIDATES)))
+    decide.start()
+    text = "".join(streaming)
+    decide.join(10)
+    assert text == "The refund is on its way." and scored and scored[0].scores
+    assert script.most_in_flight == 1 and [b.get("stream") for b in script.bodies] == [True, None]
+
+
+def test_a_decision_queued_behind_the_server_falls_back_for_its_own_reason(fake_server):
+    url, script = fake_server
+    script.delay_s = 0.5
+    served = engine(url, max_concurrency=1)
+    eng = Engine(coarse=LexicalBackend(), fine=served, mode="fine-only", config=policy.load().with_timeout(60_000))
+    works = [work_for(Request(request_id=f"q{i}", tenant="t", service="s", decision_type="ranking",
+                              state="我要退款 refund", deadline_ms=ms,
+                              candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)]),
+                      "gpt-4o-mini") for i, ms in enumerate([30_000, 300])]
+    first, second = [d for d, _ in eng.decide_batch(works)]
+    assert first.tier == "fine" and second.tier == "fallback"
+    assert second.chain[0].startswith("fallback:deadline") and eng.counters["fallback_model_unavailable"] == 0
 
 
 def test_the_circuit_opens_after_failures_in_a_row_then_lets_one_trial_through(fake_server):
