@@ -127,8 +127,7 @@ def main() -> int:
         prompts = prompts[:args.generate]
         asyncio.run(direct_decide(url, model, items, args.concurrency))  # warm-up: every prompt in the server's cache
         jev_decide(engine, items[:4])
-        srv = http._servers[url.rstrip("/")]
-        calls_before = srv.calls
+        calls_before = http.calls(url.rstrip("/"))
         clock = {"direct": 0.0, "jev": 0.0, "direct_gen": 0.0, "jev_gen": 0.0}
         jev_tokens = server_tokens = 0
         for round_ in range(args.rounds):
@@ -149,7 +148,7 @@ def main() -> int:
                                                                  args.max_tokens))
                 clock["jev_gen"] += jev_stream(engine, prompts, args.concurrency, args.max_tokens)
         decided = args.rounds * len(items)
-        calls = srv.calls - calls_before - args.rounds * len(prompts)
+        calls = http.calls(url.rstrip("/")) - calls_before - args.rounds * len(prompts)
         decide = {"decisions": decided, "concurrency": args.concurrency,
                   "direct_decisions_per_s": round(decided / clock["direct"], 2),
                   "jev_decisions_per_s": round(decided / clock["jev"], 2),

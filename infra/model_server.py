@@ -60,12 +60,13 @@ class ModelServer:
     """One llama.cpp server process on 127.0.0.1:port serving one GGUF under the name `model`."""
 
     def __init__(self, port: int = 0, model_path: Path | None = None, threads: int = 2, context: int = 4096,
-                 log: Path | None = None):
+                 log: Path | None = None, logprobs: bool = True):
         self.port = port or free_port()
         self.model_path = model_path
         self.threads = threads
         self.context = context
         self.log = log
+        self.logprobs = logprobs
         self.model = MODEL_NAME
         self.proc: subprocess.Popen | None = None
 
@@ -74,13 +75,14 @@ class ModelServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        # logits_all keeps every position's logits so /v1/completions can return logprobs; cache reuses the
-        # longest cached prefix of a prompt (a decision's shared context scored for several candidates).
+        # logits_all keeps every position's logits so /v1/completions can return logprobs (`logprobs`; a server
+        # for chat answers only reads a prompt faster without it); cache reuses the longest cached prefix of a
+        # prompt (a decision's shared context scored for several candidates).
         # interrupt_requests false: by default a new request cuts off a stream in progress (concurrent answers broke).
         return [sys.executable, "-m", SERVER_MODULE, "--model", str(self.model_path or gguf_path()),
                 "--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port),
                 "--n_ctx", str(self.context), "--n_threads", str(self.threads),
-                "--n_threads_batch", str(self.threads), "--logits_all", "true", "--cache", "true",
+                "--n_threads_batch", str(self.threads), "--logits_all", str(self.logprobs).lower(), "--cache", "true",
                 "--interrupt_requests", "false", "--verbose", "false"]
 
     def start(self, timeout: float = 120.0) -> "ModelServer":

@@ -27,19 +27,21 @@ STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered b
 DEADLINE_SHARE = 0.2  # of the new payment screenings: made at checkout, with the caller's deadline
 CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (by_language reports them)
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
-SERVED_ESCALATE_BELOW = 0.5  # --model-url: fine-tier confidence under which the served model re-ranks (tier llm)
-SERVED_TIMEOUT_MS = 20_000  # --model-url: each decision type's time budget (a CPU server takes seconds per call)
+SERVED_ESCALATE_BELOW = 0.5  # --escalate: fine-tier confidence under which the served model re-ranks (tier llm)
+SERVED_TIMEOUT_MS = 20_000  # --escalate: each decision type's time budget (a CPU server takes seconds per call)
 SERVED_ANSWER_TOKENS = 64  # --model-url: the most tokens one streamed answer generates (the question types' lengths
 # cut to it): about a second of SmolLM2-135M on llama.cpp on 2 quiet cores, two or three sentences
 
 
-def served_settings(settings, url: str, concurrency: int = 1):
-    """Settings that send the demo's generate requests, and the escalation tier (`llm`) of decisions the fine tier
-    is unsure of, to the OpenAI-compatible server at `url`: a model pool with the server's model beside the
-    bundled ones (a pool entry of that name keeps its tokenizer and prices; `concurrency` calls at once, see
-    streams/backends/http.py), the bundled decision types with that model as their escalation tier, and the bundled
-    stream lengths cut to SERVED_ANSWER_TOKENS, written under the data dir. Raises ValueError when nothing answers
-    at `url`."""
+def served_settings(settings, url: str, concurrency: int = 1, escalate: bool = False):
+    """Settings that send the demo's generate requests (tier `llm`) to the OpenAI-compatible server at `url`, and
+    with `escalate` also the decisions the fine tier is unsure of (escalation tier `llm`, each type's time budget
+    SERVED_TIMEOUT_MS): a model pool with the server's model beside the bundled ones (a pool entry of that name
+    keeps its tokenizer and prices; `concurrency` calls at once, see streams/backends/http.py), the bundled
+    decision types, and the bundled stream lengths cut to SERVED_ANSWER_TOKENS, written under the data dir.
+    Escalation is off by default: the bundled SmolLM2-135M picks the right candidate of a 20-way decision far
+    less often than the fine tier (it answers by letter position), and on a one-at-a-time CPU server decisions
+    would wait behind streamed answers. Raises ValueError when nothing answers at `url`."""
     from importlib import resources
 
     import httpx
@@ -58,10 +60,11 @@ def served_settings(settings, url: str, concurrency: int = 1):
                             "options": {**(entry.get("options") or {}), "timeout_s": 60,
                                         "max_concurrency": concurrency}}
     types = yaml.safe_load(resources.files("streams.scoring").joinpath("decision_types.yaml").read_text())
-    types["tiers"]["escalation"] = name
-    types["defaults"].update(escalate_below=SERVED_ESCALATE_BELOW, timeout_ms=SERVED_TIMEOUT_MS)
-    for policy in types["types"].values():
-        policy.pop("timeout_ms", None)
+    if escalate:
+        types["tiers"]["escalation"] = name
+        types["defaults"].update(escalate_below=SERVED_ESCALATE_BELOW, timeout_ms=SERVED_TIMEOUT_MS)
+        for policy in types["types"].values():
+            policy.pop("timeout_ms", None)
     lengths = yaml.safe_load(resources.files("streams.output").joinpath("stream.yaml").read_text())
     for spec in lengths["types"].values():
         spec["max_output_tokens"] = min(spec["max_output_tokens"], SERVED_ANSWER_TOKENS)

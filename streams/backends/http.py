@@ -174,6 +174,11 @@ def server(base_url: str, options: dict) -> Server:
     return _servers[base_url]
 
 
+def calls(base_url: str = "") -> int:
+    """HTTP calls sent so far (retries included) to the server at `base_url`, or to every server when empty."""
+    return sum(srv.calls for url, srv in _servers.items() if not base_url or url == base_url)
+
+
 def usage_of(body: dict) -> Usage | None:
     """The server's usage in an OpenAI-style body, None when it sent none (or an unreadable one)."""
     raw = body.get("usage") if isinstance(body, dict) else None

@@ -119,3 +119,12 @@ def test_the_server_gets_only_the_cores_left_idle(monkeypatch):
     assert ms.idle_cores() == 1
     monkeypatch.setattr(ms.os, "getloadavg", lambda: (0.1, 0.2, 0.3))
     assert ms.idle_cores() == 2 and ms.idle_cores(most=1) == 1
+
+
+def test_a_server_for_chat_answers_only_keeps_no_logits_for_every_position(tmp_path):
+    def flag(server):
+        command = server.command()
+        return command[command.index("--logits_all") + 1]
+
+    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf")) == "true"
+    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf", logprobs=False)) == "false"

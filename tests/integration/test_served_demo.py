@@ -1,7 +1,7 @@
 """`jev demo --model-url` against the real model server (the `model_server` fixture: llama.cpp's Python server
 serving SmolLM2-135M-Instruct on the CPU, one request at a time), as a user runs it: every request decided and
 none falling back as model_unavailable while the server is up (calls queue for its one slot), the
-streamed answers (English) and the escalation tier from the served model, both token counts per model."""
+streamed answers from the served model, both token counts per model."""
 import json
 import os
 import subprocess

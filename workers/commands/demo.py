@@ -27,8 +27,12 @@ def register(sub) -> None:
                         "certifying verdicts at the defaults); --requests 2000 --reworded-share 1 holds about 230")
     p.add_argument("--model-url", metavar="URL", default="",
                    help="an OpenAI-compatible server's base URL (http://host:port/v1: vLLM, llama.cpp, SGLang, TGI, "
-                        "Ollama, a provider): the demo's generate requests and its escalation tier (llm) go to the "
-                        "model it serves, and by_model puts the server's token count beside Jev's")
+                        "Ollama, a provider): the demo's generate requests (tier llm) go to the model it serves, and "
+                        "by_model puts the server's token count beside Jev's")
+    p.add_argument("--escalate", action="store_true",
+                   help="also send decisions the fine tier is unsure of (confidence < 0.5) to the served model as "
+                        "the escalation tier (llm), each decision type given 20 s: for a model that ranks well "
+                        "(SmolLM2-135M does not: it picks by letter position) on a server that takes calls at once")
     p.add_argument("--model-concurrency", type=int, default=1, metavar="N",
                    help="calls Jev sends the model server at once (default 1: llama.cpp's Python server answers one "
                         "at a time; raise it for vLLM, SGLang or a provider). Calls beyond it queue, earliest "
@@ -86,14 +90,14 @@ def run(args, settings) -> int:
             threads = idle_cores()
             print(f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct, {threads} thread(s); "
                   f"log {log})", file=sys.stderr)
-            with ModelServer(log=log, threads=threads) as server:
+            with ModelServer(log=log, threads=threads, logprobs=args.escalate) as server:
                 args.local_model, args.model_url = False, server.url
                 return run(args, settings)
     if args.model_url:
         from workers.demo import served_settings
 
         try:
-            settings = served_settings(settings, args.model_url, args.model_concurrency)
+            settings = served_settings(settings, args.model_url, args.model_concurrency, args.escalate)
         except ValueError as exc:
             print(f"jev demo: --model-url: {exc}", file=sys.stderr)
             return 2

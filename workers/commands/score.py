@@ -71,15 +71,10 @@ def read_requests(path: Path, default_type: str) -> list[tuple[Request, str]]:
     return items
 
 
-def server_calls() -> int:
-    """HTTP calls made so far to every model server this process talks to (retries included)."""
-    return sum(srv.calls for srv in http._servers.values())
-
-
 def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -> tuple[list[dict], dict]:
     """Decide every request; rows per decision and the summary (shared with bench/cascade.py)."""
     rows, tiers, correct, labeled = [], Counter(), 0, 0
-    calls_before = server_calls()
+    calls_before = http.calls()
     actual = nominal = served_jev = served_server = 0
     for request, label in items:
         decision, events = engine.decide(work_for(request, model))
@@ -108,7 +103,7 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
                "tokens_server": served_server if served_jev else None,
                "drift": round(served_server / served_jev - 1, 4) if served_jev else None,
                "model": engine.fine.name,
-               "calls_per_decision": round((server_calls() - calls_before) / len(rows), 3) if rows else None,
+               "calls_per_decision": round((http.calls() - calls_before) / len(rows), 3) if rows else None,
                "fallbacks": sum(v for k, v in engine.counters.items() if k.startswith("fallback_")),
                "over_budget": engine.counters["over_budget"]}
     return rows, summary

@@ -1,6 +1,9 @@
 """`jev demo`'s choice of generator: the local model server when it is installed (else the extractive generator,
 saying why and how to install it), --model-url with the concurrency the server takes, and the settings the served
-demo writes (the server's model behind the generator and the escalation tier, one slot, answers cut short)."""
+demo writes (the server's model behind the generator, and behind the escalation tier with --escalate; one slot,
+answers cut short)."""
+from importlib import resources
+
 import orjson
 import pytest
 import yaml
@@ -45,7 +48,8 @@ def test_no_model_server_and_a_bad_concurrency(ran, capsys):
     assert "--model-concurrency" in capsys.readouterr().err
 
 
-def test_served_settings_put_the_servers_model_behind_generate_and_escalation(monkeypatch, settings):
+def test_served_settings_put_the_servers_model_behind_generate_and_escalation_only_when_asked(monkeypatch,
+                                                                                               settings):
     class Listed:
         def json(self):
             return {"data": [{"id": "smollm2-135m-instruct"}]}
@@ -54,6 +58,13 @@ def test_served_settings_put_the_servers_model_behind_generate_and_escalation(mo
     served = demo_mod.served_settings(settings, "http://127.0.0.1:8000/v1", concurrency=2)
     entry = yaml.safe_load(open(served.models))["models"]["smollm2-135m-instruct"]
     assert entry["base_url"] == "http://127.0.0.1:8000/v1" and entry["options"]["max_concurrency"] == 2
-    assert yaml.safe_load(open(served.decision_types))["tiers"]["escalation"] == "smollm2-135m-instruct"
+    bundled = yaml.safe_load(resources.files("streams.scoring").joinpath("decision_types.yaml").read_text())
+    types = yaml.safe_load(open(served.decision_types))
+    assert types["tiers"]["escalation"] == bundled["tiers"]["escalation"] != "smollm2-135m-instruct"
+    assert types["defaults"] == bundled["defaults"]
     lengths = stream_mod.load(served.stream_config).lengths
     assert max(lengths.values()) == demo_mod.SERVED_ANSWER_TOKENS and served.generator == "smollm2-135m-instruct"
+    escalating = yaml.safe_load(open(demo_mod.served_settings(settings, "http://127.0.0.1:8000/v1",
+                                                              escalate=True).decision_types))
+    assert escalating["tiers"]["escalation"] == "smollm2-135m-instruct"
+    assert escalating["defaults"]["timeout_ms"] == demo_mod.SERVED_TIMEOUT_MS
