@@ -73,7 +73,7 @@ def read_requests(path: Path, default_type: str) -> list[tuple[Request, str]]:
 
 def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -> tuple[list[dict], dict]:
     """Decide every request; rows per decision and the summary (shared with bench/cascade.py)."""
-    rows, tiers, correct, labeled = [], Counter(), 0, 0
+    rows, tiers, fine_models, correct, labeled = [], Counter(), Counter(), 0, 0
     calls_before = http.calls()
     actual = nominal = served_jev = served_server = 0
     for request, label in items:
@@ -83,6 +83,7 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
                 served_jev += e.input_tokens + e.output_tokens
                 served_server += e.server_input_tokens + e.server_output_tokens
         tiers[decision.tier] += 1
+        fine_models.update(step.split(":", 1)[1] for step in decision.chain if step.startswith("fine:"))
         actual += decision.input_tokens + decision.output_tokens
         nominal += decision.nominal_tokens
         row = {"request_id": request.request_id, "action_id": decision.action_id, "tier": decision.tier,
@@ -102,7 +103,7 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
                "tokens_actual": actual, "tokens_nominal": nominal, "tiers": dict(tiers),
                "tokens_server": served_server if served_jev else None,
                "drift": round(served_server / served_jev - 1, 4) if served_jev else None,
-               "model": engine.fine.name,
+               "model": engine.fine.name, "fine_models": dict(fine_models),
                "calls_per_decision": round((http.calls() - calls_before) / len(rows), 3) if rows else None,
                "fallbacks": sum(v for k, v in engine.counters.items() if k.startswith("fallback_")),
                "over_budget": engine.counters["over_budget"]}

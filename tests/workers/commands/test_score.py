@@ -59,6 +59,7 @@ def test_model_names_a_pool_entry_as_the_fine_tier(tmp_path, capsys, monkeypatch
     rows = run_score(tmp_path, capsys, monkeypatch, "auto", "--model", "lexical", "--mode", "fine-only",
                      "--timeout-ms", "5000")
     assert rows[-1]["model"] == "lexical" and rows[0]["chain"][-1] == "fine:lexical"
+    assert rows[-1]["fine_models"] == {"lexical": sum("fine:lexical" in row["chain"] for row in rows[:-1])} != {}
     assert rows[-1]["tokens_server"] is None and rows[-1]["drift"] is None
 
 
