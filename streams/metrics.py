@@ -182,9 +182,12 @@ def observe_usage(events) -> None:
             acc[5] += inputs + outputs
         if f["model"] and (jev := inputs + outputs):
             billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
-            pair = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0])
-            pair[0] += jev
-            pair[1] += billed
+            acc = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0, 0, 0])
+            acc[0] += jev
+            acc[1] += billed
+            if f["count_source"] == "server":
+                acc[2] += jev
+                acc[3] += billed
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):
@@ -197,20 +200,22 @@ def observe_usage(events) -> None:
     observe_counts(counts)
 
 
-_counted: dict[str, list[int]] = {}  # model → [Jev's count, billed count] since start: the drift gauge
+_reported: dict[str, list[int]] = {}  # model → [Jev's count, the server's] of calls the server counted: the drift
 
 
 def observe_counts(counts: dict[str, list[int]]) -> None:
-    """Jev's count and the billed count (the server's where it reported one) of each model's tokens (model →
-    [Jev's, billed], summed by observe_usage), and their drift."""
-    for model, (jev, billed) in counts.items():
+    """Jev's count and the billed count of each model's tokens (the server's where it reported one, else Jev's), and
+    the drift over the calls the server did count (model → [Jev's, billed, Jev's of reported, server's of
+    reported], summed by observe_usage): a call that reported no usage moves no drift."""
+    for model, (jev, billed, jev_reported, server_reported) in counts.items():
         model = bounded("model", model)
         MODEL_TOKENS.labels(model, "jev").inc(jev)
         MODEL_TOKENS.labels(model, "billed").inc(billed)
-        total = _counted.setdefault(model, [0, 0])
-        total[0] += jev
-        total[1] += billed
-        COUNT_DRIFT.labels(model).set(round(total[1] / total[0] - 1, 6))
+        if jev_reported:
+            total = _reported.setdefault(model, [0, 0])
+            total[0] += jev_reported
+            total[1] += server_reported
+            COUNT_DRIFT.labels(model).set(round(total[1] / total[0] - 1, 6))
 
 
 def observe_sink(inserted: list, dropped: int, seconds: float) -> None:

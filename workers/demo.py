@@ -209,7 +209,7 @@ def write_scrapes(scraped: dict[str, str], path: str) -> dict:
     {processes, referenced, series, not_moved}} for the report: `series` sums each series the alert rules and
     dashboard read over every process and label set."""
     Path(path).write_text(merge_scrapes(scraped))
-    wanted = referenced_series(gpu=gpu_present())
+    wanted = referenced_series(gpu=gpu_present(), broker_loss=False)
     summed = totals(list(scraped.values()))
     return {"metrics": {"file": path, "processes": sorted(scraped), "referenced": len(wanted),
                         "series": {name: round(summed.get(name, 0.0), 9) for name in sorted(wanted)},

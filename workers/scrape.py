@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 INFRA = Path(__file__).resolve().parents[1] / "infra"
 SERIES = re.compile(r"\b(jev_[a-z_]+)")
 GPU_ONLY = {"jev_gpu_memory_utilization"}  # recorded by scoring workers on a GPU backend only
+# moved only when the broker comes back without its logs (tests/integration/test_broker_restart.py checks it)
+BROKER_LOSS_ONLY = {"jev_log_restarts_total"}
 
 
 def gpu_present() -> bool:
@@ -24,9 +26,10 @@ def gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
-def referenced_series(infra: Path = INFRA, gpu: bool = True) -> dict[str, list[str]]:
+def referenced_series(infra: Path = INFRA, gpu: bool = True, broker_loss: bool = True) -> dict[str, list[str]]:
     """{series name as scraped (jev_breaker_trips_total, jev_stage_latency_seconds_bucket): [the alert rules and
-    dashboard panels that read it]}; without `gpu`, less the series only a GPU scoring worker records."""
+    dashboard panels that read it]}; without `gpu`, less the series only a GPU scoring worker records; without
+    `broker_loss`, less those only a broker that lost its logs moves."""
     uses: list[tuple[str, str]] = []
     for group in yaml.safe_load((infra / "prometheus/alerts.yml").read_text())["groups"]:
         uses += [(f"alert {r.get('alert') or r.get('record')}", r["expr"]) for r in group["rules"]]
@@ -36,7 +39,7 @@ def referenced_series(infra: Path = INFRA, gpu: bool = True) -> dict[str, list[s
     found: dict[str, list[str]] = {}
     for where, expr in uses:
         for series in SERIES.findall(expr):
-            if gpu or series not in GPU_ONLY:
+            if (gpu or series not in GPU_ONLY) and (broker_loss or series not in BROKER_LOSS_ONLY):
                 found.setdefault(series, []).append(where)
     return found
 

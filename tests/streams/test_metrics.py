@@ -39,11 +39,14 @@ def test_the_billed_count_and_its_drift_per_model():
     base = usage_events(1, 1.7e9)[0]
     served = [base.derive(model="drift-test-model", input_tokens=100, output_tokens=0, server_input_tokens=104,
                           server_output_tokens=1, count_source="server"),
-              base.derive(model="drift-test-model", input_tokens=50, output_tokens=10, count_source="jev")]
+              base.derive(model="drift-test-model", input_tokens=50, output_tokens=10, count_source="jev"),
+              base.derive(model="drift-test-model", input_tokens=40, output_tokens=0, server_input_tokens=40,
+                          count_source="missing")]
     metrics.observe_sink(served, dropped=0, seconds=0.01)
-    assert value("jev_model_tokens_total", model="drift-test-model", count="jev") == 160
-    assert value("jev_model_tokens_total", model="drift-test-model", count="billed") == 165
-    assert value("jev_token_count_drift", model="drift-test-model") == pytest.approx(165 / 160 - 1)
+    assert value("jev_model_tokens_total", model="drift-test-model", count="jev") == 200
+    assert value("jev_model_tokens_total", model="drift-test-model", count="billed") == 205
+    # the drift compares the counts of the call the server reported on only
+    assert value("jev_token_count_drift", model="drift-test-model") == pytest.approx(105 / 100 - 1)
 
 
 @pytest.mark.parametrize("tier", ["fine", "cache_l1", "fallback"])

@@ -1,6 +1,6 @@
 """The metrics contract's helpers: which series the rules and dashboard read, and what a set of scrapes lacks."""
 from workers.demo import write_scrapes
-from workers.scrape import GPU_ONLY, labelled_samples, missing_or_still, referenced_series, totals
+from workers.scrape import BROKER_LOSS_ONLY, GPU_ONLY, labelled_samples, missing_or_still, referenced_series, totals
 
 SCRAPE = """# HELP jev_decisions_total Decisions made.
 # TYPE jev_decisions_total counter
@@ -15,6 +15,7 @@ def test_referenced_series_name_their_readers_and_leave_gpu_ones_out_without_a_g
     wanted = referenced_series()
     assert "alert JevBreakerTripping" in wanted["jev_breaker_trips_total"]
     assert GPU_ONLY <= set(wanted) and not GPU_ONLY & set(referenced_series(gpu=False))
+    assert BROKER_LOSS_ONLY <= set(wanted) and not BROKER_LOSS_ONLY & set(referenced_series(broker_loss=False))
 
 
 def test_missing_and_zero_series_are_told_apart():

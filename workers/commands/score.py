@@ -79,7 +79,7 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
     for request, label in items:
         decision, events = engine.decide(work_for(request, model))
         for e in events:
-            if e.count_source != "jev":
+            if e.count_source == "server":
                 served_jev += e.input_tokens + e.output_tokens
                 served_server += e.server_input_tokens + e.server_output_tokens
         tiers[decision.tier] += 1

@@ -82,7 +82,7 @@ def test_model_url_points_the_pool_entry_at_its_server(tmp_path, capsys):
     path = tmp_path / "requests.jsonl"
     path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
     assert cli.main(["score", str(path), "--json", "--model", "smollm2-server", "--model-url",
-                     "http://127.0.0.1:9/v1", "--mode", "fine-only"]) == 0
+                     "http://127.0.0.1:9/v1", "--mode", "fine-only", "--timeout-ms", "30000"]) == 0
     row, summary = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert row["tier"] == "fallback" and row["chain"][0].startswith("fallback:model_unavailable")
     assert summary["model"] == "smollm2-server" and summary["fallbacks"] == 1 and summary["calls_per_decision"] > 0
