@@ -51,6 +51,7 @@ class Engine:
     patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
     deadlines: bool = True  # honour each request's deadline_ms (the naive shadow engine has no breakers)
     fine_tiers: FineTiers | None = None  # the fine tier per language and decision type (None: `fine` for all)
+    metered: bool = True  # breaker trips and fallbacks move the process's metrics (not the warm-up's: warmup.py)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -105,7 +106,8 @@ class Engine:
                     ranking = yield from rank(self, work, list(range(len(ids))), lengths, pol, ledger, breakers)
             except Fallback as stop:
                 reason = breakers.ran_out(str(stop))
-                observe_breaker(reason)
+                if self.metered:
+                    observe_breaker(reason)
                 ranking, outcome = self.fallback(work, pol, reason), "fallback"
                 ledger.balance("fallback", nominal)
         action, chain = rollout(req, pol, ranking, ids, self.counters)
@@ -135,5 +137,6 @@ class Engine:
     def fallback(self, work: Work, pol: policy_mod.Policy, reason: str):
         """A breaker tripped (or a budget degraded the request): counted, then the fallback ranking."""
         self.counters[f"fallback_{reason}"] += 1
-        observe_fallback(reason)
+        if self.metered:
+            observe_fallback(reason)
         return fallback_ranking(work, pol, reason)

@@ -6,8 +6,9 @@ the batch driver orders a round's calls by each backend's measured pace (streams
 knows nothing before a backend's first call. So before a worker says it is ready, the engine decides a small
 decision of every type in English and in Chinese, twice: the first pass loads, the second measures.
 
-The warm-up runs on a copy of the engine (its own counters, no escalation tier, no generator) with the encoding
-cache off, so it leaves no counts, no cached encodings and no metered tokens behind. A tier that calls a model
+The warm-up runs on a copy of the engine (its own counters, unmetered, no escalation tier, no generator) with the
+encoding cache off, so it leaves no counts, no breaker trips or fallbacks in the metrics, no cached encodings and
+no metered tokens behind. A tier that calls a model
 server (`remote`) is not warmed from here: its warm-up is the server's, and its calls would be billed.
 """
 from __future__ import annotations
@@ -46,7 +47,8 @@ def samples(decision_types: list[str], model: str) -> list[Work]:
 def warm(engine, model: str = "gpt-4o-mini") -> float:
     """Decide the samples on a copy of `engine` (PASSES times); the seconds it took."""
     began = time.perf_counter()
-    copy = dataclasses.replace(engine, escalation=None, generator=None, chunk_sink=None, counters=Counter())
+    copy = dataclasses.replace(engine, escalation=None, generator=None, chunk_sink=None, counters=Counter(),
+                               metered=False)
     works = [w for w in samples(sorted(engine.config.policies), model)
              if not getattr(copy.fine_for(w), "remote", False)]
     with encodings.using(encodings.EncodingCache(0)):

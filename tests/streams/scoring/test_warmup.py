@@ -1,6 +1,8 @@
 """Warming the engine before traffic: every local tier called in English and Chinese, nothing left behind."""
 from collections import Counter
 
+from prometheus_client import REGISTRY
+
 from streams import encodings
 from streams.backends import lexical as backends
 from streams.scoring import batching, policy, rules
@@ -37,6 +39,22 @@ def test_warm_up_calls_each_tier_in_both_languages_and_leaves_no_trace(monkeypat
     assert Counter(log) == {"coarse": 8, "en": 4, "zh": 4}  # 2 types x 2 languages, twice; coarse for all
     assert not eng.counters and cache.hits + cache.misses == lookups
     assert {("coarse", "coarse"), ("en", "en"), ("zh", "zh")} <= set(batching.PACE.seconds_per_text)
+
+
+def test_breakers_the_warm_up_trips_stay_out_of_the_metrics():
+    """A 10-token cap trips the token breaker on every warm-up decision: no trip, no fallback reaches /metrics."""
+    def moved():
+        return sum(REGISTRY.get_sample_value(name, labels) or 0.0
+                   for name, labels in (("jev_breaker_trips_total", {"breaker": "token_cap"}),
+                                        ("jev_fallbacks_total", {"reason": "token_cap"})))
+
+    eng = engine(Logged("en", []), Logged("zh", []))
+    eng.config = policy.parse("types:\n  ranking: {token_cap: 10}\n")
+    before = moved()
+    warm(eng)
+    assert moved() == before and not eng.counters
+    eng.decide_batch(samples(["ranking"], "gpt-4o-mini")[:1])
+    assert moved() == before + 2  # the engine itself still meters its trips
 
 
 def test_a_tier_on_a_model_server_is_not_warmed_from_here():
