@@ -16,10 +16,15 @@ from workers.pipeline import Pipeline, known_decision_types
 pytestmark = pytest.mark.integration
 
 
+LONG_REFERENCE = "\n".join(f"Parcels to warehouse {h} leave within {h % 47 + 1} hours of payment and arrive in "
+                           f"{h % 5 + 2} working days." for h in range(40))
+
+
 def creative_mobile(payloads: list[bytes], tag: str) -> tuple[list[bytes], set[str]]:
-    """The workload's streamed questions as 512-token creative answers to mobile clients, under new ids."""
-    bodies = [{**orjson.loads(p), "request_id": f"{tag}-{i}", "question_type": "creative", "client": "mobile"}
-              for i, p in enumerate(payloads)]
+    """The workload's streamed questions as 512-token creative answers to mobile clients, under new ids, their
+    reference long enough for the extractive generator to write that much."""
+    bodies = [{**(body := orjson.loads(p)), "request_id": f"{tag}-{i}", "question_type": "creative",
+               "client": "mobile", "state": body["state"] + "\n" + LONG_REFERENCE} for i, p in enumerate(payloads)]
     return [orjson.dumps(b) for b in bodies], {b["request_id"] for b in bodies}
 
 
