@@ -82,13 +82,16 @@ class Upstream:
         self.bootstrap = bootstrap
         self.payloads = {orjson.loads(p)["request_id"]: p for p in payloads}
         self.acked: dict[str, float] = {}  # request id -> time.monotonic() of its first acknowledgement
-        self.retried = 0
+        self.retried = 0  # sends refused (the producer gave up inside 10 s) and sent again
+        self.held = 0  # sends the producer held over 1 s before the broker acknowledged them
 
     async def send(self, producer: AIOKafkaProducer, request_id: str) -> None:
         while True:
             try:
+                began = time.monotonic()
                 await asyncio.wait_for(producer.send_and_wait(name("requests"), self.payloads[request_id]), 10)
                 self.acked.setdefault(request_id, time.monotonic())
+                self.held += time.monotonic() - began > 1.0
                 return
             except (KafkaError, asyncio.TimeoutError):
                 self.retried += 1
@@ -151,7 +154,8 @@ async def test_the_pipeline_recovers_from_a_broker_restart_under_load(settings):
         await pipe.stop_stages()
         totals = await run_audit(pipe)
     assert any(lag.values()), f"the pipeline had work queued when the broker stopped: {lag}"
-    assert upstream.retried, "some sends were refused while the broker was down and sent again"
+    # the outage met the upstream's sends: refused and sent again, or held by the producer until the broker was back
+    assert upstream.retried or upstream.held, "no send was in flight while the broker was down"
     assert len(sent_after) > 20 and recovered_s < 30, (len(sent_after), recovered_s)
     assert ids <= collector.decisions.keys(), f"undecided: {sorted(ids - collector.decisions.keys())[:10]}"
     assert not collector.rejections, {r.reason for r in collector.rejections.values()}  # no over_budget
