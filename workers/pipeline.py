@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import REGISTRY, generate_latest
 
 from infra import clickhouse
-from infra.broker import LocalBroker, create_topics, die_with_parent
+from infra.broker import LocalBroker, create_topics, die_with_parent, stop_process
 from schemas.records import Chunk, Decision, Rejection
 from schemas.topics import TOPICS, name
 from streams.app import create_app
@@ -181,16 +181,6 @@ class Pipeline:
         await asyncio.to_thread(self.start_scoring if kind == "scoring" else self.start_stages, index)
         self.restarts[role] = self.restarts.get(role, 0) + 1
 
-    @staticmethod
-    def stop_process(proc: subprocess.Popen | None, timeout: float = 30) -> None:
-        if proc and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
     def scrape_metrics(self) -> dict[str, str]:
         """{process: its /metrics text} of every running process of this pipeline: this one when it runs the
         stages, and each child (`<module>-<pid>`) over its own port. Needs metrics=True."""
@@ -206,7 +196,7 @@ class Pipeline:
     async def __aexit__(self, *exc) -> None:
         if self.lag_task is not None:
             self.lag_task.cancel()
-        await asyncio.gather(*(asyncio.to_thread(self.stop_process, p, 10) for p in self.scorers.values()))
+        await asyncio.gather(*(asyncio.to_thread(stop_process, p, 10) for p in self.scorers.values()))
         await self.stop_stages()
         if self.query_server is not None:
             await self.query_server.__aexit__(*exc)
@@ -214,11 +204,11 @@ class Pipeline:
 
     async def stop_stages(self) -> None:
         """Stop the Faust stages (gracefully: the sink flushes and releases ClickHouse)."""
-        await asyncio.gather(*(asyncio.to_thread(self.stop_process, p) for i, p in self.stage_procs.items() if i))
+        await asyncio.gather(*(asyncio.to_thread(stop_process, p, 30) for i, p in self.stage_procs.items() if i))
         if self.worker is not None:
             await self.worker.stop()
             self.worker = None
-        await asyncio.to_thread(self.stop_process, self.stages)
+        await asyncio.to_thread(stop_process, self.stages, 30)
 
     async def publish(self, payloads: list[bytes], max_request_size: int = 1048576) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap, linger_ms=5,
