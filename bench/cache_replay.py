@@ -52,11 +52,11 @@ class Memo:
 
 
 def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed,
-        explore: float, data_dir: str) -> dict:
+        explore: float, data_dir: str, promote_margin: float = 0.0) -> dict:
     """One replay through the live L2 decision: the learned verifier, one threshold certified from verdicts."""
     evidence = PooledEvidence(load_verifier(embedder.name, data_dir),
                               ThresholdLearner(target, confidence, explore=explore))
-    cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=len(pairs))
+    cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=len(pairs), promote_margin=promote_margin)
     out = replay(cache, pairs, shadow_rate, seed=seed)
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
             if k not in ("threshold_moves", "curve")}
@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--explore", default="0.05", help="exploration rates above the threshold to compare")
     ap.add_argument("--no-stsb", action="store_true")
+    ap.add_argument("--promote-margin", type=float, help="near-miss promotion band (default: JEV_CACHE_PROMOTE_MARGIN)")
     ap.add_argument("--write", help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
                                     "(for `jev cache replay --pairs`), then replay")
     args = ap.parse_args()
@@ -90,8 +91,9 @@ def main() -> None:
     embedder = Memo(load_embedder(args.embedder))
     floor = calibration.ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
     seeds = [None] + [int(s) for s in args.seeds.split(",") if s]
+    margin = settings.cache_promote_margin if args.promote_margin is None else args.promote_margin
     result = {"embedder": embedder.name, "floor": floor, "confidence": args.confidence,
-              "shadow_rate": args.shadow_rate, "held_out_share": round(HELD_OUT_SHARE, 3)}
+              "shadow_rate": args.shadow_rate, "promote_margin": margin, "held_out_share": round(HELD_OUT_SHARE, 3)}
     for set_name, pairs in sets.items():
         result[set_name] = {"pairs": len(pairs), "positives": sum(p.label for p in pairs), "runs": []}
         for target in (float(t) for t in args.targets.split(",")):
@@ -99,7 +101,7 @@ def main() -> None:
                 for seed in seeds:
                     print(f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}", file=sys.stderr)
                     out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore,
-                              settings.data_dir)
+                              settings.data_dir, margin)
                     result[set_name]["runs"].append({"seed": seed, "explore": explore, **out})
     print(orjson.dumps(result).decode())
 

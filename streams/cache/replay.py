@@ -13,6 +13,14 @@ Every other one goes through SemanticCache.probe with the partition's learned th
   stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
   comparison, at rate 1 (`explore=False` turns this evidence off).
 `text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
+Promotion (the cache's `promote_margin`): a miss whose candidate is a near-miss is judged as the live stage's
+naive twin would judge it, the label standing in for the comparison of the naive answer with the cached one,
+and only where that comparison is labelled: the candidate is the pair's own `text_a` (judged the same when the
+pair is labelled 1); a candidate from another pair is not labelled and is never promoted. The judgement lands
+before the next request is asked (live, it lands when the twin is decided). Promoted `text_b` questions are
+keys of their `text_a` answers from then on: a later request asking one (up to case and spacing) is served
+through it, and a hit through an alias is right only when the alias's target is the pair's own `text_a`
+(`promoted_hits`, `promoted_false_hits`; also counted in hits and false_hits).
 A hit counts as its own pair's when the entry's question is the pair's `text_a` up to case, spacing and
 Unicode form (Quora repeats a question across pairs: one entry then holds it, and a `text_b` hitting it hit
 its own question, not another pair's).
@@ -55,22 +63,31 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     rng = random.Random(0 if seed is None else seed)
     threshold_of = (lambda: cache.evidence.threshold()) if cache.evidence is not None else (
         lambda: cache.learner.threshold(PARTITION))
-    hits = right = explored = learned = 0
+    hits = right = explored = learned = judged = promoted_hits = promoted_right = 0
     moves, curve = [], []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
     step = max(len(asked) // CURVE_POINTS, 1)
     for n, (pair, vector) in enumerate(progress(zip(asked, vectors)), 1):
         hit, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))
         if candidate is not None:
-            correct = pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a)
+            entry = cache.entry_of(PARTITION, candidate.question)
+            target = entry.alias_of if entry is not None and entry.alias_of else candidate.question
+            correct = pair.label == 1 and _same_question(target) == _same_question(pair.text_a)
             if hit is not None:
                 hits += 1
                 right += correct
+                if hit.entry.alias_of:
+                    promoted_hits += 1
+                    promoted_right += correct
                 if shadow_rate and rng.random() < shadow_rate:
                     cache.learn(candidate, correct)
                     learned += 1
             elif explore:
                 cache.learn(candidate, correct)
                 explored += 1
+            if hit is None and candidate.near_miss:
+                judged += 1
+                if correct:
+                    cache.promote(PARTITION, pair.text_b, candidate.question, np.asarray(vector))
             threshold = threshold_of()
             if not moves or moves[-1][1] != threshold:
                 moves.append((n, threshold))
@@ -84,6 +101,8 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             "per_request_error": (hits - right) / requests if requests else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
             "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
+            "promote_margin": cache.promote_margin, "promotion_judgements": judged, "promoted": cache.promotions,
+            "promoted_hits": promoted_hits, "promoted_false_hits": promoted_hits - promoted_right,
             "final_threshold": _finite(threshold_of()),
             "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
             "curve": curve}
