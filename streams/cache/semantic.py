@@ -22,7 +22,8 @@ pair is judged out of band (the cache stage sends the request's naive twin as sh
 naive answer with the cached one); judged the same, `promote` makes the request's question a key of the
 cached answer (an alias, `Entry.alias_of`). An alias asked by its very question (up to case and spacing) was
 judged, so it is served without the learner, like an L3 pre-answer; a nearby question still needs the verifier
-and the certified threshold. A fresh alias keeps its key against a plain fill of the same question.
+and the certified threshold. A fresh alias keeps its key against a plain fill of the same question; a shadow
+verdict that disagrees with an alias served to its very question removes it (demotion).
 """
 from __future__ import annotations
 
@@ -173,6 +174,7 @@ class SemanticCache:
                              f"JEV_CACHE_PROMOTE_MARGIN (0 turns promotion off)")
         self.promote_margin = promote_margin
         self.promotions = 0  # near-misses promoted to keys of the answer they were judged to share
+        self.demotions = 0  # promoted keys removed after a disagreeing verdict on their very question
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
@@ -301,10 +303,18 @@ class SemanticCache:
         return None if id_ is None else part.entries[id_]
 
     def learn(self, candidate: Candidate, agreed: bool) -> None:
-        """A verdict on `candidate`: did its cached answer agree with the naive answer to the question?"""
+        """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
+        disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
         if self.evidence is not None and candidate.features:
             self.evidence.observe(entry_key(candidate.partition, candidate.question), candidate.features,
                                   candidate.cosine, agreed)
+            return
+        part = self.partitions.get(candidate.partition)
+        id_ = part.ids.get(_same_question(candidate.question)) if part else None
+        if not agreed and id_ is not None and part.entries[id_].alias_of:
+            del self.recency[(candidate.partition, id_)]
+            self._drop(candidate.partition, id_)
+            self.demotions += 1
         elif self.learner is not None:
             self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
                                  agreed)
@@ -355,12 +365,15 @@ class SemanticCache:
 
     def _evict_oldest(self) -> None:
         (partition, id_), _ = self.recency.popitem(last=False)
+        self._drop(partition, id_)
+        self.evictions += 1
+
+    def _drop(self, partition: tuple, id_: int) -> None:
         part = self.partitions[partition]
         part.index.remove(id_)
         del part.ids[_same_question(part.texts.pop(id_))], part.entries[id_]
         if not part.texts:
             del self.partitions[partition]
-        self.evictions += 1
 
     def holds(self, partition: tuple, text: str) -> bool:
         """An entry for this very question (up to case and spacing) exists: no embedding needed."""

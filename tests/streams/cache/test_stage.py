@@ -150,3 +150,19 @@ def test_the_margin_is_checked():
 
     with pytest.raises(ValueError, match="JEV_CACHE_PROMOTE_MARGIN"):
         SemanticCache(HashingEmbedder(), 0.5, promote_margin=1.5)
+
+
+def test_a_disagreeing_verdict_on_a_promoted_key_demotes_it_here_and_after_a_rebuild(tmp_path):
+    stage = new_stage(tmp_path)
+    for cached, near, _, _ in (ENGLISH, CHINESE):
+        answered(stage, cached, "a")
+        ask(stage, f"r-{near}", near)
+    for twin in stage.judge_twins():
+        judged(stage, twin, "a")
+    english, _ = ask(stage, "s1", ENGLISH[3])
+    stage.learn(english, agreed=False)  # the shadow sample of the served alias hit disagreed
+    assert ask(stage, "s2", ENGLISH[3])[1] is None and stage.semantic.demotions == 1
+    assert ask(stage, "s3", CHINESE[3])[1] is not None, "only the key judged wrong is removed"
+    after = new_stage(tmp_path)
+    after.restore(orjson.loads(orjson.dumps(stage.take_changes())))
+    assert ask(after, "s4", ENGLISH[3])[1] is None and ask(after, "s5", CHINESE[3])[1] is not None
