@@ -17,6 +17,8 @@ A promotion is queued for the cache-state topic as the fill of its alias entry, 
 """
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from typing import Callable, Mapping
 
@@ -40,6 +42,7 @@ PENDING_VECTORS = 10_000
 PENDING_CHANGES = 100_000  # cache-state records awaiting the agent (oldest dropped past it: memory stays bounded)
 PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), not a pattern worth tokens
 PENDING_JUDGEMENTS = 10_000  # near-misses whose naive twin is out (one per question and partition at a time)
+JUDGE_AGAIN_AGES = 2  # a twin not back after this many shadow max ages was dropped: the question may be judged again
 JUDGE_SUFFIX = "~promote"  # a judging twin's request id: its shadow usage is its own, apart from a sampled twin's
 
 
@@ -78,7 +81,8 @@ class CacheStage:
         self.prefetching = BoundedLRU(PENDING_VECTORS)  # entry keys of pre-answers being scored
         self.prefetch_tokens = settings.cache_prefetch_tokens
         self.judging: list[Work] = []  # naive twins of near-misses, not sent yet
-        self.judged = BoundedLRU(PENDING_JUDGEMENTS)  # entry keys of the near-misses being judged
+        self.judged = BoundedLRU(PENDING_JUDGEMENTS)  # entry key of a near-miss being judged -> when its twin left
+        self.judge_again_s = JUDGE_AGAIN_AGES * settings.shadow_max_age_ms / 1000
 
     def on_control(self, control) -> None:
         if control.kind == "version":
@@ -150,9 +154,9 @@ class CacheStage:
         refill, a pre-answer or a request a budget degraded: shadow work yields)."""
         if work.refresh or work.predictive or work.tier_cap:
             return
-        key = entry_key(partition_of(work.request), question_of(work.request))
-        if key not in self.judged:
-            self.judged[key] = None
+        key, now = entry_key(partition_of(work.request), question_of(work.request)), time.time()
+        if now - self.judged.get(key, -math.inf) > self.judge_again_s:
+            self.judged[key] = now
             self.judging.append(judge_twin(work))
 
     def judge_twins(self) -> list[Work]:
@@ -163,7 +167,7 @@ class CacheStage:
     def promote(self, twin: Work, agrees: Callable[[Mapping], bool]) -> str:
         """A near-miss's naive twin, decided: `agrees(cached)` judges the candidate's cached answer against the
         naive one (the shadow comparison). Returns promoted, different, or gone (the cached answer was evicted
-        or replaced by then)."""
+        by then)."""
         partition, question = partition_of(twin.request), question_of(twin.request)
         self.judged.pop(entry_key(partition, question), None)
         candidate = Candidate.from_dict(twin.cache_match)

@@ -166,3 +166,18 @@ def test_a_disagreeing_verdict_on_a_promoted_key_demotes_it_here_and_after_a_reb
     after = new_stage(tmp_path)
     after.restore(orjson.loads(orjson.dumps(stage.take_changes())))
     assert ask(after, "s4", ENGLISH[3])[1] is None and ask(after, "s5", CHINESE[3])[1] is not None
+
+
+def test_a_question_whose_twin_never_came_back_is_judged_again_later(tmp_path, monkeypatch):
+    import streams.cache.stage as stage_module
+
+    stage = new_stage(tmp_path)
+    answered(stage, ENGLISH[0], "a")
+    ask(stage, "r1", ENGLISH[1])
+    assert len(stage.judge_twins()) == 1
+    ask(stage, "r2", ENGLISH[1])
+    assert stage.judge_twins() == [], "its twin is still out"
+    later = stage_module.time.time() + stage.judge_again_s + 1
+    monkeypatch.setattr(stage_module.time, "time", lambda: later)  # the shadow scorer dropped the first twin (age)
+    ask(stage, "r3", ENGLISH[1])
+    assert [t.request.request_id for t in stage.judge_twins()] == ["r3" + JUDGE_SUFFIX]
