@@ -54,7 +54,9 @@ Near-misses (a candidate refused with a verifier probability within --promote-ma
 threshold) are judged as the live stage judges them (its naive twin's answer compared with the cached one):
 here the label stands in, only where the candidate is the pair's own text_a (another pair's candidate is not
 labelled and is never promoted); judged the same, the text_b becomes a key of the text_a's answer, and a later
-request asking it is served through it (promoted, promoted_hits, promoted_false_hits).
+request asking it (up to case and spacing) is served through it, right by the label of the pair that promoted
+it (promoted, promoted_hits, promoted_false_hits; promoted_strict_false_hits: those whose own pair names
+another text_a, wrong by the own-text_a rule above). The judgement lands before the next text_b is asked.
 
 Candidates are scored by the learned verifier (weights from `jev cache train-verifier`, else the shipped
 ones) and one threshold on its probability is certified from all verdicts (streams/cache/evidence.py).
