@@ -117,6 +117,12 @@ def answers_agree(cached: Mapping, fresh: Mapping) -> bool:
     return bool(words[0]) and words[0] == words[1]
 
 
+def _answer_of(part: "_Partition", id_: int) -> str:
+    """Which cached answer an index row serves: its question's, or for a promoted key its target's (a key
+    and its target are one answer, not rivals that make a neighbourhood ambiguous)."""
+    return _same_question(part.entries[id_].alias_of or part.texts[id_])
+
+
 def entry_key(partition: tuple, text: str) -> str:
     data = orjson.dumps([list(partition), _same_question(text)])
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -240,8 +246,9 @@ class SemanticCache:
                     self.refusals[verdict.reason] += 1
                     continue
             if self.evidence is not None:
-                return self._judge(partition, part, id_, text, score, found[rank + 1][1] if rank + 1 < len(found)
-                                   else 0.0)
+                answer = _answer_of(part, id_)
+                rival = next((s for other, s in found[rank + 1:] if _answer_of(part, other) != answer), 0.0)
+                return self._judge(partition, part, id_, text, score, rival)
             if self.check is not None and not self.check.agrees(text, cached):
                 self.refusals["model"] += 1
                 continue
