@@ -280,7 +280,8 @@ class Work(Record):
     decision: Optional[Decision] = None
     budget_holds: Dict[str, str] = {}  # hard budget key -> the lease its tokens were reserved against
     budget_tokens: int = 0  # tokens reserved against each of those leases (the request's worst case)
-    shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way
+    shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way;
+    # "promote": a near-miss's naive twin, judged against its L2 candidate's cached answer (streams/cache/stage.py)
     mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
 
 

@@ -34,6 +34,11 @@ COUNT_DRIFT = Gauge("jev_token_count_drift", "Billed over Jev's count of a model
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
 DECISIONS = Counter("jev_decisions", "Decisions made, by the tier that answered.", ["tier", "decision_type"])
 CACHE = Counter("jev_cache_lookups", "Cache look-ups by level and result.", ["level", "result"])
+PROMOTIONS = Counter("jev_cache_promotions", "L2 near-misses judged against their candidate's cached answer (the "
+                     "naive twin, shadow work), by outcome: promoted (a key of that answer now), different, gone "
+                     "(the answer was evicted meanwhile).", ["outcome"])
+PROMOTED_HITS = Counter("jev_cache_promoted_hits", "L2 hits served through a promoted key (an alias of a judged "
+                        "near-miss; also counted in jev_cache_lookups).")
 STAGE_LATENCY = Histogram("jev_stage_latency_seconds",
                           "Seconds from a request's arrival (admission) until each stage was done with it.",
                           ["stage"], buckets=LATENCY_BUCKETS)
@@ -246,6 +251,14 @@ def observe_stages(stage: str, works) -> None:
 def observe_cache(level: str, hit: bool) -> None:
     """One look-up in cache level l1 | l2 | l3 | state, and whether it hit (a miss keeps the level it missed in)."""
     CACHE.labels(bounded("cache_level", level), "hit" if hit else "miss").inc()
+
+
+def observe_promotion(outcome: str) -> None:
+    PROMOTIONS.labels(bounded("promotion_outcome", outcome)).inc()
+
+
+def observe_promoted_hit() -> None:
+    PROMOTED_HITS.inc()
 
 
 def observe_encoding_cache(model: str, hits: int, misses: int, evicted: int, hit_ratio: float, size: int) -> None:

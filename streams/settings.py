@@ -86,6 +86,12 @@ class Settings:
     cache_explore_rate: float = _doc(0.05, "Share of L2 candidates the learned threshold would serve that are "
                                            "answered anyway and compared, so verdicts keep coming where hits are "
                                            "served (a threshold that passed by luck is pulled back up).")
+    cache_promote_margin: float = _doc(0.2, "L2 promotion of near-misses (Krites): a miss whose best candidate's "
+                                            "verifier probability lies within this margin below the serving "
+                                            "threshold (the certified one, or 1 - JEV_CACHE_MAX_ERROR where that "
+                                            "is lower or none is certified) is answered as usual and its naive "
+                                            "twin is judged against the cached answer as shadow work; judged the "
+                                            "same, the question becomes a key of that answer. 0 = off.")
     cache_state_topic: int = _doc(1, "1: write L2 entries, verdicts and L3 follow-ups to the cache-state topic "
                                      "and rebuild them from it at start, so a restarted or new stage process "
                                      "keeps the hit rate; 0: off.")

@@ -7,7 +7,10 @@ consumer, like the control reader), so a process started after a crash, or one t
 partitions, holds the same L2 entries, learned thresholds and L3 statistics as the process that wrote them.
 Each message is {"origin": process id, "records": [...]} (changelog.py), keyed by its origin so that one
 process's records stay in order; a process skips its own messages. The stage queues a change as it happens;
-they go out through the one Sender every STATE_FLUSH_S, apart from the micro-batches."""
+they go out through the one Sender every STATE_FLUSH_S, apart from the micro-batches.
+
+The naive twins of near-misses (promotion, streams/cache/stage.py) go to the shadow topic with the batch's
+misses; their decisions come back through postprocess, which judges them (CacheStage.promote)."""
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +22,7 @@ import orjson
 from schemas.topics import name
 from streams.answer import answer_locally
 from streams.consumer import follow_from_start, run_agent, take_work
-from streams.metrics import observe_cache, observe_stages
+from streams.metrics import observe_cache, observe_promoted_hit, observe_stages
 from streams.outbox import Outbox
 
 STATE_FLUSH_S = 0.5
@@ -65,6 +68,8 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
             hit = semantic.get(id(work))
             if id(work) in asked:
                 observe_cache(hit.level if hit else "l2", hit is not None)
+                if hit is not None and hit.entry.alias_of:
+                    observe_promoted_hit()
             if hit is None:
                 misses.append(work)
             else:
@@ -73,7 +78,7 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
             misses.extend(stage.prefetches(work, switches))
         misses.extend(stage.refreshes())
         observe_stages("cache", works)
-        return out.extend(postprocess(hits)).send_work("score", misses)
+        return out.extend(postprocess(hits)).send_work("score", misses).send_work("shadow", stage.judge_twins())
 
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):

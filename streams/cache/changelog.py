@@ -1,4 +1,5 @@
-"""Cache-state records: L2 fills, L2 verdicts and L3 follow-up observations, as plain JSON dicts.
+"""Cache-state records: L2 fills, L2 verdicts and L3 follow-up observations, as plain JSON dicts. A promoted
+near-miss is the fill of its alias entry (the entry names the question it is an alias of).
 
 The cache stage queues one record per change; the cache agent sends them to the cache-state topic and, at
 start, reads that topic from its beginning and applies every record (`apply`), so a restarted process, or

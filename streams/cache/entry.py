@@ -19,6 +19,7 @@ class Entry:
     tokens: int = 0  # tokens the answer cost: what a hit saves
     level: str = "l1"  # l1 | l2 | l3
     predictive: bool = False  # filled ahead of time by L3, reported apart
+    alias_of: str = ""  # L2: the cached question whose answer this key was promoted to (a judged near-miss)
     created: float = field(default_factory=time.time)
     stale_served: bool = False
 

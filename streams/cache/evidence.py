@@ -63,10 +63,12 @@ class PooledEvidence:
 
     def allows(self, key: str, cosine: float, score: float) -> bool:
         """Serve a candidate on entry `key` at this cosine and verifier score? (Exploration may refuse it.)"""
+        return not self.vetoed(key, cosine) and self.learner.allows(POOL, key, score)
+
+    def vetoed(self, key: str, cosine: float) -> bool:
+        """Entry `key` drew a disagreement at this cosine or above."""
         veto = self.vetoes.get(key)
-        if veto is not None and cosine <= veto:
-            return False
-        return self.learner.allows(POOL, key, score)
+        return veto is not None and cosine <= veto
 
     def threshold(self) -> float:
         return self.learner.threshold(POOL)

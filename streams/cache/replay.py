@@ -13,6 +13,18 @@ Every other one goes through SemanticCache.probe with the partition's learned th
   stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
   comparison, at rate 1 (`explore=False` turns this evidence off).
 `text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
+Promotion (the cache's `promote_margin`): a miss whose candidate is a near-miss is judged as the live stage's
+naive twin would judge it, the label standing in for the comparison of the naive answer with the cached one,
+and only where that comparison is labelled: the candidate is the pair's own `text_a` (judged the same when the
+pair is labelled 1); a candidate from another pair is not labelled and is never promoted. The judgement lands
+before the next request is asked (live, it lands when the twin is decided). Promoted `text_b` questions are
+keys of their `text_a` answers from then on: a later request asking one (up to case and spacing) is served
+through it. Such a hit serves the answer that the judgement approved for that very question, so it is right by
+the label of the pair that promoted the key (the replay's judge), whichever `text_a` the later pair names:
+Quora repeats a `text_b` with other `text_a`s, which say nothing about the promoted answer. Those later pairs
+are counted apart (`promoted_strict_false_hits`: wrong under issue 18's own-`text_a` rule). A hit through an alias
+from another question is right only when the alias's target is the pair's own `text_a`, as any hit.
+(`promoted_hits`, `promoted_false_hits`; also counted in hits and false_hits.)
 A hit counts as its own pair's when the entry's question is the pair's `text_a` up to case, spacing and
 Unicode form (Quora repeats a question across pairs: one entry then holds it, and a `text_b` hitting it hit
 its own question, not another pair's).
@@ -55,14 +67,23 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     rng = random.Random(0 if seed is None else seed)
     threshold_of = (lambda: cache.evidence.threshold()) if cache.evidence is not None else (
         lambda: cache.learner.threshold(PARTITION))
-    hits = right = explored = learned = 0
+    hits = right = explored = learned = judged = promoted_hits = promoted_right = strict_false = 0
+    promoted_by: dict[str, int] = {}  # a promoted question -> the label of the pair whose judgement promoted it
     moves, curve = [], []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
     step = max(len(asked) // CURVE_POINTS, 1)
     for n, (pair, vector) in enumerate(progress(zip(asked, vectors)), 1):
         hit, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))
         if candidate is not None:
-            correct = pair.label == 1 and _same_question(candidate.question) == _same_question(pair.text_a)
+            entry = cache.entry_of(PARTITION, candidate.question)
+            target = entry.alias_of if entry is not None and entry.alias_of else candidate.question
+            correct = pair.label == 1 and _same_question(target) == _same_question(pair.text_a)
             if hit is not None:
+                if hit.entry.alias_of:
+                    promoted_hits += 1
+                    if _same_question(hit.matched) == _same_question(pair.text_b):  # asked by its very question
+                        strict_false += not correct
+                        correct = promoted_by[_same_question(hit.matched)] == 1
+                    promoted_right += correct
                 hits += 1
                 right += correct
                 if shadow_rate and rng.random() < shadow_rate:
@@ -71,6 +92,10 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             elif explore:
                 cache.learn(candidate, correct)
                 explored += 1
+            if hit is None and candidate.near_miss:
+                judged += 1
+                if correct and cache.promote(PARTITION, pair.text_b, candidate.question, np.asarray(vector)):
+                    promoted_by[_same_question(pair.text_b)] = pair.label
             threshold = threshold_of()
             if not moves or moves[-1][1] != threshold:
                 moves.append((n, threshold))
@@ -84,6 +109,9 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             "per_request_error": (hits - right) / requests if requests else 0.0,
             "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
             "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
+            "promote_margin": cache.promote_margin, "promotion_judgements": judged, "promoted": cache.promotions,
+            "promoted_hits": promoted_hits, "promoted_false_hits": promoted_hits - promoted_right,
+            "promoted_strict_false_hits": strict_false, "demoted": cache.demotions,
             "final_threshold": _finite(threshold_of()),
             "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
             "curve": curve}

@@ -14,6 +14,16 @@ With a bare ThresholdLearner (learning.py) the cosine itself is the score, learn
 returns the refused candidate too, so the answer to the miss can be compared with the candidate's and
 learned from. An L3 pre-answer asked by its very question (up to case and spacing) is no semantic guess and
 is served without the learner.
+
+Promotion of near-misses (Krites, arXiv 2602.13165): with `promote_margin`, a candidate refused by the
+certified threshold whose verifier probability lies within the margin below it (below 1 - the bound where
+that is lower, or where nothing is certified yet) is marked `near_miss`. The miss is answered as usual and the
+pair is judged out of band (the cache stage sends the request's naive twin as shadow work and compares the
+naive answer with the cached one); judged the same, `promote` makes the request's question a key of the
+cached answer (an alias, `Entry.alias_of`). An alias asked by its very question (up to case and spacing) was
+judged, so it is served without the learner, like an L3 pre-answer; a nearby question still needs the verifier
+and the certified threshold. A fresh alias keeps its key against a plain fill of the same question; a shadow
+verdict that disagrees with an alias served to its very question removes it (demotion).
 """
 from __future__ import annotations
 
@@ -107,6 +117,12 @@ def answers_agree(cached: Mapping, fresh: Mapping) -> bool:
     return bool(words[0]) and words[0] == words[1]
 
 
+def _answer_of(part: "_Partition", id_: int) -> str:
+    """Which cached answer an index row serves: its question's, or for a promoted key its target's (a key
+    and its target are one answer, not rivals that make a neighbourhood ambiguous)."""
+    return _same_question(part.entries[id_].alias_of or part.texts[id_])
+
+
 def entry_key(partition: tuple, text: str) -> str:
     data = orjson.dumps([list(partition), _same_question(text)])
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -123,16 +139,19 @@ class Candidate:
     served: bool
     cosine: float | None = None
     features: tuple[float, ...] = ()
+    near_miss: bool = False  # refused just under the serving threshold: to be judged for promotion
 
     def to_dict(self) -> dict:
         extra = {"cosine": self.cosine, "features": list(self.features)} if self.features else {}
+        if self.near_miss:
+            extra["near_miss"] = True
         return {"partition": list(self.partition), "question": self.question, "score": self.score,
                 "served": self.served, **extra}
 
     @classmethod
     def from_dict(cls, data) -> "Candidate":
         return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]),
-                   data.get("cosine"), tuple(data.get("features") or ()))
+                   data.get("cosine"), tuple(data.get("features") or ()), bool(data.get("near_miss")))
 
 
 @dataclass
@@ -147,13 +166,21 @@ class SemanticCache:
     def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
                  k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
                  max_entries: int = 100_000, check: ModelCheck | None = None,
-                 learner: ThresholdLearner | None = None, evidence: PooledEvidence | None = None):
+                 learner: ThresholdLearner | None = None, evidence: PooledEvidence | None = None,
+                 promote_margin: float = 0.0):
         """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first.
         Without a learner every verified neighbour above `threshold` is served (a fixed threshold). With pooled
         `evidence` (evidence.py) its verifier scores the best verified neighbour (the model check's cosine is
-        one of its features instead of a gate) and its learner decides."""
+        one of its features instead of a gate) and its learner decides; `promote_margin` (with evidence) marks
+        the refused candidates within that margin below the serving threshold as near-misses (0: none)."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if not 0 <= promote_margin < 1:
+            raise ValueError(f"promote margin must be in [0, 1), got {promote_margin}: set "
+                             f"JEV_CACHE_PROMOTE_MARGIN (0 turns promotion off)")
+        self.promote_margin = promote_margin
+        self.promotions = 0  # near-misses promoted to keys of the answer they were judged to share
+        self.demotions = 0  # promoted keys removed after a disagreeing verdict on their very question
         self.embedder = embedder
         self.threshold = threshold
         self.verify = verify
@@ -204,6 +231,9 @@ class SemanticCache:
         part = self.partitions.get(partition)
         if part is None:
             return None, None
+        same = part.ids.get(_same_question(text))
+        if same is not None and (part.entries[same].predictive or part.entries[same].alias_of):
+            return self._serve(partition, part, same, 1.0)  # asked by its very question: no semantic guess
         vector = self.embed(text) if vector is None else vector
         found = part.index.search(vector, self.k)
         for rank, (id_, score) in enumerate(found):
@@ -215,22 +245,25 @@ class SemanticCache:
                 if not verdict.ok:
                     self.refusals[verdict.reason] += 1
                     continue
-            same = part.entries[id_].predictive and _same_question(cached) == _same_question(text)
-            if self.evidence is not None and not same:
-                return self._judge(partition, part, id_, text, score, found[rank + 1][1] if rank + 1 < len(found)
-                                   else 0.0)
+            if self.evidence is not None:
+                answer = _answer_of(part, id_)
+                rival = next((s for other, s in found[rank + 1:] if _answer_of(part, other) != answer), 0.0)
+                return self._judge(partition, part, id_, text, score, rival)
             if self.check is not None and not self.check.agrees(text, cached):
                 self.refusals["model"] += 1
                 continue
-            if self.learner is not None and not same and not self.learner.allows(partition, _same_question(cached),
-                                                                                 score):
+            if self.learner is not None and not self.learner.allows(partition, _same_question(cached), score):
                 self.refusals["learned_threshold"] += 1
                 return None, Candidate(partition, cached, score, served=False)
-            self.recency.move_to_end((partition, id_))
-            hit = serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
-                        payload=(partition, cached), score=score, matched=cached)
-            return hit, Candidate(partition, cached, score, served=hit is not None)
+            return self._serve(partition, part, id_, score)
         return None, None
+
+    def _serve(self, partition: tuple, part: _Partition, id_: int, score: float) -> tuple[Hit | None, Candidate]:
+        cached = part.texts[id_]
+        self.recency.move_to_end((partition, id_))
+        hit = serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
+                    payload=(partition, cached), score=score, matched=cached)
+        return hit, Candidate(partition, cached, score, served=hit is not None)
 
     def _judge(self, partition: tuple, part: _Partition, id_: int, text: str, cosine: float,
                next_cosine: float) -> tuple[Hit | None, Candidate]:
@@ -243,26 +276,60 @@ class SemanticCache:
         key = entry_key(partition, cached)
         if cosine < self.min_cosine or not self.evidence.allows(key, float(cosine), p):
             self.refusals["learned_threshold"] += 1
-            return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)))
+            near = _same_question(cached) != _same_question(text) and self._near_miss(key, float(cosine), p)
+            return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near)
         self.recency.move_to_end((partition, id_))
         hit = serve(key, part.entries[id_], self.book, self.refresh, payload=(partition, cached), score=p,
                     matched=cached)
         return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)))
 
+    def _near_miss(self, key: str, cosine: float, p: float) -> bool:
+        """Refused by the certified threshold (not by exploration, a veto or the tune floor) with p within the
+        promotion margin below it."""
+        if not self.promote_margin or cosine < self.min_cosine or self.evidence.vetoed(key, cosine):
+            return False
+        threshold = self.evidence.threshold()
+        return min(threshold, 1 - self.learner.max_error) - self.promote_margin <= p < threshold
+
+    def promote(self, partition: tuple, text: str, target: str, vector: np.ndarray | None = None) -> Entry | None:
+        """Make `text` a key of `target`'s cached answer (a near-miss judged the same); None where `target` is
+        gone (evicted) or is `text` itself. An alias of an alias points to the first one's target."""
+        entry = self.entry_of(partition, target)
+        if entry is None or _same_question(text) == _same_question(target):
+            return None
+        alias = Entry(entry.value, dict(entry.versions), tokens=entry.tokens, level="l2",
+                      alias_of=entry.alias_of or target)
+        self.insert_many(partition, [text], [alias], None if vector is None else np.atleast_2d(vector))
+        self.promotions += 1
+        return alias
+
+    def entry_of(self, partition: tuple, question: str) -> Entry | None:
+        """The entry keyed by `question` (up to case and spacing) in `partition`, or None."""
+        part = self.partitions.get(partition)
+        id_ = part.ids.get(_same_question(question)) if part else None
+        return None if id_ is None else part.entries[id_]
+
     def learn(self, candidate: Candidate, agreed: bool) -> None:
-        """A verdict on `candidate`: did its cached answer agree with the naive answer to the question?"""
+        """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
+        disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
         if self.evidence is not None and candidate.features:
             self.evidence.observe(entry_key(candidate.partition, candidate.question), candidate.features,
                                   candidate.cosine, agreed)
+            return
+        part = self.partitions.get(candidate.partition)
+        id_ = part.ids.get(_same_question(candidate.question)) if part else None
+        if not agreed and id_ is not None and part.entries[id_].alias_of:
+            del self.recency[(candidate.partition, id_)]
+            self._drop(candidate.partition, id_)
+            self.demotions += 1
         elif self.learner is not None:
             self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
                                  agreed)
 
     def value_of(self, partition: tuple, question: str):
         """The cached answer to `question` in `partition`, or None (evicted)."""
-        part = self.partitions.get(partition)
-        id_ = part.ids.get(_same_question(question)) if part else None
-        return None if id_ is None else part.entries[id_].value
+        entry = self.entry_of(partition, question)
+        return None if entry is None else entry.value
 
     def insert(self, partition: tuple, text: str, value: Any, versions: Mapping[str, str] | None = None,
                tokens: int = 0, predictive: bool = False, vector: np.ndarray | None = None) -> Entry:
@@ -282,6 +349,9 @@ class SemanticCache:
         for i, (text, entry) in enumerate(zip(texts, entries)):
             norm = _same_question(text)
             if norm in part.ids:
+                held = part.entries[part.ids[norm]]
+                if held.alias_of and not entry.alias_of and not self.book.stale(held.versions):
+                    continue  # a judged key keeps its answer while it is fresh
                 part.entries[part.ids[norm]] = entry
                 self.recency.move_to_end((partition, part.ids[norm]))
                 self.refresh.done(entry_key(partition, text))
@@ -302,12 +372,15 @@ class SemanticCache:
 
     def _evict_oldest(self) -> None:
         (partition, id_), _ = self.recency.popitem(last=False)
+        self._drop(partition, id_)
+        self.evictions += 1
+
+    def _drop(self, partition: tuple, id_: int) -> None:
         part = self.partitions[partition]
         part.index.remove(id_)
         del part.ids[_same_question(part.texts.pop(id_))], part.entries[id_]
         if not part.texts:
             del self.partitions[partition]
-        self.evictions += 1
 
     def holds(self, partition: tuple, text: str) -> bool:
         """An entry for this very question (up to case and spacing) exists: no embedding needed."""

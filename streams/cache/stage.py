@@ -9,10 +9,18 @@ candidate carries it in `work.cache_match`, and the verdict on it comes back thr
 comparison of a served hit) or through `fill` (the miss's own answer compared with the refused candidate's).
 Every L2 fill, verdict and L3 observation is also queued in `changes` (changelog.py) for the cache-state
 topic, from which a restarted or new stage process rebuilds the same state (`restore`).
+
+Promotion (semantic.py): a miss whose candidate is a near-miss gets a naive twin (`judge_twins`, sent as shadow
+work by the cache agent, metered as shadow, never as serving spend); when its naive answer is back, `promote`
+compares it with the candidate's cached answer and, judged the same, makes the question a key of that answer.
+A promotion is queued for the cache-state topic as the fill of its alias entry, so a restart rebuilds it.
 """
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
+from typing import Callable, Mapping
 
 from schemas.records import Decision, Request, Work
 from streams import tokens
@@ -33,6 +41,9 @@ from streams.prompt import render_context
 PENDING_VECTORS = 10_000
 PENDING_CHANGES = 100_000  # cache-state records awaiting the agent (oldest dropped past it: memory stays bounded)
 PREFETCH_MIN_SEEN = 2  # a follow-up seen once is noise (one session's path), not a pattern worth tokens
+PENDING_JUDGEMENTS = 10_000  # near-misses whose naive twin is out (one per question and partition at a time)
+JUDGE_AGAIN_AGES = 2  # a twin not back after this many shadow max ages was dropped: the question may be judged again
+JUDGE_SUFFIX = "~promote"  # a judging twin's request id: its shadow usage is its own, apart from a sampled twin's
 
 
 class CacheStage:
@@ -61,13 +72,17 @@ class CacheStage:
                                           max_exact=settings.cache_exact_index_max, book=self.versions,
                                           refresh=self.refresh, max_entries=settings.cache_semantic_max_entries,
                                           check=load_model_check(check, store.check_threshold(decision)),
-                                          learner=self.learner, evidence=evidence)
+                                          learner=self.learner, evidence=evidence,
+                                          promote_margin=settings.cache_promote_margin if evidence else 0.0)
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = TenantFollowups()
         self.reserve = lambda work, tokens: True  # set by the app: holds a pre-answer's budget or refuses it
         self.prefetching = BoundedLRU(PENDING_VECTORS)  # entry keys of pre-answers being scored
         self.prefetch_tokens = settings.cache_prefetch_tokens
+        self.judging: list[Work] = []  # naive twins of near-misses, not sent yet
+        self.judged = BoundedLRU(PENDING_JUDGEMENTS)  # entry key of a near-miss being judged -> when its twin left
+        self.judge_again_s = JUDGE_AGAIN_AGES * settings.shadow_max_age_ms / 1000
 
     def on_control(self, control) -> None:
         if control.kind == "version":
@@ -130,7 +145,45 @@ class CacheStage:
             work.cache_match = candidate.to_dict()
         if hit is None:
             self.vectors[work.cache_key] = vector
+            if candidate is not None and candidate.near_miss:
+                self._judge_later(work)
         return hit
+
+    def _judge_later(self, work: Work) -> None:
+        """Queue the naive twin of a near-miss (once per question and partition while one is out; never for a
+        refill, a pre-answer or a request a budget degraded: shadow work yields)."""
+        if work.refresh or work.predictive or work.tier_cap:
+            return
+        key, now = entry_key(partition_of(work.request), question_of(work.request)), time.time()
+        if now - self.judged.get(key, -math.inf) > self.judge_again_s:
+            self.judged[key] = now
+            self.judging.append(judge_twin(work))
+
+    def judge_twins(self) -> list[Work]:
+        """The naive twins of near-misses queued since the last call (for the shadow topic)."""
+        twins, self.judging = self.judging, []
+        return twins
+
+    def promote(self, twin: Work, agrees: Callable[[Mapping], bool]) -> str:
+        """A near-miss's naive twin, decided: `agrees(cached)` judges the candidate's cached answer against the
+        naive one (the shadow comparison). Returns promoted, different, or gone (the cached answer was evicted
+        by then)."""
+        partition, question = partition_of(twin.request), question_of(twin.request)
+        self.judged.pop(entry_key(partition, question), None)
+        candidate = Candidate.from_dict(twin.cache_match)
+        cached = self.semantic.value_of(candidate.partition, candidate.question) \
+            if self.semantic is not None else None
+        if cached is None:
+            return "gone"
+        if not agrees(cached):
+            return "different"
+        vector = self.embedded.get(question)
+        entry = self.semantic.promote(partition, question, candidate.question, vector)
+        if entry is None:
+            return "gone"
+        if self.record_changes:
+            self.changes.append(changelog.filled(partition, question, entry, vector))
+        return "promoted"
 
     def answer(self, work: Work, hit: Hit) -> Work:
         """The cached decision as this request's, costing nothing (built by the compiled decoder, not Faust's
@@ -203,6 +256,18 @@ class CacheStage:
                                      vector=vector)
         if self.record_changes:
             self.changes.append(changelog.filled(partition, question, entry, vector))
+
+
+def judge_twin(work: Work) -> Work:
+    """A near-miss asked the naive way (the naive engine: top tier, every candidate, no rules, no cache) over
+    the context the miss carries (after distill the request's history is gone), with its candidate in
+    `cache_match`, keyed like the miss so its decision returns to this cache partition's process."""
+    request = work.request.derive(request_id=f"{work.request.request_id}{JUDGE_SUFFIX}", stream=False)
+    twin = Work(request=request, admitted_at=work.admitted_at, model=work.model, context=work.context,
+                context_tokens=work.context_tokens, candidate_tokens=list(work.candidate_tokens),
+                cache_match=dict(work.cache_match), shadow="promote")
+    twin.cache_key = work.cache_key
+    return twin
 
 
 def predicted_work(work: Work, question: str, n: int) -> Work:

@@ -5,7 +5,7 @@ import time
 
 from streams.consumer import run_agent, take_work
 from streams.idempotency.requests import decided_record, reservation_key
-from streams.metrics import observe_decision, observe_stages
+from streams.metrics import observe_decision, observe_promotion, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
 from streams.output import stream as stream_config
@@ -21,8 +21,9 @@ class Postprocess:
     """The stage's step on a list of decided Work: run by its own agent on what the scoring workers decided,
     by the cache agent on its hits, and by ingest on the L1 hits and rule matches it answers (streams.local;
     same process, same cache-key partition), so none of those takes another topic hop. It fills the caches and
-    settles budget reservations, and pairs shadow decisions into verdicts; what it wants sent (decisions, review,
-    usage, alerts, verdicts, and the chunks of a streamed request answered without generating) it returns."""
+    settles budget reservations, pairs shadow decisions into verdicts and gives the cache the naive twins of
+    its near-misses to judge (promotion); what it wants sent (decisions, review, usage, alerts, verdicts, and
+    the chunks of a streamed request answered without generating) it returns."""
 
     def __init__(self, settings, cache, controls, book, requests=None):
         self.settings, self.cache, self.controls, self.book = settings, cache, controls, book
@@ -37,6 +38,9 @@ class Postprocess:
         for work in items:
             if work.shadow == "naive":  # a naive twin's decision: only ever judged against its served one
                 verdicts.append(self.shadow.naive(work))
+                continue
+            if work.shadow == "promote":  # a near-miss's naive twin: promoted if its L2 candidate's answer agrees
+                observe_promotion(self.cache.promote(work, lambda cached, twin=work: self.shadow.agrees(twin, cached)))
                 continue
             first = self.requests.first(work.request.tenant, work.request.request_id) \
                 if self.requests is not None and not work.refresh and not work.predictive else None

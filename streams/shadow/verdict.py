@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter, OrderedDict
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from schemas.records import Decision, Verdict, Work
 from streams.shadow import mechanisms
@@ -30,16 +30,22 @@ def text_similarity(a: str, b: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def same_answer(req, action_id: str | None, text: str | None, naive: Decision,
+                text_agree: float) -> tuple[bool, float]:
+    """(agreed, similarity) of an answer to request `req` with the naive one: a decide request agrees on the
+    action id; a generate request when the answers' similarity reaches `text_agree`."""
+    if req.kind == "generate" or not req.candidates:
+        similarity = text_similarity(text or "", naive.text or "")
+        return similarity >= text_agree, similarity
+    agreed = bool(action_id) and action_id == naive.action_id
+    return agreed, 1.0 if agreed else 0.0
+
+
 def judge(served: Work, naive: Decision, acted: list[str], text_agree: float, now: float | None = None) -> Verdict:
     """The verdict: decide requests agree on the action id; generate requests when their answers' similarity
     reaches `text_agree`. Where the request is labelled (human_decision), `kept` compares accuracy instead."""
     req, decision = served.request, served.decision
-    if req.kind == "generate" or not req.candidates:
-        similarity = text_similarity(decision.text, naive.text)
-        agreed = similarity >= text_agree
-    else:
-        agreed = bool(decision.action_id) and decision.action_id == naive.action_id
-        similarity = 1.0 if agreed else 0.0
+    agreed, similarity = same_answer(req, decision.action_id, decision.text, naive, text_agree)
     label = req.human_decision if req.candidates else ""
     served_correct, naive_correct = decision.action_id == label, naive.action_id == label
     kept = (served_correct or not naive_correct) if label else agreed
@@ -73,6 +79,12 @@ class ShadowJoin:
         acted = mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision),
                                   mechanisms.from_usage(usage))
         return self._arrive((work.request.tenant, work.request.request_id), "served", work, acted)
+
+    def agrees(self, twin: Work, cached: Mapping) -> bool:
+        """Would the `cached` decision (a dict) have done for the request a naive `twin` decided? As a verdict
+        judges: the promotion of an L2 near-miss (streams/cache/stage.py)."""
+        return same_answer(twin.request, cached.get("action_id"), cached.get("text"), twin.decision,
+                           self.text_agree)[0]
 
     def naive(self, work: Work) -> Verdict | None:
         return self._arrive((work.request.tenant, work.request.request_id), "naive", work.decision, [])

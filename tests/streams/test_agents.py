@@ -301,3 +301,51 @@ async def test_a_sampled_request_sends_its_naive_twin_and_postprocess_pairs_them
     assert key == b"r1" and (verdict.request_id, verdict.agreed, verdict.kept) == ("r1", False, False)
     assert (verdict.served_action, verdict.naive_action) == ("a", "b")
     assert [d.request_id for d in captured.sent["decisions"]] == ["r1"], "only the served decision reaches the caller"
+
+
+async def test_a_near_miss_is_judged_as_shadow_work_and_promoted_into_the_cache(settings):
+    """L2 certifies nothing here (no verdicts), so a near-miss is answered as usual; its naive twin goes out as
+    shadow work under its own request id, and once its naive answer agrees with the cached one, the question is
+    served from L2 through the promoted key."""
+    from streams.metrics import PROMOTED_HITS, PROMOTIONS
+
+    captured = Captured()
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
+                                      budget_leases=0), {"ranking"}, sink=object(), sender=captured)
+    asked = "trail running shoes for rocky ground"
+    near = "trail running shoes for the rocky ground"
+
+    def ask(request_id: str, state: str, decision=None) -> Work:
+        return Work(request=Request.from_data({**REQUEST, "request_id": request_id, "state": state}), admitted_at=0.0,
+                    model="gpt-4o-mini", context=f"State: {state}", context_tokens=4, candidate_tokens=[2, 1],
+                    cache_key=f"k-{request_id}", decision=decision)
+
+    async def lookup(work: Work) -> None:
+        before = sum(len(b.items) for b in captured.sent.get("score", [])) + len(captured.sent.get("decisions", []))
+        async with app.agents["lookup_cache"].test_context() as agent:
+            await agent.put(WorkBatch(items=[work]))
+            await eventually(lambda: sum(len(b.items) for b in captured.sent.get("score", [])) +
+                             len(captured.sent.get("decisions", [])) > before)
+
+    async def postprocess(work: Work) -> None:
+        async with app.agents["format_decision"].test_context() as agent:
+            await agent.put(WorkBatch(items=[work]))
+            await asyncio.sleep(0.2)
+
+    promoted_before = PROMOTIONS.labels("promoted")._value.get()
+    await lookup(ask("r1", asked))  # a miss: scored, then its answer fills L1 and L2
+    await postprocess(ask("r1", asked, Decision(request_id="r1", tier="fine", action_id="a", input_tokens=5)))
+    await lookup(ask("r2", near))
+    assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["r1", "r2"], "r2 missed"
+    [twin] = [w for batch in captured.sent["shadow"] for w in batch.items]
+    assert (twin.shadow, twin.request.request_id, twin.cache_key) == ("promote", "r2~promote", "k-r2")
+    assert twin.cache_match["question"] == asked and twin.cache_match["near_miss"]
+    await postprocess(twin.derive(decision=Decision(request_id="r2~promote", tier="fine", action_id="a")))
+    assert PROMOTIONS.labels("promoted")._value.get() == promoted_before + 1
+    assert [d.request_id for d in captured.sent["decisions"]] == ["r1"], "a judging twin never reaches a caller"
+
+    hits_before = PROMOTED_HITS._value.get()
+    await lookup(ask("r3", near))
+    hit = captured.sent["decisions"][-1]
+    assert (hit.request_id, hit.tier, hit.action_id) == ("r3", "cache_l2", "a")
+    assert PROMOTED_HITS._value.get() == hits_before + 1

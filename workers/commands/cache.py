@@ -50,6 +50,14 @@ JEV_CACHE_ERROR_CONFIDENCE. Live verdicts come from two places:
     with the neighbour's (the label stands in for that comparison; --no-explore: off).
 Verdicts from earlier questions drive the thresholds of later ones: order matters (--seed shuffles).
 
+Near-misses (a candidate refused with a verifier probability within --promote-margin below the serving
+threshold) are judged as the live stage judges them (its naive twin's answer compared with the cached one):
+here the label stands in, only where the candidate is the pair's own text_a (another pair's candidate is not
+labelled and is never promoted); judged the same, the text_b becomes a key of the text_a's answer, and a later
+request asking it (up to case and spacing) is served through it, right by the label of the pair that promoted
+it (promoted, promoted_hits, promoted_false_hits; promoted_strict_false_hits: those whose own pair names
+another text_a, wrong by the own-text_a rule above). The judgement lands before the next text_b is asked.
+
 Candidates are scored by the learned verifier (weights from `jev cache train-verifier`, else the shipped
 ones) and one threshold on its probability is certified from all verdicts (streams/cache/evidence.py).
 
@@ -107,6 +115,9 @@ def register_replay(cmds) -> None:
                    help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
     r.add_argument("--seed", type=int, help="shuffle the order text_b is asked in (default: file order)")
     r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
+    r.add_argument("--promote-margin", type=float,
+                   help="near-miss band below the serving threshold, in verifier probability; 0 = no promotion "
+                        "(default: JEV_CACHE_PROMOTE_MARGIN)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     r.set_defaults(func=run_replay)
 
@@ -135,8 +146,9 @@ def run_replay(args, settings) -> int:
         check_ = check_name(args.model_check or settings.cache_model_check, embedder.name)
         decision = decision_name(embedder.name, check_)
         evidence = PooledEvidence(load_verifier(decision, settings.data_dir), learner)
+        margin = settings.cache_promote_margin if args.promote_margin is None else args.promote_margin
         cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=max(len(pairs), 1),
-                              check=load_model_check(check_, 0.0))
+                              check=load_model_check(check_, 0.0), promote_margin=margin)
         summary = replay(cache, pairs, args.shadow_rate, seed=args.seed, explore=not args.no_explore,
                          progress=_progress(len(pairs), "replaying text_b questions"))
     except (ValueError, FileNotFoundError) as e:
@@ -154,7 +166,9 @@ def run_replay(args, settings) -> int:
     precision = "n/a (no hits)" if summary["precision"] is None else f"{summary['precision']:.3f}"
     print(f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
           f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
-          f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}")
+          f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}; {summary['promoted']} "
+          f"near-misses promoted of {summary['promotion_judgements']} judged, {summary['promoted_hits']} hits "
+          f"through them ({summary['promoted_false_hits']} false)")
     return 0
 
 

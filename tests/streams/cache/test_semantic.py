@@ -194,3 +194,34 @@ def test_emptied_partition_is_dropped():
     cache.insert(P, "What is jev?", "a")
     cache.insert(("other",) + P[1:], "What is jev?", "b")
     assert list(cache.partitions) == [("other",) + P[1:]] and cache.lookup(P, "What is jev?") is None
+
+
+@pytest.mark.parametrize("texts", [("How do I reset my password?", "How can I reset my password?",
+                                    "How do I reset my modem?", "How could I reset my password?"),
+                                   ("如何重置我的密码？", "怎么重置我的密码？", "如何重置我的调制解调器？", "请问如何重置我的密码？")],
+                         ids=["en", "zh"])
+def test_a_promoted_key_is_no_rival_of_its_target_in_the_margin_feature(texts):
+    """The verifier reads how far the next neighbour lies behind as ambiguity; a key promoted to the same answer
+    is that answer, so the margin is measured to the next other answer."""
+    from streams.cache.evidence import PooledEvidence
+    from streams.cache.learning import ThresholdLearner
+    from streams.cache.verifier import FEATURES, Verifier
+
+    target, alias, rival, asked = texts
+    embedder = HashingEmbedder()
+    evidence = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(0.05, 0.9, explore=0.0))
+    cache = SemanticCache(embedder, threshold=0.0, evidence=evidence)
+    cache.insert(P, target, "A")
+    cache.insert(P, rival, "B")
+    before = cache.probe(P, asked)[1]
+    assert cache.promote(P, alias, target).alias_of == target
+    after = cache.probe(P, asked)[1]
+    vectors = dict(zip(texts, embedder.embed(list(texts))))
+    cosines = sorted(((float(vectors[asked] @ vectors[t]), t) for t in (target, alias, rival)), reverse=True)
+    best, answer = cosines[0][0], cosines[0][1] in (target, alias)
+    assert cosines[1][1] in (target, alias), "the next neighbour is the same answer: the case this is about"
+    assert answer and after.question == cosines[0][1] and after.cosine == pytest.approx(best, abs=1e-6)
+    margin = dict(zip(FEATURES, after.features))["margin"]
+    assert margin == pytest.approx(best - float(vectors[asked] @ vectors[rival]), abs=1e-6)
+    assert dict(zip(FEATURES, before.features))["margin"] == pytest.approx(
+        before.cosine - float(vectors[asked] @ vectors[rival]), abs=1e-6)

@@ -92,9 +92,11 @@ def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch
                                              "text_b": f"how do i configure feature number {w} today", "label": 1})
                                + b"\n" for w in ("alpha beta gamma delta epsilon zeta eta theta iota kappa "
                                                  "lambda omicron sigma tau upsilon " * 20).split()[:300]))
-    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0",
+                 "--json"]) == 0
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
+    assert summary["promoted"] == summary["promotion_judgements"] == 0, "promotion off"
     assert summary["explore_verdicts"] >= 118 and summary["final_threshold"] is not None
     assert summary["hit_ratio"] == summary["hits"] / 300 and summary["per_request_error"] == 0.0
     asked, ratio, precision = summary["curve"][-1]
@@ -134,6 +136,33 @@ def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, mon
     assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
+
+
+def test_replay_promotes_near_misses_judged_the_same_and_serves_their_repeats(tmp_path, monkeypatch, capsys):
+    """Far too few pairs to certify anything: no hit through the learned threshold. A text_b whose candidate is
+    its own text_a labelled 1 (the label stands in for the naive twin's judgement) becomes a key of that answer
+    and its repeats are served through it, in English and Chinese; labelled 0, it is never promoted. A repeat
+    that names another text_a is right by the pair that promoted it, and counted apart."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    same = [("How do I reset the router?", "How can I reset the router?"), ("请问红笔今天怎么退货？", "请问红笔今天怎么退货呢")]
+    different = [("How do I buy the router?", "How do I return the router?"), ("请问蓝伞今天怎么退货？", "请问蓝伞今天怎么换货？")]
+    rows = [{"text_a": a, "text_b": b, "label": 1} for a, b in same]
+    rows += [{"text_a": a, "text_b": b, "label": 0} for a, b in different]
+    rows += [{"text_a": a, "text_b": b.upper(), "label": 1} for a, b in same] * 2  # asked again (case is no change)
+    rows += [{"text_a": a, "text_b": b, "label": 0} for a, b in different] * 2
+    rows.append({"text_a": "Where do I buy a modem?", "text_b": same[0][1], "label": 0})  # Quora repeats a text_b
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--floor", "0.3",
+                 "--promote-margin", "0.94", "--json"]) == 0  # the hashing embedder's cosines are low: a wide band
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["final_threshold"] is None, "nothing certified"
+    assert summary["promote_margin"] == 0.94
+    assert summary["promotion_judgements"] == 4, "each pair judged once: a promoted key serves its repeats, and a " \
+                                                 "disagreement vetoes its entry at that cosine"
+    assert summary["promoted"] == 2 and summary["promoted_hits"] == summary["hits"] == 5
+    assert summary["promoted_false_hits"] == summary["false_hits"] == 0 and summary["precision"] == 1.0
+    assert summary["promoted_strict_false_hits"] == 1, "right by the judged pair; its own pair names another text_a"
 
 
 def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatch, capsys):
