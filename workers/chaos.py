@@ -129,6 +129,12 @@ async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
         await asyncio.sleep(1.0)
 
 
+def longest_gap(times: list[float]) -> float:
+    """The longest time between two successive first decisions (how long the decisions stalled at worst)."""
+    ordered = sorted(times)
+    return round(max((b - a for a, b in zip(ordered, ordered[1:])), default=0.0), 1)
+
+
 def audit(settings) -> dict:
     """Run in a child process after the stages stopped: drain leftover spill, then count what ClickHouse holds."""
     from infra import clickhouse
@@ -169,7 +175,7 @@ async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, 
         pid = pipe.kill(role)
         log(f"SIGKILL {role} pid {pid} at {len(collector.decisions)}/{n} decided")
         await pipe.restart(role)
-        log(f"restarted {role}")
+        log(f"restarted {role}: {orjson.dumps(pipe.startups[-1]).decode()}")
 
 
 async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeout: float, log=lambda m: None,
@@ -210,6 +216,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         await pipe.stop_stages()
         totals = await run_audit(pipe)
         restarts = dict(pipe.restarts)
+        startups = list(pipe.startups)
     shutil.rmtree(settings.data_dir, ignore_errors=True)
     decided = expected & collector.decisions.keys()
     metered = totals["per_request"]
@@ -227,11 +234,13 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         "bad_inputs_missed": sorted(injected - collector.rejections.keys()),
         "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
         "worker_restarts": sum(restarts.values()), "restarts": restarts, "stages": stages, "scorers": scorers,
+        "startups": startups,  # every child process started, in order: seconds to ready and to each phase
         "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",
                                               "final_tokens", "raw_nominal_tokens", "final_nominal_tokens",
                                               "spill_drained")},
         "lag_after_drain": lag, "sink_outage_s": sink_outage,
-        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1)}
+        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1),
+        "longest_gap_s": longest_gap([collector.first_seen[r] for r in decided])}
 
 
 if __name__ == "__main__":

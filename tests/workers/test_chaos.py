@@ -2,7 +2,7 @@
 from schemas.topics import name
 from streams.deadletter import dead_letter, undecodable
 from tests.conftest import consumed
-from workers.chaos import hostile_inputs, injected_id, internal_poison, rejected_id
+from workers.chaos import hostile_inputs, injected_id, internal_poison, longest_gap, rejected_id
 
 
 def test_each_injected_input_has_its_own_id():
@@ -22,3 +22,8 @@ def test_a_dead_letter_names_the_input_it_stands_for():
     assert len(huge) > 65_536 and rejected_id(undecodable(consumed(name("scored"), [huge])[0], ValueError())) \
         == injected_id(name("scored"), huge)
     assert rejected_id(dead_letter("bad_internal_message", "x", "score", poison)) == injected_id(name("score"), poison)
+
+
+def test_the_longest_gap_is_the_longest_stall_between_successive_first_decisions():
+    assert longest_gap([5.0, 1.0, 2.0, 9.5, 10.0]) == 4.5  # from 5.0 to 9.5
+    assert longest_gap([1.0]) == 0.0 and longest_gap([]) == 0.0
