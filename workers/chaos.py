@@ -129,6 +129,11 @@ async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
         await asyncio.sleep(1.0)
 
 
+def timed(log, started: float):
+    """`log` with each message prefixed by the seconds since `started` (time.monotonic())."""
+    return lambda message: log(f"[+{time.monotonic() - started:.1f} s] {message}")
+
+
 def longest_gap(times: list[float]) -> float:
     """The longest time between two successive first decisions (how long the decisions stalled at worst)."""
     ordered = sorted(times)
@@ -187,6 +192,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     poison = internal_poison()
     injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}
     started = time.monotonic()
+    log = timed(log, started)
     async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True, stages=stages,
                         scorers=scorers) as pipe:
         collector = Collector(pipe.settings.bootstrap)
