@@ -32,6 +32,7 @@ from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types
 
 WAVES = 10
+PROGRESS_LOG_S = 30.0  # how often the log says how many requests are decided
 
 
 def hostile_inputs() -> list[bytes]:
@@ -134,10 +135,14 @@ def timed(log, started: float):
     return lambda message: log(f"[+{time.monotonic() - started:.1f} s] {message}")
 
 
-def longest_gap(times: list[float]) -> float:
-    """The longest time between two successive first decisions (how long the decisions stalled at worst)."""
+def longest_gap(times: list[float], started: float = 0.0) -> dict[str, float | int]:
+    """The longest time between two successive first decisions (how long the decisions stalled at worst), when
+    it began (seconds after `started`) and how many were decided before it."""
     ordered = sorted(times)
-    return round(max((b - a for a, b in zip(ordered, ordered[1:])), default=0.0), 1)
+    gaps = [(b - a, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))]
+    gap, at = max(gaps, default=(0.0, -1))
+    return {"longest_gap_s": round(gap, 1), "longest_gap_at_s": round(ordered[at] - started, 1) if gaps else 0.0,
+            "decided_before_longest_gap": at + 1}
 
 
 def audit(settings) -> dict:
@@ -207,10 +212,13 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         for wave in range(WAVES):
             await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
             await asyncio.sleep(0.2)
-        deadline = time.monotonic() + timeout
+        deadline, said = time.monotonic() + timeout, time.monotonic()
         while (not expected <= collector.decisions.keys() or not injected <= collector.rejections.keys() or
                not faults.done()) and time.monotonic() < deadline:
             on_progress(len(collector.decisions) + len(collector.rejections), n + len(bad))
+            if time.monotonic() - said >= PROGRESS_LOG_S:
+                said = time.monotonic()
+                log(f"{len(expected & collector.decisions.keys())}/{n} decided")
             await asyncio.sleep(0.5)
         if faults.done() and faults.exception():
             raise faults.exception()
@@ -246,7 +254,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
                                               "spill_drained")},
         "lag_after_drain": lag, "sink_outage_s": sink_outage,
         "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1),
-        "longest_gap_s": longest_gap([collector.first_seen[r] for r in decided])}
+        **longest_gap([collector.first_seen[r] for r in decided], started)}
 
 
 if __name__ == "__main__":

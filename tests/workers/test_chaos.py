@@ -28,8 +28,9 @@ def test_a_dead_letter_names_the_input_it_stands_for():
 
 
 def test_the_longest_gap_is_the_longest_stall_between_successive_first_decisions():
-    assert longest_gap([5.0, 1.0, 2.0, 9.5, 10.0]) == 4.5  # from 5.0 to 9.5
-    assert longest_gap([1.0]) == 0.0 and longest_gap([]) == 0.0
+    assert longest_gap([5.0, 1.0, 2.0, 9.5, 10.0], started=0.5) == {  # from 5.0 to 9.5, after 3 decisions
+        "longest_gap_s": 4.5, "longest_gap_at_s": 4.5, "decided_before_longest_gap": 3}
+    assert longest_gap([1.0])["longest_gap_s"] == 0.0 and longest_gap([])["decided_before_longest_gap"] == 0
 
 
 def test_the_chaos_log_says_when_each_fault_happened():
