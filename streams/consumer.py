@@ -23,9 +23,6 @@ log = logging.getLogger("jev.consumer")
 STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
 
 
-CAUGHT_UP_QUIET_S = 0.5  # with the partitions assigned, this long without a record = the end of the topic
-
-
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
                             poll_ms: int, what: str, caught_up: Callable[[], None] | None = None,
                             trusted: Callable[[object], bool] = signing.trusted,
@@ -35,26 +32,18 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
     On a signed topic (streams.signing) a message Jev did not write is refused, counted and logged (`trusted`),
     never applied.
     A message `apply` fails on is logged as a malformed `what` and skipped; it never stops the process.
-    `caught_up()` is called once, when every partition is read up to the end offset it had when assigned and
-    CAUGHT_UP_QUIET_S then pass without a record (the local broker's end offsets can fall short of the true end,
-    DESIGN.md: the quiet time covers what they miss). `on_restart()` is called when a partition's log came back
-    shorter than what was read (a broker restarted without its data; streams.kafka_tuning.follow_log_restarts)."""
+    `caught_up()` is called once, when every partition is read (and applied) up to the end its first fetch
+    reported (CaughtUp), so while the topic is being written too. `on_restart()` is called when a partition's log
+    came back shorter than what was read (a broker restarted without its data;
+    streams.kafka_tuning.follow_log_restarts)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                 enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
     tune(consumer, None if on_restart is None else lambda tp: on_restart())
-    last, ends = time.monotonic(), None
+    ends = CaughtUp(consumer)
     try:
         while not stopping.is_set():
             polled = await consumer.getmany(timeout_ms=poll_ms)
-            if caught_up is not None and ends is None and consumer.assignment():
-                ends = await consumer.end_offsets(list(consumer.assignment()))
-            if polled or ends is None:
-                last = time.monotonic()
-            elif (caught_up is not None and time.monotonic() - last >= CAUGHT_UP_QUIET_S
-                  and all([await consumer.position(tp) >= end for tp, end in ends.items()])):
-                caught_up()
-                caught_up = None
             for msgs in polled.values():
                 for msg in msgs:
                     if not trusted(msg):
@@ -63,8 +52,34 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
                         apply(msg.value)
                     except Exception as exc:
                         log.warning("skipping malformed %s at offset %s: %s", what, msg.offset, exc)
+            if caught_up is not None and await ends.reached():
+                caught_up()
+                caught_up = None
     finally:
         await consumer.stop()
+
+
+class CaughtUp:
+    """Whether a group-less consumer has read every partition up to the end that partition had when it started:
+    the high watermark of the first fetch response that named it (the log's true end; the local broker's
+    ListOffsets can fall short of it, DESIGN.md). Records written later do not hold it back, so a topic that is
+    written all the time (the requests-seen log under load) is caught up as soon as what it held is read."""
+
+    def __init__(self, consumer):
+        self.consumer = consumer
+        self.ends: dict = {}
+
+    async def reached(self) -> bool:
+        assigned = self.consumer.assignment()
+        for tp in assigned:
+            if tp not in self.ends and (end := self.consumer.highwater(tp)) is not None:
+                self.ends[tp] = end
+        if not assigned:
+            return False
+        for tp in assigned:
+            if tp not in self.ends or await self.consumer.position(tp) < self.ends[tp]:
+                return False
+        return True
 
 
 async def take_work(stream, settings) -> AsyncIterator[list]:

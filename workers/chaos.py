@@ -32,6 +32,7 @@ from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types
 
 WAVES = 10
+PROGRESS_LOG_S = 30.0  # how often the log says how many requests are decided
 
 
 def hostile_inputs() -> list[bytes]:
@@ -129,6 +130,21 @@ async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
         await asyncio.sleep(1.0)
 
 
+def timed(log, started: float):
+    """`log` with each message prefixed by the seconds since `started` (time.monotonic())."""
+    return lambda message: log(f"[+{time.monotonic() - started:.1f} s] {message}")
+
+
+def longest_gap(times: list[float], started: float = 0.0) -> dict[str, float | int]:
+    """The longest time between two successive first decisions (how long the decisions stalled at worst), when
+    it began (seconds after `started`) and how many were decided before it."""
+    ordered = sorted(times)
+    gaps = [(b - a, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))]
+    gap, at = max(gaps, default=(0.0, -1))
+    return {"longest_gap_s": round(gap, 1), "longest_gap_at_s": round(ordered[at] - started, 1) if gaps else 0.0,
+            "decided_before_longest_gap": at + 1}
+
+
 def audit(settings) -> dict:
     """Run in a child process after the stages stopped: drain leftover spill, then count what ClickHouse holds."""
     from infra import clickhouse
@@ -169,7 +185,7 @@ async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, 
         pid = pipe.kill(role)
         log(f"SIGKILL {role} pid {pid} at {len(collector.decisions)}/{n} decided")
         await pipe.restart(role)
-        log(f"restarted {role}")
+        log(f"restarted {role}: {orjson.dumps(pipe.startups[-1]).decode()}")
 
 
 async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeout: float, log=lambda m: None,
@@ -181,6 +197,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     poison = internal_poison()
     injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}
     started = time.monotonic()
+    log = timed(log, started)
     async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True, stages=stages,
                         scorers=scorers) as pipe:
         collector = Collector(pipe.settings.bootstrap)
@@ -195,10 +212,13 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         for wave in range(WAVES):
             await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
             await asyncio.sleep(0.2)
-        deadline = time.monotonic() + timeout
+        deadline, said = time.monotonic() + timeout, time.monotonic()
         while (not expected <= collector.decisions.keys() or not injected <= collector.rejections.keys() or
                not faults.done()) and time.monotonic() < deadline:
             on_progress(len(collector.decisions) + len(collector.rejections), n + len(bad))
+            if time.monotonic() - said >= PROGRESS_LOG_S:
+                said = time.monotonic()
+                log(f"{len(expected & collector.decisions.keys())}/{n} decided")
             await asyncio.sleep(0.5)
         if faults.done() and faults.exception():
             raise faults.exception()
@@ -210,6 +230,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         await pipe.stop_stages()
         totals = await run_audit(pipe)
         restarts = dict(pipe.restarts)
+        startups = list(pipe.startups)
     shutil.rmtree(settings.data_dir, ignore_errors=True)
     decided = expected & collector.decisions.keys()
     metered = totals["per_request"]
@@ -227,11 +248,13 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         "bad_inputs_missed": sorted(injected - collector.rejections.keys()),
         "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
         "worker_restarts": sum(restarts.values()), "restarts": restarts, "stages": stages, "scorers": scorers,
+        "startups": startups,  # every child process started, in order: seconds to ready and to each phase
         "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",
                                               "final_tokens", "raw_nominal_tokens", "final_nominal_tokens",
                                               "spill_drained")},
         "lag_after_drain": lag, "sink_outage_s": sink_outage,
-        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1)}
+        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1),
+        **longest_gap([collector.first_seen[r] for r in decided], started)}
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import faust
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import REGISTRY, generate_latest
 
@@ -67,6 +68,7 @@ class Pipeline:
         self.scorers: dict[int, subprocess.Popen] = {}
         self.ch = self.app = self.worker = None
         self.restarts = {"faust": 0, "scoring": 0}
+        self.startups: list[dict] = []  # per child started: {"process", "ready_s", and "<phase>_s" it reported}
         self.metrics = metrics
         self.metrics_ports: dict[subprocess.Popen, int] = {}
         self.lag_task: asyncio.Task | None = None
@@ -120,10 +122,12 @@ class Pipeline:
 
     def spawn(self, module: str, ready_prefix: str, data_dir: Path | None = None, **env) -> subprocess.Popen:
         """Start `python -m module` (settings overridden by `env`, JEV_* names) and wait for its readiness file
-        (<data_dir>/<prefix>-<pid>.ready)."""
+        (<data_dir>/<prefix>-<pid>.ready); note in `startups` how long it took (and each start-up phase the file
+        names, workers.stage_process.StartupPhases)."""
         data_dir = data_dir or Path(self.settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         port = free_port() if self.metrics else 0
+        spawned = time.time()
         proc = subprocess.Popen([sys.executable, "-m", module], env={**self.child_env(), **env,
                                                                     "JEV_DATA_DIR": str(data_dir),
                                                                     "JEV_METRICS_PORT": str(port)},
@@ -137,6 +141,7 @@ class Pipeline:
                 raise RuntimeError(f"{module} did not start (exit code {proc.poll()}); "
                                    f"run `python -m {module}` to see why")
             time.sleep(0.1)
+        self.startups.append({"process": f"{ready_prefix}-{proc.pid}", **startup_phases(ready, spawned)})
         return proc
 
     def start_scoring(self, index: int = 0) -> None:
@@ -288,6 +293,17 @@ class Pipeline:
             raise RuntimeError("ClickHouse belongs to the stage process (stages_process=True); "
                                "query it after stop_stages() from a process that opens settings.clickhouse")
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
+
+
+def startup_phases(ready: Path, spawned: float) -> dict[str, float]:
+    """Seconds from `spawned` (wall clock) to readiness (now, unless the file names its `ready` time) and to each
+    phase the readiness file names (a JSON object of phase -> wall-clock time; an empty file names none)."""
+    try:
+        phases = orjson.loads(ready.read_bytes() or b"{}")
+    except (OSError, orjson.JSONDecodeError):  # removed by a stop, or not a stage process's file
+        phases = {}
+    return {"ready_s": round(time.time() - spawned, 1),
+            **{f"{phase}_s": round(at - spawned, 1) for phase, at in phases.items()}}
 
 
 def free_port() -> int:

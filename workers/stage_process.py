@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import faust
+import orjson
 
 from streams.app import create_app
 from streams.usage.spill import durable_sink
@@ -41,11 +42,33 @@ class StageWorker(faust.Worker):
         os._exit(128 + signum)
 
 
+class StartupPhases:
+    """When each phase of the stage process's start-up ended (wall-clock seconds): `main` (Python and Jev
+    imported), `app` (the app built: its models loaded), `assigned` (the first partitions of the Faust group
+    assigned), `recovered` (its tables recovered; the agents and tasks start), `ready`. Logged (jev.stages, info)
+    and written into the readiness file as JSON, where whoever started the process reads how long each took."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        if phase not in self.times:
+            self.times[phase] = time.time()
+            first = min(self.times.values())
+            logging.getLogger("jev.stages").info("start-up: %s at +%.1f s", phase, self.times[phase] - first)
+
+    def write(self, path: Path) -> None:
+        """The phases into `path`, which appears complete or not at all (the starter polls for it)."""
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(orjson.dumps(self.times))
+        os.replace(partial, path)
+
+
 def serve_stages() -> None:
     """The Faust stage process (`jev worker stream`): every stage agent; ClickHouse through the durable sink,
     answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
 
-    Writes <data_dir>/stages-<pid>.ready once the app runs. Events spilled while ClickHouse was unavailable
+    Writes <data_dir>/stages-<pid>.ready once the app runs (its StartupPhases as JSON). Events spilled while ClickHouse was unavailable
     (or by a killed predecessor) are drained from <data_dir>/spill. With JEV_USAGE_SINK=0 (every stage process
     but one, when several run) it opens no ClickHouse and sends its usage by the topic only.
     """
@@ -53,12 +76,19 @@ def serve_stages() -> None:
     from streams.metrics import start_metrics_server
     from streams.process import freeze_heap
 
+    phases = StartupPhases()
+    phases.mark("main")
     logsafe.install()
     settings = settings_mod.load()
     logging.basicConfig(level=settings.log_level.upper())
     start_metrics_server(settings)
     sink = durable_sink(settings) if settings.usage_sink else None
     app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
+    phases.mark("app")
+
+    @app.on_partitions_assigned.connect
+    async def note_assigned(sender, assigned, **kwargs):
+        phases.mark("assigned")
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer.of(settings) if sink is not None else None
 
@@ -68,10 +98,12 @@ def serve_stages() -> None:
 
     @app.task
     async def mark_ready():
+        phases.mark("recovered")
         if query_server is not None:
             await query_server.__aenter__()
         freeze_heap()
-        ready.touch()
+        phases.mark("ready")
+        phases.write(ready)
 
     def leave_no_markers() -> None:
         ready.unlink(missing_ok=True)

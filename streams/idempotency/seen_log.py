@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import faust
 
@@ -22,6 +23,7 @@ class RequestsSeenLog:
     be decided again."""
 
     LOAD_TIMEOUT_S = 60.0
+    SLOW_LOAD_S = 10.0  # a load that held the first input back longer is logged
 
     def __init__(self, bootstrap: str, requests: Requests, poll_ms: int = 100):
         self.bootstrap, self.requests, self.poll_ms = bootstrap, requests, poll_ms
@@ -44,9 +46,13 @@ class RequestsSeenLog:
     async def loaded(self) -> None:
         if self.following is None:
             asyncio.ensure_future(self.follow())
+        began = time.monotonic()
         try:
             await asyncio.wait_for(self.caught_up.wait(), self.LOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
             log.warning("the requests-seen topic was not read within %.0f s: going on without it, so a "
                         "redelivery of a request decided before this process started may be decided again",
                         self.LOAD_TIMEOUT_S)
+            return
+        if (waited := time.monotonic() - began) > self.SLOW_LOAD_S:
+            log.warning("reading the requests-seen topic held this stage's first input back %.1f s", waited)

@@ -5,7 +5,7 @@ import time
 
 from aiokafka import AIOKafkaProducer
 
-from streams.consumer import BatchConsumer
+from streams.consumer import BatchConsumer, follow_from_start
 from streams.outbox import Outbox
 from tests.conftest import fresh_topic
 
@@ -15,6 +15,44 @@ async def until(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "nothing arrived in time"
         await asyncio.sleep(0.05)
+
+
+async def test_a_follower_is_caught_up_while_the_topic_is_still_written(broker):
+    """Real broker: caught_up() comes once everything the topic held at the start is applied, although new records
+    keep arriving every 50 ms (the requests-seen log under load). It waited for 0.5 s without a record, so a
+    restarted stage process took its first input only after LOAD_TIMEOUT_S (60 s) while traffic flowed."""
+    topic = "test.follow_from_start"
+    held = [b"h%d" % i for i in range(300)]
+    bootstrap = await fresh_topic(broker, topic, 4, held)
+    applied, stopping, at_caught_up = [], asyncio.Event(), []
+    writing = asyncio.Event()
+    writing.set()
+
+    async def write() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for i in range(1200):  # 60 s at most: the follower must be caught up long before
+                if at_caught_up:
+                    return
+                await producer.send_and_wait(topic, b"n%d" % i)
+                await asyncio.sleep(0.05)
+        finally:
+            writing.clear()
+            await producer.stop()
+
+    writer = asyncio.create_task(write())
+    await until(lambda: writing.is_set())
+    follower = asyncio.create_task(follow_from_start(
+        bootstrap, topic, applied.append, stopping, 100, "test record", trusted=lambda msg: True,
+        caught_up=lambda: at_caught_up.append((set(applied), writing.is_set()))))
+    await until(lambda: at_caught_up, timeout=120)
+    stopping.set()
+    await asyncio.gather(follower, writer)
+    seen, still_writing = at_caught_up[0]
+    assert set(held) <= seen, "everything the topic held before was applied first"
+    assert still_writing, "caught up while records kept arriving"
+    assert len(at_caught_up) == 1
 
 
 async def test_batch_consumer_hands_over_micro_batches_and_resumes_after_its_commits(broker):

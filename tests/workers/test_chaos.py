@@ -1,8 +1,11 @@
-"""`jev chaos` counts an injected bad input as caught only when a dead letter for that very input comes back."""
+"""`jev chaos`: an injected bad input counts as caught only when a dead letter for that very input comes back; its
+log and report say when faults happened and how long decisions stalled."""
+import time
+
 from schemas.topics import name
 from streams.deadletter import dead_letter, undecodable
 from tests.conftest import consumed
-from workers.chaos import hostile_inputs, injected_id, internal_poison, rejected_id
+from workers.chaos import hostile_inputs, injected_id, internal_poison, longest_gap, rejected_id, timed
 
 
 def test_each_injected_input_has_its_own_id():
@@ -22,3 +25,15 @@ def test_a_dead_letter_names_the_input_it_stands_for():
     assert len(huge) > 65_536 and rejected_id(undecodable(consumed(name("scored"), [huge])[0], ValueError())) \
         == injected_id(name("scored"), huge)
     assert rejected_id(dead_letter("bad_internal_message", "x", "score", poison)) == injected_id(name("score"), poison)
+
+
+def test_the_longest_gap_is_the_longest_stall_between_successive_first_decisions():
+    assert longest_gap([5.0, 1.0, 2.0, 9.5, 10.0], started=0.5) == {  # from 5.0 to 9.5, after 3 decisions
+        "longest_gap_s": 4.5, "longest_gap_at_s": 4.5, "decided_before_longest_gap": 3}
+    assert longest_gap([1.0])["longest_gap_s"] == 0.0 and longest_gap([])["decided_before_longest_gap"] == 0
+
+
+def test_the_chaos_log_says_when_each_fault_happened():
+    said = []
+    timed(said.append, time.monotonic() - 12.0)("SIGKILL stage")
+    assert said[0].startswith("[+12.") and said[0].endswith(" s] SIGKILL stage")

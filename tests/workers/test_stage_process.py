@@ -1,11 +1,13 @@
-"""The stage process as `jev worker stream` runs it: it stops within JEV_STOP_GRACE_S of SIGTERM (it ignored SIGTERM
-for 12-25 s), and leaves no readiness marker behind."""
+"""The stage process as `jev worker stream` runs it: its readiness file names when each start-up phase ended; it
+stops within JEV_STOP_GRACE_S of SIGTERM (it ignored SIGTERM for 12-25 s), and leaves no readiness marker behind."""
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import orjson
 
 from infra.broker import LocalBroker
 
@@ -24,6 +26,9 @@ def test_the_stage_process_stops_soon_after_sigterm(tmp_path):
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the stage process did not start"
             time.sleep(0.2)
+        phases = orjson.loads(ready.read_bytes())
+        assert list(phases) == ["main", "app", "assigned", "recovered", "ready"]  # each phase of its start-up,
+        assert sorted(phases.values()) == list(phases.values())  # in the order they happen
         time.sleep(2.0)  # running: its consumers joined, its timers ticking
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
