@@ -60,8 +60,22 @@ class Engine:
     def decide_batch(self, works: list[Work]) -> list[tuple[Decision, list[UsageEvent]]]:
         """The scoring worker's entry point: one micro-batch, decisions in the same order, one backend call per
         tier round across all of them. Each decision keeps its own breakers (its deadline from admission, the timeout
-        from its start, its token cap)."""
-        return drive([self.deciding(work) for work in works])
+        from its start, its token cap). The works whose caller set a deadline are decided first, together and
+        earliest deadline first, then the rest (deadline_first): an urgent decision's model call is not one with a
+        large batch of others, and every decision is the one the unordered batch gives."""
+        results: list = [None] * len(works)
+        for part in self.deadline_first(works):
+            for i, result in zip(part, drive([self.deciding(works[i]) for i in part])):
+                results[i] = result
+        return results
+
+    def deadline_first(self, works: list[Work]) -> list[list[int]]:
+        """The indices of `works` in the parts they are decided in, in that order: those with a deadline, earliest
+        first, then the rest as they came (a part with nothing in it is left out)."""
+        urgent = sorted((i for i, work in enumerate(works) if self.deadline(work)),
+                        key=lambda i: self.deadline(works[i]))
+        rest = [i for i, work in enumerate(works) if not self.deadline(work)]
+        return [part for part in (urgent, rest) if part]
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
         return self.decide_batch([work])[0]

@@ -7,6 +7,7 @@ import time
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
+from streams.scoring.batching import drive
 from streams.scoring.factory import build_engine
 from workers.scoring_worker import ScoringWorker
 
@@ -56,6 +57,50 @@ async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered
     assert rejected.reason == "bad_internal_message" and rejected.stage == "score"
     assert {e.request_id for e in out.usage} == {"s1", "s2"}
     assert worker.decided == 2
+
+
+def checkout(request_id: str, deadline_ms: int = 60_000) -> Work:
+    """A work whose caller waits at most `deadline_ms` from its admission (now)."""
+    urgent = work(request_id)
+    urgent.request = urgent.request.derive(deadline_ms=deadline_ms)
+    urgent.admitted_at = time.time()
+    return urgent
+
+
+async def test_works_with_a_deadline_are_decided_first_and_their_decisions_sent_before_the_rest(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    batch = [work(f"p{i}") for i in range(30)]
+    batch[7:7] = [checkout("late", 50_000), checkout("soon", 20_000)]
+    out = await worker.handle(consumed(name("score"), [WorkBatch(items=batch).dumps()]))
+    [(topic, sent)] = [(t, w) for t, w in worker.sender.sent if t == "scored"]  # delivered while the rest waited
+    assert [w.request.request_id for w in sent] == ["soon", "late"]
+    assert all(w.decision.tier == "fine" and w.decision.queue_ms < 60_000 for w in sent)
+    rest = out.work["scored"]
+    assert [w.request.request_id for w in rest] == [f"p{i}" for i in range(30)]
+    unordered = drive([worker.engine.deciding(w) for w in batch])  # the whole batch driven together, as it came
+    assert {d.request_id: (d.action_id, d.ranking) for d, _ in unordered} == \
+        {w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest}
+
+
+async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    finished = []
+
+    async def handle(items, tag):
+        await worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()]))
+        finished.append(tag)
+
+    await worker.deciding.acquire(0.0)  # a batch is being decided
+    waiting = [asyncio.create_task(handle([work("a1"), work("a2")], "plain-1")),
+               asyncio.create_task(handle([work("b1")], "plain-2")),
+               asyncio.create_task(handle([work("c1"), checkout("c2")], "checkout"))]
+    await asyncio.sleep(0.05)
+    assert not finished and len(worker.deciding.waiters) == 3
+    worker.deciding.release()
+    await asyncio.gather(*waiting)
+    assert finished == ["checkout", "plain-1", "plain-2"]
 
 
 async def test_queue_ms_is_admission_to_the_start_of_the_batch_and_no_more_than_the_latency(settings):

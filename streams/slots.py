@@ -1,0 +1,54 @@
+"""Slots handed out earliest deadline first: what a model server's calls queue for (streams/backends/http.py: its
+`max_concurrency`) and what a scoring worker's micro-batches queue for to be decided (one at a time: the backends
+are not thread-safe), so that a checkout screening's batch is not decided after every batch that arrived before it.
+Asyncio only: acquire and release on one event loop."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import math
+
+
+class Slots:
+    """`size` slots; a freed slot goes to the waiter with the earliest deadline (epoch seconds; 0 = none, after
+    every deadline), ties in arrival order."""
+
+    def __init__(self, size: int):
+        self.size, self.busy = size, 0
+        self.waiters: list[tuple[float, int, asyncio.Future]] = []
+        self.order = itertools.count()
+
+    def full(self) -> bool:
+        return self.busy >= self.size
+
+    async def acquire(self, deadline: float) -> None:
+        if not self.full() and not self.waiters:
+            self.busy += 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiters, (deadline if deadline > 0 else math.inf, next(self.order), future))
+        try:
+            await future  # release() handed it a slot
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed a slot as the wait was cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        self.busy -= 1
+        while self.waiters and not self.full():
+            future = heapq.heappop(self.waiters)[2]
+            if not future.done():  # a cancelled waiter is skipped
+                self.busy += 1
+                future.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, deadline: float):
+        """One slot for the block, queued by `deadline`."""
+        await self.acquire(deadline)
+        try:
+            yield
+        finally:
+            self.release()
