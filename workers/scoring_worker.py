@@ -25,7 +25,7 @@ from streams.switches import Controls
 from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 from streams.sender import Sender
-from streams.slots import Slots
+from streams.deadlines import Slots
 from workers.lag import export_lag_forever
 from streams.scoring.factory import build_engine
 from streams.scoring.warmup import warm

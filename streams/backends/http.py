@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import httpx
 
 from streams.backends.protocol import ModelUnavailable, Usage
-from streams.slots import Slots
+from streams.deadlines import Slots
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 

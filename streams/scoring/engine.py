@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas.records import Decision, Ranked, UsageEvent, Work
+from streams import deadlines
 from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
 from streams.backends.protocol import Scorer
@@ -70,12 +71,8 @@ class Engine:
         return results
 
     def deadline_first(self, works: list[Work]) -> list[list[int]]:
-        """The indices of `works` in the parts they are decided in, in that order: those with a deadline, earliest
-        first, then the rest as they came (a part with nothing in it is left out)."""
-        urgent = sorted((i for i, work in enumerate(works) if self.deadline(work)),
-                        key=lambda i: self.deadline(works[i]))
-        rest = [i for i, work in enumerate(works) if not self.deadline(work)]
-        return [part for part in (urgent, rest) if part]
+        """The parts `works` are decided in (streams.deadlines.deadline_first): one when deadlines are not honoured."""
+        return deadlines.deadline_first(works, self.deadline)
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
         return self.decide_batch([work])[0]
@@ -142,8 +139,7 @@ class Engine:
 
     def deadline(self, work: Work) -> float:
         """When the caller stops waiting (epoch seconds; 0 = no deadline): admission plus its deadline_ms."""
-        ms = work.request.deadline_ms
-        return work.admitted_at + ms / 1000 if self.deadlines and ms > 0 else 0.0
+        return deadlines.deadline(work) if self.deadlines else 0.0
 
     def reservation_expired(self, work: Work) -> bool:
         return bool(work.budget_holds) and 0 < self.reservation_ttl_s < time.time() - work.admitted_at

@@ -130,6 +130,26 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
     assert hits == {"r2": "cache_l2"}
 
 
+async def test_a_work_with_a_deadline_goes_to_score_before_the_rest_of_its_batch_is_embedded(app_and_sent, monkeypatch):
+    from streams.cache.stage import CacheStage
+
+    app, captured = app_and_sent
+    embedded = []  # per embedding: the outboxes delivered before it
+    embed = CacheStage.embed
+    monkeypatch.setattr(CacheStage, "embed", lambda self, works: embedded.append(len(captured.outboxes)) or
+                        embed(self, works))
+    checkout = Request.from_data({**REQUEST, "request_id": "pay", "decision_type": "risk_interception",
+                                  "state": {"risk_score": 0.5, "amount": 80}, "deadline_ms": 300})
+    works = [work(), Work(request=checkout, admitted_at=time.time(), model="gpt-4o-mini", context="State: pay",
+                          context_tokens=4, candidate_tokens=[2, 1], cache_key="k-pay")]
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=works))
+        await eventually(lambda: len(captured.sent.get("score", [])) == 2)
+    first, then = captured.sent["score"]
+    assert [w.request.request_id for w in first.items] == ["pay"] and embedded == [1]  # sent, then the embedding
+    assert [w.request.request_id for w in then.items] == ["r1"]
+
+
 async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     app, captured = app_and_sent
 

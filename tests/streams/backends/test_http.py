@@ -1,5 +1,5 @@
 """The model-server transport: the circuit's states and the usage forms servers send (the slots calls queue for:
-tests/streams/test_slots.py)."""
+tests/streams/test_deadlines.py)."""
 
 from streams.backends.http import Breaker, usage_of
 from streams.backends.protocol import Usage

@@ -1,7 +1,12 @@
-"""Slots handed out earliest deadline first: what a model server's calls queue for (streams/backends/http.py: its
-`max_concurrency`) and what a scoring worker's micro-batches queue for to be decided (one at a time: the backends
-are not thread-safe), so that a checkout screening's batch is not decided after every batch that arrived before it.
-Asyncio only: acquire and release on one event loop."""
+"""Earliest deadline first. A request's caller may set `deadline_ms` (a checkout screening: 300 ms), counted from its
+admission; whatever holds several works or calls serves the nearest deadline first:
+- `deadline_first`: the works of a micro-batch in the parts they are handled in, those with a deadline (earliest
+  first) before the rest (the cache lookup, before the rest's L2 embedding; the scoring engine, before the rest's
+  model calls);
+- `Slots`: slots handed out earliest deadline first: what a model server's calls queue for
+  (streams/backends/http.py: its `max_concurrency`) and what a scoring worker's micro-batches queue for to be decided
+  (one at a time), so a checkout screening's batch is not decided after every batch that arrived before it.
+  Asyncio only: acquire and release on one event loop."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +14,22 @@ import contextlib
 import heapq
 import itertools
 import math
+
+from schemas.records import Work
+
+
+def deadline(work: Work) -> float:
+    """When the caller stops waiting (epoch seconds; 0 = no deadline): admission plus its deadline_ms."""
+    ms = work.request.deadline_ms
+    return work.admitted_at + ms / 1000 if ms > 0 else 0.0
+
+
+def deadline_first(works: list[Work], of=deadline) -> list[list[int]]:
+    """The indices of `works` in the parts they are handled in, in that order: those with a deadline (`of`: 0 =
+    none), earliest first, then the rest as they came; a part with nothing in it is left out."""
+    urgent = sorted((i for i, work in enumerate(works) if of(work)), key=lambda i: of(works[i]))
+    rest = [i for i, work in enumerate(works) if not of(work)]
+    return [part for part in (urgent, rest) if part]
 
 
 class Slots:

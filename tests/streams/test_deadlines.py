@@ -1,9 +1,30 @@
-"""Slots handed out earliest deadline first: a freed slot's next holder, cancelled waiters, and the block form."""
+"""Earliest deadline first: a work's deadline, the parts a micro-batch is handled in, and slots (a freed slot's next
+holder, cancelled waiters, the block form)."""
 import asyncio
 import math
 import time
 
-from streams.slots import Slots
+from schemas.records import Request, Work
+from streams.deadlines import Slots, deadline, deadline_first
+
+
+def work(request_id: str, deadline_ms: int = 0, admitted_at: float = 1000.0) -> Work:
+    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "payments",
+                                 "decision_type": "risk_interception", "state": "x", "deadline_ms": deadline_ms})
+    return Work(request=request, admitted_at=admitted_at, model="gpt-4o-mini", context="x", context_tokens=1)
+
+
+def test_a_deadline_counts_from_admission_and_zero_means_none():
+    assert deadline(work("a", 300)) == 1000.3 and deadline(work("b")) == 0.0
+
+
+def test_works_with_a_deadline_come_first_earliest_first_then_the_rest_as_they_came():
+    works = [work("p0"), work("late", 300, 1000.0), work("p1"), work("soon", 300, 999.5), work("p2")]
+    assert deadline_first(works) == [[3, 1], [0, 2, 4]]
+    assert deadline_first([work("p0"), work("p1")]) == [[0, 1]]
+    assert deadline_first([work("a", 50), work("b", 20)]) == [[1, 0]]
+    assert deadline_first(works, lambda w: 0.0) == [[0, 1, 2, 3, 4]]  # deadlines not honoured: one part
+    assert deadline_first([]) == []
 
 
 def test_a_freed_slot_goes_to_the_earliest_deadline_then_in_arrival_order():
