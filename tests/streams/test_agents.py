@@ -37,6 +37,20 @@ async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     assert [(e.stage, e.event_id) for e in usage] == [("ingest", "4:acme/2:r1:ingest")]
 
 
+async def test_ingest_admits_and_sends_on_the_requests_with_a_deadline_before_the_rest_of_the_batch(app_and_sent):
+    app, captured = app_and_sent
+    plain = [orjson.dumps({**REQUEST, "request_id": f"p{i}"}) for i in range(20)]
+    checkouts = [orjson.dumps({**REQUEST, "request_id": rid, "decision_type": "risk_interception",
+                               "state": {"risk_score": 0.5}, "deadline_ms": ms}) for rid, ms in (("late", 900),
+                                                                                                 ("soon", 300))]
+    await app.jev_ingest.hand_over(requests(plain[:7] + checkouts[:1] + plain[7:] + checkouts[1:]))
+    first, then = captured.outboxes
+    assert [w.request.request_id for w in first.work["distilled"]] == ["soon", "late"]
+    assert [w.request.request_id for w in then.work["distilled"]] == [f"p{i}" for i in range(20)]
+    assert {e.request_id for e in first.usage} == {"soon", "late"}
+    assert max(w.admitted_at for w in first.work["distilled"]) <= min(w.admitted_at for w in then.work["distilled"])
+
+
 def work(decision=None) -> Work:
     return Work(request=Request.from_data(REQUEST), admitted_at=0.0, model="gpt-4o-mini", context="State: trail",
                 context_tokens=4, candidate_tokens=[2, 1], cache_key="k1", decision=decision)
