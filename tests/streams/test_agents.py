@@ -229,6 +229,30 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
         "the same usage as on the way through the cache agent and a scoring worker"
 
 
+async def test_ingest_sends_a_checkout_it_cannot_answer_straight_to_score_where_it_holds_the_partition(
+        app_and_sent, monkeypatch):
+    """A structured request with a deadline, not answered by L1 or the rules here: the cache agent could add nothing
+    (no L2, no L3 for a state that is not words), so it skips that hop. Words, or a partition not held: the hop."""
+    from faust.types import TP
+
+    app, captured = app_and_sent
+    distilled = app.jev_topics.distilled.get_topic_name()
+    held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    checkout = {"request_id": "pay", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+                "state": {"risk_score": 0.5, "amount": 80}, "deadline_ms": 300,
+                "candidates": [{"id": "allow", "text": "allow"}, {"id": "review", "text": "review"}]}
+    worded = {**REQUEST, "request_id": "words", "deadline_ms": 300}
+    await app.jev_ingest.hand_over(requests([orjson.dumps(checkout), orjson.dumps(worded),
+                                             orjson.dumps({**checkout, "request_id": "plain", "deadline_ms": 0})]))
+    assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["words", "plain"]
+    held.clear()  # another worker holds the partitions: their cache agent answers, so the hop stays
+    await app.jev_ingest.hand_over(requests([orjson.dumps({**checkout, "request_id": "pay2"})]))
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items][-1] == "pay2"
+    assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
+
+
 async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest(app_and_sent, monkeypatch):
     app, captured = app_and_sent
     monkeypatch.setattr(app.assignor, "assigned_actives", lambda: set())  # ingest answers nothing itself
