@@ -1,8 +1,9 @@
 """Prefix reuse on a model server: the demo's support questions answered one after another (as the demo's one-slot
 server answers them), with the shared support policy first (what ingest and distill hand the generator: the policy,
 a system turn, then the question) vs the question first and the same policy after it. Same prompts, same tokens,
-same server, one run; the two layouts alternate block by block (--rounds), English and Chinese questions mixed as
-the demo mixes them (workers/workload.py, seed 13: not the demo's seed 7).
+same server, one run; the two layouts alternate block by block (--rounds, each round new questions: a prompt the
+server answered before would be a whole-prompt hit), English and Chinese questions mixed as the demo mixes them
+(workers/workload.py, seed 13: not the demo's seed 7).
 
 A server that keeps the longest common token prefix of the previous prompt (llama.cpp: llama-cpp-python's
 Llama.generate, and its RAM cache of earlier prompts' states; vLLM with prefix caching) reads only the question
@@ -35,10 +36,12 @@ from workers import workload
 PREFIX_HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 
 
-def layouts(n: int) -> dict[str, list[str]]:
-    """The first n support questions, each as the generator gets it (shared first) and reordered (question first)."""
-    bodies = [b for b in map(orjson.loads, workload.generate(n * 2, seed=13, repeat_share=0.0, stream_share=1.0,
-                                                             chinese_share=0.2)) if b.get("stream")][:n]
+def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
+    """n distinct support questions (after the first `skip`), each as the generator gets it (shared first) and
+    reordered (question first)."""
+    distinct = {b["state"]: b for b in map(orjson.loads, workload.generate((n + skip) * 4, seed=13, repeat_share=0.0,
+                                                                           stream_share=1.0, chinese_share=0.2))}
+    bodies = list(distinct.values())[skip:skip + n]
     requests = [Request.from_data(b) for b in bodies]
     return {"shared_first": [render_context(r) for r in requests],
             "question_first": ["\n\n".join([state_line(r), *history_lines(r)]) for r in requests]}
@@ -75,11 +78,11 @@ def main() -> int:
     try:
         entry = pool_mod.load()["smollm2-server"]
         engine = engine_mod.OpenAIEngine(dataclasses.replace(entry, base_url=server.url, model=server.model))
-        prompts = layouts(args.questions)
         first_piece_ms(engine, "Hello", 1)  # the server's first call (its start-up work) counts for neither layout
         out = {name: {"answers": 0, "first_piece_ms": [], "prompt_tokens_jev": 0, "prefix_hits": 0,
-                      "tokens_reused": 0, "tokens_evaluated_on_hits": 0} for name in prompts}
+                      "tokens_reused": 0, "tokens_evaluated_on_hits": 0} for name in ("shared_first", "question_first")}
         for round_ in range(args.rounds):
+            prompts = layouts(args.questions, skip=round_ * args.questions)
             order = list(prompts) if round_ % 2 == 0 else list(reversed(prompts))
             for name in order:
                 row, seen = out[name], log.stat().st_size
