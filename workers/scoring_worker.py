@@ -38,6 +38,9 @@ log = logging.getLogger("jev.scoring")
 # still committed in order, each once every batch before it is done: at-least-once).
 DEPTH = 8
 STREAM_THREADS = 32  # streamed answers generating or waiting on their token bucket at once
+# Works decided in one go, the one deciding slot held: a batch with a deadline that arrives meanwhile waits for one
+# chunk at most, not for the whole of a large batch (one backend call per tier round still covers a chunk)
+DECIDE_CHUNK = 16
 
 
 def ready_file(settings) -> Path:
@@ -106,7 +109,7 @@ class ScoringWorker:
         """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
         as they came), their usage and the dead letters of envelopes that do not decode. The works whose caller set
         a deadline are decided first (earliest first: Engine.deadline_first) and their decisions go through the
-        Sender at once, while the rest are decided. With streamed answers in it, the rest of the batch is delivered
+        Sender at once, while the rest are decided, DECIDE_CHUNK at a time. With streamed answers in it, the rest of the batch is delivered
         through the Sender first, and the streamed ones are returned once every chunk of theirs is acknowledged."""
         out, works = Outbox(), []
         for msg in messages:
@@ -125,17 +128,22 @@ class ScoringWorker:
         began_streams = time.time()
         streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
         parts = [[plain[i] for i in part] for part in self.engine.deadline_first(plain)]
+        urgent = parts.pop(0) if parts and self.engine.deadline(parts[0][0]) else []
+        rest = parts[0] if parts else []
         early = None  # the decisions of works with a deadline, on their way while the rest are decided
-        async with self.deciding.hold(self.engine.deadline(parts[0][0]) if parts else 0.0):
-            with self.shadow.served_batch():
-                for part in parts:
+        with self.shadow.served_batch():
+            if urgent:
+                async with self.deciding.hold(self.engine.deadline(urgent[0])):
                     began = time.time()  # the start of this part's work: before it, its requests were queued
-                    results = await asyncio.to_thread(self.decide_each, part)
-                    if part is not parts[-1]:  # the works with a deadline, ahead of the rest: theirs go now
-                        decided(urgent := Outbox(), part, results, began)
-                        early = asyncio.ensure_future(self.sender.deliver(urgent))
-                    else:
-                        decided(out, part, results, began)
+                    results = await asyncio.to_thread(self.decide_each, urgent)
+                decided(sent := Outbox() if rest else out, urgent, results, began)
+                early = asyncio.ensure_future(self.sender.deliver(sent)) if rest else None
+            for start in range(0, len(rest), DECIDE_CHUNK):  # between two chunks, a batch with a deadline goes first
+                chunk = rest[start:start + DECIDE_CHUNK]
+                async with self.deciding.hold(0.0):
+                    began = time.time()
+                    results = await asyncio.to_thread(self.decide_each, chunk)
+                decided(out, chunk, results, began)
         if early is not None:
             await early  # delivered before this batch counts as done (at-least-once)
         observe_stages("score", plain)

@@ -9,7 +9,7 @@ from schemas.topics import name
 from tests.conftest import consumed
 from streams.scoring.batching import drive
 from streams.scoring.factory import build_engine
-from workers.scoring_worker import ScoringWorker
+from workers.scoring_worker import DECIDE_CHUNK, ScoringWorker
 
 
 class Sender:
@@ -83,24 +83,42 @@ async def test_works_with_a_deadline_are_decided_first_and_their_decisions_sent_
         {w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest}
 
 
-async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings):
+async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings,
+                                                                                                 monkeypatch):
     worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
     worker.sender = Sender()
-    finished = []
-
-    async def handle(items, tag):
-        await worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()]))
-        finished.append(tag)
-
+    order, decide_each = [], worker.decide_each
+    monkeypatch.setattr(worker, "decide_each", lambda works: order.append([w.request.request_id for w in works])
+                        or decide_each(works))
     await worker.deciding.acquire(0.0)  # a batch is being decided
-    waiting = [asyncio.create_task(handle([work("a1"), work("a2")], "plain-1")),
-               asyncio.create_task(handle([work("b1")], "plain-2")),
-               asyncio.create_task(handle([work("c1"), checkout("c2")], "checkout"))]
+    waiting = [asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()])))
+               for items in ([work("a1"), work("a2")], [work("b1")], [work("c1"), checkout("c2")])]
     await asyncio.sleep(0.05)
-    assert not finished and len(worker.deciding.waiters) == 3
+    assert not order and len(worker.deciding.waiters) == 3
     worker.deciding.release()
     await asyncio.gather(*waiting)
-    assert finished == ["checkout", "plain-1", "plain-2"]
+    assert order == [["c2"], ["a1", "a2"], ["b1"], ["c1"]]  # the checkout, then the rest as they queued
+
+
+async def test_a_large_batch_holds_the_deciding_slot_one_chunk_at_a_time(settings, monkeypatch):
+    """A batch with a deadline that arrives while a large batch is being decided waits for one chunk, not for all
+    of it."""
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    order, decide_each = [], worker.decide_each
+
+    def recording(works):
+        order.append([w.request.request_id for w in works])
+        return decide_each(works)
+
+    monkeypatch.setattr(worker, "decide_each", recording)
+    large = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[
+        work(f"p{i}") for i in range(3 * DECIDE_CHUNK)]).dumps()])))
+    while not order:
+        await asyncio.sleep(0.001)
+    urgent = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[checkout("pay")]).dumps()])))
+    await asyncio.gather(large, urgent)
+    assert [len(ids) for ids in order] == [DECIDE_CHUNK, 1, DECIDE_CHUNK, DECIDE_CHUNK] and order[1] == ["pay"]
 
 
 async def test_queue_ms_is_admission_to_the_start_of_the_batch_and_no_more_than_the_latency(settings):
