@@ -2,6 +2,7 @@
 dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers);
 streamed answers go out as chunks through the Sender while the rest of their batch does not wait."""
 import asyncio
+import threading
 import time
 
 from schemas.records import Request, Work, WorkBatch
@@ -105,10 +106,11 @@ async def test_a_large_batch_holds_the_deciding_slot_one_chunk_at_a_time(setting
     of it."""
     worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
     worker.sender = Sender()
-    order, decide_each = [], worker.decide_each
+    order, decide_each, waiting = [], worker.decide_each, threading.Event()
 
     def recording(works):
         order.append([w.request.request_id for w in works])
+        assert len(order) > 1 or waiting.wait(10)  # the first chunk is decided until the checkout's batch waits
         return decide_each(works)
 
     monkeypatch.setattr(worker, "decide_each", recording)
@@ -117,6 +119,9 @@ async def test_a_large_batch_holds_the_deciding_slot_one_chunk_at_a_time(setting
     while not order:
         await asyncio.sleep(0.001)
     urgent = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[checkout("pay")]).dumps()])))
+    while not worker.deciding.waiters:
+        await asyncio.sleep(0.001)
+    waiting.set()
     await asyncio.gather(large, urgent)
     assert [len(ids) for ids in order] == [DECIDE_CHUNK, 1, DECIDE_CHUNK, DECIDE_CHUNK] and order[1] == ["pay"]
 
