@@ -60,13 +60,14 @@ class ModelServer:
     """One llama.cpp server process on 127.0.0.1:port serving one GGUF under the name `model`."""
 
     def __init__(self, port: int = 0, model_path: Path | None = None, threads: int = 2, context: int = 4096,
-                 log: Path | None = None, logprobs: bool = True):
+                 log: Path | None = None, logprobs: bool = True, verbose: bool = False):
         self.port = port or free_port()
         self.model_path = model_path
         self.threads = threads
         self.context = context
         self.log = log
         self.logprobs = logprobs
+        self.verbose = verbose  # llama.cpp's log to `log`: per call, the prompt prefix it reused ("prefix-match hit")
         self.model = MODEL_NAME
         self.proc: subprocess.Popen | None = None
 
@@ -83,7 +84,7 @@ class ModelServer:
                 "--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port),
                 "--n_ctx", str(self.context), "--n_threads", str(self.threads),
                 "--n_threads_batch", str(self.threads), "--logits_all", str(self.logprobs).lower(), "--cache", "true",
-                "--interrupt_requests", "false", "--verbose", "false"]
+                "--interrupt_requests", "false", "--verbose", str(self.verbose).lower()]
 
     def start(self, timeout: float = 120.0) -> "ModelServer":
         if self.running:

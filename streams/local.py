@@ -6,11 +6,16 @@ work whose partition this worker holds actively (every partition, with one worke
 itself, which skips one envelope encode, one produce, one fetch, Faust's per-message decode and a hop of
 latency; a rule match also skips the L2 embedding and two more hops through a scoring worker. The rest, and
 works whose partition another worker holds (or none yet, before the first assignment), go on to the cache
-agent, which takes the same step before L2."""
+agent, which takes the same step before L2. A work with a caller's deadline that is not answered here and that L2
+and L3 cannot match (a structured state, not words: a checkout screening) has nothing left at the cache agent but
+the hop, which waits behind whatever batch that agent is embedding: it goes to the scoring workers at once."""
 from __future__ import annotations
 
 from schemas.records import Work
 from streams.answer import answer_locally
+from streams.cache.semantic import asks_in_words
+from streams.deadlines import deadline
+from streams.metrics import observe_cache
 from streams.outbox import Outbox
 from streams.partitioning import partition_for
 
@@ -27,14 +32,19 @@ class LocalAnswers:
 
     def answer_owned(self, works: list[Work]) -> tuple[list[Work], Outbox]:
         """Answer the works of partitions this worker holds where they can be: the works still to go on to the
-        cache agent, and what the answered ones send (decisions through postprocess, usage, the pre-answers and
-        refreshes to score)."""
+        cache agent, and what the rest send (decisions through postprocess, usage, the pre-answers and refreshes to
+        score, and the works with a deadline that only the scoring workers can decide)."""
         switches = self.controls.switches
         owned = self.owned()
         answered, onward, to_score, usage = [], [], [], []
         for work in works:
-            done = answer_locally(work, switches, self.stage, self.rules) \
-                if partition_for(work.cache_key, self.partitions) in owned else None
+            held = partition_for(work.cache_key, self.partitions) in owned
+            done = answer_locally(work, switches, self.stage, self.rules) if held else None
+            if done is None and held and deadline(work) and not asks_in_words(work.request):
+                if switches["cache.l1"]:  # looked up and missed, as the cache agent counts it
+                    observe_cache("l1", False)
+                to_score.append(work)
+                continue
             if done is None:
                 onward.append(work)
                 continue

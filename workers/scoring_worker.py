@@ -25,6 +25,7 @@ from streams.switches import Controls
 from streams.consumer import BatchConsumer
 from streams.outbox import Outbox
 from streams.sender import Sender
+from streams.deadlines import Slots
 from workers.lag import export_lag_forever
 from streams.scoring.factory import build_engine
 from streams.scoring.warmup import warm
@@ -37,6 +38,9 @@ log = logging.getLogger("jev.scoring")
 # still committed in order, each once every batch before it is done: at-least-once).
 DEPTH = 8
 STREAM_THREADS = 32  # streamed answers generating or waiting on their token bucket at once
+# Works decided in one go, the one deciding slot held: a batch with a deadline that arrives meanwhile waits for one
+# chunk at most, not for the whole of a large batch (one backend call per tier round still covers a chunk)
+DECIDE_CHUNK = 16
 
 
 def ready_file(settings) -> Path:
@@ -60,7 +64,9 @@ class ScoringWorker:
         self.chunk_sender: asyncio.Task | None = None
         self.chunk_acks: list[asyncio.Future] = []
         self.streams = ThreadPoolExecutor(STREAM_THREADS, thread_name_prefix="jev-stream")  # paced: mostly waiting
-        self.deciding = asyncio.Lock()  # one batch of plain decisions at a time: the backends are not thread-safe
+        # one batch of plain decisions at a time (the backends are not thread-safe), the batch holding the earliest
+        # deadline next: a checkout screening's batch is not decided after every batch that arrived before it
+        self.deciding = Slots(1)
         self.shadow = ShadowScorer(settings, self.engine, decode_batch)
 
     async def run(self) -> None:
@@ -101,9 +107,10 @@ class ScoringWorker:
 
     async def handle(self, messages: list) -> Outbox:
         """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
-        as they came), their usage and the dead letters of envelopes that do not decode. With streamed answers
-        in it, the rest of the batch is delivered through the Sender first, and the streamed ones are returned
-        once every chunk of theirs is acknowledged."""
+        as they came), their usage and the dead letters of envelopes that do not decode. The works whose caller set
+        a deadline are decided first (earliest first: Engine.deadline_first) and their decisions go through the
+        Sender at once, while the rest are decided, DECIDE_CHUNK at a time. With streamed answers in it, the rest of the batch is delivered
+        through the Sender first, and the streamed ones are returned once every chunk of theirs is acknowledged."""
         out, works = Outbox(), []
         for msg in messages:
             batch = decode_batch(msg.value)
@@ -120,10 +127,25 @@ class ScoringWorker:
         loop = asyncio.get_running_loop()
         began_streams = time.time()
         streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
-        async with self.deciding:
-            began = time.time()  # the start of this batch's work: before it, its requests were queued
-            with self.shadow.served_batch():
-                decided(out, plain, await asyncio.to_thread(self.decide_each, plain), began)
+        parts = [[plain[i] for i in part] for part in self.engine.deadline_first(plain)]
+        urgent = parts.pop(0) if parts and self.engine.deadline(parts[0][0]) else []
+        rest = parts[0] if parts else []
+        early = None  # the decisions of works with a deadline, on their way while the rest are decided
+        with self.shadow.served_batch():
+            if urgent:
+                async with self.deciding.hold(self.engine.deadline(urgent[0])):
+                    began = time.time()  # the start of this part's work: before it, its requests were queued
+                    results = await asyncio.to_thread(self.decide_each, urgent)
+                decided(sent := Outbox() if rest else out, urgent, results, began)
+                early = asyncio.ensure_future(self.sender.deliver(sent)) if rest else None
+            for start in range(0, len(rest), DECIDE_CHUNK):  # between two chunks, a batch with a deadline goes first
+                chunk = rest[start:start + DECIDE_CHUNK]
+                async with self.deciding.hold(0.0):
+                    began = time.time()
+                    results = await asyncio.to_thread(self.decide_each, chunk)
+                decided(out, chunk, results, began)
+        if early is not None:
+            await early  # delivered before this batch counts as done (at-least-once)
         observe_stages("score", plain)
         if streams:
             await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams

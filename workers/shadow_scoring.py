@@ -74,8 +74,18 @@ class ShadowScorer:
         return out
 
     def decide(self, works: list[Work]) -> tuple[list[Work], list]:
-        with self.deciding:
-            return decide_naive(self.engine, works)
+        """The twins decided. A generate request's twin (no candidates) is answered by the generator without the
+        lock: the lock guards the scoring backends, not the generator (the served streams use it without the lock
+        too), and held across a model server's answer (seconds, queued behind the streamed answers on a one-slot
+        server) it kept every served batch waiting, checkout screenings with their 300 ms deadline among them."""
+        answered = [w for w in works if not w.request.candidates]
+        scored = [w for w in works if w.request.candidates]
+        decided, usage = decide_naive(self.engine, answered) if answered else ([], [])
+        if scored:
+            with self.deciding:
+                more, more_usage = decide_naive(self.engine, scored)
+            decided, usage = decided + more, usage + more_usage
+        return decided, usage
 
     async def until_idle(self) -> None:
         """Until no served batch is being decided, or at most the twins' maximum age (by then the waiting

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import math
 import threading
 import time
@@ -28,6 +26,7 @@ from dataclasses import dataclass
 import httpx
 
 from streams.backends.protocol import ModelUnavailable, Usage
+from streams.deadlines import Slots
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -90,39 +89,6 @@ class Breaker:
     @property
     def open(self) -> bool:
         return self.streak >= self.failures
-
-
-class Slots:
-    """`size` slots; a freed slot goes to the waiter with the earliest deadline (none = last), ties in arrival order."""
-
-    def __init__(self, size: int):
-        self.size, self.busy = size, 0
-        self.waiters: list[tuple[float, int, asyncio.Future]] = []
-        self.order = itertools.count()
-
-    def full(self) -> bool:
-        return self.busy >= self.size
-
-    async def acquire(self, deadline: float) -> None:
-        if not self.full() and not self.waiters:
-            self.busy += 1
-            return
-        future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self.waiters, (deadline if deadline > 0 else math.inf, next(self.order), future))
-        try:
-            await future  # release() handed it a slot
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():  # handed a slot as the wait was cancelled: pass it on
-                self.release()
-            raise
-
-    def release(self) -> None:
-        self.busy -= 1
-        while self.waiters and not self.full():
-            future = heapq.heappop(self.waiters)[2]
-            if not future.done():  # a cancelled waiter is skipped
-                self.busy += 1
-                future.set_result(None)
 
 
 def time_left(deadline: float) -> float:

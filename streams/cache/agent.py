@@ -22,6 +22,7 @@ import orjson
 from schemas.topics import name
 from streams.answer import answer_locally
 from streams.consumer import follow_from_start, run_agent, take_work
+from streams.deadlines import deadline_first
 from streams.metrics import observe_cache, observe_promoted_hit, observe_stages
 from streams.outbox import Outbox
 
@@ -42,9 +43,20 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
             await sender.deliver(state_log.outbox())
 
     async def lookup(works: list) -> Outbox:
-        """One micro-batch of distilled works: what it sends (answers, usage, misses and pre-answers to score)."""
+        """One micro-batch of distilled works: what it sends (answers, usage, misses, pre-answers and refreshes to
+        score). The works whose caller set a deadline are looked up first (streams.deadlines) and what they send
+        goes at once: a checkout screening does not wait for the L2 embedding of the rest of the batch."""
+        parts = [[works[i] for i in part] for part in deadline_first(works)]
+        for part in parts[:-1]:
+            await sender.deliver(await look(part))
+        out = (await look(parts[-1]) if parts else Outbox()).send_work("score", stage.refreshes())
+        observe_stages("cache", works)
+        return out
+
+    async def look(works: list) -> Outbox:
+        """The works answered (L1, rules, L2) through postprocess, and the misses and pre-answers to score."""
         switches = controls.switches
-        began = time.time()  # the start of this batch's work (an L2 hit's queue_ms ends here)
+        began = time.time()  # the start of this work (an L2 hit's queue_ms ends here)
         answered, rest = [], []
         for work in works:
             if (done := answer_locally(work, switches, stage, rules)) is None:
@@ -76,8 +88,6 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
                 hits.append(stage.answer(work, hit))
                 work.decision.queue_ms = round(max(0.0, began - work.admitted_at) * 1000, 3)
             misses.extend(stage.prefetches(work, switches))
-        misses.extend(stage.refreshes())
-        observe_stages("cache", works)
         return out.extend(postprocess(hits)).send_work("score", misses).send_work("shadow", stage.judge_twins())
 
     @app.agent(topics.distilled, name="lookup_cache")

@@ -44,12 +44,23 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
     async def ingest_requests(messages: list) -> Outbox:
         """One micro-batch of requests: what it sends (dead letters, alerts, usage, local answers, first
         decisions again for redeliveries, the rest as distilled work, and the naive twins of sampled requests as
-        shadow work)."""
-        admitted, out, now = [], Outbox(), time.monotonic()
+        shadow work). The requests whose caller set a deadline (a checkout screening's 300 ms, counted from
+        admission) are admitted first, earliest first, and what they send goes at once: a deadline is not spent
+        admitting and distilling the rest of the batch."""
         senders = {id(m): sender_of(m.value or b"", admission.max_bytes) for m in messages}
+        urgent = sorted((m for m in messages if senders[id(m)][2]), key=lambda m: senders[id(m)][2])
+        rest = [m for m in messages if not senders[id(m)][2]]
+        pressured = len(messages) >= settings.stage_batch_max
+        if urgent and rest:
+            await sender.deliver(await ingest_part(urgent, senders, pressured))
+        return await ingest_part(rest or urgent, senders, pressured)
+
+    async def ingest_part(messages: list, senders: dict, loaded: bool) -> Outbox:
+        """What `messages` send (`loaded`: their micro-batch was a full one)."""
+        admitted, out, now = [], Outbox(), time.monotonic()
         for message in fair_order(messages, lambda m: senders[id(m)][0], lambda m: len(m.value or b"")):
             raw = message.value or b""  # a message without a value is invalid input
-            tenant, request_id = senders[id(message)]
+            tenant, request_id, _ = senders[id(message)]
             wait = limiter.check(tenant, now) if tenant else None
             if wait is not None:  # over its tenant's rate: refused before any decoding work
                 out.dead_letters.append(dead_letter(
@@ -97,7 +108,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
-        pressured = "load" if len(messages) >= settings.stage_batch_max else "budget" if out.alerts else ""
+        pressured = "load" if loaded else "budget" if out.alerts else ""
         twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
         naive = shadow.pair(twins, distilled, saved) if twins else []

@@ -127,24 +127,26 @@ def charged_tokens(raw_bytes: int, counted: int) -> int:
     return max(counted, raw_bytes // 4)
 
 
-def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str]:
-    """(tenant, request_id) a request names, read for the checks before decoding, the tenant by its canonical name;
-    '' for what is not readable or not a valid tenant name (decoding rejects the request then, with the reason) and
-    for records over `max_bytes` (rejected unparsed)."""
+def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str, float]:
+    """(tenant, request_id, deadline_ms) a request names, read for the checks and the order before decoding, the
+    tenant by its canonical name; '' for what is not readable or not a valid tenant name (decoding rejects the
+    request then, with the reason) and for records over `max_bytes` (rejected unparsed); deadline_ms 0 where it
+    sets none, or none that is a positive number (decoding says what is wrong with it)."""
     if len(raw) > max_bytes:
-        return "", ""
+        return "", "", 0
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return "", ""
+        return "", "", 0
     if not isinstance(data, dict):
-        return "", ""
-    tenant, request_id = data.get("tenant"), data.get("request_id")
+        return "", "", 0
+    tenant, request_id, deadline_ms = data.get("tenant"), data.get("request_id"), data.get("deadline_ms")
     try:  # the canonical name (streams.tenants), so no spelling of a tenant has a rate of its own
         tenant = canonical(tenant) if isinstance(tenant, str) else ""
     except BadTenant:
         tenant = ""
-    return tenant, request_id if isinstance(request_id, str) else ""
+    deadline_ms = deadline_ms if type(deadline_ms) in (int, float) and deadline_ms > 0 else 0
+    return tenant, request_id if isinstance(request_id, str) else "", deadline_ms
 
 
 def fair_order(items: list, tenant: Callable, size: Callable, quantum: int = QUANTUM) -> list:

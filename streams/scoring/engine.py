@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas.records import Decision, Ranked, UsageEvent, Work
+from streams import deadlines
 from streams.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
 from streams.backends.protocol import Scorer
@@ -60,8 +61,18 @@ class Engine:
     def decide_batch(self, works: list[Work]) -> list[tuple[Decision, list[UsageEvent]]]:
         """The scoring worker's entry point: one micro-batch, decisions in the same order, one backend call per
         tier round across all of them. Each decision keeps its own breakers (its deadline from admission, the timeout
-        from its start, its token cap)."""
-        return drive([self.deciding(work) for work in works])
+        from its start, its token cap). The works whose caller set a deadline are decided first, together and
+        earliest deadline first, then the rest (deadline_first): an urgent decision's model call is not one with a
+        large batch of others, and every decision is the one the unordered batch gives."""
+        results: list = [None] * len(works)
+        for part in self.deadline_first(works):
+            for i, result in zip(part, drive([self.deciding(works[i]) for i in part])):
+                results[i] = result
+        return results
+
+    def deadline_first(self, works: list[Work]) -> list[list[int]]:
+        """The parts `works` are decided in (streams.deadlines.deadline_first): one when deadlines are not honoured."""
+        return deadlines.deadline_first(works, self.deadline)
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
         return self.decide_batch([work])[0]
@@ -128,8 +139,7 @@ class Engine:
 
     def deadline(self, work: Work) -> float:
         """When the caller stops waiting (epoch seconds; 0 = no deadline): admission plus its deadline_ms."""
-        ms = work.request.deadline_ms
-        return work.admitted_at + ms / 1000 if self.deadlines and ms > 0 else 0.0
+        return deadlines.deadline(work) if self.deadlines else 0.0
 
     def reservation_expired(self, work: Work) -> bool:
         return bool(work.budget_holds) and 0 < self.reservation_ttl_s < time.time() - work.admitted_at

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import httpx
 import pytest
@@ -128,3 +129,33 @@ def test_a_server_for_chat_answers_only_keeps_no_logits_for_every_position(tmp_p
 
     assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf")) == "true"
     assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf", logprobs=False)) == "false"
+
+
+@pytest.mark.parametrize("service", ["support", "support-zh"])
+def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(tmp_path, service):
+    """Two support questions of the demo workload, one after the other, as the generator sends them: the server
+    reads the second one's policy (its shared prefix) from the first one's state and evaluates only the rest."""
+    if ms.missing():
+        pytest.skip(ms.missing())
+    from schemas.records import Request
+    from streams.prompt import render_context
+    from workers import workload
+
+    bodies = [b for b in map(json.loads, workload.generate(200, seed=3, repeat_share=0.0, stream_share=1.0,
+                                                           chinese_share=0.5)) if b["service"] == service]
+    prompts = [render_context(Request.from_data(b)) for b in bodies[:2]]
+    assert prompts[0] != prompts[1]
+    log = tmp_path / "server.log"
+    with ms.ModelServer(threads=1, log=log, logprobs=False, verbose=True) as server:
+        for prompt in prompts:
+            chat(server, prompt, max_tokens=1)
+        policy = tokenize(server, f"system: {bodies[0]['history'][0]['content']}")
+    hits = [(int(n), int(m)) for n, m in re.findall(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens",
+                                                    log.read_text(errors="replace"))]
+    assert hits and hits[-1][0] >= policy and hits[-1][1] < policy / 4, hits
+
+
+def test_a_verbose_server_logs_what_it_reuses(tmp_path):
+    assert "--verbose" in (command := ms.ModelServer(model_path=tmp_path / "m.gguf", verbose=True).command())
+    assert command[command.index("--verbose") + 1] == "true"
+    assert ms.ModelServer(model_path=tmp_path / "m.gguf").command()[-1] == "false"

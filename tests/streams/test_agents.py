@@ -37,6 +37,20 @@ async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     assert [(e.stage, e.event_id) for e in usage] == [("ingest", "4:acme/2:r1:ingest")]
 
 
+async def test_ingest_admits_and_sends_on_the_requests_with_a_deadline_before_the_rest_of_the_batch(app_and_sent):
+    app, captured = app_and_sent
+    plain = [orjson.dumps({**REQUEST, "request_id": f"p{i}"}) for i in range(20)]
+    checkouts = [orjson.dumps({**REQUEST, "request_id": rid, "decision_type": "risk_interception",
+                               "state": {"risk_score": 0.5}, "deadline_ms": ms}) for rid, ms in (("late", 900),
+                                                                                                 ("soon", 300))]
+    await app.jev_ingest.hand_over(requests(plain[:7] + checkouts[:1] + plain[7:] + checkouts[1:]))
+    first, then = captured.outboxes
+    assert [w.request.request_id for w in first.work["distilled"]] == ["soon", "late"]
+    assert [w.request.request_id for w in then.work["distilled"]] == [f"p{i}" for i in range(20)]
+    assert {e.request_id for e in first.usage} == {"soon", "late"}
+    assert max(w.admitted_at for w in first.work["distilled"]) <= min(w.admitted_at for w in then.work["distilled"])
+
+
 def work(decision=None) -> Work:
     return Work(request=Request.from_data(REQUEST), admitted_at=0.0, model="gpt-4o-mini", context="State: trail",
                 context_tokens=4, candidate_tokens=[2, 1], cache_key="k1", decision=decision)
@@ -130,6 +144,26 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
     assert hits == {"r2": "cache_l2"}
 
 
+async def test_a_work_with_a_deadline_goes_to_score_before_the_rest_of_its_batch_is_embedded(app_and_sent, monkeypatch):
+    from streams.cache.stage import CacheStage
+
+    app, captured = app_and_sent
+    embedded = []  # per embedding: the outboxes delivered before it
+    embed = CacheStage.embed
+    monkeypatch.setattr(CacheStage, "embed", lambda self, works: embedded.append(len(captured.outboxes)) or
+                        embed(self, works))
+    checkout = Request.from_data({**REQUEST, "request_id": "pay", "decision_type": "risk_interception",
+                                  "state": {"risk_score": 0.5, "amount": 80}, "deadline_ms": 300})
+    works = [work(), Work(request=checkout, admitted_at=time.time(), model="gpt-4o-mini", context="State: pay",
+                          context_tokens=4, candidate_tokens=[2, 1], cache_key="k-pay")]
+    async with app.agents["lookup_cache"].test_context() as agent:
+        await agent.put(WorkBatch(items=works))
+        await eventually(lambda: len(captured.sent.get("score", [])) == 2)
+    first, then = captured.sent["score"]
+    assert [w.request.request_id for w in first.items] == ["pay"] and embedded == [1]  # sent, then the embedding
+    assert [w.request.request_id for w in then.items] == ["r1"]
+
+
 async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
     app, captured = app_and_sent
 
@@ -193,6 +227,30 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
     assert events == ["4:acme/2:r3:cache:cache_l1", "4:acme/2:r3:ingest", "4:acme/2:r3:postprocess",
                       "4:acme/2:x2:ingest", "4:acme/2:x2:postprocess", "4:acme/2:x2:score:rules"], \
         "the same usage as on the way through the cache agent and a scoring worker"
+
+
+async def test_ingest_sends_a_checkout_it_cannot_answer_straight_to_score_where_it_holds_the_partition(
+        app_and_sent, monkeypatch):
+    """A structured request with a deadline, not answered by L1 or the rules here: the cache agent could add nothing
+    (no L2, no L3 for a state that is not words), so it skips that hop. Words, or a partition not held: the hop."""
+    from faust.types import TP
+
+    app, captured = app_and_sent
+    distilled = app.jev_topics.distilled.get_topic_name()
+    held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    checkout = {"request_id": "pay", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+                "state": {"risk_score": 0.5, "amount": 80}, "deadline_ms": 300,
+                "candidates": [{"id": "allow", "text": "allow"}, {"id": "review", "text": "review"}]}
+    worded = {**REQUEST, "request_id": "words", "deadline_ms": 300}
+    await app.jev_ingest.hand_over(requests([orjson.dumps(checkout), orjson.dumps(worded),
+                                             orjson.dumps({**checkout, "request_id": "plain", "deadline_ms": 0})]))
+    assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["words", "plain"]
+    held.clear()  # another worker holds the partitions: their cache agent answers, so the hop stays
+    await app.jev_ingest.hand_over(requests([orjson.dumps({**checkout, "request_id": "pay2"})]))
+    assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items][-1] == "pay2"
+    assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
 
 
 async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest(app_and_sent, monkeypatch):

@@ -2,13 +2,15 @@
 dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers);
 streamed answers go out as chunks through the Sender while the rest of their batch does not wait."""
 import asyncio
+import threading
 import time
 
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
 from tests.conftest import consumed
+from streams.scoring.batching import drive
 from streams.scoring.factory import build_engine
-from workers.scoring_worker import ScoringWorker
+from workers.scoring_worker import DECIDE_CHUNK, ScoringWorker
 
 
 class Sender:
@@ -56,6 +58,72 @@ async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered
     assert rejected.reason == "bad_internal_message" and rejected.stage == "score"
     assert {e.request_id for e in out.usage} == {"s1", "s2"}
     assert worker.decided == 2
+
+
+def checkout(request_id: str, deadline_ms: int = 60_000) -> Work:
+    """A work whose caller waits at most `deadline_ms` from its admission (now)."""
+    urgent = work(request_id)
+    urgent.request = urgent.request.derive(deadline_ms=deadline_ms)
+    urgent.admitted_at = time.time()
+    return urgent
+
+
+async def test_works_with_a_deadline_are_decided_first_and_their_decisions_sent_before_the_rest(settings):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    batch = [work(f"p{i}") for i in range(30)]
+    batch[7:7] = [checkout("late", 50_000), checkout("soon", 20_000)]
+    out = await worker.handle(consumed(name("score"), [WorkBatch(items=batch).dumps()]))
+    [(topic, sent)] = [(t, w) for t, w in worker.sender.sent if t == "scored"]  # delivered while the rest waited
+    assert [w.request.request_id for w in sent] == ["soon", "late"]
+    assert all(w.decision.tier == "fine" and w.decision.queue_ms < 60_000 for w in sent)
+    rest = out.work["scored"]
+    assert [w.request.request_id for w in rest] == [f"p{i}" for i in range(30)]
+    unordered = drive([worker.engine.deciding(w) for w in batch])  # the whole batch driven together, as it came
+    assert {d.request_id: (d.action_id, d.ranking) for d, _ in unordered} == \
+        {w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest}
+
+
+async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings,
+                                                                                                 monkeypatch):
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    order, decide_each = [], worker.decide_each
+    monkeypatch.setattr(worker, "decide_each", lambda works: order.append([w.request.request_id for w in works])
+                        or decide_each(works))
+    await worker.deciding.acquire(0.0)  # a batch is being decided
+    waiting = [asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()])))
+               for items in ([work("a1"), work("a2")], [work("b1")], [work("c1"), checkout("c2")])]
+    await asyncio.sleep(0.05)
+    assert not order and len(worker.deciding.waiters) == 3
+    worker.deciding.release()
+    await asyncio.gather(*waiting)
+    assert order == [["c2"], ["a1", "a2"], ["b1"], ["c1"]]  # the checkout, then the rest as they queued
+
+
+async def test_a_large_batch_holds_the_deciding_slot_one_chunk_at_a_time(settings, monkeypatch):
+    """A batch with a deadline that arrives while a large batch is being decided waits for one chunk, not for all
+    of it."""
+    worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
+    worker.sender = Sender()
+    order, decide_each, waiting = [], worker.decide_each, threading.Event()
+
+    def recording(works):
+        order.append([w.request.request_id for w in works])
+        assert len(order) > 1 or waiting.wait(10)  # the first chunk is decided until the checkout's batch waits
+        return decide_each(works)
+
+    monkeypatch.setattr(worker, "decide_each", recording)
+    large = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[
+        work(f"p{i}") for i in range(3 * DECIDE_CHUNK)]).dumps()])))
+    while not order:
+        await asyncio.sleep(0.001)
+    urgent = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[checkout("pay")]).dumps()])))
+    while not worker.deciding.waiters:
+        await asyncio.sleep(0.001)
+    waiting.set()
+    await asyncio.gather(large, urgent)
+    assert [len(ids) for ids in order] == [DECIDE_CHUNK, 1, DECIDE_CHUNK, DECIDE_CHUNK] and order[1] == ["pay"]
 
 
 async def test_queue_ms_is_admission_to_the_start_of_the_batch_and_no_more_than_the_latency(settings):

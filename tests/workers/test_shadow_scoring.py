@@ -1,13 +1,15 @@
 """The scoring worker's shadow side: naive twins are decided only between served batches, go on to the scored
 topic (by cache key, as served work does) with shadow usage, and a twin too old is dropped with a usage row."""
 import asyncio
+import threading
 import time
 
 from schemas.records import WorkBatch
 from schemas.topics import name
+from streams.backends.extractive import ExtractiveGenerator
 from streams.scoring.factory import build_engine
 from tests.conftest import consumed
-from tests.workers.test_scoring_worker import work
+from tests.workers.test_scoring_worker import streamed_work, work
 from workers.scoring_worker import ScoringWorker
 
 
@@ -68,3 +70,34 @@ async def test_a_twin_never_decides_beside_a_served_batch(settings):
     assert not worker.shadow.deciding.locked()
     [(decision, _)] = worker.decide_each(served)  # the served side takes the same lock and gives it back
     assert decision.request_id == "s1" and not worker.shadow.deciding.locked()
+
+
+class Held(ExtractiveGenerator):
+    """A generator whose answers wait until `go` is set: a model server busy with other answers."""
+
+    def __init__(self):
+        super().__init__()
+        self.go, self.asked = threading.Event(), threading.Event()
+
+    def generate(self, prompt, max_tokens):
+        self.asked.set()
+        assert self.go.wait(10), "never released"
+        return super().generate(prompt, max_tokens)
+
+
+async def test_a_generate_twin_waiting_on_its_model_holds_no_served_batch_back(settings):
+    """A support question's twin is answered by the generator (a model server, seconds away) without the lock the
+    scoring backends need: a served batch (a checkout screening) is decided meanwhile, not after the answer."""
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    worker.shadow.engine.generator = held = Held()
+    question = streamed_work("q1", "web")
+    question.shadow, question.admitted_at = "naive", time.time()
+    shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
+        WorkBatch(items=[question, twin("n1", time.time())]).dumps()])))
+    assert await asyncio.to_thread(held.asked.wait, 10)
+    [(decision, _)] = await asyncio.wait_for(asyncio.to_thread(worker.decide_each, [work("s1")]), timeout=5)
+    assert decision.request_id == "s1" and decision.tier == "fine" and not shadow.done()
+    held.go.set()
+    out = await asyncio.wait_for(shadow, timeout=10)
+    assert {w.request.request_id: w.decision.tier for w in out.work["scored"]} == {"q1": "llm", "n1": "fine"}

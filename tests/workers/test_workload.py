@@ -2,7 +2,11 @@ import orjson
 
 from schemas.records import Request
 from schemas.validate import decode
-from streams import language
+from streams import language, tokens
+from streams.distill.work import Distiller
+from streams.ingest.decode import Admission, admit
+from streams.output.stream import question_text
+from streams.switches import SWITCHES
 from workers import workload
 
 
@@ -73,4 +77,26 @@ def test_a_chinese_share_asks_streamed_questions_in_chinese_too():
     streamed = [r for r in requests if r.stream]
     chinese = [r for r in streamed if language.detect(r.state) == "zh"]
     assert 0 < len(chinese) < len(streamed)
-    assert all(r.kind == "generate" and r.service == "support-zh" and "参考资料" in r.state for r in chinese)
+    assert all(r.kind == "generate" and r.service == "support-zh" and
+               [(t.role, t.content) for t in r.history] == [("system", workload.POLICY_ZH)] for r in chinese)
+
+
+def test_support_questions_share_the_store_policy_ahead_of_the_question_through_ingest_and_distill():
+    """Every English support question is answered from the same policy, every Chinese one from the Chinese policy,
+    and the context the generator gets (ingest, then distill) holds it first, untouched, and the question last:
+    consecutive prompts share all of the policy's tokens (a model server reuses that prefix)."""
+    admission = Admission(1_048_576, "gpt-4o-mini", frozenset({"customer_service", "ranking", "risk_interception",
+                                                              "inventory_transfer"}))
+    payloads = [p for p in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.2)
+                if orjson.loads(p).get("stream")]
+    works, _ = Distiller("")([admit(p, admission) for p in payloads], dict.fromkeys(SWITCHES, True), 0.0)
+    for policy, service in ((workload.POLICY, "support"), (workload.POLICY_ZH, "support-zh")):
+        mine = [w for w in works if w.request.service == service]
+        assert len(mine) >= 5 and len({w.request.state for w in mine}) > 3, service
+        shared = f"system: {policy}\n\nState: "
+        assert all(w.context == shared + w.request.state for w in mine), service
+        assert all(not w.dropped_turns for w in mine)
+        assert tokens.count(shared, "gpt-4o-mini") > 5 * max(tokens.count(w.request.state, "gpt-4o-mini")
+                                                             for w in mine)
+    english = next(w for w in works if w.request.service == "support")
+    assert question_text(english.request) == english.request.state  # the stream's length follows the question

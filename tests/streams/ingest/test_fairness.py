@@ -58,10 +58,12 @@ def test_one_tenant_keeps_its_order():
 
 
 def test_sender_is_read_without_trusting_the_record():
-    assert sender_of(b'{"tenant": "acme", "request_id": "r1"}', 1000) == ("acme", "r1")
-    assert sender_of(b'{"tenant": 5, "request_id": ["r"]}', 1000) == ("", "")
-    assert sender_of(b"{broken", 1000) == ("", "")
-    assert sender_of(b'{"tenant": "acme"}' + b" " * 2000, 1000) == ("", "")
+    assert sender_of(b'{"tenant": "acme", "request_id": "r1"}', 1000) == ("acme", "r1", 0)
+    assert sender_of(b'{"tenant": "acme", "request_id": "r1", "deadline_ms": 300}', 1000) == ("acme", "r1", 300)
+    assert sender_of(b'{"tenant": 5, "request_id": ["r"], "deadline_ms": "soon"}', 1000) == ("", "", 0)
+    assert sender_of(b'{"tenant": "acme", "deadline_ms": -5}', 1000) == ("acme", "", 0)
+    assert sender_of(b"{broken", 1000) == ("", "", 0)
+    assert sender_of(b'{"tenant": "acme"}' + b" " * 2000, 1000) == ("", "", 0)
 
 
 def test_a_request_is_charged_for_what_was_sent_not_only_what_its_contract_kept():

@@ -156,3 +156,48 @@ def test_a_backend_not_yet_measured_goes_first_and_is_measured():
     assert pace.expected(measured, [Call(measured, "s", ["a"])]) == pytest.approx(0.2)
     pace.observe(measured, [Call(measured, "s", ["a", "b"])], 0.0)  # a moving average: one fast call moves it a part
     assert 0.0 < pace.seconds_per_text[("measured", "measured")] < 0.1
+
+
+class Recording(backends.LexicalBackend):
+    """A tier that logs the contexts of each of its calls."""
+
+    def __init__(self, name, log):
+        super().__init__()
+        self.name = self.model = name
+        self.log = log
+
+    def score_many(self, items):
+        self.log.append((self.name, [context for context, _ in items]))
+        return [self.score(c, cands) for c, cands in items]
+
+
+def test_works_with_a_deadline_are_decided_first_earliest_first_and_as_the_unordered_batch_decides_them():
+    """Two checkout screenings in a batch of 40 others: their model calls come first, on their own (the earlier
+    deadline first), before any call of the others; every decision, score and token is the one driving the whole
+    batch together gives."""
+    batch = works(40)
+    urgent = {5: 30_000, 23: 10_000}  # position in the batch: the caller's deadline_ms
+    for i, ms in urgent.items():
+        batch[i].request = batch[i].request.derive(request_id=f"urgent{i}", deadline_ms=ms,
+                                                   state=f"checkout screening {i}")
+        batch[i].context = f"State: checkout screening {i}"
+    log = []
+    eng = engine(Recording("coarse", log), Recording("fine", log))
+    assert eng.deadline_first(batch) == [[23, 5], [i for i in range(40) if i not in urgent]]
+    ordered = eng.decide_batch(batch)
+    assert [contexts for _, contexts in log[:2]] == [["State: checkout screening 23", "State: checkout screening 5"]] * 2
+    assert all(len(contexts) == 38 for _, contexts in log[2:]) and len(log) == 4
+    unordered = batching.drive([engine(backends.LexicalBackend(), backends.LexicalBackend()).deciding(w)
+                                for w in batch])
+    assert comparable(ordered) == comparable(unordered)
+    assert [d.request_id for d, _ in ordered] == [w.request.request_id for w in batch]
+    assert all(d.tier == "fine" for d, _ in ordered)
+
+
+def test_without_deadlines_the_batch_is_one_part_as_it_came():
+    batch = works(6)
+    eng = engine(backends.LexicalBackend(), backends.LexicalBackend())
+    assert eng.deadline_first(batch) == [list(range(6))]
+    eng.deadlines = False  # the naive shadow engine honours no deadline: nothing goes first either
+    batch[2].request = batch[2].request.derive(deadline_ms=100)
+    assert eng.deadline_first(batch) == [list(range(6))]

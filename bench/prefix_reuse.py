@@ -1,0 +1,115 @@
+"""Prefix reuse on a model server: the demo's support questions answered one after another (as the demo's one-slot
+server answers them), with the shared support policy first (what ingest and distill hand the generator: the policy,
+a system turn, then the question) vs the question first and the same policy after it. Same prompts, same tokens,
+same server, one run; the two layouts alternate block by block (--rounds, each round new questions: a prompt the
+server answered before would be a whole-prompt hit), English and Chinese questions mixed as the demo mixes them
+(workers/workload.py, seed 13: not the demo's seed 7).
+
+A server that keeps the longest common token prefix of the previous prompt (llama.cpp: llama-cpp-python's
+Llama.generate, and its RAM cache of earlier prompts' states; vLLM with prefix caching) reads only the question
+of a shared-first prompt. llama-cpp-python's server reports no cached tokens in `usage`, so they are read from its
+log (`--verbose`: "N prefix-match hit, remaining M prompt tokens to eval").
+
+    .venv/bin/python bench/prefix_reuse.py [--questions 12] [--rounds 2] [--max-tokens 16]
+Starts the local llama.cpp server (infra/model_server.py, one thread per idle core) and stops it after.
+Last stdout line: {shared_first: {...}, question_first: {...}, ratio_p50, ratio_p95} (each layout: first piece ms
+p50/p95, prompt tokens in Jev's count, the prefix hits and tokens the server reported reusing and evaluating).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from schemas.records import Request
+from streams.backends import openai as engine_mod, pool as pool_mod
+from streams.prompt import history_lines, render_context, state_line
+from workers import workload
+
+PREFIX_HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
+
+
+def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
+    """n distinct support questions (after the first `skip`), each as the generator gets it (shared first) and
+    reordered (question first)."""
+    distinct = {b["state"]: b for b in map(orjson.loads, workload.generate((n + skip) * 4, seed=13, repeat_share=0.0,
+                                                                           stream_share=1.0, chinese_share=0.2))}
+    bodies = list(distinct.values())[skip:skip + n]
+    requests = [Request.from_data(b) for b in bodies]
+    return {"shared_first": [render_context(r) for r in requests],
+            "question_first": ["\n\n".join([state_line(r), *history_lines(r)]) for r in requests]}
+
+
+def first_piece_ms(engine, prompt: str, max_tokens: int) -> float:
+    started = time.perf_counter()
+    streaming = engine.stream(prompt, max_tokens)
+    first = None
+    for _ in streaming:
+        first = first or time.perf_counter()
+    return ((first or time.perf_counter()) - started) * 1000
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--questions", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=2, help="blocks of each layout, alternating")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    args = ap.parse_args()
+    from infra.model_server import ModelServer, idle_cores, missing
+
+    why = missing()
+    if why:
+        print(json.dumps({"skipped": why}))
+        return 0
+    log = Path(tempfile.mkdtemp(prefix="jev-prefix-")) / "server.log"
+    server = ModelServer(threads=idle_cores(), log=log, logprobs=False, verbose=True).start()
+    try:
+        entry = pool_mod.load()["smollm2-server"]
+        engine = engine_mod.OpenAIEngine(dataclasses.replace(entry, base_url=server.url, model=server.model))
+        first_piece_ms(engine, "Hello", 1)  # the server's first call (its start-up work) counts for neither layout
+        out = {name: {"answers": 0, "first_piece_ms": [], "prompt_tokens_jev": 0, "prefix_hits": 0,
+                      "tokens_reused": 0, "tokens_evaluated_on_hits": 0} for name in ("shared_first", "question_first")}
+        for round_ in range(args.rounds):
+            prompts = layouts(args.questions, skip=round_ * args.questions)
+            order = list(prompts) if round_ % 2 == 0 else list(reversed(prompts))
+            for name in order:
+                row, seen = out[name], log.stat().st_size
+                for prompt in prompts[name]:
+                    row["first_piece_ms"].append(first_piece_ms(engine, prompt, args.max_tokens))
+                    row["prompt_tokens_jev"] += engine.count_chat(prompt)
+                    row["answers"] += 1
+                time.sleep(0.2)  # the server's log lines of the block's last call
+                with open(log, "rb") as f:
+                    f.seek(seen)
+                    for reused, left in PREFIX_HIT.findall(f.read().decode(errors="replace")):
+                        row["prefix_hits"] += 1
+                        row["tokens_reused"] += int(reused)
+                        row["tokens_evaluated_on_hits"] += int(left)
+        for row in out.values():
+            times = row.pop("first_piece_ms")
+            row["first_piece_ms_p50"], row["first_piece_ms_p95"] = percentile(times, 0.5), percentile(times, 0.95)
+            row["reused_share"] = round(row["tokens_reused"] / row["prompt_tokens_jev"], 3)
+        shared, other = out["shared_first"], out["question_first"]
+        print(json.dumps({"server": "llama-cpp-python", "threads": server.threads, "questions": args.questions,
+                          "rounds": args.rounds, "max_tokens": args.max_tokens, **out,
+                          "ratio_p50": round(other["first_piece_ms_p50"] / shared["first_piece_ms_p50"], 2),
+                          "ratio_p95": round(other["first_piece_ms_p95"] / shared["first_piece_ms_p95"], 2)}))
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
