@@ -27,3 +27,10 @@ def test_a_chinese_answer_sharing_only_single_characters_is_not_tied_with_unrela
 def test_words_are_the_search_units_in_both_scripts():
     assert words("Reset my PASSWORD") == ["reset", "my", "password"]
     assert words("入睡") == ["入睡", "入", "睡"]
+
+
+def test_saying_the_same_thing_twice_scores_no_higher():
+    # full length normalisation: a long candidate's chance matches do not crowd the beam
+    for query, text in (("我想预订北京的酒店", "您预订的北京酒店已经确认。"), ("reset my password", "We reset your password.")):
+        once, twice, other = LexicalBackend().score(query, [text, text + text, "无关 unrelated"]).scores
+        assert once > other and abs(once - twice) < 1e-9
