@@ -1,5 +1,6 @@
-"""The real model server (llama.cpp serving SmolLM2-135M-Instruct on the CPU) through its OpenAI-compatible API:
-chat with usage, streaming, completions with logprobs, and stop / kill / restart on the same port."""
+"""The real model server (llama.cpp's llama-server serving SmolLM2-135M-Instruct on the CPU) through its
+OpenAI-compatible API: chat with usage, streaming with usage, cached prompt tokens, completions with logprobs, and
+stop / kill / restart on the same port."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def chat(server, content: str, max_tokens: int = 12, **extra) -> dict:
 
 
 def tokenize(server, text: str) -> int:
-    reply = httpx.post(f"{server.url.removesuffix('/v1')}/extras/tokenize", json={"input": text}, timeout=30)
+    reply = httpx.post(f"{server.url.removesuffix('/v1')}/tokenize", json={"content": text}, timeout=30)
     reply.raise_for_status()
     return len(reply.json()["tokens"])
 
@@ -72,8 +73,9 @@ def test_streamed_chat_gives_the_same_greedy_answer(model_server, lang):
     assert len([p for p in pieces if p]) > 1, "the answer came in one piece: not streamed"
     assert "".join(pieces) == whole
     assert finishes in (["stop"], ["length"])
-    for usage in usages:  # where the server sends usage in the stream, it must agree with the pieces
-        assert usage["completion_tokens"] >= 1
+    assert len(usages) == 1, "stream_options.include_usage: one usage chunk at the end"
+    assert 1 <= usages[0]["completion_tokens"] <= 12
+    assert usages[0]["prompt_tokens"] > tokenize(model_server, PROMPTS[lang])
 
 
 def test_completions_return_logprobs_for_scoring(model_server):
@@ -83,7 +85,7 @@ def test_completions_return_logprobs_for_scoring(model_server):
     reply = httpx.post(f"{model_server.url}/completions", json=body, timeout=120)
     reply.raise_for_status()
     out = reply.json()
-    top = out["choices"][0]["logprobs"]["top_logprobs"][0]
+    top = {t["token"]: t["logprob"] for t in out["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
     assert len(top) == 20
     assert all(v <= 0 for v in top.values())
     assert 0.5 < sum(math.exp(v) for v in top.values()) <= 1.0001  # the 20 best hold most of the mass
@@ -121,10 +123,16 @@ def test_the_server_gets_only_the_cores_left_idle(monkeypatch):
     assert ms.idle_cores() == 2 and ms.idle_cores(most=1) == 1
 
 
-def test_a_server_for_chat_answers_only_keeps_no_logits_for_every_position(tmp_path):
-    def flag(server):
-        command = server.command()
-        return command[command.index("--logits_all") + 1]
+def test_each_slot_gets_the_whole_context(tmp_path, monkeypatch):
+    monkeypatch.setattr(ms, "server_binary", lambda: "/opt/llama-server")
+    command = ms.ModelServer(model_path=tmp_path / "m.gguf", context=2048, slots=3).command()
+    assert command[0] == "/opt/llama-server"
+    assert command[command.index("--parallel") + 1] == "3"
+    assert command[command.index("--ctx-size") + 1] == str(3 * 2048)
 
-    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf")) == "true"
-    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf", logprobs=False)) == "false"
+
+def test_a_missing_server_binary_names_the_install(monkeypatch):
+    monkeypatch.setattr(ms.shutil, "which", lambda *a, **k: None)
+    assert "make model-server" in ms.missing()
+    with pytest.raises(FileNotFoundError, match="make model-server"):
+        ms.ModelServer().command()
