@@ -57,7 +57,7 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 		llama-cpp-python==$(LLAMA_CPP_PYTHON)
 	tar xzf $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA_BUILD)
 	$(CMAKE) -S $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp -B $(LLAMA_BUILD)/out \
-		$(LLAMA_CMAKE) > $(LLAMA_BUILD)/configure.log
+		$(LLAMA_CMAKE) > $(LLAMA_BUILD)/configure.log || (cat $(LLAMA_BUILD)/configure.log; false)
 	$(CMAKE) --build $(LLAMA_BUILD)/out --target llama-server --parallel $$(nproc)
 	cp $(LLAMA_BUILD)/out/bin/llama-server $(BIN)/llama-server
 	rm -rf $(LLAMA_BUILD)
