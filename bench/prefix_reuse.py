@@ -5,26 +5,22 @@ same server, one run; the two layouts alternate block by block (--rounds, each r
 server answered before would be a whole-prompt hit), English and Chinese questions mixed as the demo mixes them
 (workers/workload.py, seed 13: not the demo's seed 7).
 
-A server that keeps the longest common token prefix of the previous prompt (llama.cpp: llama-cpp-python's
-Llama.generate, and its RAM cache of earlier prompts' states; vLLM with prefix caching) reads only the question
-of a shared-first prompt. llama-cpp-python's server reports no cached tokens in `usage`, so they are read from its
-log (`--verbose`: "N prefix-match hit, remaining M prompt tokens to eval").
+A server that keeps the KV cache of earlier prompts (llama.cpp's llama-server: each slot's last prompt and its
+prompt cache; vLLM with prefix caching) reads only the question of a shared-first prompt, and says how many prompt
+tokens its cache served in the streamed answer's `usage` (prompt_tokens_details.cached_tokens).
 
     .venv/bin/python bench/prefix_reuse.py [--questions 12] [--rounds 2] [--max-tokens 16]
 Starts the local llama.cpp server (infra/model_server.py, one thread per idle core) and stops it after.
 Last stdout line: {shared_first: {...}, question_first: {...}, ratio_p50, ratio_p95} (each layout: first piece ms
-p50/p95, prompt tokens in Jev's count, the prefix hits and tokens the server reported reusing and evaluating).
+p50/p95, prompt tokens in Jev's count and in the server's, and the prompt tokens the server's cache served).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import re
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import orjson
 
@@ -32,9 +28,6 @@ from schemas.records import Request
 from streams.backends import openai as engine_mod, pool as pool_mod
 from streams.prompt import history_lines, render_context, state_line
 from workers import workload
-
-PREFIX_HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
-
 
 def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
     """n distinct support questions (after the first `skip`), each as the generator gets it (shared first) and
@@ -47,13 +40,14 @@ def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
             "question_first": ["\n\n".join([state_line(r), *history_lines(r)]) for r in requests]}
 
 
-def first_piece_ms(engine, prompt: str, max_tokens: int) -> float:
+def answer(engine, prompt: str, max_tokens: int) -> tuple[float, object]:
+    """Milliseconds to the first piece of a streamed answer, and the server's usage of it."""
     started = time.perf_counter()
     streaming = engine.stream(prompt, max_tokens)
     first = None
     for _ in streaming:
         first = first or time.perf_counter()
-    return ((first or time.perf_counter()) - started) * 1000
+    return ((first or time.perf_counter()) - started) * 1000, streaming.server
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -73,36 +67,31 @@ def main() -> int:
     if why:
         print(json.dumps({"skipped": why}))
         return 0
-    log = Path(tempfile.mkdtemp(prefix="jev-prefix-")) / "server.log"
-    server = ModelServer(threads=idle_cores(), log=log, logprobs=False, verbose=True).start()
+    server = ModelServer(threads=idle_cores()).start()
     try:
         entry = pool_mod.load()["smollm2-server"]
         engine = engine_mod.OpenAIEngine(dataclasses.replace(entry, base_url=server.url, model=server.model))
-        first_piece_ms(engine, "Hello", 1)  # the server's first call (its start-up work) counts for neither layout
-        out = {name: {"answers": 0, "first_piece_ms": [], "prompt_tokens_jev": 0, "prefix_hits": 0,
-                      "tokens_reused": 0, "tokens_evaluated_on_hits": 0} for name in ("shared_first", "question_first")}
+        prompts = layouts(args.questions)
+        answer(engine, "Hello", 1)  # the server's first call (its start-up work) counts for neither layout
+        out = {name: {"answers": 0, "first_piece_ms": [], "prompt_tokens_jev": 0, "prompt_tokens_server": 0,
+                      "cached_tokens": 0} for name in prompts}
         for round_ in range(args.rounds):
-            prompts = layouts(args.questions, skip=round_ * args.questions)
             order = list(prompts) if round_ % 2 == 0 else list(reversed(prompts))
             for name in order:
-                row, seen = out[name], log.stat().st_size
+                row = out[name]
                 for prompt in prompts[name]:
-                    row["first_piece_ms"].append(first_piece_ms(engine, prompt, args.max_tokens))
+                    ms, usage = answer(engine, prompt, args.max_tokens)
+                    row["first_piece_ms"].append(ms)
                     row["prompt_tokens_jev"] += engine.count_chat(prompt)
+                    row["prompt_tokens_server"] += usage.prompt_tokens if usage else 0
+                    row["cached_tokens"] += usage.cached_tokens if usage else 0
                     row["answers"] += 1
-                time.sleep(0.2)  # the server's log lines of the block's last call
-                with open(log, "rb") as f:
-                    f.seek(seen)
-                    for reused, left in PREFIX_HIT.findall(f.read().decode(errors="replace")):
-                        row["prefix_hits"] += 1
-                        row["tokens_reused"] += int(reused)
-                        row["tokens_evaluated_on_hits"] += int(left)
         for row in out.values():
             times = row.pop("first_piece_ms")
             row["first_piece_ms_p50"], row["first_piece_ms_p95"] = percentile(times, 0.5), percentile(times, 0.95)
-            row["reused_share"] = round(row["tokens_reused"] / row["prompt_tokens_jev"], 3)
+            row["cached_share"] = round(row["cached_tokens"] / max(row["prompt_tokens_server"], 1), 3)
         shared, other = out["shared_first"], out["question_first"]
-        print(json.dumps({"server": "llama-cpp-python", "threads": server.threads, "questions": args.questions,
+        print(json.dumps({"server": "llama-server", "threads": server.threads, "questions": args.questions,
                           "rounds": args.rounds, "max_tokens": args.max_tokens, **out,
                           "ratio_p50": round(other["first_piece_ms_p50"] / shared["first_piece_ms_p50"], 2),
                           "ratio_p95": round(other["first_piece_ms_p95"] / shared["first_piece_ms_p95"], 2)}))

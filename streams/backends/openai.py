@@ -183,8 +183,9 @@ class OpenAIEngine:
         body = await self.request(srv, "POST", "completions", {
             "model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
             "logprobs": self.options["top_logprobs"]}, deadline)
-        try:
-            top = body["choices"][0]["logprobs"]["top_logprobs"][0]
+        try:  # the legacy form (vLLM, llama-cpp-python) or the per-token form (llama.cpp's own llama-server)
+            logprobs = body["choices"][0]["logprobs"]
+            top = logprobs["top_logprobs"][0] if "top_logprobs" in logprobs else logprobs["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/completions: malformed response (no top_logprobs)") from None
         labels = LETTERS[:len(candidates)]

@@ -1,10 +1,10 @@
-"""The real model server (llama.cpp serving SmolLM2-135M-Instruct on the CPU) through its OpenAI-compatible API:
-chat with usage, streaming, completions with logprobs, and stop / kill / restart on the same port."""
+"""The real model server (llama.cpp's llama-server serving SmolLM2-135M-Instruct on the CPU) through its
+OpenAI-compatible API: chat with usage, streaming with usage, cached prompt tokens, completions with logprobs, and
+stop / kill / restart on the same port."""
 from __future__ import annotations
 
 import json
 import math
-import re
 
 import httpx
 import pytest
@@ -25,7 +25,7 @@ def chat(server, content: str, max_tokens: int = 12, **extra) -> dict:
 
 
 def tokenize(server, text: str) -> int:
-    reply = httpx.post(f"{server.url.removesuffix('/v1')}/extras/tokenize", json={"input": text}, timeout=30)
+    reply = httpx.post(f"{server.url.removesuffix('/v1')}/tokenize", json={"content": text}, timeout=30)
     reply.raise_for_status()
     return len(reply.json()["tokens"])
 
@@ -73,8 +73,9 @@ def test_streamed_chat_gives_the_same_greedy_answer(model_server, lang):
     assert len([p for p in pieces if p]) > 1, "the answer came in one piece: not streamed"
     assert "".join(pieces) == whole
     assert finishes in (["stop"], ["length"])
-    for usage in usages:  # where the server sends usage in the stream, it must agree with the pieces
-        assert usage["completion_tokens"] >= 1
+    assert len(usages) == 1, "stream_options.include_usage: one usage chunk at the end"
+    assert 1 <= usages[0]["completion_tokens"] <= 12
+    assert usages[0]["prompt_tokens"] > tokenize(model_server, PROMPTS[lang])
 
 
 def test_completions_return_logprobs_for_scoring(model_server):
@@ -84,7 +85,7 @@ def test_completions_return_logprobs_for_scoring(model_server):
     reply = httpx.post(f"{model_server.url}/completions", json=body, timeout=120)
     reply.raise_for_status()
     out = reply.json()
-    top = out["choices"][0]["logprobs"]["top_logprobs"][0]
+    top = {t["token"]: t["logprob"] for t in out["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
     assert len(top) == 20
     assert all(v <= 0 for v in top.values())
     assert 0.5 < sum(math.exp(v) for v in top.values()) <= 1.0001  # the 20 best hold most of the mass
@@ -122,19 +123,19 @@ def test_the_server_gets_only_the_cores_left_idle(monkeypatch):
     assert ms.idle_cores() == 2 and ms.idle_cores(most=1) == 1
 
 
-def test_a_server_for_chat_answers_only_keeps_no_logits_for_every_position(tmp_path):
-    def flag(server):
-        command = server.command()
-        return command[command.index("--logits_all") + 1]
-
-    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf")) == "true"
-    assert flag(ms.ModelServer(model_path=tmp_path / "m.gguf", logprobs=False)) == "false"
+def test_each_slot_gets_the_whole_context(tmp_path, monkeypatch):
+    monkeypatch.setattr(ms, "server_binary", lambda: "/opt/llama-server")
+    command = ms.ModelServer(model_path=tmp_path / "m.gguf", context=2048, slots=3).command()
+    assert command[0] == "/opt/llama-server"
+    assert command[command.index("--parallel") + 1] == "3"
+    assert command[command.index("--ctx-size") + 1] == str(3 * 2048)
 
 
 @pytest.mark.parametrize("service", ["support", "support-zh"])
-def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(tmp_path, service):
+def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(service):
     """Two support questions of the demo workload, one after the other, as the generator sends them: the server
-    reads the second one's policy (its shared prefix) from the first one's state and evaluates only the rest."""
+    reads the second one's policy (its shared prefix) from the first one's state and evaluates only the rest, and
+    says so in its usage (prompt_tokens_details.cached_tokens)."""
     if ms.missing():
         pytest.skip(ms.missing())
     from schemas.records import Request
@@ -145,17 +146,16 @@ def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(
                                                            chinese_share=0.5)) if b["service"] == service]
     prompts = [render_context(Request.from_data(b)) for b in bodies[:2]]
     assert prompts[0] != prompts[1]
-    log = tmp_path / "server.log"
-    with ms.ModelServer(threads=1, log=log, logprobs=False, verbose=True) as server:
-        for prompt in prompts:
-            chat(server, prompt, max_tokens=1)
+    with ms.ModelServer(threads=1) as server:
+        usages = [chat(server, prompt, max_tokens=1)["usage"] for prompt in prompts]
         policy = tokenize(server, f"system: {bodies[0]['history'][0]['content']}")
-    hits = [(int(n), int(m)) for n, m in re.findall(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens",
-                                                    log.read_text(errors="replace"))]
-    assert hits and hits[-1][0] >= policy and hits[-1][1] < policy / 4, hits
+    cached = usages[1]["prompt_tokens_details"]["cached_tokens"]
+    assert usages[0]["prompt_tokens_details"]["cached_tokens"] == 0, usages
+    assert cached >= policy and usages[1]["prompt_tokens"] - cached < policy / 4, (usages, policy)
 
 
-def test_a_verbose_server_logs_what_it_reuses(tmp_path):
-    assert "--verbose" in (command := ms.ModelServer(model_path=tmp_path / "m.gguf", verbose=True).command())
-    assert command[command.index("--verbose") + 1] == "true"
-    assert ms.ModelServer(model_path=tmp_path / "m.gguf").command()[-1] == "false"
+def test_a_missing_server_binary_names_the_install(monkeypatch):
+    monkeypatch.setattr(ms.shutil, "which", lambda *a, **k: None)
+    assert "make model-server" in ms.missing()
+    with pytest.raises(FileNotFoundError, match="make model-server"):
+        ms.ModelServer().command()

@@ -30,7 +30,8 @@ def test_the_served_demo_decides_every_request_with_no_fallbacks(model_server, t
     assert report["generator"] == model_server.model and report["tiers"].get("llm", 0) > 0
     served = report["by_model"][model_server.model]
     assert served["calls"] > 0 and served["tokens_jev"] > 0 and served["cost"] >= 0
-    # llama.cpp's Python server sends no usage when streaming: the streamed answers carry no server count, and the
-    # drift covers only the calls it counted
-    assert served["tokens_server"] is None or abs(served["drift"]) <= 0.05, served
+    # llama-server counts every call, streamed answers included (stream_options.include_usage), so every served
+    # call is reconciled. The streamed answers' drift is not near 0: Jev meters the chunks it delivered, the server
+    # bills every token it generated (docs/benchmarks.md)
+    assert served["tokens_server"] > 0 and served["drift"] is not None, served
     assert report["stream"]["generated"] > 0 and report["stream"]["ordered"] and report["tokens"]["actual"] > 0

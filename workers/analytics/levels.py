@@ -211,13 +211,15 @@ def savings_by_mechanism(client, since: dt.datetime) -> list[dict]:
 
 def by_model(client, since: dt.datetime) -> dict[str, dict]:
     """Per model: its calls (usage rows with model tokens), Jev's count of its tokens, the server's count of the
-    calls it reported usage for, their drift over those calls (server / Jev − 1), and the cost, priced on the
+    calls it reported usage for (and of its prompt tokens, those the server's prefix cache served), their drift
+    over those calls (server / Jev − 1), and the cost, priced on the
     server's count where there is one. A model whose calls reported none (in-process models; a server that sends
     no usage when streaming) has no server count: None."""
     out = {}
     for r in rows(client, "SELECT model, count() AS calls, toUInt64(sum(input_tokens + output_tokens)) AS tokens_jev, "
                           "toUInt64(sumIf(server_input_tokens + server_output_tokens, count_source = 'server')) "
-                          "AS server_tokens, toUInt64(sumIf(input_tokens + output_tokens, count_source = 'server')) "
+                          "AS server_tokens, toUInt64(sumIf(server_cache_read_tokens, count_source = 'server')) AS server_cached, "
+                          "toUInt64(sumIf(input_tokens + output_tokens, count_source = 'server')) "
                           "AS jev_of_served, countIf(count_source = 'server') AS served, round(sum(cost), 6) AS cost "
                           "FROM usage_events WHERE ts >= {since:DateTime64(3)} AND stage != 'shadow' AND model != '' "
                           "AND input_tokens + output_tokens > 0 GROUP BY model ORDER BY tokens_jev DESC",
@@ -225,6 +227,7 @@ def by_model(client, since: dt.datetime) -> dict[str, dict]:
         served = bool(r["served"])
         out[r["model"]] = {"calls": r["calls"], "tokens_jev": r["tokens_jev"],
                            "tokens_server": r["server_tokens"] if served else None,
+                           "tokens_server_cached": r["server_cached"] if served else None,
                            "drift": round(r["server_tokens"] / r["jev_of_served"] - 1, 4)
                            if served and r["jev_of_served"] else None, "cost": r["cost"]}
     return out

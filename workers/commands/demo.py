@@ -90,7 +90,7 @@ def run(args, settings) -> int:
             threads = idle_cores()
             print(f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct, {threads} thread(s); "
                   f"log {log})", file=sys.stderr)
-            with ModelServer(log=log, threads=threads, logprobs=args.escalate) as server:
+            with ModelServer(log=log, threads=threads) as server:
                 args.local_model, args.model_url = False, server.url
                 return run(args, settings)
     if args.model_url:

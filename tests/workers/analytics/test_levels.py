@@ -67,10 +67,11 @@ def test_tier_shares_and_efficiency(load):
 
 
 def test_by_model_puts_jevs_count_beside_the_servers(load):
-    served = [e.derive(model="qwen-7b", server_input_tokens=105, server_output_tokens=0, count_source="server")
+    served = [e.derive(model="qwen-7b", server_input_tokens=105, server_cache_read_tokens=60, server_output_tokens=0,
+                       count_source="server")
               for e in requests_at(1, 4, 100, prefix="srv") if e.stage == "score"]
     client = load(requests_at(1, 3, 50, prefix="local"), served)
     by = levels.by_model(client, WEEK)
-    assert by["qwen-7b"] == {"calls": 4, "tokens_jev": 400, "tokens_server": 420, "drift": 0.05,
-                             "cost": pytest.approx(400e-6)}
-    assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["drift"] is None
+    assert by["qwen-7b"] == {"calls": 4, "tokens_jev": 400, "tokens_server": 420, "tokens_server_cached": 240,
+                             "drift": 0.05, "cost": pytest.approx(400e-6)}
+    assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["tokens_server_cached"] is None

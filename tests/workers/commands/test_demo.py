@@ -28,7 +28,7 @@ def ran(monkeypatch, tmp_path):
 
 
 def test_without_the_model_server_the_demo_says_why_and_answers_extractively(ran, monkeypatch, capsys):
-    monkeypatch.setattr("infra.model_server.missing", lambda: "llama-cpp-python is not installed: make model-server")
+    monkeypatch.setattr("infra.model_server.missing", lambda: "llama-server is not installed: make model-server")
     assert main(["demo", "--requests", "3", "--json"]) == 0
     out = capsys.readouterr()
     assert "extractive generator" in out.err and "make model-server" in out.err
@@ -36,7 +36,7 @@ def test_without_the_model_server_the_demo_says_why_and_answers_extractively(ran
 
 
 def test_local_model_is_an_error_when_the_server_is_not_installed(ran, monkeypatch, capsys):
-    monkeypatch.setattr("infra.model_server.missing", lambda: "llama-cpp-python is not installed: make model-server")
+    monkeypatch.setattr("infra.model_server.missing", lambda: "llama-server is not installed: make model-server")
     assert main(["demo", "--local-model", "--json"]) == 2
     assert "make model-server" in capsys.readouterr().err and not ran
 
