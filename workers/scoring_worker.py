@@ -109,8 +109,9 @@ class ScoringWorker:
         """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
         as they came), their usage and the dead letters of envelopes that do not decode. The works whose caller set
         a deadline are decided first (earliest first: Engine.deadline_first) and their decisions go through the
-        Sender at once, while the rest are decided, DECIDE_CHUNK at a time. With streamed answers in it, the rest of the batch is delivered
-        through the Sender first, and the streamed ones are returned once every chunk of theirs is acknowledged."""
+        Sender at once, while the rest are decided, DECIDE_CHUNK at a time. With streamed answers in it, the rest
+        of the batch is delivered through the Sender first, and the streamed ones are returned once every chunk of
+        theirs is acknowledged."""
         out, works = Outbox(), []
         for msg in messages:
             batch = decode_batch(msg.value)
