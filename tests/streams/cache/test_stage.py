@@ -97,13 +97,19 @@ def test_a_near_miss_judged_different_is_never_promoted(tmp_path, texts):
     assert judged(stage, again, "b") == "different" and ask(stage, "r3", other)[1] is None
 
 
-def test_a_promotion_survives_a_rebuild_from_the_cache_state_records(tmp_path):
+def promoted_stage(tmp_path):
+    """A stage where the English and the Chinese near-miss were judged the same as their cached answer."""
     stage = new_stage(tmp_path)
-    for cached, near, _, recased in (ENGLISH, CHINESE):
+    for cached, near, _, _ in (ENGLISH, CHINESE):
         answered(stage, cached, "a")
         ask(stage, f"r-{near}", near)
     for twin in stage.judge_twins():
         assert judged(stage, twin, "a") == "promoted"
+    return stage
+
+
+def test_a_promotion_survives_a_rebuild_from_the_cache_state_records(tmp_path):
+    stage = promoted_stage(tmp_path)
     records = orjson.loads(orjson.dumps(stage.take_changes()))  # through JSON, as on the topic
 
     after = new_stage(tmp_path)
@@ -153,12 +159,7 @@ def test_the_margin_is_checked():
 
 
 def test_a_disagreeing_verdict_on_a_promoted_key_demotes_it_here_and_after_a_rebuild(tmp_path):
-    stage = new_stage(tmp_path)
-    for cached, near, _, _ in (ENGLISH, CHINESE):
-        answered(stage, cached, "a")
-        ask(stage, f"r-{near}", near)
-    for twin in stage.judge_twins():
-        judged(stage, twin, "a")
+    stage = promoted_stage(tmp_path)
     english, _ = ask(stage, "s1", ENGLISH[3])
     stage.learn(english, agreed=False)  # the shadow sample of the served alias hit disagreed
     assert ask(stage, "s2", ENGLISH[3])[1] is None and stage.semantic.demotions == 1
