@@ -40,14 +40,18 @@ class LexicalBackend:
         df = Counter(t for d in docs for t in d if t in query)
         scores = []
         for d in docs:
-            length = sum(d.values())
-            s = 0.0
-            for t in query & d.keys():
-                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-                tf = d[t]
-                s += idf * tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length / avg))
-            scores.append(s)
+            norm = self.k1 * (1 - self.b + self.b * sum(d.values()) / avg)
+            # fsum rounds the exact sum once, so the same term weights give the same bits in any order. Added up
+            # in the order the set yields them (which follows the process's string hash seed), candidates that tie
+            # (transfers of one product from different warehouses) differed in the last bit, differently in each
+            # process, and the scoring worker and `jev replay` broke the tie differently. Now they tie exactly and
+            # the first listed wins (the engine's sorts are stable).
+            scores.append(math.fsum(idf(n, df[t]) * d[t] * (self.k1 + 1) / (d[t] + norm) for t in query & d.keys()))
         return Scored(scores)
+
+
+def idf(n: int, df: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def scorer(spec) -> LexicalBackend:
