@@ -5,6 +5,8 @@ Space-delimited scripts split into lowercased words; CJK runs (Chinese, Japanese
 spaces, so their units are overlapping character bigrams, a one-character run being its own unit. Bigrams
 measured better than nothing at all and need no segmenter: "预订酒店" gives 预订 订酒 酒店, and the two real
 words among them match wherever the same words are written. Mixed text ("iPhone 15 的价格") yields both kinds.
+Search (the lexical tier) also takes each CJK character (`unigrams=True`, as Lucene's CJK bigram filter with
+outputUnigrams): a question and its answer often share a character but no bigram (脑子 / 脑力, 睡不着 / 入睡).
 """
 from __future__ import annotations
 
@@ -60,10 +62,11 @@ def has_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
 
 
-def units(text: str, *, content: bool = False) -> list[str]:
+def units(text: str, *, content: bool = False, unigrams: bool = False) -> list[str]:
     """The word units of `text` in order: lowercased words (digits included) of space-delimited scripts,
-    character bigrams of CJK runs (a one-character run is its own unit). `content=True` leaves out stop words
-    (English words; Chinese units that are a stop word or two stop characters, such as 的 or 我的)."""
+    character bigrams of CJK runs (a one-character run is its own unit). `unigrams=True` adds each character of
+    a longer CJK run after its bigrams (search units; text without CJK is unchanged). `content=True` leaves out
+    stop words (English words; Chinese units that are a stop word or two stop characters, such as 的 or 我的)."""
     out: list[str] = []
     for cjk, word in _UNIT.findall(normalize(text)):
         if word:
@@ -72,6 +75,8 @@ def units(text: str, *, content: bool = False) -> list[str]:
             out.append(cjk)
         else:
             out.extend(cjk[i:i + 2] for i in range(len(cjk) - 1))
+            if unigrams:
+                out.extend(cjk)
     if content:
         stop = _stop_units()
         out = [u for u in out if u not in stop and not (len(u) == 2 and u[0] in stop and u[1] in stop)]

@@ -26,6 +26,13 @@ def test_units_chinese_are_bigrams_and_lone_characters():
     assert language.units("预订酒店，好") == ["预订", "订酒", "酒店", "好"]
 
 
+def test_search_units_add_each_cjk_character_and_leave_other_scripts_alone():
+    assert language.units("预订酒店，好", unigrams=True) == ["预订", "订酒", "酒店", "预", "订", "酒", "店", "好"]
+    assert language.units("iPhone 15 的价格", unigrams=True) == ["iphone", "15", "的价", "价格", "的", "价", "格"]
+    english = "Reset MY password, don't wait!"
+    assert language.units(english, unigrams=True) == language.units(english)
+
+
 def test_units_mixed_and_full_width():
     assert language.units("查ｉＰｈｏｎｅ１５的价格") == ["查", "iphone15", "的价", "价格"]
     assert language.units("iPhone 15 的价格") == ["iphone", "15", "的价", "价格"]
