@@ -204,3 +204,38 @@ async def test_stopping_while_a_batch_lingers_hands_it_over_and_is_clean(broker,
     await asyncio.sleep(1.0)
     await again.stop()
     assert seen == [b"m0"], "the handed-over batch was committed"
+
+
+async def test_a_busy_loop_does_not_drop_batch_consumers_from_their_group(broker, caplog):
+    """Real broker: a handler that holds the process's event loop past the 6 s session (a stage loop stalled 20-47 s
+    on a loaded machine) costs no member of the group its membership or its commit, since heartbeats go out from
+    loops of their own. With heartbeats on the blocked loop, the first member heard from after it had the other
+    dropped (rebalance, refused commit, the batch read again)."""
+    topic = "test.batch_consumer_busy"
+    bootstrap = await fresh_topic(broker, topic, 2)
+    seen = []
+
+    async def handle(messages):
+        time.sleep(8.0)  # CPU-bound work holding the loop (no await)
+        seen.extend(m.value for m in messages)
+
+    members = [BatchConsumer(bootstrap, topic, "test-busy", handle, max_records=10, wait_ms=100) for _ in range(2)]
+    for member in members:
+        await member.start()
+    await until(lambda: all(len(m.consumer.assignment()) == 1 for m in members), timeout=60)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    await producer.send_and_wait(topic, b"m0", partition=0)
+    await producer.stop()
+    await until(lambda: seen == [b"m0"], timeout=60)
+    await asyncio.sleep(3.0)  # heartbeats and the commit of m0
+    assert all(len(m.consumer.assignment()) == 1 for m in members), "nobody was dropped"
+    for member in members:
+        await member.stop()
+    assert "not recognized" not in caplog.text and "not committed" not in caplog.text
+    seen.clear()
+    again = BatchConsumer(bootstrap, topic, "test-busy", handle, max_records=10, wait_ms=100)
+    await again.start()
+    await asyncio.sleep(2.0)
+    await again.stop()
+    assert seen == [], "m0 was committed"
