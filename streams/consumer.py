@@ -120,8 +120,14 @@ class OwnLoop:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self.loop))
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=STOP_WAIT_S)
+        """Stop the loop once what still runs on it has finished (at most STOP_WAIT_S), and end the thread."""
+        async def finish() -> None:
+            if pending := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                await asyncio.wait(pending, timeout=STOP_WAIT_S)
+            asyncio.get_running_loop().stop()
+
+        asyncio.run_coroutine_threadsafe(finish(), self.loop)
+        self.thread.join(timeout=STOP_WAIT_S + 1)
         if not self.thread.is_alive():
             self.loop.close()
 
@@ -173,7 +179,7 @@ class BatchConsumer(mode.Service):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.idle.wait(), STOP_WAIT_S + self.wait_ms / 1000)
         await self.own.call(self.consumer.stop)
-        self.own.close()
+        await asyncio.to_thread(self.own.close)
 
     @mode.Service.task
     async def _consume(self) -> None:
