@@ -1,6 +1,13 @@
 """The one Sender: every stage's Outbox goes to Kafka through it, delivered before the stage's input is
 committed (at-least-once; records carry idempotency keys: request ids, event ids).
 
+An outbox's usage events are acknowledged before the rest of it is sent: a request is metered before anything
+says it was handled (its requests-seen record, its work, its decision). A process killed in between leaves the
+usage, and the redelivery, which finds no trace of the request, sends it again under the same event ids (the sink
+stores each once). The other way round, a killed process could leave a request's requests-seen record without
+its usage: the redelivery then gets the first decision again (streams.idempotency.requests) and meters nothing,
+and the request stays unbilled (`jev chaos`: `lost`, decided without usage rows).
+
 One batching aiokafka producer for chunks of streamed answers, decisions, review, usage, work envelopes, dead
 letters, alerts and batch records, in the stage process and the scoring worker alike. Faust's own producer sends every record as a batch
 of its own (producer_max_batch_size=1, for tansu's end offsets and table recovery), one in flight per partition:
@@ -27,6 +34,7 @@ from streams.partitioning import group_by_partition
 from streams import signing
 
 log = logging.getLogger("jev.sender")
+AHEAD = ("chunks", "usage")  # the Outbox fields delivered, and acknowledged, before the rest of their outbox
 
 
 def encode(record) -> bytes:
@@ -57,10 +65,12 @@ class Sender(mode.Service):
         if not outbox:
             return
         await self.maybe_start()  # agents can run before the app starts its services
-        if outbox.chunks and any(getattr(outbox, f.name) for f in dataclasses.fields(outbox) if f.name != "chunks"):
-            # a streamed answer's chunks land before its decision: a caller reads the chunks, then the totals
-            await self.deliver(Outbox(chunks=outbox.chunks))
-            outbox = dataclasses.replace(outbox, chunks=[])
+        ahead = Outbox(chunks=outbox.chunks, usage=outbox.usage)
+        if ahead and any(getattr(outbox, f.name) for f in dataclasses.fields(outbox) if f.name not in AHEAD):
+            # acknowledged first: the usage (see above), and a streamed answer's chunks, which land before its
+            # decision (a caller reads the chunks, then the totals)
+            await self.deliver(ahead)
+            outbox = dataclasses.replace(outbox, chunks=[], usage=[])
         delay = 0.5
         while True:
             try:

@@ -23,6 +23,7 @@ from schemas.records import BudgetEvent, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams import signing
+from streams.consumer import OwnLoop
 from streams.kafka_tuning import tune
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner
@@ -50,12 +51,25 @@ class BudgetOwner:
         self.answer_from: dict[int, int] = {}  # partition -> first offset whose requests are still to answer
         self.partitions = 0
         self.stopping = asyncio.Event()
+        self.main: asyncio.AbstractEventLoop | None = None  # the loop the Sender (`send`) lives on
 
     def limits(self, key: str):
         b = self.book.budgets.get(key)
         return (b.hard_tokens, b.period) if b is not None and b.hard_tokens is not None else None
 
     async def run(self) -> None:
+        """Own budget partitions until stopped. The consumer runs on a loop of its own (streams.consumer.OwnLoop),
+        so its heartbeats go out while the process's loop is busy (a member dropped from the group makes every
+        owner read its partitions again); sends go to the Sender on the process's loop."""
+        self.main = asyncio.get_running_loop()
+        own = OwnLoop(f"jev-{self.group}")
+        try:
+            await own.call(self.own_partitions)
+        finally:
+            self.stopping.set()
+            await asyncio.to_thread(own.close)
+
+    async def own_partitions(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
                                     auto_offset_reset="earliest", session_timeout_ms=6000,
                                     heartbeat_interval_ms=1000, fetch_max_wait_ms=self.poll_ms)
@@ -128,7 +142,13 @@ class BudgetOwner:
         by_topic: dict[str, list] = {}
         for topic, partition, event in sends:
             by_topic.setdefault(topic, []).append((partition, event.dumps()))
-        await asyncio.gather(*(self.send(topic, values) for topic, values in by_topic.items()))
+        async def send_all() -> None:
+            await asyncio.gather(*(self.send(topic, values) for topic, values in by_topic.items()))
+
+        if self.main is None or self.main is asyncio.get_running_loop():
+            await send_all()
+        else:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send_all(), self.main))
 
 
 class LeaseClient:

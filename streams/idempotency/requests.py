@@ -13,7 +13,9 @@ topic keeps the latest per request), which every stage process reads from its be
 before it admits anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
 rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
 (postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
-ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again.
+ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again;
+and it has the request's usage acknowledged before either (streams/sender.py), so a request found decided here
+was metered: its usage is not sent again.
 A request admitted but not yet decided when its process stopped is admitted again by the process that sees its
 redelivery (its work may have died with the first process; at-least-once); one whose first admission is still
 in flight in another live process is too.

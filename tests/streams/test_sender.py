@@ -1,5 +1,6 @@
 """The Sender against the real broker: one Outbox, every kind of record on its topic, keyed and partitioned as
 the stages key their topics, acknowledged when deliver returns."""
+import asyncio
 import time
 import uuid
 
@@ -8,11 +9,13 @@ from aiokafka import AIOKafkaConsumer
 from infra.broker import create_topics
 from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
 from schemas.topics import name
+from streams.idempotency.requests import admitted_record, decided_record
 from streams.inflight import IN_FLIGHT
 from streams.outbox import Outbox
 from streams.partitioning import partition_for
 from streams import signing
 from streams.sender import Sender
+from streams.usage.events import usage_event
 from tests.conftest import fresh_topic
 
 
@@ -137,3 +140,68 @@ async def test_requests_sent_on_for_work_hold_until_their_decision_or_dead_lette
     finally:
         IN_FLIGHT.release(ids)
         await sender.stop()
+
+
+class Watched:
+    """A started producer, noting for each record it queues whether every usage record queued before it was
+    already acknowledged by the broker: what a process SIGKILLed right after queueing it would have left."""
+
+    def __init__(self, producer, usage_topic: str):
+        self.producer, self.usage_topic = producer, usage_topic
+        self.usage: list[asyncio.Future] = []
+        self.queued: list[tuple[str, bool]] = []  # (topic, its usage was acknowledged when this was queued)
+
+    def __getattr__(self, attr):
+        return getattr(self.producer, attr)
+
+    def note(self, topic: str, future: asyncio.Future) -> asyncio.Future:
+        if topic == self.usage_topic:
+            self.usage.append(future)
+        else:
+            self.queued.append((topic, bool(self.usage) and all(f.done() for f in self.usage)))
+        return future
+
+    async def send(self, topic, *args, **kwargs):
+        return self.note(topic, await self.producer.send(topic, *args, **kwargs))
+
+    async def send_batch(self, batch, topic, **kwargs):
+        return self.note(topic, await self.producer.send_batch(batch, topic, **kwargs))
+
+
+async def test_a_requests_usage_is_acknowledged_before_anything_that_says_it_was_handled(broker):
+    """A stage process SIGKILLed while delivering must never leave a request's requests-seen record, work or
+    decision on the broker without its usage: the redelivery finds the request decided, sends the first decision
+    again and meters nothing (test_chaos: 150 of 150 decided, 13 of them without usage rows). Queued in one go,
+    the requests-seen record went out first and could land a round trip or more before the usage (the Sender
+    waits for a partition's pending batch to drain before queueing a decision batch behind it)."""
+    bootstrap = broker.url.removeprefix("kafka://")
+    topics = {short: name(short) for short in ("usage", "requests_seen", "decisions", "score")}
+    await create_topics(bootstrap, list(topics.values()), 4)
+    rid = f"metered-{uuid.uuid4().hex[:8]}"
+    request = Request(request_id=rid, tenant="acme", service="s", decision_type="ranking", state="x")
+    decision = Decision(request_id=rid, tier="fine")
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    watched = sender.producer = Watched(sender.producer, topics["usage"])
+    try:
+        await sender.deliver(Outbox(
+            decisions=[(decision, {})], usage=[usage_event(request, "ingest"), usage_event(request, "postprocess")],
+            work={"score": [Work(request=request, admitted_at=0.0, model="m", cache_key=rid)]},
+            records=[admitted_record("acme", rid, b"{}"), decided_record("acme", decision)]))
+    finally:
+        IN_FLIGHT.release([rid])
+        await sender.stop()
+    assert sorted(topic for topic, _ in watched.queued) == sorted(
+        [topics["requests_seen"]] * 2 + [topics["decisions"], topics["score"]])
+    assert all(acknowledged for _, acknowledged in watched.queued), watched.queued
+    consumer = AIOKafkaConsumer(topics["usage"], bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    events, deadline = [], time.monotonic() + 30
+    try:
+        while len(events) < 2 and time.monotonic() < deadline:
+            for msgs in (await consumer.getmany(timeout_ms=1000)).values():
+                events += [e for m in msgs for e in UsageBatch.loads(m.value).events if e.request_id == rid]
+    finally:
+        await consumer.stop()
+    assert sorted(e.stage for e in events) == ["ingest", "postprocess"]
