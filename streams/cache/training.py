@@ -85,9 +85,9 @@ def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 
         raise ValueError(f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
                          "weights: give more labelled pairs, with both labels, or lower --floor")
     weights = fit(rows, labels, np.zeros(len(FEATURES)), ridge=ridge)
+    order = np.argsort(-(held @ weights))
     verifier = Verifier(weights)
-    scores = np.array([verifier.probability(row) for row in held])
-    order = np.argsort(-scores)
+    scores = np.array([verifier.probability(row) for row in held])  # what the live test compares
     top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (100, 200, 500) if n <= len(held)}
     return weights, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()),
                      "calibration_candidates": len(held), "calibration_right": int(held_labels.sum()), **top,
