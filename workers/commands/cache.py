@@ -30,7 +30,10 @@ side has, length ratio, language and decision kind) is fitted to the rows of hal
 other half's rows are saved with the weights as calibration verdicts. Live, they open the test that certifies
 the served threshold (so hits can be served before live verdicts come); live verdicts join the same test,
 and refit the weights, pulled towards these. errors_top_N: wrong rows among the N the weights rank highest
-in the calibration half (out of sample).
+in the calibration half (out of sample). certifies: per error bound (JEV_CACHE_MAX_ERROR, 0.05, 0.1, 0.2, at
+JEV_CACHE_ERROR_CONFIDENCE), what the calibration verdicts alone would let L2 serve ("served" candidates,
+"errors" among them): served 0 at your bound means these labels cannot certify it before live verdicts do
+(on qqp-dev, about one in ten of the most similar candidates is labelled different: no 5% bound passes).
 Fit on development pairs and report on others (bench/cache_replay.py holds out 30% of qqp-dev).
 
   jev cache train-verifier qqp_dev.jsonl --json
@@ -180,7 +183,9 @@ def run_train_verifier(args, settings) -> int:
         decision = decision_name(embedder.name, check)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
-        weights, summary, held = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0))
+        weights, summary, held = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
+                                                bounds=(settings.cache_max_error, *training.BOUNDS),
+                                                confidence=settings.cache_error_confidence)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -191,8 +196,11 @@ def run_train_verifier(args, settings) -> int:
     if args.json:
         print(orjson.dumps(summary).decode())
     else:
+        certified = summary["certifies"][str(settings.cache_max_error)]
         print(f"{decision}: fitted on {summary['candidates']} candidates ({summary['right']} right) from "
-              f"{summary['pairs']} pairs; saved to {path}")
+              f"{summary['pairs']} pairs; saved to {path}. Its {summary['calibration_candidates']} calibration "
+              f"verdicts alone certify {certified['served']} candidates ({certified['errors']} wrong) at bound "
+              f"{settings.cache_max_error}")
     return 0
 
 

@@ -2,7 +2,9 @@ import pytest
 
 from streams.cache.calibration import Pair
 from streams.cache.embedders import HashingEmbedder
-from streams.cache.training import held_for_calibration, train
+import numpy as np
+
+from streams.cache.training import certifiable, held_for_calibration, train
 from streams.cache.verifier import FEATURES
 
 TOPICS = ("router", "printer", "laptop", "camera", "tablet", "monitor", "speaker", "keyboard", "phone", "watch",
@@ -39,6 +41,27 @@ def test_the_calibration_half_is_kept_out_of_the_fit_and_ranked_out_of_sample():
     assert 0 < agreed.sum() < len(agreed)
     scores = rows @ weights
     assert scores[agreed].min() > scores[~agreed].max()
+
+
+def test_the_summary_says_what_the_calibration_verdicts_certify_per_bound():
+    """English and Chinese pairs: the first test's outcome per bound, looser bounds serving at least as much."""
+    _, summary, (rows, agreed) = train(HashingEmbedder(), pairs(), floor=0.2, bounds=(0.05, 0.3), confidence=0.9)
+    certifies = summary["certifies"]
+    assert set(certifies) == {"0.05", "0.3"}
+    assert certifies["0.3"]["served"] >= certifies["0.05"]["served"] >= 0
+    assert all(c["errors"] <= c["served"] <= len(rows) for c in certifies.values())
+
+
+def test_one_wrong_verdict_in_ten_at_the_top_certifies_no_five_percent_bound():
+    """Quora's labels: about one in ten of the best-scored candidates is labelled different. Certified at 0.2,
+    never at 0.05, however many such verdicts; clean verdicts certify 0.05."""
+    scores = np.linspace(1.0, 0.5, 1000)
+    noisy = np.arange(1000) % 10 != 3
+    assert certifiable(scores, noisy, (0.05,))["0.05"] == {"served": 0, "errors": 0}
+    looser = certifiable(scores, noisy, (0.2,))["0.2"]
+    assert looser["served"] == 1000 and looser["errors"] == 100
+    clean = certifiable(scores, np.ones(1000, dtype=bool), (0.05,))["0.05"]
+    assert clean == {"served": 1000, "errors": 0}
 
 
 def test_too_few_candidates_name_the_fix():

@@ -179,6 +179,9 @@ def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatc
     trained = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert trained["decision"] == "hashing" and trained["candidates"] > 0 and len(trained["weights"]) == len(FEATURES)
     assert (tmp_path / "verifier.json").exists() and trained["calibration_candidates"] > 0
+    certifies = trained["certifies"]
+    assert set(certifies) == {"0.05", "0.1", "0.2"}, "the configured bound (JEV_CACHE_MAX_ERROR) among them"
+    assert all(0 <= c["errors"] <= c["served"] <= trained["calibration_candidates"] for c in certifies.values())
     assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--json"]) == 0
     replayed = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert replayed["verifier"] == "trained:hashing"
