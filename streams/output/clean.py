@@ -131,6 +131,16 @@ def _segments(text: str) -> list[tuple[bool, str, str]]:
     return out
 
 
+def _filler_opening(text: str, p: Patterns, followed: bool) -> re.Match | None:
+    """A filler opening at the start of `text`: an interjection, or a greeting when more than its own sentence
+    follows it (or code does). An answer that is one greeting sentence is content: "你好，今天过得怎么样？"
+    translates "Hello, how are you today?"."""
+    if m := p.interjection.match(text):
+        return m
+    m = p.greeting.match(text)
+    return m if m and (followed or _last_sentence_start(text[m.end():].rstrip(), 0)) else None
+
+
 def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
     """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does).
     A preamble that carries content (a number, a name) loses only its filler words: "Sure! Here is a
@@ -138,10 +148,10 @@ def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
     m = p.restated_request.match(prose)
     if m and content_tokens(prose[:m.end()]):
         m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
-    m = m or p.interjection.match(prose)
+    m = m or _filler_opening(prose, p, followed)
     rest = prose[m.end():] if m else prose
     for _ in range(MAX_INTERJECTIONS - 1):
-        more = p.interjection.match(rest) if m else None
+        more = _filler_opening(rest, p, followed) if m else None
         if not more or not more.group().strip():
             break
         rest = rest[more.end():]

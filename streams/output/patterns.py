@@ -18,6 +18,7 @@ FENCE_MODES = ("keep", "extract")
 class Patterns:
     version: str
     interjection: re.Pattern
+    greeting: re.Pattern
     lead_in: re.Pattern
     restated_request: re.Pattern
     filler: re.Pattern
@@ -68,6 +69,8 @@ def load(path: str = "") -> Patterns:
         version=str(raw["version"]),
         interjection=_alternation(preamble.get("interjections", []), "preamble.interjections", file,
                                   before=r"\s*", after=r"[ \t]*"),
+        greeting=_alternation(preamble.get("greetings", []), "preamble.greetings", file,
+                              before=r"\s*", after=r"[ \t]*"),
         lead_in=_alternation(preamble.get("lead_ins", []), "preamble.lead_ins", file,
                              before=r"\s*", after=r"[ \t]*\n"),
         restated_request=_alternation(preamble.get("restated_requests", []), "preamble.restated_requests", file,

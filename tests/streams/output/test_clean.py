@@ -53,6 +53,10 @@ def arena_answers(model: str) -> dict[str, str]:
     ("[思考过程：先算加法]答案是 4。", "答案是 4。", ["debug"]),
     ("First.\n\n\n\n\nSecond.", "First.\n\nSecond.", ["blank_lines"]),
     ("```markdown\n# Title\n\nBody text.\n```", "# Title\n\nBody text.", ["fence"]),
+    ("Hello! Paris is the capital of France. It lies on the Seine.",
+     "Paris is the capital of France. It lies on the Seine.", ["preamble"]),
+    ("你好！很高兴为您解答。巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
+    ("您好，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
 ])
 def test_removes_only_the_named_kinds(text, expected, removed):
     c = clean(text, model="gpt-4o")
@@ -70,6 +74,11 @@ def test_removes_only_the_named_kinds(text, expected, removed):
     "```python\nprint('I hope this helps!')\n```",  # code is never touched
     "```\n[DEBUG] a log line inside code\n\n\n\nkept\n```",
     "Feel free to customize the colours to your taste.",  # advice, not an offer to chat
+    # a greeting that is the whole answer is what was asked for (a translation, a reply to write)
+    "Hello, how are you today?",
+    "Hello! How are you today?",
+    "你好，今天过得怎么样？",
+    "您好！请问有什么可以帮您？",
 ])
 def test_leaves_content_alone(text):
     c = clean(text, model="gpt-4o")

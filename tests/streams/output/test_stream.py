@@ -136,6 +136,17 @@ def test_streaming_cleanup_of_chinese_gives_what_clean_gives(piece):
     assert out == "您的订单已于3月5日发货，预计两天内送达。退货需在七天内申请。\n\n记得保留快递单号！"
 
 
+@pytest.mark.parametrize("text", ["你好，今天过得怎么样？", "Hello, how are you today?",
+                                  "你好！很高兴为您解答。巴黎是法国的首都。它位于塞纳河畔。",
+                                  "Hello! Paris is the capital of France. It lies on the Seine. It is old."])
+@pytest.mark.parametrize("piece", [1, 5, 200])
+def test_a_greeting_is_kept_or_dropped_in_a_stream_as_clean_does(text, piece):
+    cleaner = S.StreamCleaner(MODEL)
+    out = "".join(cleaner.feed(text[i:i + piece]) for i in range(0, len(text), piece)) + cleaner.finish()
+    assert out == clean(text, model=MODEL).text
+    assert ("你好" in out or "Hello" in out) == ("今天" in text or "today" in text)
+
+
 def test_cleanup_off_streams_the_raw_text():
     cleaner = S.StreamCleaner(MODEL, enabled=False)
     assert "".join(cleaner.feed(MESSY[i:i + 9]) for i in range(0, len(MESSY), 9)) + cleaner.finish() == MESSY
