@@ -274,6 +274,7 @@ class SSEFeed:
         self.queue: queue.Queue = queue.Queue()
         self.task: concurrent.futures.Future | None = None
         self.usage: Usage | None = None
+        self.text: list[str] = []  # every piece the server sent, read by the caller or not
 
     def open(self) -> None:
         engine = self.engine
@@ -326,12 +327,14 @@ class SSEFeed:
             for choice in chunk.get("choices") or []:
                 text = ((choice or {}).get("delta") or {}).get("content") if isinstance(choice, dict) else None
                 if text:
+                    self.text.append(text)
                     self.queue.put(text)
 
     def pieces(self, streaming: Streaming, grace_s: float = 2.0):
         """The queued pieces. Closed early (the answer reached its length), the read goes on for up to `grace_s`
         so the server's closing usage still arrives (it was asked for at most that length), then it is cancelled:
-        the response closes and the server stops generating."""
+        the response closes and the server stops generating. Then the stream's two counts of its output: Jev's
+        (every piece the server sent, in the model's tokenizer) and the server's usage."""
         try:
             while (piece := self.queue.get()) is not None:
                 yield piece
@@ -341,6 +344,7 @@ class SSEFeed:
             except concurrent.futures.TimeoutError:
                 self.task.cancel()
             streaming.server = self.usage
+            streaming.output_tokens = self.engine.count("".join(self.text))
 
 
 def scorer(spec) -> OpenAIEngine:

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from schemas.records import Candidate, Request
+from streams import tokens
 from streams.backends import pool as pool_mod
 from streams.backends.http import server
 from streams.backends.openai import OpenAIEngine, label_scores
@@ -35,6 +36,7 @@ class Script:
         self.delay_s = 0.0  # each call takes this long, as a server that answers one request at a time
         self.in_flight = 0
         self.most_in_flight = 0  # the most calls the server held at once
+        self.words = ["The ", "refund ", "is ", "on ", "its ", "way."]  # the chat answer, one piece per word
 
 
 def top_logprobs(prompt: str) -> dict:
@@ -84,7 +86,7 @@ def make_app(script: Script) -> web.Application:
         if script.failures_left:
             script.failures_left -= 1
             return web.Response(status=script.fail_status, text="busy")
-        words = ["The ", "refund ", "is ", "on ", "its ", "way."]
+        words = script.words
         if not body.get("stream"):
             answer = {"choices": [{"message": {"content": "".join(words)}, "finish_reason": "stop"}]}
             if script.mode != "no_usage":
@@ -308,6 +310,19 @@ def test_a_stream_cut_by_the_server_keeps_its_text(fake_server):
     assert "".join(streaming) == "The refund is " and streaming.server is None
 
 
+@pytest.mark.parametrize("words", [["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."],
+                                   ["当然可以！", "您的", "退款", "已经", "在路上。"]])
+def test_a_stream_closed_early_counts_every_piece_the_server_generated(fake_server, words):
+    url, script = fake_server
+    script.words = words
+    eng = engine(url)
+    streaming = eng.stream("Where is my refund? 我的退款在哪里？", 32)
+    first = next(iter(streaming))
+    streaming.close()  # the caller's answer reached its length: the rest is read for the server's usage
+    assert first == words[0] and streaming.server == Usage(12, 6, 8)
+    assert streaming.output_tokens == eng.count("".join(words)) > eng.count(first)
+
+
 def test_a_stream_to_a_server_that_is_down_raises_before_any_piece():
     with pytest.raises(ModelUnavailable):
         engine("http://127.0.0.1:9/v1", retries=1, timeout_s=0.5).stream("x", 8)
@@ -357,4 +372,7 @@ def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(f
     decision, events = eng.decide(work_for(request, "gpt-4o-mini"))
     assert decision.tier == "llm" and "refund" in decision.text
     [row] = [e for e in events if e.model == "served"]
-    assert row.count_source == "server" and row.server_output_tokens == 6
+    assert row.count_source == "server" and row.server_output_tokens == 6 == decision.output_tokens
+    # Jev's count of the output is the generator's (its tokenizer, every token generated), as with a whole answer
+    assert row.output_tokens == engine(url).count("The refund is on its way.")
+    assert row.delivered_tokens == (tokens.count(decision.text, "gpt-4o-mini") if stream else 0)
