@@ -206,7 +206,7 @@ class UsageEvent(Record):
     prompt_bytes: int = 0  # ingest: the prompt as rendered for the model tiers (protocol expansion's numerator)
     compact_bytes: int = 0  # ingest: the same content in a compact encoding (its denominator)
     first_chunk_ms: float = 0.0  # a streamed answer: admission to its first chunk
-    tokens_per_s: float = 0.0  # a streamed answer: its output tokens over the seconds it streamed
+    tokens_per_s: float = 0.0  # a streamed answer: its delivered tokens over the seconds it streamed
     # The model server's own count (its `usage`), which settles the bill; input/cache_read/output above are Jev's
     # count, which reserved the budget. count_source: jev (no server call), server, missing (the server reported no
     # usage: the server columns hold Jev's count) or mixed (some calls reported none: Jev's count stands in).
@@ -214,6 +214,9 @@ class UsageEvent(Record):
     server_cache_read_tokens: int = 0
     server_output_tokens: int = 0
     count_source: str = "jev"
+    # A streamed answer: the tokens its chunks delivered to the client (the request model's tokenizer, as the chunks
+    # count them). output_tokens counts what the generator generated; the rest was cleaned, cut or withheld.
+    delivered_tokens: int = 0
 
 
 class Chunk(Record):

@@ -127,7 +127,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     app.jev_ingest = ingest_agent.register(
         app, topics, settings, admission, book, controls, get_texts, distiller,
         LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender,
-        shadow=Sampler(settings.shadow_rate), leases=leases, requests=requests)
+        shadow=Sampler(settings.shadow_rate, admission.stream_config), leases=leases, requests=requests)
     cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
     postprocess_agent.register(app, topics, settings, postprocess, sender)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None

@@ -189,16 +189,20 @@ def latency_split(decisions) -> dict:
 def stream_report(ch, chunks: dict[str, list]) -> dict:
     """Streamed answers: chunks and tokens as a client read them, time to first chunk and tokens/s from their
     usage rows (generated streams; a cached answer goes out as chunks at once and has none), whether every
-    stream arrived in order, and whether the usage rows' output tokens equal the chunks' tokens."""
-    rows = {rid: (int(out), float(first), float(rate)) for rid, out, first, rate in ch.query(
-        "SELECT request_id, output_tokens, first_chunk_ms, tokens_per_s FROM usage_events FINAL "
+    stream arrived in order, whether the usage rows' delivered tokens equal the tokens of the chunks the client
+    read (`usage_delivered_equal_chunks`), and the output tokens the generated streams cost, in the generator's
+    tokenizer (`generated_tokens`: delivered ones and those cleaned, cut or withheld)."""
+    rows = {rid: (int(out), float(first), float(rate), int(delivered)) for rid, out, first, rate, delivered in ch.query(
+        "SELECT request_id, output_tokens, first_chunk_ms, tokens_per_s, delivered_tokens FROM usage_events FINAL "
         "WHERE stage = 'score' AND section = 'stream'").result_rows}
     generated = [rid for rid in chunks if rid in rows]
     return {"requests": len(chunks), "generated": len(generated), "chunks": sum(map(len, chunks.values())),
             "tokens": sum(c.tokens for cs in chunks.values() for c in cs),
+            "generated_tokens": sum(rows[rid][0] for rid in generated),
             "ordered": all([c.seq for c in cs] == list(range(len(cs))) and cs and cs[-1].final
                            for cs in chunks.values()),
-            "usage_tokens_equal_chunks": all(rows[rid][0] == sum(c.tokens for c in chunks[rid]) for rid in generated),
+            "usage_delivered_equal_chunks": all(rows[rid][3] == sum(c.tokens for c in chunks[rid])
+                                                for rid in generated),
             "first_chunk_ms_p50": percentile([rows[rid][1] for rid in generated], 0.5),
             "first_chunk_ms_p95": percentile([rows[rid][1] for rid in generated], 0.95),
             "tokens_per_s_p50": percentile([rows[rid][2] for rid in generated], 0.5)}

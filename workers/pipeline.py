@@ -229,8 +229,11 @@ class Pipeline:
     async def collect(self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None,
                       idle: bool = False):
         """Read decisions and dead letters until the expected counts arrive or `timeout` passes (with `idle`:
-        passes with none arriving, so a slow model that keeps deciding is waited for)."""
-        consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), bootstrap_servers=self.settings.bootstrap,
+        passes with none arriving, nor a chunk of a streamed answer, so a slow model that keeps deciding or
+        streaming is waited for: a scoring worker sends the decisions of a micro-batch's streamed answers together,
+        once the last of them has ended, which on a one-slot model server takes the sum of their answers)."""
+        topics = [name("decisions"), name("rejected"), *([name("chunks")] if idle else [])]
+        consumer = AIOKafkaConsumer(*topics, bootstrap_servers=self.settings.bootstrap,
                                     auto_offset_reset="earliest", group_id=None)
         await consumer.start()
         decisions: dict[str, Decision] = {}
@@ -244,7 +247,7 @@ class Pipeline:
                         if tp.topic == name("decisions"):
                             d = Decision.loads(msg.value)
                             decisions[d.request_id] = d
-                        else:
+                        elif tp.topic == name("rejected"):
                             rejections.append(Rejection.loads(msg.value))
                         if idle:
                             deadline = time.monotonic() + timeout

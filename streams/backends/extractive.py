@@ -151,7 +151,7 @@ class ExtractiveGenerator:
         out = self.generate(prompt, max_tokens)
         words_and_spaces = re.findall(r"\S+\s*|\s+", out.text)
         pieces = ("".join(words_and_spaces[i:i + piece_words]) for i in range(0, len(words_and_spaces), piece_words))
-        return Streaming(pieces, out.input_tokens, self.model, self.label)
+        return Streaming(pieces, out.input_tokens, self.model, self.label, output_tokens=out.output_tokens)
 
     def answer(self, member: str, header: str, body: str, sections: list[tuple[str, str]], max_tokens: int,
                several: bool = True) -> str:

@@ -109,6 +109,12 @@ class OpenAIEngine:
         """Jev's count of a chat call's prompt: the message and what the model's chat template adds around it."""
         return self.count(prompt) + tokens.chat_framing(self.counting)
 
+    def count_output(self, text: str, finish_reason: object) -> int:
+        """Jev's count of an answer: its text, and the end-of-generation token when the model ended it itself
+        (finish_reason `stop`): a token it generated and the server bills, which has no text (llama-server: every
+        one of 21 answers that stopped before their length counted exactly one more)."""
+        return self.count(text) + (finish_reason == "stop")
+
     # --- HTTP, on the engine loop -------------------------------------------------------------------------
 
     def headers(self) -> dict:
@@ -250,10 +256,12 @@ class OpenAIEngine:
 
         body = self.loop.run(call())
         try:
-            text = body["choices"][0]["message"]["content"] or ""
+            choice = body["choices"][0]
+            text = choice["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no message)") from None
-        return Generated(text.strip(), self.count_chat(prompt), self.count(text), self.model, self.label,
+        return Generated(text.strip(), self.count_chat(prompt), self.count_output(text, choice.get("finish_reason")),
+                         self.model, self.label,
                          (time.perf_counter() - started) * 1000, usage_of(body), answer_confidence(body))
 
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
@@ -274,6 +282,8 @@ class SSEFeed:
         self.queue: queue.Queue = queue.Queue()
         self.task: concurrent.futures.Future | None = None
         self.usage: Usage | None = None
+        self.text: list[str] = []  # every piece the server sent, read by the caller or not
+        self.finish_reason: object = None
 
     def open(self) -> None:
         engine = self.engine
@@ -324,14 +334,20 @@ class SSEFeed:
                 continue
             self.usage = usage_of(chunk) or self.usage
             for choice in chunk.get("choices") or []:
-                text = ((choice or {}).get("delta") or {}).get("content") if isinstance(choice, dict) else None
+                if not isinstance(choice, dict):
+                    continue
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
+                text = (choice.get("delta") or {}).get("content")
                 if text:
+                    self.text.append(text)
                     self.queue.put(text)
 
     def pieces(self, streaming: Streaming, grace_s: float = 2.0):
         """The queued pieces. Closed early (the answer reached its length), the read goes on for up to `grace_s`
         so the server's closing usage still arrives (it was asked for at most that length), then it is cancelled:
-        the response closes and the server stops generating."""
+        the response closes and the server stops generating. Then the stream's two counts of its output: Jev's
+        (every piece the server sent, in the model's tokenizer, and the end token of an answer the model ended) and
+        the server's usage."""
         try:
             while (piece := self.queue.get()) is not None:
                 yield piece
@@ -341,6 +357,7 @@ class SSEFeed:
             except concurrent.futures.TimeoutError:
                 self.task.cancel()
             streaming.server = self.usage
+            streaming.output_tokens = self.engine.count_output("".join(self.text), self.finish_reason)
 
 
 def scorer(spec) -> OpenAIEngine:

@@ -63,13 +63,15 @@ class Generated:
 @dataclass
 class Streaming:
     """A generation in progress: iterate it for the text pieces in order; close() stops the generation
-    early (the stream reached its length). `server` holds the server's usage once the stream has ended, when
-    the server reported it."""
+    early (the stream reached its length). Once the stream has ended, `output_tokens` holds the engine's count
+    of every token it generated (in its own tokenizer, pieces the caller never read included: what a server
+    bills), and `server` the server's usage, when the server reported it."""
     pieces: Iterator[str]
     input_tokens: int  # in the backend's own tokenizer
     model: str
     label: str
     server: Usage | None = None
+    output_tokens: int | None = None  # None: the engine did not count them (the caller counts the text it read)
 
     def __iter__(self) -> Iterator[str]:
         return self.pieces

@@ -200,7 +200,8 @@ class SmolLM2Generator:
 
     def stream(self, prompt: str, max_tokens: int) -> Streaming:
         """Greedy generation in a thread, its text read through transformers' TextIteratorStreamer as
-        tokens come; closing the stream stops the generation at the next token."""
+        tokens come; closing the stream stops the generation at the next token. Its output tokens are the tokens
+        generated, counted once the generation returned."""
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
         stop = threading.Event()
@@ -215,9 +216,10 @@ class SmolLM2Generator:
 
         def run():
             with self.torch.no_grad():
-                self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
-                                 do_sample=False, pad_token_id=self.tokenizer.eos_token_id, streamer=streamer,
-                                 stopping_criteria=StoppingCriteriaList([Stopped()]))
+                out = self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
+                                       do_sample=False, pad_token_id=self.tokenizer.eos_token_id, streamer=streamer,
+                                       stopping_criteria=StoppingCriteriaList([Stopped()]))
+            streaming.output_tokens = int(out.shape[1] - ids.shape[1])
 
         def pieces():
             worker = threading.Thread(target=run, name="smollm2-stream", daemon=True)
@@ -233,7 +235,8 @@ class SmolLM2Generator:
                         pass
                 worker.join()
 
-        return Streaming(pieces(), int(ids.shape[1]), self.model, self.label)
+        streaming = Streaming(pieces(), int(ids.shape[1]), self.model, self.label)
+        return streaming
 
 
 def scorer(spec) -> CausalLMBackend:

@@ -90,8 +90,9 @@ class VLLMGenerator:
                          self.model, self.label, (time.perf_counter() - started) * 1000)
 
     def stream(self, prompt: str, max_tokens: int) -> Streaming:
-        """vLLM's engine stepped one iteration at a time, each step giving this request's text so far. Steps of
-        concurrent streams are serialized by a lock; a step's outputs for other requests are kept for them."""
+        """vLLM's engine stepped one iteration at a time, each step giving this request's text so far (and its
+        tokens: the stream's output tokens). Steps of concurrent streams are serialized by a lock; a step's outputs
+        for other requests are kept for them."""
         engine = self.llm.llm_engine
         tokenizer = self.llm.get_tokenizer()
         text_prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
@@ -111,6 +112,7 @@ class VLLMGenerator:
                     if out is None:
                         continue
                     text, finished = out.outputs[0].text, out.finished
+                    streaming.output_tokens = len(out.outputs[0].token_ids)
                     if len(text) > sent:
                         yield text[sent:]
                         sent = len(text)
@@ -120,7 +122,8 @@ class VLLMGenerator:
                         engine.abort_request([request_id])
                         self.latest.pop(request_id, None)
 
-        return Streaming(pieces(), len(tokenizer.encode(text_prompt)), self.model, self.label)
+        streaming = Streaming(pieces(), len(tokenizer.encode(text_prompt)), self.model, self.label, output_tokens=0)
+        return streaming
 
 
 def require_dir(spec) -> str:

@@ -1,12 +1,17 @@
 """The scoring engine's path for a generate request that asks for a stream: the generator's text, cleaned as
 it comes, cut into Chunks by the client's size, each released when the response's token bucket allows it
 (unless the postprocess.throttle switch is off) and handed to the engine's chunk sink (the scoring worker
-sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream whose
-output tokens are the sum of its chunks, with its time to first chunk and tokens per second.
+sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream, with
+its time to first chunk and tokens per second.
+
+The row meters what the generator generated, as its model counts it (what its server bills): its output tokens
+are the engine's count of every generated token, in the generator's tokenizer (else the text read, counted in the
+generator model's tokenizer from the pool), beside the server's usage where it reported one. What the client got
+is its `delivered_tokens`, the sum of its chunks in the request model's tokenizer; what lies between was generated
+and never delivered: cleanup's cuts, the length cut, a withheld sentence.
 
 A released sentence with a sensitive word (postprocess.scan) is never sent: the stream ends there with its
-final chunk, the decision keeps the withheld text (postprocess routes it to review) and its tokens are
-metered with the chunks', since they were generated.
+final chunk, and the decision keeps the withheld text (postprocess routes it to review).
 
 Pure given the engine's backends, sink, clock and sleep (a test passes a fake clock and records the waits).
 """
@@ -73,8 +78,10 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     except ModelUnavailable as exc:  # nothing was sent: the request gets a fallback decision saying why
         engine.counters[f"fallback_{exc.reason}"] += 1
         return unavailable(generator, work, start, exc)
+    read: list[str] = []
     try:
         for piece in streaming:
+            read.append(piece)
             text = cleaner.feed(piece)
             if flagged(text):
                 withheld = text
@@ -90,10 +97,11 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
         withheld = rest
     release(chunker.finish())
     seconds = max(clock.now() - began, 1e-6)
-    output = sum(c.tokens for c in sent) + (tokens.count(withheld, work.model) if withheld else 0)
+    delivered = sum(c.tokens for c in sent)
+    output = generated_tokens(streaming, "".join(read), work.model)
     text = "".join(c.text for c in sent) + withheld
     first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
-    tokens_per_s = round(output / seconds, 1)
+    tokens_per_s = round(delivered / seconds, 1)
     ledger.add("stream", work.context_tokens + output, streaming.model,
                Scored([], streaming.input_tokens, 0, output, streaming.server,
                       int(getattr(generator, "remote", False))))
@@ -108,9 +116,21 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
                                *(["stream:withheld"] if withheld else [])],
                         input_tokens=input_tokens, cache_read_tokens=cache_read, output_tokens=output_tokens,
                         nominal_tokens=work.context_tokens + output, cost=cost, latency_ms=latency)
-    events = [e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s)
+    events = [e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s, delivered_tokens=delivered)
               for e in ledger.events(req, latency, "ok", 1)]
     return decision, events
+
+
+def generated_tokens(streaming: Streaming, read: str, request_model: str) -> int:
+    """The output tokens a stream generated, in its generator's tokenizer: the engine's count once the stream
+    ended; from an engine that keeps none, the text read counted in the pool's tokenizer for the generator's
+    model (the request model's when the pool names none)."""
+    if streaming.output_tokens is not None:
+        return streaming.output_tokens
+    try:
+        return tokens.count(read, streaming.model)
+    except tokens.UnknownModel:
+        return tokens.count(read, request_model)
 
 
 def stream_of(generator, prompt: str, max_tokens: int):
@@ -118,4 +138,4 @@ def stream_of(generator, prompt: str, max_tokens: int):
     if hasattr(generator, "stream"):
         return generator.stream(prompt, max_tokens)
     out = generator.generate(prompt, max_tokens)
-    return Streaming(iter([out.text]), out.input_tokens, out.model, out.label)
+    return Streaming(iter([out.text]), out.input_tokens, out.model, out.label, out.server, out.output_tokens)

@@ -13,6 +13,7 @@ import hashlib
 
 from schemas.records import UsageEvent, Work
 from streams import tokens
+from streams.output.stream import StreamConfig, reserved_output
 from streams.prompt import render_context
 from streams.shadow import mechanisms
 from streams.usage.events import usage_event
@@ -44,8 +45,11 @@ def bucket(request_id: str) -> float:
 
 
 class Sampler:
-    def __init__(self, rate: str):
+    def __init__(self, rate: str, stream_config: StreamConfig | None = None):
+        """`stream_config`: the streamed answers' lengths the served answers use (stream.yaml), which their twins
+        keep."""
         self.default, self.per_type = parse_rates(rate)
+        self.stream_config = stream_config
 
     def rate(self, decision_type: str) -> float:
         return self.per_type.get(decision_type, self.default)
@@ -68,7 +72,7 @@ class Sampler:
                                            outcome=f"skipped:{pressured or 'budget'}"))
                 continue
             work.shadow = "served"
-            twins[work.request.tenant, work.request.request_id] = naive_twin(work)
+            twins[work.request.tenant, work.request.request_id] = naive_twin(work, self.stream_config)
         return twins, skipped
 
     @staticmethod
@@ -95,16 +99,21 @@ class Sampler:
         return out
 
 
-def naive_twin(work: Work) -> Work:
+def naive_twin(work: Work, stream_config: StreamConfig | None = None) -> Work:
     """The request as a naive system would send it: the whole history rendered (no truncation, no
     distillation); a template's rendering is kept (it is the prompt, not a saving). A streamed request's
-    twin is answered whole, not streamed: it is judged, never sent to the caller, and a naive system neither
-    paces nor sizes an answer by question type. The served work records whether ingest truncated it."""
+    twin is answered whole, not streamed: it is judged, never sent to the caller, and a naive system does not
+    pace an answer. It asks for no more output than the served answer may spend (a stream's planned length, from
+    `stream_config`), so the two answers compare like for like and shadow work never holds a model server's slot
+    longer than the served answer does. The served work records whether ingest truncated it."""
     req = work.request
     context = work.context if req.template else render_context(req)
     if context != work.context:
         work.mechanisms = mechanisms.merged(work.mechanisms, ["truncation"])
     context_tokens = work.context_tokens if context == work.context else tokens.count(context, work.model)
-    return Work(request=req.derive(history=[], stream=False), admitted_at=work.admitted_at, model=work.model,
-                context=context, context_tokens=context_tokens, candidate_tokens=list(work.candidate_tokens),
-                shadow="naive")
+    limit = reserved_output(req, stream_config)
+    contracts = req.contracts.derive(max_output_tokens=limit,
+                                     min_output_tokens=min(req.contracts.min_output_tokens, limit))
+    return Work(request=req.derive(history=[], stream=False, contracts=contracts), admitted_at=work.admitted_at,
+                model=work.model, context=context, context_tokens=context_tokens,
+                candidate_tokens=list(work.candidate_tokens), shadow="naive")

@@ -1,9 +1,15 @@
-"""The demo's reports: requests by language, and the latency split into queueing and service."""
+"""The demo's reports: requests by language, the latency split into queueing and service, and the streamed
+answers (on the real embedded ClickHouse)."""
 import orjson
+import pytest
 
-from schemas.records import Decision
+from infra.clickhouse import USAGE_COLUMNS
+from schemas.records import Chunk, Decision, Request
+from streams import tokens
+from streams.usage.events import usage_event
+from streams.usage.sink import to_columns
 from workers import workload
-from workers.demo import by_language, latency_split
+from workers.demo import by_language, latency_split, stream_report
 
 
 def test_by_language_counts_requests_tiers_and_fine_models_per_language():
@@ -30,3 +36,38 @@ def test_latency_splits_into_queue_and_service_per_decision():
     assert split["queue_ms"]["p99"] == 98.0 and split["queue_ms"]["p50"] == 49.0
     assert split["service_ms"]["p50"] == 100.0 and split["service_ms"]["p99"] == 100.0
     assert split["total_ms"]["p99"] == 198.0
+
+
+ANSWERS = {"en": ["Your parcel left the Lyon hub. ", "It arrives on Friday."],
+           "zh": ["您的包裹已离开里昂中转站。", "预计周五送达。"]}
+
+
+def streamed(request_id: str, pieces: list[str], generated: int, delivered: int | None = None):
+    """A generated stream as the demo reads it back: its chunks, and its usage row (`generated` output tokens in the
+    generator's tokenizer, `delivered` those of its chunks: the chunks' own count unless given)."""
+    chunks = [Chunk(request_id=request_id, seq=i, text=text, tokens=tokens.count(text, "gpt-4o-mini"),
+                    tokens_so_far=0, progress=0, final=i == len(pieces) - 1) for i, text in enumerate(pieces)]
+    request = Request(request_id=request_id, tenant="acme", service="support", decision_type="customer_service",
+                      kind="generate", stream=True, state="?")
+    row = usage_event(request, "score", section="stream", model="smollm2-135m-instruct", output_tokens=generated,
+                      delivered_tokens=sum(c.tokens for c in chunks) if delivered is None else delivered,
+                      first_chunk_ms=250.0, tokens_per_s=40.0)
+    return chunks, row
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_stream_report_checks_the_usage_rows_against_the_chunks_the_client_read(usage_db, lang):
+    kept, kept_row = streamed(f"{lang}-1", ANSWERS[lang], generated=64)
+    cut, cut_row = streamed(f"{lang}-2", ANSWERS[lang][:1], generated=40)
+    usage_db.insert("usage_events", to_columns([kept_row, cut_row]), column_names=USAGE_COLUMNS,
+                    column_oriented=True)
+    report = stream_report(usage_db, {f"{lang}-1": kept, f"{lang}-2": cut})
+    assert report["generated"] == 2 and report["generated_tokens"] == 104  # what the generator generated
+    assert report["tokens"] == sum(c.tokens for c in kept + cut) < 104  # what the clients read
+    assert report["usage_delivered_equal_chunks"] and report["ordered"]
+
+
+def test_the_stream_report_says_when_a_usage_row_disagrees_with_the_chunks(usage_db):
+    chunks, row = streamed("en-3", ANSWERS["en"], generated=64, delivered=3)
+    usage_db.insert("usage_events", to_columns([row]), column_names=USAGE_COLUMNS, column_oriented=True)
+    assert not stream_report(usage_db, {"en-3": chunks})["usage_delivered_equal_chunks"]

@@ -140,8 +140,9 @@ def print_report(r: dict) -> None:
         *((f"{label} p50 / p95 / p99", "{p50} ms / {p95} ms / {p99} ms".format(**r["latency"][key]))
           for key, label in (("total_ms", "latency"), ("queue_ms", "  queued (admission to work)"),
                              ("service_ms", "  in service"))),
-        ("streamed answers", "{requests} ({generated} generated), {chunks} chunks, {tokens:,} tokens, first chunk "
-                             "p50 {first_chunk_ms_p50} ms, {tokens_per_s_p50} tokens/s".format(**r["stream"])),
+        ("streamed answers", "{requests} ({generated} generated), {chunks} chunks, {tokens:,} tokens delivered "
+                             "({generated_tokens:,} generated), first chunk p50 {first_chunk_ms_p50} ms, "
+                             "{tokens_per_s_p50} tokens/s".format(**r["stream"])),
         ("usage rows in ClickHouse", r["clickhouse_rows"]), ("wall time", f"{r['wall_s']} s")]:
         t.add_row(label, str(value))
     console.print(t)

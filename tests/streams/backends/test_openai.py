@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from schemas.records import Candidate, Request
+from streams import tokens
 from streams.backends import pool as pool_mod
 from streams.backends.http import server
 from streams.backends.openai import OpenAIEngine, label_scores
@@ -35,6 +36,8 @@ class Script:
         self.delay_s = 0.0  # each call takes this long, as a server that answers one request at a time
         self.in_flight = 0
         self.most_in_flight = 0  # the most calls the server held at once
+        self.words = ["The ", "refund ", "is ", "on ", "its ", "way."]  # the chat answer, one piece per word
+        self.finish = "stop"  # why the answer ended: stop (the model's end token) or length (max_tokens)
 
 
 def top_logprobs(prompt: str) -> dict:
@@ -84,9 +87,9 @@ def make_app(script: Script) -> web.Application:
         if script.failures_left:
             script.failures_left -= 1
             return web.Response(status=script.fail_status, text="busy")
-        words = ["The ", "refund ", "is ", "on ", "its ", "way."]
+        words = script.words
         if not body.get("stream"):
-            answer = {"choices": [{"message": {"content": "".join(words)}, "finish_reason": "stop"}]}
+            answer = {"choices": [{"message": {"content": "".join(words)}, "finish_reason": script.finish}]}
             if script.mode != "no_usage":
                 answer["usage"] = {"prompt_tokens": 12, "completion_tokens": 6}
             return web.json_response(answer)
@@ -100,7 +103,8 @@ def make_app(script: Script) -> web.Application:
             if script.mode == "cut" and i == 2:
                 request.transport.close()
                 return response
-        await response.write(b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n')
+        ended = {"choices": [{"delta": {}, "finish_reason": script.finish}]}
+        await response.write(f"data: {json.dumps(ended)}\n\n".encode())
         await response.write(b"data: not json at all\n\n")
         if script.mode in ("ok", "usage_after_finish"):
             usage = {"prompt_tokens": 12, "completion_tokens": 6, "prompt_tokens_details": {"cached_tokens": 8}}
@@ -308,6 +312,35 @@ def test_a_stream_cut_by_the_server_keeps_its_text(fake_server):
     assert "".join(streaming) == "The refund is " and streaming.server is None
 
 
+@pytest.mark.parametrize("words", [["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."],
+                                   ["当然可以！", "您的", "退款", "已经", "在路上。"]])
+def test_a_stream_closed_early_counts_every_piece_the_server_generated(fake_server, words):
+    url, script = fake_server
+    script.words = words
+    eng = engine(url)
+    streaming = eng.stream("Where is my refund? 我的退款在哪里？", 32)
+    first = next(iter(streaming))
+    streaming.close()  # the caller's answer reached its length: the rest is read for the server's usage
+    assert first == words[0] and streaming.server == Usage(12, 6, 8)
+    # the model ended the answer itself (finish_reason stop): its end token counts too, as the server counts it
+    assert streaming.output_tokens == eng.count("".join(words)) + 1 and eng.count(first) < eng.count("".join(words))
+
+
+@pytest.mark.parametrize("finish, end_token", [("stop", 1), ("length", 0)])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_the_model_ended_counts_its_end_token(fake_server, finish, end_token, stream):
+    url, script = fake_server
+    script.finish = finish
+    eng = engine(url)
+    if stream:
+        streaming = eng.stream("Where is my refund?", 32)
+        "".join(streaming)
+        output = streaming.output_tokens
+    else:
+        output = eng.generate("我的退款在哪里？", 32).output_tokens
+    assert output == eng.count("The refund is on its way.") + end_token
+
+
 def test_a_stream_to_a_server_that_is_down_raises_before_any_piece():
     with pytest.raises(ModelUnavailable):
         engine("http://127.0.0.1:9/v1", retries=1, timeout_s=0.5).stream("x", 8)
@@ -357,4 +390,7 @@ def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(f
     decision, events = eng.decide(work_for(request, "gpt-4o-mini"))
     assert decision.tier == "llm" and "refund" in decision.text
     [row] = [e for e in events if e.model == "served"]
-    assert row.count_source == "server" and row.server_output_tokens == 6
+    assert row.count_source == "server" and row.server_output_tokens == 6 == decision.output_tokens
+    # Jev's count of the output is the generator's (its tokenizer, every token generated), as with a whole answer
+    assert row.output_tokens == engine(url).count("The refund is on its way.") + 1  # and the end token
+    assert row.delivered_tokens == (tokens.count(decision.text, "gpt-4o-mini") if stream else 0)

@@ -61,12 +61,14 @@ def test_smollm2_streams_through_the_transformers_streamer(generator):
     streaming = generator.stream("Name three colours.", 16)
     pieces = list(streaming)
     assert len(pieces) > 1
-    assert "".join(pieces).strip() == generator.generate("Name three colours.", 16).text
+    whole = generator.generate("Name three colours.", 16)
+    assert "".join(pieces).strip() == whole.text
     assert streaming.input_tokens > 0 and streaming.label == "llm"
+    assert streaming.output_tokens == whole.output_tokens  # the tokens it generated, counted as a whole answer's
 
 
 def test_closing_a_smollm2_stream_stops_its_generation(generator):
     streaming = generator.stream("Write a long story about a parcel.", 400)
     first = next(iter(streaming))
     streaming.close()  # returns once the generation thread has stopped
-    assert first
+    assert first and 0 < streaming.output_tokens < 400  # what it generated before it stopped

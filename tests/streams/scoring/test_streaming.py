@@ -1,6 +1,7 @@
 """The scoring engine's stream path with the real extractive generator and a fake clock: chunks in order, the
-length per question type, the bucket's pacing and its live switch, one usage row whose output tokens are the
-sum of the chunks, and the decision's totals."""
+length per question type, the bucket's pacing and its live switch, one usage row whose output tokens are what the
+generator generated (in its tokenizer; the server's usage settles) and whose delivered tokens are the chunks', and
+the decision's totals, in English and Chinese."""
 import time
 
 import pytest
@@ -11,10 +12,12 @@ from streams.backends.extractive import ExtractiveGenerator
 from streams.output import stream as stream_config
 from streams.output.clean import clean
 from streams.backends import registry
+from streams.backends.protocol import Streaming, Usage
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
 
-MODEL = "gpt-4o-mini"
+MODEL = "gpt-4o-mini"  # o200k_base
+GENERATOR_TOKENIZER = "gpt-4"  # cl100k_base
 REFERENCE = "\n".join(f"Parcels to warehouse {i % 9} leave within {i} hours and arrive in {i % 4 + 2} days."
                       for i in range(90))
 
@@ -57,10 +60,11 @@ def work(question: str, **fields) -> Work:
     ("When does my parcel arrive?", {"client": "mobile"}, 128, 32),
     ("Anything", {"question_type": "creative", "client": "mobile"}, 512, 32),
 ])
-def test_a_stream_goes_out_in_order_within_its_length_and_meters_the_sum_of_its_chunks(question, fields, length,
-                                                                                       chunk):
+def test_a_stream_goes_out_in_order_within_its_length_and_meters_what_was_generated_and_delivered(
+        question, fields, length, chunk):
     eng, sent = engine()
-    decision, events = eng.decide(work(question, **fields))
+    w = work(question, **fields)
+    decision, events = eng.decide(w)
     assert [c.seq for c in sent] == list(range(len(sent))) and sent[-1].final and not any(c.final for c in sent[:-1])
     assert all(c.tokens <= chunk for c in sent) and len(sent) >= length // chunk
     total = sum(c.tokens for c in sent)
@@ -68,8 +72,73 @@ def test_a_stream_goes_out_in_order_within_its_length_and_meters_the_sum_of_its_
     assert decision.text == "".join(c.text for c in sent)
     assert decision.tier == "llm" and stream_config.streamed(decision)
     [row] = events  # one usage row for the whole stream, not one per chunk
-    assert row.event_id == "4:acme/2:s1:score:stream" and row.output_tokens == total == decision.output_tokens
+    generated = ExtractiveGenerator(MODEL).generate(w.context, length).output_tokens  # asked for the stream's length
+    assert row.event_id == "4:acme/2:s1:score:stream" and row.delivered_tokens == total
+    assert row.output_tokens == generated == decision.output_tokens and generated >= total
     assert row.first_chunk_ms == pytest.approx(250.0) and row.tokens_per_s > 0
+
+
+class OtherTokenizer:
+    """A generator counted in another tokenizer than the request's (a served model's): the real extractive answer,
+    streamed in pieces, with the engine's count of its output in cl100k_base and a server's usage. `counted`: whether
+    the engine keeps a count (else the stream path counts the text it read)."""
+
+    name = model = "served-elsewhere"
+    label = "llm"
+    remote = True
+
+    def __init__(self, counted: bool = True, completion_tokens: int = 0):
+        self.counted, self.completion_tokens = counted, completion_tokens
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        text = ExtractiveGenerator(MODEL).generate(prompt, max_tokens).text
+        prompt_tokens = tokens.count(prompt, GENERATOR_TOKENIZER)
+        usage = Usage(prompt_tokens, self.completion_tokens) if self.completion_tokens else None
+        return Streaming(iter([text[i:i + 7] for i in range(0, len(text), 7)]), prompt_tokens, self.model,
+                         self.label, usage, tokens.count(text, GENERATOR_TOKENIZER) if self.counted else None)
+
+
+CLEANED = {
+    "en": "Sure! I can help with that. Parcels to depot 3 leave within 4 hours and arrive in 2 days. The Lyon hub "
+          "closes at 22:00 on weekdays. I hope this helps! Let me know if you have questions.",
+    "zh": "当然可以！发往3号仓库的包裹在4小时内出发，两天内到达。"
+          "里昂中转站工作日22点关门。希望这对您有帮助！",
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_stream_is_metered_as_its_generator_counts_what_it_generated_not_as_the_chunks_count(lang):
+    eng, sent = engine()
+    eng.generator = OtherTokenizer(completion_tokens=50)
+    w = work("When does my parcel arrive?")
+    w.context = CLEANED[lang]
+    decision, [row] = eng.decide(w)
+    raw = ExtractiveGenerator(MODEL).generate(w.context, 128).text
+    assert tokens.count(raw, GENERATOR_TOKENIZER) != tokens.count(raw, MODEL)  # the two tokenizers differ on it
+    assert row.output_tokens == tokens.count(raw, GENERATOR_TOKENIZER)  # Jev's count, in the generator's tokenizer
+    assert row.server_output_tokens == 50 == decision.output_tokens and row.count_source == "server"  # the bill
+    assert row.delivered_tokens == sum(c.tokens for c in sent) == tokens.count(decision.text, MODEL)
+    assert row.delivered_tokens < tokens.count(raw, MODEL)  # the preamble and the closer were cleaned away
+    assert "Sure" not in decision.text and "当然" not in decision.text and "希望" not in decision.text
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_engine_without_its_own_count_is_counted_on_the_text_it_sent_in_its_models_tokenizer(lang,
+                                                                                                monkeypatch):
+    eng, _ = engine()
+    eng.generator = OtherTokenizer(counted=False)
+    w = work("When does my parcel arrive?")
+    w.context = CLEANED[lang]
+    monkeypatch.setitem(tokens.MODEL_ENCODINGS, "served-elsewhere", "cl100k_base")  # a pool entry's `tokenizer:`
+    tokens.encoding_name.cache_clear()
+    try:
+        _, [row] = eng.decide(w)
+    finally:
+        monkeypatch.undo()
+        tokens.encoding_name.cache_clear()
+    read = "".join(OtherTokenizer().stream(w.context, 128))
+    assert row.output_tokens == tokens.count(read, GENERATOR_TOKENIZER) != tokens.count(read, MODEL)
+    assert row.count_source == "missing" and row.server_output_tokens == row.output_tokens  # no usage: Jev's count
 
 
 def test_the_bucket_paces_each_response_at_its_clients_rate():
@@ -108,6 +177,9 @@ def test_a_stream_is_cleaned_as_it_goes_and_counted_in_prometheus():
     assert decision.text == clean(generated, model=MODEL).text
     assert decision.text == "I can help with that. It leaves today. It arrives Friday."
     assert metrics.STREAM_CHUNKS.labels("web")._value.get() == before + len(sent)
+    [row] = _  # what cleanup removed was generated: metered, never delivered
+    assert row.output_tokens == tokens.count(generated, MODEL) > row.delivered_tokens == tokens.count(decision.text,
+                                                                                                       MODEL)
 
 
 def test_a_real_clock_really_waits():
@@ -127,7 +199,7 @@ def test_a_sensitive_sentence_is_never_streamed_and_the_answer_goes_to_review():
     streamed_text = "".join(c.text for c in sent)
     assert "confidential" not in streamed_text and sent[-1].final
     assert decision.text.startswith(streamed_text) and "strictly confidential" in decision.text
-    assert row.output_tokens == tokens.count(streamed_text, MODEL) + tokens.count(
-        decision.text[len(streamed_text):], MODEL)
+    assert row.delivered_tokens == sum(c.tokens for c in sent) == tokens.count(streamed_text, MODEL)
+    assert row.output_tokens == ExtractiveGenerator(MODEL).generate(w.context, 128).output_tokens  # all generated
     w.decision = decision
     assert finalize(w, now=1_000_101.0).review  # the caller never gets it

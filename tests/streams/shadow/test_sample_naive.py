@@ -1,9 +1,11 @@
 """Sampling, naive twins and the naive engine, on real token counts and the real lexical backend."""
 import pytest
+import yaml
 
 from schemas.records import Candidate, Contracts, Request, Turn, UsageEvent, Work
 from streams.backends.extractive import ExtractiveGenerator
 from streams.ingest.decode import Admission, admit
+from streams.output import stream as stream_mod
 from streams.scoring import rules as rules_mod
 from streams.backends.lexical import LexicalBackend
 from streams.scoring.engine import Engine
@@ -60,6 +62,55 @@ def test_a_streamed_requests_twin_is_answered_whole_and_sends_no_chunks():
     [decided], usage = decide_naive(naive_engine(engine), [twin])
     assert decided.decision.text and decided.decision.output_tokens > 0 and not sent
     assert usage and all(e.stage == "shadow" for e in usage)
+
+
+def cut_stream_config(tmp_path, length: int):
+    """The bundled stream lengths cut to `length` tokens, as `jev demo --model-url` cuts them."""
+    raw = yaml.safe_load(stream_mod.BUNDLED.read_text(encoding="utf-8"))
+    for spec in raw["types"].values():
+        spec["max_output_tokens"] = min(spec["max_output_tokens"], length)
+    (tmp_path / "stream.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    return stream_mod.load(str(tmp_path / "stream.yaml"))
+
+
+class Recording(ExtractiveGenerator):
+    """The extractive generator, keeping the output limit of every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[int] = []
+
+    def generate(self, prompt: str, max_tokens: int):
+        self.asked.append(max_tokens)
+        return super().generate(prompt, max_tokens)
+
+
+@pytest.mark.parametrize("question, fact", [
+    ("When do parcels leave the Lyon hub?", "Parcel {i} for depot {d} leaves the Lyon hub within {i} hours."),
+    ("包裹什么时候离开里昂中转站？", "第{i}号包裹在{i}小时内离开里昂中转站，发往{d}号仓库。"),
+])
+def test_a_streamed_answers_twin_asks_for_no_more_output_than_the_served_answer(tmp_path, question, fact):
+    config = cut_stream_config(tmp_path, 64)
+    facts = "\n".join(fact.format(i=i, d=i % 5) for i in range(80))
+    body = Request(request_id="g2", tenant="t", service="support", decision_type="customer_service",
+                   kind="generate", stream=True, state=f"{question}\n{facts}",
+                   contracts=Contracts(max_output_tokens=512))
+    work = admit(body.dumps(), Admission(1 << 20, "gpt-4o-mini", frozenset(), stream_config=config))
+    twin = Sampler("1", config).take([work])[0]["t", "g2"]
+    assert work.request.contracts.max_output_tokens == 512 and config.plan(work.request).length == 64
+    assert twin.request.contracts.max_output_tokens == 64 and not twin.request.stream
+    generator = Recording()
+    engine = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), rules=rules_mod.load(""), generator=generator)
+    [decided], _ = decide_naive(naive_engine(engine), [twin])
+    assert generator.asked == [64]  # the served stream's length, not the contract's 512
+    assert 0 < decided.decision.output_tokens <= 64
+
+
+def test_a_whole_answers_twin_keeps_its_contracts_output_limit():
+    body = Request(request_id="g3", tenant="t", service="support", decision_type="customer_service",
+                   kind="generate", state="When do parcels leave?", contracts=Contracts(max_output_tokens=300))
+    twin = Sampler("1").take([admit(body.dumps(), Admission(1 << 20, "gpt-4o-mini", frozenset()))])[0]["t", "g3"]
+    assert twin.request.contracts.max_output_tokens == 300
 
 
 def test_pressure_skips_the_sample_and_meters_the_skip():
