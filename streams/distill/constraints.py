@@ -7,6 +7,7 @@ suffixes from the language's word lists.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from streams import language
@@ -18,16 +19,18 @@ TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}
 LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 
 
-def constraints(text: str) -> set[str]:
+@functools.lru_cache(maxsize=16_384)
+def constraints(text: str) -> frozenset[str]:
     """The constraints `text` states, normalized (numbers as values; the digits of an identifier such as an order
-    number are not a stated quantity: a later turn names the order again when it matters)."""
+    number are not a stated quantity: a later turn names the order again when it matters). Remembered per text:
+    every request of a conversation sends its earlier turns again, and each is read here again."""
     if len(text) > MAX_CHARS:
-        return set()
+        return frozenset()
     found = {f"#{v}" for v in language.numbers(IDENTIFIER.sub(" ", text))}  # order ab-12, A320: a reference
     found |= {m.group() for m in TIME_OR_TITLE.finditer(text)}
     found |= {m.group() for m in place().finditer(text)}
     found |= {m.group() for m in LATIN_NAME.finditer(text.strip())}
-    return found
+    return frozenset(found)
 
 
 def constraint_turns(messages: list[dict]) -> set[int]:
