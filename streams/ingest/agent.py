@@ -58,7 +58,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
     async def ingest_part(messages: list, senders: dict, loaded: bool) -> Outbox:
         """What `messages` send (`loaded`: their micro-batch was a full one)."""
-        admitted, out, now = [], Outbox(), time.monotonic()
+        admitted, out, now, protocol = [], Outbox(), time.monotonic(), [0, 0]  # bytes sent, compact
         for message in fair_order(messages, lambda m: senders[id(m)][0], lambda m: len(m.value or b"")):
             raw = message.value or b""  # a message without a value is invalid input
             tenant, request_id, _ = senders[id(message)]
@@ -101,11 +101,14 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
             admitted.append(result)
             out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw, print_))
             sent_bytes, compact_bytes = protocol_bytes(result)
-            observe_protocol(sent_bytes, compact_bytes)
+            protocol[0] += sent_bytes
+            protocol[1] += compact_bytes
             out.usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
                                      outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
                                      prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
+        if admitted:  # one update per micro-batch, not two per request
+            observe_protocol(*protocol)
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])
