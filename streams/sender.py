@@ -23,6 +23,7 @@ import mode
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2
 
 from schemas.records import UsageBatch
 from schemas.topics import name
@@ -30,11 +31,17 @@ from streams.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batc
 from streams.inflight import IN_FLIGHT, WORK_TOPICS
 from streams.idempotency.requests import LOG_TOPIC
 from streams.outbox import Outbox
-from streams.partitioning import group_by_partition
+from streams.partitioning import group_by_partition, partition_for
 from streams import signing
 
 log = logging.getLogger("jev.sender")
 AHEAD = ("chunks", "usage")  # the Outbox fields delivered, and acknowledged, before the rest of their outbox
+
+
+def kafka_partition(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives `key` (murmur2, as aiokafka's send() does): the requests-seen
+    log's, which is compacted per key and so keeps each key on the partition it always had."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 def encode(record) -> bytes:
@@ -90,10 +97,13 @@ class Sender(mode.Service):
         async def send(topic: str, value: bytes, **placing) -> asyncio.Future:  # signed where Jev alone writes
             return await produce(topic, value, headers=keys.headers(topic, value), **placing)
 
-        futures = []
-        for topic, key, value in outbox.records:  # a decision's requests-seen record goes out ahead of it: a
-            if topic == LOG_TOPIC:  # process killed between the two then re-sends that decision, not another
-                futures.append(await send(name(topic), value, key=key))
+        futures, seen_log = [], name(LOG_TOPIC)
+        # a decision's requests-seen record goes out ahead of it: a process killed between the two then re-sends
+        # that decision, not another
+        seen = [(key.decode(), value, keys.headers(seen_log, value))
+                for topic, key, value in outbox.records if topic == LOG_TOPIC]
+        if seen:
+            futures += await self.send_keyed(seen_log, seen, kafka_partition)
         IN_FLIGHT.release([d.request_id for d, _ in outbox.decisions] +
                           [r.request_id for r in outbox.dead_letters if r.request_id])
         IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
@@ -125,13 +135,16 @@ class Sender(mode.Service):
             futures.append(await send(name(topic), value, partition=partition))
         return futures
 
-    async def send_keyed(self, topic: str, encoded: list[tuple[str, bytes, list]]) -> list[asyncio.Future]:
-        """One record batch per partition (partition_for of the key, as the stages key their topics), built
-        directly: aiokafka's per-record send() (a future, a pure-Python murmur2 and an accumulator lookup each)
-        cost about 90 µs per decision or dead letter."""
+    async def send_keyed(self, topic: str, encoded: list[tuple[str, bytes, list]],
+                         partition_of=partition_for) -> list[asyncio.Future]:
+        """One record batch per partition (`partition_of` the key: partition_for, as the stages key their topics),
+        built directly: aiokafka's per-record send() (a future, a pure-Python murmur2 and an accumulator lookup
+        each) cost about 90 µs per decision or dead letter."""
         partitions = len(await self.producer.partitions_for(topic))
-        futures = []
-        for partition, group in group_by_partition(encoded, lambda record: record[0], partitions).items():
+        futures, groups = [], {}
+        for record in encoded:
+            groups.setdefault(partition_of(record[0], partitions), []).append(record)
+        for partition, group in groups.items():
             batch = self.producer.create_batch()
             for key, value, headers in group:
                 if batch.append(key=key.encode(), value=value, timestamp=None, headers=headers) is None:

@@ -8,7 +8,6 @@ stale one by one, each served once while its refresh is queued - no mass expiry,
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 from collections import OrderedDict
 from typing import Any, Iterator
@@ -18,12 +17,14 @@ import orjson
 from schemas.records import Work
 from streams.prompt import render_context
 
-_SPACE = re.compile(r"\s+")
-
 
 def normalize(text: str) -> str:
-    """NFKC and collapsed whitespace: differences no model would answer differently."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+    """NFKC and collapsed whitespace: differences no model would answer differently. ASCII is its own NFKC form,
+    and str.split() splits on exactly what `\\s` matches (str.isspace), so this is the regex's result at a fifth of
+    its cost (one key per admitted request)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.split())
 
 
 def canonical(work: Work) -> dict:

@@ -7,6 +7,7 @@ suffixes from the language's word lists.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from streams import language
@@ -18,16 +19,21 @@ TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}
 LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 
 
-def constraints(text: str) -> set[str]:
+def constraints(text: str) -> frozenset[str]:
     """The constraints `text` states, normalized (numbers as values; the digits of an identifier such as an order
     number are not a stated quantity: a later turn names the order again when it matters)."""
-    if len(text) > MAX_CHARS:
-        return set()
+    return frozenset() if len(text) > MAX_CHARS else stated(text)
+
+
+@functools.lru_cache(maxsize=16_384)  # of texts up to MAX_CHARS: a few MB at most
+def stated(text: str) -> frozenset[str]:
+    """constraints() of a turn short enough to state them, remembered per text: every request of a conversation
+    sends its earlier turns again, and each is read here again."""
     found = {f"#{v}" for v in language.numbers(IDENTIFIER.sub(" ", text))}  # order ab-12, A320: a reference
     found |= {m.group() for m in TIME_OR_TITLE.finditer(text)}
     found |= {m.group() for m in place().finditer(text)}
     found |= {m.group() for m in LATIN_NAME.finditer(text.strip())}
-    return found
+    return frozenset(found)
 
 
 def constraint_turns(messages: list[dict]) -> set[int]:

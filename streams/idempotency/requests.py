@@ -67,11 +67,12 @@ class Requests:
             self.seen.popitem(last=False)
         return entry
 
-    def check(self, tenant: str, request_id: str, raw: bytes) -> tuple[str, Decision | None]:
+    def check(self, tenant: str, request_id: str, raw: bytes,
+              print_: bytes | None = None) -> tuple[str, Decision | None]:
         """(NEW, None) the first time (and remember it), (REDELIVERY, first decision or None) for the same
         content again, (CONFLICT, None) for other content under the same (tenant, request_id). A request known
-        only from the log and undecided is NEW again here."""
-        key, print_ = (tenant, request_id), fingerprint(raw)
+        only from the log and undecided is NEW again here. `print_`: fingerprint(raw), where the caller has it."""
+        key, print_ = (tenant, request_id), print_ or fingerprint(raw)
         with self.lock:
             entry = self.seen.get(key)
             if entry is None:
@@ -133,10 +134,12 @@ def log_key(tenant: str, request_id: str) -> bytes:
     return request_key(tenant, request_id).encode()
 
 
-def admitted_record(tenant: str, request_id: str, raw: bytes) -> tuple[str, bytes, bytes]:
-    """The requests-seen record of an admitted request, as an Outbox record: its content fingerprint."""
+def admitted_record(tenant: str, request_id: str, raw: bytes,
+                    print_: bytes | None = None) -> tuple[str, bytes, bytes]:
+    """The requests-seen record of an admitted request, as an Outbox record: its content fingerprint
+    (`print_`: fingerprint(raw), where the caller has it)."""
     return LOG_TOPIC, log_key(tenant, request_id), orjson.dumps(
-        {"tenant": tenant, "request_id": request_id, "fingerprint": fingerprint(raw).hex()})
+        {"tenant": tenant, "request_id": request_id, "fingerprint": (print_ or fingerprint(raw)).hex()})
 
 
 def decided_record(tenant: str, decision: Decision, print_: bytes | None = None) -> tuple[str, bytes, bytes]:

@@ -14,7 +14,8 @@ from streams.budgets.book import Refused
 from streams.budgets.reserve import reserve_request
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
-from streams.idempotency.requests import CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail
+from streams.idempotency.requests import (CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail,
+                                          fingerprint)
 from streams.idempotency.seen_log import RequestsSeenLog
 from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
@@ -57,7 +58,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
     async def ingest_part(messages: list, senders: dict, loaded: bool) -> Outbox:
         """What `messages` send (`loaded`: their micro-batch was a full one)."""
-        admitted, out, now = [], Outbox(), time.monotonic()
+        admitted, out, now, protocol = [], Outbox(), time.monotonic(), [0, 0]  # bytes sent, compact
         for message in fair_order(messages, lambda m: senders[id(m)][0], lambda m: len(m.value or b"")):
             raw = message.value or b""  # a message without a value is invalid input
             tenant, request_id, _ = senders[id(message)]
@@ -75,8 +76,8 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
                                                        f"to be replayed once fixed", "ingest", raw)
             if not isinstance(result, Rejection):
-                req = result.request
-                verdict, first = requests.check(req.tenant, req.request_id, raw)
+                req, print_ = result.request, fingerprint(raw)  # once: checked here, logged below
+                verdict, first = requests.check(req.tenant, req.request_id, raw, print_)
                 if verdict == REDELIVERY:  # admitted once already: no second reservation, model call or usage
                     if first is not None:
                         out.decisions.append((first, http_headers(first)))
@@ -98,13 +99,16 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                 continue
             limiter.spend(tenant, charged_tokens(len(raw), result.context_tokens + sum(result.candidate_tokens)), now)
             admitted.append(result)
-            out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw))
+            out.records.append(admitted_record(result.request.tenant, result.request.request_id, raw, print_))
             sent_bytes, compact_bytes = protocol_bytes(result)
-            observe_protocol(sent_bytes, compact_bytes)
+            protocol[0] += sent_bytes
+            protocol[1] += compact_bytes
             out.usage.append(usage_event(result.request, "ingest", model=result.model,
                                      candidates=len(result.request.candidates),
                                      outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
                                      prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
+        if admitted:  # one update per micro-batch, not two per request
+            observe_protocol(*protocol)
         texts = texts_ref()
         if texts is not None and admitted:
             await asyncio.to_thread(texts.store, [w.request for w in admitted])

@@ -96,6 +96,14 @@ def test_the_state_is_bounded_and_judges_content_not_key_order():
     assert len(seen.seen) == 2 and fingerprint(a) == fingerprint(a + b" ")
 
 
+def test_a_fingerprint_the_caller_computed_once_judges_as_the_raw_bytes_do():  # ingest hashes each request once
+    a, other = orjson.dumps({"request_id": "r", "tenant": "t", "state": "x"}), b'{"request_id": "r", "state": "y"}'
+    with_print, from_raw = Requests(), Requests()
+    for raw in (a, a, other):
+        assert with_print.check("t", "r", raw, fingerprint(raw)) == from_raw.check("t", "r", raw)
+    assert admitted_record("t", "r", a, fingerprint(a)) == admitted_record("t", "r", a)
+
+
 def test_a_process_that_reads_the_log_knows_what_another_admitted_and_decided():
     """The requests-seen log carries the state across a restart or a rebalance: a decided request's redelivery
     gets the first decision, other content under its id is a conflict, and a request only admitted (its process

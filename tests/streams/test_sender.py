@@ -4,7 +4,9 @@ import asyncio
 import time
 import uuid
 
+import orjson
 from aiokafka import AIOKafkaConsumer
+from aiokafka.partitioner import DefaultPartitioner
 
 from infra.broker import create_topics
 from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
@@ -89,6 +91,29 @@ async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_rec
     assert got[name("batch_results")][1].value == b'{"job": "%s"}' % rid.encode()
     assert signing.trusted(got[name("usage")][1])  # signed: only Jev writes usage
     assert all(signing.HEADER not in dict(got[name(s)][1].headers) for s in ("review", "rejected", "batch_results"))
+
+
+async def test_requests_seen_records_keep_kafkas_partition_per_key_in_order_and_signed(broker):
+    """The requests-seen log is compacted per key: its records go one batch per partition, each on the partition
+    Kafka's default partitioner (murmur2, aiokafka's send()) gives its key, as they always went; a request's
+    admitted record before its decided one."""
+    bootstrap = await fresh_topic(broker, name("requests_seen"), 4)
+    rids = [f"seen-{uuid.uuid4().hex[:8]}-{i}" for i in range(40)]
+    records = [admitted_record("acme", rid, b"{}") for rid in rids] + [
+        decided_record("acme", Decision(request_id=rid, tier="rules")) for rid in rids]
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(Outbox(records=records))
+    await sender.stop()
+    got = await read(bootstrap, [name("requests_seen")], len(records))
+    default = DefaultPartitioner()
+    assert sorted((p, m.key, m.value) for _, p, m in got) == sorted(
+        (default(key, [0, 1, 2, 3], [0, 1, 2, 3]), key, value) for _, key, value in records)
+    assert all(signing.trusted(m) for _, _, m in got)
+    kinds = {}
+    for _, _, m in got:
+        kinds.setdefault(m.key, []).append("decision" in orjson.loads(m.value))
+    assert all(order == [False, True] for order in kinds.values())
 
 
 class Ordered(Sender):
@@ -191,8 +216,7 @@ async def test_a_requests_usage_is_acknowledged_before_anything_that_says_it_was
     finally:
         IN_FLIGHT.release([rid])
         await sender.stop()
-    assert sorted(topic for topic, _ in watched.queued) == sorted(
-        [topics["requests_seen"]] * 2 + [topics["decisions"], topics["score"]])
+    assert {topic for topic, _ in watched.queued} == {topics["requests_seen"], topics["decisions"], topics["score"]}
     assert all(acknowledged for _, acknowledged in watched.queued), watched.queued
     consumer = AIOKafkaConsumer(topics["usage"], bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest")

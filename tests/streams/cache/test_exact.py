@@ -1,7 +1,10 @@
+import re
+import unicodedata
+
 import pytest
 
 from schemas.records import Candidate, Decision, Request, TemplateRef, Turn, Work
-from streams.cache.exact import BoundedLRU, cache_key
+from streams.cache.exact import BoundedLRU, cache_key, normalize
 from streams.cache.stage import CacheStage
 from streams.switches import SWITCHES
 
@@ -14,6 +17,13 @@ def work(**changes) -> Work:
     model = changes.pop("model", "gpt-4o-mini")
     fields.update(changes)
     return Work(request=Request(**fields), admitted_at=0.0, model=model)
+
+
+@pytest.mark.parametrize("text", [
+    "find   shoes ", "\tHold 40 units\n at A? ", "", "  ", "霞云岭\u3000国家森林公园 的附近", "ＡＢＣ　１２３", "ﬁne",
+    "a\x1cb\x1fc\x85d\u2028e\u00a0f\u200bg", "电 话\r\n号码"])
+def test_normalize_is_nfkc_with_whitespace_collapsed(text):  # the fast path gives what the definition gives
+    assert normalize(text) == re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
 
 
 def test_key_ignores_ids_whitespace_and_candidate_order():
