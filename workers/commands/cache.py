@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 
 from streams.cache import calibration
-from streams.cache.embedders import load_embedder
+from streams.cache.embedders import EMBEDDERS, load_embedder
 from streams.cache import training
 from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
@@ -72,6 +72,9 @@ along the run.
   jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
 
+EMBEDDER_HELP = (f"auto, {', '.join(EMBEDDERS)} (by-language: minilm for English, e5 for Chinese and other "
+                 "languages; default: JEV_CACHE_EMBEDDER)")
+
 
 def register(sub) -> None:
     p = sub.add_parser("cache", help="semantic cache: labeled pairs, threshold calibration, evaluation")
@@ -88,7 +91,7 @@ def register(sub) -> None:
                              ("evaluate", run_evaluate, "precision, recall, hit rate and latency of the L2 decision")):
         c = cmds.add_parser(name, help=text)
         c.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
-        c.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+        c.add_argument("--embedder", help=EMBEDDER_HELP)
         c.add_argument("--model-check", help="second-opinion model after the lexical checks: none, auto, or an "
                                              "embedder name (default: JEV_CACHE_MODEL_CHECK)")
         c.add_argument("--no-verify", action="store_true", help="cosine only, no verification checks")
@@ -111,7 +114,7 @@ def register_replay(cmds) -> None:
                    help="share of served hits whose verdict is learned (default 0.02, as JEV_SHADOW_RATE)")
     r.add_argument("--max-error", type=float, help="false-hit rate bound (default: JEV_CACHE_MAX_ERROR)")
     r.add_argument("--confidence", type=float, help="confidence of the bound (default: JEV_CACHE_ERROR_CONFIDENCE)")
-    r.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+    r.add_argument("--embedder", help=EMBEDDER_HELP)
     r.add_argument("--model-check", help="second embedder whose cosine the verifier reads: none, auto, or an "
                                          "embedder name (default: JEV_CACHE_MODEL_CHECK)")
     r.add_argument("--floor", type=float, default=0.0,
@@ -128,7 +131,7 @@ def register_replay(cmds) -> None:
                         description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones '
                                  "you report on")
-    t.add_argument("--embedder", help="auto, minilm, e5 or hashing (default: JEV_CACHE_EMBEDDER)")
+    t.add_argument("--embedder", help=EMBEDDER_HELP)
     t.add_argument("--model-check", help="second embedder whose cosine is a feature: none, auto, or an embedder "
                                          "name (default: JEV_CACHE_MODEL_CHECK)")
     t.add_argument("--floor", type=float, default=0.0,

@@ -213,3 +213,12 @@ def test_replay_rejects_a_bad_shadow_rate(tmp_path, monkeypatch, capsys):
     assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
                  "--shadow-rate", "2"]) == 1
     assert "shadow rate must be in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["calibrate", "evaluate", "replay", "train-verifier"])
+def test_embedder_help_names_every_embedder(command, capsys):
+    """by-language (minilm for English, e5 for Chinese) is accepted, so --help must offer it."""
+    with pytest.raises(SystemExit):
+        main(["cache", command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in ("auto", "minilm", "e5", "by-language", "hashing"))
