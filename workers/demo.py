@@ -142,6 +142,7 @@ async def run_demo(settings, n: int, progress, stages: int = 1, scorers: int = 1
         if d.tier == "fallback" and d.chain:
             reason = d.chain[0].split(":")[1] if d.chain[0].startswith("fallback:") else d.chain[0]
             fallbacks[reason] = fallbacks.get(reason, 0) + 1
+    cache["l2_first_hit_at"] = first_decided_by(payloads, decisions, "cache_l2")
     return {"requests": n, "decided": len(decisions), "rejected": len(rejections),
             "rejected_reasons": sorted({r.reason for r in rejections}),
             "tiers": dict(sorted(tiers.items())), "fallbacks": dict(sorted(fallbacks.items())),
@@ -174,6 +175,13 @@ def by_language(payloads: list[bytes], decisions: dict) -> dict:
                 model = step.split(":")[1]
                 row["fine_models"][model] = row["fine_models"].get(model, 0) + 1
     return dict(sorted(out.items()))
+
+
+def first_decided_by(payloads: list[bytes], decisions: dict, tier: str) -> int | None:
+    """How many requests the workload had published up to the first one `tier` decided (1-based; None for none):
+    for L2, how much traffic its error bound took to certify before it served."""
+    return next((i + 1 for i, raw in enumerate(payloads)
+                 if getattr(decisions.get(orjson.loads(raw)["request_id"]), "tier", None) == tier), None)
 
 
 def latency_split(decisions) -> dict:

@@ -66,6 +66,7 @@ def risk(rng: random.Random, i: int) -> dict:
 OPENERS = ["{q}", "I need {q}", "looking for {q}", "show me {q}", "searching for {q}", "I want {q}", "find {q}",
            "where can I buy {q}", "need {q}", "any {q}?", "recommend {q}", "please find {q}", "suggest {q}",
            "shopping for {q}", "help me find {q}", "do you have {q}"]
+CLOSERS = ["", " please", ", thanks", " for me", " today", ", any ideas?", " - what do you suggest?", " asap"]
 OTHER_WORDS = {  # each ranking query in other words: the same intent, which L1 cannot match and L2 may
     "lightweight shoes for marathon training": ["light shoes for marathon training",
                                                 "lightweight running shoes to train for a marathon",
@@ -79,12 +80,41 @@ OTHER_WORDS = {  # each ranking query in other words: the same intent, which L1 
     "headphones for long flights": ["headphones for long-haul flights", "headphones to wear on long flights",
                                     "comfortable headphones for long flights"],
 }
+# The same searches asked in Chinese, over the catalogue's Chinese texts of the same items (same SKU ids, in the
+# order of QUERIES): a marketplace that serves both languages.
+ZH_SEARCHES = {
+    "lightweight shoes for marathon training": (
+        ["适合马拉松训练的轻便跑鞋", "马拉松训练用的轻量跑鞋", "练马拉松穿的轻便鞋子", "轻一点的马拉松训练鞋"],
+        ["碳板马拉松竞速跑鞋，190克", "钢头厚重皮质登山靴", "适合长跑的缓震日常训练鞋", "极简赤足凉鞋",
+         "抓地力强的越野跑鞋"]),
+    "quiet coffee machine for a small office": (
+        ["适合小办公室的静音咖啡机", "小办公室用的低噪音咖啡机", "安静一点的办公室咖啡机", "声音小的小型办公室咖啡机"],
+        ["低噪音泵的小型意式咖啡机", "咖啡馆用的三头商用意式咖啡机", "手冲咖啡壶", "带静音磨豆的办公室全自动咖啡机",
+         "炉灶用摩卡壶"]),
+    "warm jacket for skiing in very cold weather": (
+        ["严寒天气滑雪穿的保暖外套", "特别冷的天气滑雪用的保暖夹克", "极寒天气穿的滑雪保暖服", "很冷的时候滑雪穿的暖和外套"],
+        ["零下30度防水保暖滑雪服", "轻薄棉质夏季西装外套", "极寒带帽羽绒派克大衣", "雨披", "软壳跑步背心"]),
+    "headphones for long flights": (
+        ["长途飞行用的耳机", "坐长途飞机戴的耳机", "适合长途航班的耳机", "长时间坐飞机用的舒适耳机"],
+        ["续航30小时的头戴式降噪耳机", "开放式录音室耳机", "儿童有线耳塞", "骨传导运动耳机", "带旅行收纳盒的入耳式降噪耳机"]),
+}
+ZH_OPENERS = ["{q}", "我想买{q}", "帮我找{q}", "有没有{q}", "推荐一下{q}", "求推荐{q}", "想要{q}", "请帮我找{q}",
+              "哪里能买到{q}", "给我看看{q}", "我在找{q}", "搜一下{q}"]
+ZH_CLOSERS = ["", "，谢谢", "？", "，急用", "，麻烦了", "，有推荐吗？"]
 
 
-def reworded(body: dict, rng: random.Random) -> dict:
-    """A ranking request asked again in other words (same candidates, same intent)."""
+def reworded(body: dict, rng: random.Random, chinese: bool = False) -> dict:
+    """A ranking request asked again in other words (same candidates, same intent): an opener, one of the query's
+    wordings and a closer, about 500 wordings a query (so a reworded search is mostly new to L1, which answers
+    only the very same text); `chinese`: asked in Chinese over the same items' Chinese texts (about 290 wordings)."""
     query = body["state"].removeprefix("Shopper query: ")
-    words = rng.choice(OPENERS).format(q=rng.choice([query, *OTHER_WORDS[query]]))
+    if chinese:
+        wordings, texts = ZH_SEARCHES[query]
+        words = rng.choice(ZH_OPENERS).format(q=rng.choice(wordings)) + rng.choice(ZH_CLOSERS)
+        zh = dict(zip(next(items for q, items in QUERIES if q == query), texts))
+        return {**body, "state": f"顾客搜索：{words}", "history": [{"role": "user", "content": words}],
+                "candidates": [{**c, "text": zh[c["text"]]} for c in body["candidates"]]}
+    words = rng.choice(OPENERS).format(q=rng.choice([query, *OTHER_WORDS[query]])) + rng.choice(CLOSERS)
     return {**body, "state": f"Shopper query: {words}", "history": [{"role": "user", "content": f"{words}."}]}
 
 
@@ -205,12 +235,14 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
     `stream_share` of the new ones are streamed customer-service answers, `deadline_share` of the new payment
     screenings are made at checkout, with the caller's deadline, `chinese_share` of the new decisions are Chinese
     customer-service tickets (and as large a share of the streamed questions is asked in Chinese), and
-    `reword_share` of the product searches (new or repeated) are asked in other words (0: the same mix as before)."""
+    `reword_share` of the product searches (new or repeated) are asked in other words, as large a share of them as
+    `chinese_share` in Chinese (0: the same mix as before)."""
     rng = random.Random(seed)
     checkout = random.Random(f"{seed}:checkout")  # own draws: the rest of the workload is the same either way
     chinese = random.Random(f"{seed}:zh")
     answers_zh = random.Random(f"{seed}:zh-answers")  # own draws: Chinese support questions leave the rest as it was
     reword = random.Random(f"{seed}:reword")
+    reword_zh = random.Random(f"{seed}:reword-zh")
     out, originals = [], []
     for i in range(n):
         if originals and rng.random() < repeat_share:
@@ -229,7 +261,7 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
                 body = support_zh(chinese, i)
             originals.append(body)
         if reword_share and body["decision_type"] == "ranking" and reword.random() < reword_share:
-            body = reworded(body, reword)
+            body = reworded(body, reword, chinese=bool(chinese_share) and reword_zh.random() < chinese_share)
         session = f"s-{rng.randint(1, max(1, n // 8))}"
         out.append(orjson.dumps({**body, "request_id": f"r-{seed}-{i}", "tenant": tenant, "session_id": session,
                                  "user_id": f"u-{session[2:]}", "created_at": time.time()}))

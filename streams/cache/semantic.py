@@ -118,9 +118,15 @@ def answers_agree(cached: Mapping, fresh: Mapping) -> bool:
 
 
 def _answer_of(part: "_Partition", id_: int) -> str:
-    """Which cached answer an index row serves: its question's, or for a promoted key its target's (a key
-    and its target are one answer, not rivals that make a neighbourhood ambiguous)."""
-    return _same_question(part.entries[id_].alias_of or part.texts[id_])
+    """Which answer an index row serves: a decision's chosen action, or a text answer's words (answers_agree's
+    rule), else its question's (for a promoted key its target's). Neighbours serving one answer are not rivals
+    that make a neighbourhood ambiguous; neighbours close by that answer otherwise are."""
+    value = part.entries[id_].value
+    if isinstance(value, Mapping) and value.get("action_id"):
+        return f"action:{value['action_id']}"
+    if isinstance(value, Mapping) and value.get("text"):
+        return "text:" + " ".join(re.findall(r"\w+", str(value["text"]).lower()))
+    return "question:" + _same_question(part.entries[id_].alias_of or part.texts[id_])
 
 
 def entry_key(partition: tuple, text: str) -> str:

@@ -1,5 +1,5 @@
-"""The demo's reports: requests by language, the latency split into queueing and service, and the streamed
-answers (on the real embedded ClickHouse)."""
+"""The demo's reports: requests by language, the latency split into queueing and service, how far into the
+workload L2 first served, and the streamed answers (on the real embedded ClickHouse)."""
 import orjson
 import pytest
 
@@ -9,7 +9,7 @@ from streams import tokens
 from streams.usage.events import usage_event
 from streams.usage.sink import to_columns
 from workers import workload
-from workers.demo import by_language, latency_split, stream_report
+from workers.demo import by_language, first_decided_by, latency_split, stream_report
 
 
 def test_by_language_counts_requests_tiers_and_fine_models_per_language():
@@ -71,3 +71,15 @@ def test_the_stream_report_says_when_a_usage_row_disagrees_with_the_chunks(usage
     chunks, row = streamed("en-3", ANSWERS["en"], generated=64, delivered=3)
     usage_db.insert("usage_events", to_columns([row]), column_names=USAGE_COLUMNS, column_oriented=True)
     assert not stream_report(usage_db, {"en-3": chunks})["usage_delivered_equal_chunks"]
+
+
+def test_first_decided_by_counts_the_workload_up_to_the_first_request_a_tier_decided():
+    payloads = workload.generate(40, seed=3, reword_share=1.0, chinese_share=0.5)
+    ids = [orjson.loads(p)["request_id"] for p in payloads]
+    decisions = {rid: Decision(request_id=rid, tier="fine") for rid in ids}
+    assert first_decided_by(payloads, decisions, "cache_l2") is None
+    decisions[ids[30]] = Decision(request_id=ids[30], tier="cache_l2")
+    decisions[ids[12]] = Decision(request_id=ids[12], tier="cache_l2")
+    del decisions[ids[5]]  # an undecided request counts as published, not as a hit
+    assert first_decided_by(payloads, decisions, "cache_l2") == 13
+    assert first_decided_by(payloads, decisions, "fine") == 1

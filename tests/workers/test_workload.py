@@ -5,6 +5,7 @@ from schemas.validate import decode
 from streams import language, tokens
 from streams.distill.work import Distiller
 from streams.ingest.decode import Admission, admit
+from streams.cache.semantic import partition_of
 from streams.output.stream import question_text
 from streams.switches import SWITCHES
 from workers import workload
@@ -57,7 +58,38 @@ def test_reworded_product_searches_keep_their_candidates_and_leave_the_rest_of_t
     assert all(a["candidates"] == b["candidates"] and {k for k in a if a[k] != b[k]} <= {"state", "history"}
                for a, b in changed)
     assert all(b["state"].startswith("Shopper query: ") for _, b in changed)
-    assert len({b["state"] for _, b in changed}) > 50, "many wordings: each one is new to L1"
+    assert len({b["state"] for _, b in changed}) > 0.8 * len(changed), "most wordings are new to L1"
+
+
+def test_reworded_searches_share_the_l2_partition_of_their_intent_in_english_and_in_chinese():
+    """Every wording of one search, in either language, is asked over the same SKU ids, so L2 can match it
+    against the earlier wordings of that intent in its language (the partition holds the language)."""
+    requests = [decode(raw, Request, 1_048_576) for raw in
+                workload.generate(800, reword_share=1.0, chinese_share=0.3)]
+    searches = [r for r in requests if r.decision_type == "ranking"]
+    chinese = [r for r in searches if language.detect(r.state) == "zh"]
+    english = [r for r in searches if language.detect(r.state) == "en"]
+    assert len(chinese) + len(english) == len(searches) and 0.15 * len(searches) < len(chinese) < 0.5 * len(searches)
+    assert all(r.state.startswith("顾客搜索：") and all(language.detect(c.text) == "zh" for c in r.candidates)
+               for r in chinese)
+    assert len({r.state for r in chinese}) > 0.8 * len(chinese), "most Chinese wordings are new to L1"
+    by_ids = lambda r: frozenset(c.id for c in r.candidates)  # noqa: E731
+    assert {by_ids(r) for r in chinese} == {by_ids(r) for r in english}, "the same items in both languages"
+    for lang, group in (("zh", chinese), ("latin", english)):
+        partitions = {partition_of(r) for r in group}
+        assert {p[3] for p in partitions} == {lang}
+        assert len(partitions) == len(workload.QUERIES), "one partition per search intent"
+    sku = {c.id: c.text for r in english for c in r.candidates}
+    assert all(sku[c.id] != c.text for r in chinese for c in r.candidates)
+
+
+def test_chinese_rewordings_leave_the_rest_of_the_workload_as_it_was():
+    def without_time(payloads):
+        return [{k: v for k, v in orjson.loads(p).items() if k != "created_at"} for p in payloads]
+    english = without_time(workload.generate(400, reword_share=1.0, chinese_share=0.2))
+    plain = without_time(workload.generate(400, chinese_share=0.2))
+    assert [a for a in english if a["decision_type"] != "ranking"] == \
+        [a for a in plain if a["decision_type"] != "ranking"]
 
 
 def test_a_chinese_share_replaces_new_decisions_with_chinese_tickets_and_keeps_the_rest():

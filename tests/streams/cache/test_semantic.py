@@ -225,3 +225,33 @@ def test_a_promoted_key_is_no_rival_of_its_target_in_the_margin_feature(texts):
     assert margin == pytest.approx(best - float(vectors[asked] @ vectors[rival]), abs=1e-6)
     assert dict(zip(FEATURES, before.features))["margin"] == pytest.approx(
         before.cosine - float(vectors[asked] @ vectors[rival]), abs=1e-6)
+
+
+@pytest.mark.parametrize("texts", [("quiet coffee machine for a small office", "silent coffee maker for a small office",
+                                    "please find a quiet coffee machine for a small office"),
+                                   ("适合小办公室的静音咖啡机", "小办公室用的静音咖啡机", "帮我找适合小办公室的静音咖啡机")],
+                         ids=["en", "zh"])
+def test_neighbours_serving_the_same_decision_are_no_rivals_in_the_margin_feature(texts):
+    """Two wordings cached with the same chosen action leave the neighbourhood unambiguous (margin: the cosine
+    itself, no rival); cached with different actions, the second is a rival and the margin shrinks to the gap."""
+    from streams.cache.evidence import PooledEvidence
+    from streams.cache.learning import ThresholdLearner
+    from streams.cache.verifier import FEATURES, Verifier
+
+    first, second, asked = texts
+    embedder = HashingEmbedder()
+    vectors = dict(zip(texts, embedder.embed(list(texts))))
+    cosines = {t: float(vectors[asked] @ vectors[t]) for t in (first, second)}
+
+    def margin(second_action: str) -> tuple[float, float]:
+        evidence = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(0.05, 0.9, explore=0.0))
+        cache = SemanticCache(embedder, threshold=0.0, evidence=evidence, verify=False)
+        cache.insert(P, first, {"action_id": "sku-1", "request_id": "r-1"})
+        cache.insert(P, second, {"action_id": second_action, "request_id": "r-2"})
+        candidate = cache.probe(P, asked)[1]
+        return candidate.cosine, dict(zip(FEATURES, candidate.features))["margin"]
+
+    best, same = margin("sku-1")
+    assert best == pytest.approx(max(cosines.values()), abs=1e-6) and same == pytest.approx(best, abs=1e-6)
+    best, other = margin("sku-2")
+    assert other == pytest.approx(best - min(cosines.values()), abs=1e-6) and other < same
