@@ -6,13 +6,22 @@ import zlib
 from collections import defaultdict
 from typing import Callable, Iterable
 
+from aiokafka.partitioner import murmur2
+
 
 def partition_for(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def group_by_partition(items: Iterable, key: Callable[[object], str], partitions: int) -> dict[int, list]:
+def kafka_partition(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives `key` (murmur2, as aiokafka's send() does): the requests-seen
+    log's, which is compacted per key and so keeps each key on the partition it always had."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def group_by_partition(items: Iterable, key: Callable[[object], str], partitions: int,
+                       partition_of: Callable[[str, int], int] = partition_for) -> dict[int, list]:
     groups: dict[int, list] = defaultdict(list)
     for item in items:
-        groups[partition_for(key(item), partitions)].append(item)
+        groups[partition_of(key(item), partitions)].append(item)
     return groups

@@ -23,7 +23,6 @@ import mode
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import murmur2
 
 from schemas.records import UsageBatch
 from schemas.topics import name
@@ -31,17 +30,11 @@ from streams.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batc
 from streams.inflight import IN_FLIGHT, WORK_TOPICS
 from streams.idempotency.requests import LOG_TOPIC
 from streams.outbox import Outbox
-from streams.partitioning import group_by_partition, partition_for
+from streams.partitioning import group_by_partition, kafka_partition, partition_for
 from streams import signing
 
 log = logging.getLogger("jev.sender")
 AHEAD = ("chunks", "usage")  # the Outbox fields delivered, and acknowledged, before the rest of their outbox
-
-
-def kafka_partition(key: str, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives `key` (murmur2, as aiokafka's send() does): the requests-seen
-    log's, which is compacted per key and so keeps each key on the partition it always had."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 def encode(record) -> bytes:
@@ -141,10 +134,9 @@ class Sender(mode.Service):
         built directly: aiokafka's per-record send() (a future, a pure-Python murmur2 and an accumulator lookup
         each) cost about 90 µs per decision or dead letter."""
         partitions = len(await self.producer.partitions_for(topic))
-        futures, groups = [], {}
-        for record in encoded:
-            groups.setdefault(partition_of(record[0], partitions), []).append(record)
-        for partition, group in groups.items():
+        futures = []
+        for partition, group in group_by_partition(encoded, lambda record: record[0], partitions,
+                                                   partition_of).items():
             batch = self.producer.create_batch()
             for key, value, headers in group:
                 if batch.append(key=key.encode(), value=value, timestamp=None, headers=headers) is None:
