@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from importlib import resources
 from pathlib import Path
 
@@ -59,11 +60,13 @@ class LocalBroker:
         return f"kafka://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> "LocalBroker":
+        """tansu on this port, empty, with a cluster id of its own: consumers tell a restarted broker, which
+        lost its logs, from a reconnection (streams.kafka_tuning.follow_log_restarts)."""
         listener = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [str(tansu_path()), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-             "--storage-engine", "memory://tansu/"],
+             "--storage-engine", "memory://tansu/", "--cluster-id", f"jev-{uuid.uuid4().hex[:12]}"],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         wait_ready("127.0.0.1", self.port, timeout, self.proc)
         return self

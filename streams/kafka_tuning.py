@@ -33,6 +33,7 @@ import logging
 from typing import Callable
 
 from aiokafka import TopicPartition
+from aiokafka.client import ConnectionGroup
 from aiokafka.consumer.fetcher import OffsetResetStrategy
 from faust.transport.drivers import aiokafka as driver
 
@@ -60,17 +61,46 @@ def back_off_when_idle(consumer, longest_ms: int = IDLE_FETCH_WAIT_MS) -> None:
 
 
 def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] | None = None) -> None:
-    """A started aiokafka consumer reads a partition again from its beginning when the broker's log of it ends
-    before the consumer's position. Kafka answers a fetch past a log's end with OffsetOutOfRange, which aiokafka
-    resets by auto_offset_reset; a broker that restarted without its data (the local tansu keeps its logs in
-    memory) answers with no records, no error and its new, lower end offset, and the consumer would skip every
-    record written after the restart up to its old position. A partition whose fetched high watermark is below
-    the offset it was fetched at (impossible on a log that only grows) is logged, counted in
-    jev_log_restarts_total{topic}, sought to its beginning and passed to `on_restart`."""
-    fetcher = consumer._fetcher
-    fetch = fetcher._proc_fetch_request
+    """A started aiokafka consumer reads its partitions again from their beginning when the broker restarted
+    without its data (the local tansu keeps its logs in memory). Kafka answers a fetch past a log's end with
+    OffsetOutOfRange, which aiokafka resets by auto_offset_reset; such a broker answers with no error, and the
+    consumer would skip every record written after the restart up to its old position. Two signs of it:
+    - the cluster id changed (the local broker takes a new one at each start, infra/broker.py): before its first
+      fetch, and before fetching over a new connection (after a broken one), the consumer asks the broker's
+      metadata, so a new log is known before a record of it is read at a stale position, however fast it grew;
+    - a partition's fetched high watermark is below the offset it was fetched at (impossible on a log that only
+      grows): a broker that kept its cluster id.
+    Each partition so restarted is logged, counted in jev_log_restarts_total{topic}, sought to its beginning and
+    passed to `on_restart`. A fetch built before the reset is discarded by aiokafka (its offset no longer
+    matches the position)."""
+    fetcher, client = consumer._fetcher, consumer._client
+    fetch, update = fetcher._proc_fetch_request, client.cluster.update_metadata
+    cluster = {"id": None}
+
+    def restart(tp: TopicPartition, state, why: str) -> None:
+        log.warning("%s[%d]: %s; reading the partition again from its beginning", tp.topic, tp.partition, why)
+        LOG_RESTARTS.labels(tp.topic).inc()
+        state.await_reset(OffsetResetStrategy.EARLIEST)
+        if on_restart is not None:
+            on_restart(tp)
+
+    def update_and_check(metadata) -> None:
+        """Partitions read on the old cluster are reset before the new metadata can change the assignment."""
+        known, cluster_id = cluster["id"], getattr(metadata, "cluster_id", None)
+        cluster["id"] = cluster_id or known
+        subscription = consumer._subscription.subscription
+        assignment = subscription.assignment if subscription is not None else None
+        if known is not None and cluster_id not in (None, known) and assignment is not None:
+            for tp in assignment.tps:
+                if (state := assignment.state_value(tp)) is not None and state.has_valid_position and state.position:
+                    restart(tp, state, f"the broker is now cluster {cluster_id}, was {known}: a restarted broker "
+                                       f"without its data (this consumer was at offset {state.position})")
+        update(metadata)
 
     async def fetch_and_check(assignment, node_id, request) -> bool:
+        conn = client._conns.get((node_id, ConnectionGroup.DEFAULT))
+        if cluster["id"] is None or conn is None or not conn.connected():
+            await client.force_metadata_update()
         got = await fetch(assignment, node_id, request)
         if not assignment.active:
             return got
@@ -81,15 +111,11 @@ def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] |
                 if (state is None or tp in fetcher._records or not state.has_valid_position
                         or state.position != offset or state.highwater is None or state.highwater >= offset):
                     continue
-                log.warning("%s[%d] ends at offset %d, before this consumer's position %d: the broker restarted "
-                            "without its data; reading the partition again from its beginning",
-                            topic, partition, state.highwater, offset)
-                LOG_RESTARTS.labels(topic).inc()
-                state.await_reset(OffsetResetStrategy.EARLIEST)
-                if on_restart is not None:
-                    on_restart(tp)
+                restart(tp, state, f"the log ends at offset {state.highwater}, before this consumer's position "
+                                   f"{offset}: the broker restarted without its data")
         return got
 
+    client.cluster.update_metadata = update_and_check
     fetcher._proc_fetch_request = fetch_and_check
 
 

@@ -99,6 +99,48 @@ async def test_a_consumer_reads_a_restarted_brokers_log_from_its_beginning():
             await producer.stop()
 
 
+async def test_a_restarted_log_that_grew_past_the_old_position_is_still_read_from_its_beginning():
+    """The race the high watermark alone loses: the restarted broker's new log already reaches past the consumer's
+    old position when it fetches again, so the fetch returns records and no sign of a shorter log. The new cluster
+    id, asked before fetching over the new connection, still sends the consumer back to the first record."""
+    topic = "test.log_restart_race"
+    with LocalBroker() as broker:
+        bootstrap = broker.url.removeprefix("kafka://")
+        await create_topics(bootstrap, [topic], 1)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=20)
+        tp = TopicPartition(topic, 0)
+        await producer.start()
+        await consumer.start()
+        consumer.assign([tp])
+        restarted = []
+        follow_log_restarts(consumer, restarted.append)
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, b"old%d" % i, partition=0)
+            read = 0
+            while read < 5:
+                read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+            consumer.pause(tp)
+            broker.stop()
+            broker.start()
+            await create_topics(bootstrap, [topic], 1)
+            for i in range(8):
+                await producer.send_and_wait(topic, b"new%d" % i, partition=0)
+            consumer.resume(tp)
+            new = []
+            for _ in range(50):
+                new += [m.value for msgs in (await consumer.getmany(timeout_ms=200)).values() for m in msgs]
+                if len(new) >= 8:
+                    break
+            assert new == [b"new%d" % i for i in range(8)]
+            assert restarted == [tp]
+        finally:
+            await consumer.stop()
+            await producer.stop()
+
+
 @pytest.mark.parametrize("acked, start, offset, left", [
     ([3, 4, 5], 3, 6, []),  # a run from the next unhandled message: commit past it
     ([5, 3, 4, 8, 9], 3, 6, [8, 9]),  # only the first run; the rest waits for 6 and 7
