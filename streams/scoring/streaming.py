@@ -123,9 +123,9 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
 
 
 def generated_tokens(streaming: Streaming, read: str, request_model: str) -> int:
-    """The output tokens a stream generated, in its generator's tokenizer: the engine's count once the stream
-    ended; from an engine that keeps none, the text read counted in the pool's tokenizer for the generator's
-    model (the request model's when the pool names none)."""
+    """The output tokens a stream generated: the engine's count once the stream ended (a model server's own count
+    where its stream carried one); from an engine that keeps none, the text read counted in the pool's tokenizer
+    for the generator's model (the request model's when the pool names none)."""
     if streaming.output_tokens is not None:
         return streaming.output_tokens
     try:
