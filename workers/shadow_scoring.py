@@ -1,10 +1,10 @@
 """The scoring worker's shadow side: decides naive twins (streams.shadow.naive) only while no served batch
-is being decided and never beside one (the two engines share their models), so shadow work holds a served
-decision back by one chunk of twins at most, and drops twins older than JEV_SHADOW_MAX_AGE_MS (the first work
-dropped under load). Decided twins go to the scored topic on their
-cache-key partition (through the worker's Sender, like served work), where the stage process pairs them with
-their served decisions; their tokens are metered as stage "shadow"; each dropped twin leaves a usage row
-(shadow;dropped) so a sample can be accounted for."""
+is being decided and never beside one (the two engines share their models: `Deciding`, served work first), so
+shadow work holds a served decision back by the one twin being decided at most, never by the twins queued behind
+it, and drops twins older than JEV_SHADOW_MAX_AGE_MS (the first work dropped under load). Decided twins go to the
+scored topic on their cache-key partition (through the worker's Sender, like served work), where the stage process
+pairs them with their served decisions; their tokens are metered as stage "shadow"; each dropped twin leaves a
+usage row (shadow;dropped) so a sample can be accounted for."""
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +19,53 @@ from streams.outbox import Outbox
 from streams.shadow.naive import decide_naive, naive_engine
 from streams.usage.events import usage_event
 
-CHUNK = 4  # naive twins decided between two checks for served work
+CHUNK = 4  # naive twins taken between two checks for served work (each decided alone, the lock taken per twin)
+
+
+class Deciding:
+    """The lock both engines decide under (they share the backends, whose tokenizers and caches are not safe in two
+    threads at once: "Already borrowed"), served work first: a twin takes it only while no served batch holds it or
+    waits for it, and holds it for one twin. Under load a checkout screening (300 ms deadline) had waited behind a
+    chunk of twins decided under one hold (399 ms at load ~10) and fallen back; now it waits for the one twin in
+    flight at most. `with deciding:` is the served side's; `with deciding.for_shadow():` a twin's."""
+
+    def __init__(self):
+        self.turn = threading.Condition()
+        self.held = False
+        self.served_waiting = 0
+
+    def acquire(self, served: bool = True) -> None:
+        with self.turn:
+            self.served_waiting += served
+            try:
+                while self.held or (not served and self.served_waiting):
+                    self.turn.wait()
+            finally:
+                self.served_waiting -= served
+            self.held = True
+
+    def release(self) -> None:
+        with self.turn:
+            self.held = False
+            self.turn.notify_all()
+
+    def locked(self) -> bool:
+        return self.held
+
+    def __enter__(self) -> "Deciding":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def for_shadow(self):
+        self.acquire(served=False)
+        try:
+            yield
+        finally:
+            self.release()
 
 
 class ShadowScorer:
@@ -27,9 +73,7 @@ class ShadowScorer:
         """`decode(raw)`: a WorkBatch, or the Rejection of an envelope that does not decode."""
         self.settings, self.decode = settings, decode
         self.engine = naive_engine(engine)
-        # held while either engine decides: both share the backends, whose tokenizers and caches are not safe in
-        # two threads at once ("Already borrowed"); a served batch waits at most for one CHUNK of twins
-        self.deciding = threading.Lock()
+        self.deciding = Deciding()  # held while either engine decides, served work first
         self.serving = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -79,11 +123,10 @@ class ShadowScorer:
         too), and held across a model server's answer (seconds, queued behind the streamed answers on a one-slot
         server) it kept every served batch waiting, checkout screenings with their 300 ms deadline among them."""
         answered = [w for w in works if not w.request.candidates]
-        scored = [w for w in works if w.request.candidates]
         decided, usage = decide_naive(self.engine, answered) if answered else ([], [])
-        if scored:
-            with self.deciding:
-                more, more_usage = decide_naive(self.engine, scored)
+        for work in (w for w in works if w.request.candidates):  # one twin per hold: served work goes between
+            with self.deciding.for_shadow():
+                more, more_usage = decide_naive(self.engine, [work])
             decided, usage = decided + more, usage + more_usage
         return decided, usage
 

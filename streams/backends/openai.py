@@ -17,7 +17,10 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
 
 Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard; a chat call's prompt with
 what the model's chat template adds where the tokenizer carries one, `gguf:`) and the server's
-`usage` (prompt, prompt_tokens_details.cached_tokens, completion) in `Scored.server` / `Generated.server`.
+`usage` (prompt, prompt_tokens_details.cached_tokens, completion) in `Scored.server` / `Generated.server`. Jev counts
+a prompt before it is sent (the budget's reservation); an answer's output is what the server generated, by the count
+the server sent with it (OpenAI's final `usage` chunk, or usage repeated in every chunk as vLLM's
+`continuous_usage_stats` sends it), Jev's count of the text only where it sent none (count_output).
 The API key comes from the pool entry's source at call time; it goes only into the Authorization header.
 """
 from __future__ import annotations
@@ -109,10 +112,17 @@ class OpenAIEngine:
         """Jev's count of a chat call's prompt: the message and what the model's chat template adds around it."""
         return self.count(prompt) + tokens.chat_framing(self.counting)
 
-    def count_output(self, text: str, finish_reason: object) -> int:
-        """Jev's count of an answer: its text, and the end-of-generation token when the model ended it itself
-        (finish_reason `stop`): a token it generated and the server bills, which has no text (llama-server: every
-        one of 21 answers that stopped before their length counted exactly one more)."""
+    def count_output(self, text: str, finish_reason: object, usage: Usage | None) -> int:
+        """Jev's count of an answer's output: the tokens the server generated, as it counted them in this call (its
+        usage's completion tokens, the last count a stream carried). The text cannot tell: re-tokenized, even in the
+        model's own vocabulary, a Chinese answer cut at its length reads short (llama-server's SmolLM2: 47 of 48, 158
+        of 160: the byte tokens of a character left unfinished are never sent as text), and llama-server's stream
+        holds a character's byte tokens back until it is whole, so neither its per-chunk token ids nor its logprobs
+        list them all (27 entries for 48 tokens). A server that sent no count: the text in the model's tokenizer, and
+        the end-of-generation token when the model ended the answer itself (finish_reason `stop`), a token it
+        generated and bills that has no text."""
+        if usage is not None and usage.completion_tokens > 0:
+            return usage.completion_tokens
         return self.count(text) + (finish_reason == "stop")
 
     # --- HTTP, on the engine loop -------------------------------------------------------------------------
@@ -260,9 +270,10 @@ class OpenAIEngine:
             text = choice["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no message)") from None
-        return Generated(text.strip(), self.count_chat(prompt), self.count_output(text, choice.get("finish_reason")),
-                         self.model, self.label,
-                         (time.perf_counter() - started) * 1000, usage_of(body), answer_confidence(body))
+        usage = usage_of(body)
+        return Generated(text.strip(), self.count_chat(prompt),
+                         self.count_output(text, choice.get("finish_reason"), usage), self.model, self.label,
+                         (time.perf_counter() - started) * 1000, usage, answer_confidence(body))
 
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
         """The answer's pieces as the server sends them. Connecting (with retries) happens here, so a server that
@@ -345,9 +356,9 @@ class SSEFeed:
     def pieces(self, streaming: Streaming, grace_s: float = 2.0):
         """The queued pieces. Closed early (the answer reached its length), the read goes on for up to `grace_s`
         so the server's closing usage still arrives (it was asked for at most that length), then it is cancelled:
-        the response closes and the server stops generating. Then the stream's two counts of its output: Jev's
-        (every piece the server sent, in the model's tokenizer, and the end token of an answer the model ended) and
-        the server's usage."""
+        the response closes and the server stops generating. Then the stream's output as generated (count_output:
+        the server's count where the stream carried one, else every piece it sent counted in the model's tokenizer)
+        and the server's usage."""
         try:
             while (piece := self.queue.get()) is not None:
                 yield piece
@@ -357,7 +368,7 @@ class SSEFeed:
             except concurrent.futures.TimeoutError:
                 self.task.cancel()
             streaming.server = self.usage
-            streaming.output_tokens = self.engine.count_output("".join(self.text), self.finish_reason)
+            streaming.output_tokens = self.engine.count_output("".join(self.text), self.finish_reason, self.usage)
 
 
 def scorer(spec) -> OpenAIEngine:

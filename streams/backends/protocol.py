@@ -63,9 +63,9 @@ class Generated:
 @dataclass
 class Streaming:
     """A generation in progress: iterate it for the text pieces in order; close() stops the generation
-    early (the stream reached its length). Once the stream has ended, `output_tokens` holds the engine's count
-    of every token it generated (in its own tokenizer, pieces the caller never read included: what a server
-    bills), and `server` the server's usage, when the server reported it."""
+    early (the stream reached its length). Once the stream has ended, `output_tokens` holds the count of every
+    token it generated, pieces the caller never read included: a model server's own count where the stream carried
+    one (what it bills), else the engine's in its own tokenizer; `server` is the server's usage, where it sent one."""
     pieces: Iterator[str]
     input_tokens: int  # in the backend's own tokenizer
     model: str

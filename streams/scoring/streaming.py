@@ -4,9 +4,10 @@ it comes, cut into Chunks by the client's size, each released when the response'
 sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream, with
 its time to first chunk and tokens per second.
 
-The row meters what the generator generated, as its model counts it (what its server bills): its output tokens
-are the engine's count of every generated token, in the generator's tokenizer (else the text read, counted in the
-generator model's tokenizer from the pool), beside the server's usage where it reported one. What the client got
+The row meters what the generator generated (what its server bills): its output tokens are the engine's count of
+every generated token (a model server's own count where its stream carried one, an in-process model's generated ids;
+else the text read, counted in the generator model's tokenizer from the pool), beside the server's usage where it
+reported one. What the client got
 is its `delivered_tokens`, the sum of its chunks in the request model's tokenizer; what lies between was generated
 and never delivered: cleanup's cuts, the length cut, a withheld sentence.
 
@@ -122,9 +123,9 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
 
 
 def generated_tokens(streaming: Streaming, read: str, request_model: str) -> int:
-    """The output tokens a stream generated, in its generator's tokenizer: the engine's count once the stream
-    ended; from an engine that keeps none, the text read counted in the pool's tokenizer for the generator's
-    model (the request model's when the pool names none)."""
+    """The output tokens a stream generated: the engine's count once the stream ended (a model server's own count
+    where its stream carried one); from an engine that keeps none, the text read counted in the pool's tokenizer
+    for the generator's model (the request model's when the pool names none)."""
     if streaming.output_tokens is not None:
         return streaming.output_tokens
     try:

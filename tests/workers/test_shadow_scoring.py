@@ -11,6 +11,7 @@ from streams.scoring.factory import build_engine
 from tests.conftest import consumed
 from tests.workers.test_scoring_worker import streamed_work, work
 from workers.scoring_worker import ScoringWorker
+from workers.shadow_scoring import Deciding
 
 
 def twin(request_id: str, admitted_at: float):
@@ -101,3 +102,51 @@ async def test_a_generate_twin_waiting_on_its_model_holds_no_served_batch_back(s
     held.go.set()
     out = await asyncio.wait_for(shadow, timeout=10)
     assert {w.request.request_id: w.decision.tier for w in out.work["scored"]} == {"q1": "llm", "n1": "fine"}
+
+
+async def test_a_served_decision_waits_for_the_twin_in_flight_not_the_twins_queued_behind_it(settings):
+    """Under load a checkout screening fell back on its deadline while a chunk of twins was decided under one hold
+    of the lock: served work now goes between two twins."""
+    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
+                           engine=build_engine(settings.replace(backend="lexical")))
+    naive = worker.shadow.engine
+    decide_batch, started, twins_decided = naive.decide_batch, threading.Event(), []
+
+    def slow(works):  # a naive decision on a busy machine
+        started.set()
+        time.sleep(0.2)
+        results = decide_batch(works)
+        twins_decided.extend(w.request.request_id for w in works)
+        return results
+
+    naive.decide_batch = slow
+    shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
+        WorkBatch(items=[twin(f"n{i}", time.time()) for i in range(4)]).dumps()])))
+    assert await asyncio.to_thread(started.wait, 10)
+    [(decision, _)] = await asyncio.wait_for(asyncio.to_thread(worker.decide_each, [work("s1")]), timeout=5)
+    before = list(twins_decided)
+    out = await asyncio.wait_for(shadow, timeout=10)
+    assert decision.request_id == "s1" and decision.tier == "fine"
+    assert before == ["n0"]  # the twin in flight, none of the three queued behind it
+    assert [w.request.request_id for w in out.work["scored"]] == ["n0", "n1", "n2", "n3"]
+    assert not worker.shadow.deciding.locked()
+
+
+def test_the_deciding_lock_lets_served_work_ahead_of_waiting_twins():
+    deciding, order = Deciding(), []
+    deciding.acquire()  # a twin is being decided
+
+    def take(who, served):
+        with (deciding if served else deciding.for_shadow()):
+            order.append(who)
+
+    twin_thread = threading.Thread(target=take, args=("twin", False))
+    twin_thread.start()
+    time.sleep(0.1)  # the twin waits first
+    served_thread = threading.Thread(target=take, args=("served", True))
+    served_thread.start()
+    time.sleep(0.1)
+    deciding.release()
+    twin_thread.join(5)
+    served_thread.join(5)
+    assert order == ["served", "twin"] and not deciding.locked()

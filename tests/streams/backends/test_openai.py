@@ -38,6 +38,7 @@ class Script:
         self.most_in_flight = 0  # the most calls the server held at once
         self.words = ["The ", "refund ", "is ", "on ", "its ", "way."]  # the chat answer, one piece per word
         self.finish = "stop"  # why the answer ended: stop (the model's end token) or length (max_tokens)
+        self.generated = 6  # the usage's completion_tokens: the tokens the server says the model generated
 
 
 def top_logprobs(prompt: str) -> dict:
@@ -91,7 +92,7 @@ def make_app(script: Script) -> web.Application:
         if not body.get("stream"):
             answer = {"choices": [{"message": {"content": "".join(words)}, "finish_reason": script.finish}]}
             if script.mode != "no_usage":
-                answer["usage"] = {"prompt_tokens": 12, "completion_tokens": 6}
+                answer["usage"] = {"prompt_tokens": 12, "completion_tokens": script.generated}
             return web.json_response(answer)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -107,7 +108,8 @@ def make_app(script: Script) -> web.Application:
         await response.write(f"data: {json.dumps(ended)}\n\n".encode())
         await response.write(b"data: not json at all\n\n")
         if script.mode in ("ok", "usage_after_finish"):
-            usage = {"prompt_tokens": 12, "completion_tokens": 6, "prompt_tokens_details": {"cached_tokens": 8}}
+            usage = {"prompt_tokens": 12, "completion_tokens": script.generated,
+                     "prompt_tokens_details": {"cached_tokens": 8}}
             await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         return response
@@ -312,25 +314,42 @@ def test_a_stream_cut_by_the_server_keeps_its_text(fake_server):
     assert "".join(streaming) == "The refund is " and streaming.server is None
 
 
-@pytest.mark.parametrize("words", [["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."],
-                                   ["当然可以！", "您的", "退款", "已经", "在路上。"]])
-def test_a_stream_closed_early_counts_every_piece_the_server_generated(fake_server, words):
+@pytest.mark.parametrize("words, generated", [
+    (["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."], 9),
+    # a Chinese answer re-tokenized reads short of what the model generated (a character cut unfinished at the
+    # length, byte tokens the server held back): the server's count stands
+    (["当然可以！", "您的", "退款", "已经", "在路上。"], 31)])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_output_is_what_the_server_generated_not_the_text_recounted(fake_server, words, generated, stream):
     url, script = fake_server
-    script.words = words
+    script.words, script.generated = words, generated
     eng = engine(url)
-    streaming = eng.stream("Where is my refund? 我的退款在哪里？", 32)
-    first = next(iter(streaming))
-    streaming.close()  # the caller's answer reached its length: the rest is read for the server's usage
-    assert first == words[0] and streaming.server == Usage(12, 6, 8)
-    # the model ended the answer itself (finish_reason stop): its end token counts too, as the server counts it
-    assert streaming.output_tokens == eng.count("".join(words)) + 1 and eng.count(first) < eng.count("".join(words))
+    recounted = eng.count("".join(words)) + 1  # the text in the model's tokenizer and the end token
+    assert recounted != generated  # the server's count is not what the text re-tokenizes to
+    if stream:
+        streaming = eng.stream("Where is my refund? 我的退款在哪里？", 32)
+        first = next(iter(streaming))
+        streaming.close()  # the caller's answer reached its length: the rest is read for the server's usage
+        assert first == words[0] and streaming.server == Usage(12, generated, 8)
+        output = streaming.output_tokens
+    else:
+        output = eng.generate("Where is my refund? 我的退款在哪里？", 32).output_tokens
+    assert output == generated
+
+
+def test_a_stream_counts_the_last_running_count_it_carried(fake_server):
+    url, script = fake_server
+    script.mode = "cumulative"  # usage so far in every chunk (vLLM's continuous_usage_stats), none at the end
+    streaming = engine(url).stream("Where is my refund?", 32)
+    "".join(streaming)
+    assert streaming.output_tokens == len(script.words) == streaming.server.completion_tokens
 
 
 @pytest.mark.parametrize("finish, end_token", [("stop", 1), ("length", 0)])
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_answer_the_model_ended_counts_its_end_token(fake_server, finish, end_token, stream):
+def test_without_the_servers_count_the_text_and_the_end_token_are_counted(fake_server, finish, end_token, stream):
     url, script = fake_server
-    script.finish = finish
+    script.finish, script.mode = finish, "no_usage"
     eng = engine(url)
     if stream:
         streaming = eng.stream("Where is my refund?", 32)
@@ -390,7 +409,8 @@ def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(f
     decision, events = eng.decide(work_for(request, "gpt-4o-mini"))
     assert decision.tier == "llm" and "refund" in decision.text
     [row] = [e for e in events if e.model == "served"]
-    assert row.count_source == "server" and row.server_output_tokens == 6 == decision.output_tokens
-    # Jev's count of the output is the generator's (its tokenizer, every token generated), as with a whole answer
-    assert row.output_tokens == engine(url).count("The refund is on its way.") + 1  # and the end token
+    # Jev meters the output the server generated (its count), not the text re-tokenized: the two counts agree
+    assert row.count_source == "server" and decision.output_tokens == 6
+    assert row.output_tokens == row.server_output_tokens == 6
+    assert engine(url).count("The refund is on its way.") + 1 != 6
     assert row.delivered_tokens == (tokens.count(decision.text, "gpt-4o-mini") if stream else 0)
