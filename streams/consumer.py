@@ -22,6 +22,9 @@ from streams.kafka_tuning import tune
 
 log = logging.getLogger("jev.consumer")
 STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
+# The longest an idle BatchConsumer's poll waits: polling every wait_ms (5-10 ms) cost each consumer 3-5% of a core
+# in cross-thread wake-ups while nothing came (bench/model_path.py); aiokafka ends a poll as soon as records arrive.
+IDLE_POLL_MS = 200
 
 
 async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
@@ -190,24 +193,37 @@ class BatchConsumer(mode.Service):
             self.idle.set()
 
     async def consume(self) -> None:
+        """Poll and hand over micro-batches (up to `depth` at once), committing each once it and every batch before
+        it were handled. The loop wakes when a poll returns or the oldest batch is done, never to poll again while
+        nothing came: an empty poll doubles the next one's wait, up to IDLE_POLL_MS (records end a poll at once)."""
         handling: deque[tuple[asyncio.Future, dict]] = deque()  # (handle(batch), the batch), oldest first
-        committing = None
+        committing = polling = None  # the commit in flight; the poll in flight
+        wait_ms = self.wait_ms
         if self.before is not None:
             await self.before()
-        while not self.should_stop or handling:
-            if len(handling) < self.depth and not self.should_stop:
-                if polled := await self.poll():
+        while not self.should_stop or handling or polling is not None:
+            if polling is None and len(handling) < self.depth and not self.should_stop:
+                polling = asyncio.ensure_future(self.poll(wait_ms))
+            await asyncio.wait([f for f in (polling, handling[0][0] if handling else None) if f is not None],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if polling is not None and polling.done():
+                polled, polling = polling.result(), None
+                wait_ms = self.wait_ms if polled else min(max(IDLE_POLL_MS, self.wait_ms), 2 * wait_ms)
+                if polled:  # handed over even while stopping: what was polled is handled and committed
                     handling.append((asyncio.ensure_future(self.hand_over([m for ms in polled.values() for m in ms])),
                                      polled))
-                    continue
-            if not handling or (len(handling) < self.depth and not handling[0][0].done() and not self.should_stop):
+            if not handling or not handling[0][0].done():
                 continue
             task, polled = handling.popleft()
             try:
                 await task
             except Exception:  # the handler isolates bad records; this is the infrastructure failing: read it again
                 log.exception("a micro-batch of %s failed; reading it again in 1 s", self.topic)
-                await self.rewind([polled, *(batch for _, batch in handling)], [t for t, _ in handling])
+                unhandled = [polled, *(batch for _, batch in handling)]
+                if polling is not None:  # what it brings is read again from the rewound offsets too
+                    unhandled.append(await polling)
+                    polling = None
+                await self.rewind(unhandled, [t for t, _ in handling])
                 handling.clear()
                 continue
             if committing is not None:
@@ -235,8 +251,8 @@ class BatchConsumer(mode.Service):
             await self.own.call(self.consumer.seek, tp, offset)
         await asyncio.sleep(1.0)
 
-    async def poll(self) -> dict:
-        polled = await self.own.call(self.consumer.getmany, timeout_ms=self.wait_ms, max_records=self.max_records)
+    async def poll(self, wait_ms: int) -> dict:
+        polled = await self.own.call(self.consumer.getmany, timeout_ms=wait_ms, max_records=self.max_records)
         count = sum(len(msgs) for msgs in polled.values())
         deadline = time.monotonic() + self.linger_ms / 1000
         while polled and count < self.max_records and not self.should_stop \
