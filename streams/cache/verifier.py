@@ -37,11 +37,12 @@ MAX_EXTRA = 10.0  # words only one side has, counted up to this
 
 def features(query: str, cached: str, cosine: float, next_cosine: float, second: float | None = None,
              decide: bool = False) -> np.ndarray:
-    """The feature row of a (question, cached question) pair; `second` is the model check's cosine (the primary
-    cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none)."""
+    """The feature row of a (question, cached question) pair; `second` is the model check's cosine (0 where there
+    is none: a copy of the primary cosine would only split its weight), `next_cosine` the score of the next
+    neighbour (0 for none)."""
     diff = differences(query, cached)
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
-    return np.array([1.0, cosine, cosine if second is None else second, cosine - next_cosine, diff["overlap"],
+    return np.array([1.0, cosine, 0.0 if second is None else second, cosine - next_cosine, diff["overlap"],
                      min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA, min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
                      diff["length_ratio"], float(han), float(decide), diff["order"], diff["all_overlap"],
                      diff["asks"]], dtype=np.float64)

@@ -23,7 +23,9 @@ def test_the_ridge_keeps_few_verdicts_near_the_starting_weights():
 
 @pytest.mark.parametrize("query,cached,overlap,extra", [
     ("How do I learn Python quickly?", "How can I learn Python fast?", 2 / 4, 2.0),  # learn python shared
-    ("如何快速学习Python？", "怎样快速学习Python？", 4 / 6, 0.0),  # python 快速 速学 学习 shared; 何快 样快 not (如何, 怎样: stop words)
+    ("如何快速学习Python？", "怎样快速学习Python？", 4 / 6, 2.0),  # python 快速 速学 学习 shared; 何快 样快 not (如何, 怎样: stop words)
+    ("网络美女是什么意思", "网络红人是什么意思", 4 / 10, 6.0),  # one key term apart: 络美 美女 女是 vs 络红 红人 人是
+    ("What does internet beauty mean?", "What does internet celebrity mean?", 2 / 4, 2.0),
 ])
 def test_differences_count_word_units_in_english_and_chinese(query, cached, overlap, extra):
     diff = differences(query, cached)
@@ -37,6 +39,7 @@ def test_feature_rows_mark_chinese_and_decide_requests():
     assert len(en) == len(FEATURES) and dict(zip(FEATURES, zh))["han"] == 1.0 and dict(zip(FEATURES, en))["han"] == 0
     assert dict(zip(FEATURES, zh))["decide"] == 1.0 and dict(zip(FEATURES, zh))["second"] == 0.95
     assert dict(zip(FEATURES, en))["margin"] == pytest.approx(0.43)
+    assert dict(zip(FEATURES, en))["second"] == 0.0, "no model check: no copy of the cosine to split its weight"
 
 
 def test_trained_weights_are_preferred_to_shipped_and_unknown_decisions_fall_back_to_the_cosine(tmp_path):
