@@ -17,7 +17,7 @@ from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.replay import replay
 from streams.cache.semantic import SemanticCache
-from streams.cache.verifier import FEATURES, load_verifier, save_weights
+from streams.cache.verifier import load_verifier, save_verifier
 from streams.cache.verify import verify
 
 TRAIN_HELP = """\
@@ -186,16 +186,14 @@ def run_train_verifier(args, settings) -> int:
         decision = decision_name(embedder.name, check)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
-        weights, summary, held = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
+        verifier, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
                                                 bounds=(settings.cache_max_error, *training.BOUNDS),
                                                 confidence=settings.cache_error_confidence)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    path = save_weights(settings.data_dir, decision, weights, {**summary, "floor": floor, "source": str(args.pairs)},
-                        held)
-    summary = {"decision": decision, "floor": floor, **summary, "weights": dict(zip(FEATURES, map(float, weights))),
-               "saved": str(path)}
+    path = save_verifier(settings.data_dir, decision, verifier, {**summary, "floor": floor, "source": str(args.pairs)})
+    summary = {"decision": decision, "floor": floor, **summary, "weights": verifier.as_dict(), "saved": str(path)}
     if args.json:
         print(orjson.dumps(summary).decode())
     else:
