@@ -26,10 +26,12 @@ Fit the L2 verifier's starting weights from labelled pairs, and save them in the
 Every text_a is cached and every text_b asks; the best verified neighbour each one meets (what the live L2
 decision judges) is a training row, right only when it is the pair's own text_a and the pair is labelled 1.
 A logistic regression over the verifier's features (cosines, word overlap, words and key terms only one
-side has, length ratio, language and decision kind) is fitted to the rows of half the pairs (by hash); the
-other half's rows are saved with the weights as calibration verdicts. Live, they open the test that certifies
-the served threshold (so hits can be served before live verdicts come); live verdicts join the same test,
-and refit the weights, pulled towards these. errors_top_N: wrong rows among the N the weights rank highest
+side has, length ratio, language and decision kind) is fitted to the rows of half the pairs (by hash), each
+feature standardized by those rows' mean and spread; the other half's rows are saved with the weights as
+calibration verdicts. Live, they open the test that certifies the served threshold (so hits can be served
+before live verdicts come); live verdicts join the same test, and refit the weights, pulled towards these.
+Weights (in --json too) apply to the standardized features; the scale is saved beside them and live refits
+and scores read features on it. errors_top_N: wrong rows among the N the weights rank highest
 in the calibration half (out of sample). certifies: per error bound (JEV_CACHE_MAX_ERROR, 0.05, 0.1, 0.2, at
 JEV_CACHE_ERROR_CONFIDENCE), what the calibration verdicts alone would let L2 serve ("served" candidates,
 "errors" among them): served 0 at your bound means these labels cannot certify it before live verdicts do
