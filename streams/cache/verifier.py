@@ -18,7 +18,9 @@ ridge weighs each feature alike. Raw, e5's cosines of verified candidates lie wi
 0.75-1: a ridge on such a narrow raw column holds back the weight it needs (the bias cannot follow), and an
 online refit on raw columns pulled towards weights fitted on standardized ones (cosine 16.3, bias -14 for
 MiniLM) moves them along directions the offline fit never weighed. A column that did not vary there (Han on
-all-Chinese pairs, `second` without a model check) standardizes to 0 and starts at weight 0.
+all-Chinese pairs, `second` without a model check) standardizes to 0 and starts at weight 0. Weights saved
+without a scale (the shipped MiniLM ones, fitted raw: refitted on standardized features they ranked no better
+and certified less on held-out Quora pairs) read raw features, and so do their refits.
 
 Weights come with calibration verdicts: `train-verifier` fits on one part of the labelled pairs and keeps the
 feature rows and outcomes of the candidates mined from the other part, which the fit never saw. They are
