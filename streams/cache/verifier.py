@@ -18,9 +18,9 @@ ridge weighs each feature alike. Raw, e5's cosines of verified candidates lie wi
 0.75-1: a ridge on such a narrow raw column holds back the weight it needs (the bias cannot follow), and an
 online refit on raw columns pulled towards weights fitted on standardized ones (cosine 16.3, bias -14 for
 MiniLM) moves them along directions the offline fit never weighed. A column that did not vary there (Han on
-all-Chinese pairs, `second` without a model check) standardizes to 0 and starts at weight 0. Weights saved
-without a scale (the shipped MiniLM ones, fitted raw: refitted on standardized features they ranked no better
-and certified less on held-out Quora pairs) read raw features, and so do their refits.
+all-Chinese pairs) standardizes to 0 and starts at weight 0. Weights saved without a scale (the shipped MiniLM
+ones, fitted raw: refitted on standardized features they ranked no better and certified less on held-out Quora
+pairs) read raw features, and so do their refits.
 
 Weights come with calibration verdicts: `train-verifier` fits on one part of the labelled pairs and keeps the
 feature rows and outcomes of the candidates mined from the other part, which the fit never saw. They are
@@ -48,12 +48,11 @@ MAX_EXTRA = 10.0  # words only one side has, counted up to this
 
 def features(query: str, cached: str, cosine: float, next_cosine: float, second: float | None = None,
              decide: bool = False) -> np.ndarray:
-    """The feature row of a (question, cached question) pair; `second` is the model check's cosine (0 where there
-    is none: a copy of the primary cosine would only split its weight), `next_cosine` the score of the next
-    neighbour (0 for none)."""
+    """The feature row of a (question, cached question) pair; `second` is the model check's cosine (the primary
+    cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none)."""
     diff = differences(query, cached)
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
-    return np.array([1.0, cosine, 0.0 if second is None else second, cosine - next_cosine, diff["overlap"],
+    return np.array([1.0, cosine, cosine if second is None else second, cosine - next_cosine, diff["overlap"],
                      min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA, min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
                      diff["length_ratio"], float(han), float(decide), diff["order"], diff["all_overlap"],
                      diff["asks"]], dtype=np.float64)
