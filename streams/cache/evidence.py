@@ -97,8 +97,7 @@ class PooledEvidence:
         rows = np.stack([r for r, _ in self.fit_rows])
         self.verifier.refit(rows, np.array([a for _, a in self.fit_rows]))
         if self.certify_rows:
-            scores = np.stack(self.certify_rows) @ self.verifier.weights
-            self.learner.rescore(POOL, [1 / (1 + math.exp(-max(min(s, 30.0), -30.0))) for s in scores])
+            self.learner.rescore(POOL, self.verifier.probabilities(np.stack(self.certify_rows)).tolist())
 
     def stats(self) -> dict:
         return {**self.learner.stats(POOL), "fit_verdicts": len(self.fit_rows),

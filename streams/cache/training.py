@@ -28,7 +28,7 @@ from streams.cache.exact import normalize
 from streams.cache.learning import ThresholdLearner
 from streams.cache.replay import PARTITION
 from streams.cache.semantic import SemanticCache, _same_question
-from streams.cache.verifier import FEATURES, Verifier, fit
+from streams.cache.verifier import FEATURES, Verifier, fit, standardizer
 
 CALIBRATION_SHARE = 0.5  # of the pairs, by hash: kept out of the fit, their candidates calibrate it
 BOUNDS = (0.05, 0.1, 0.2)  # error bounds `certifies` is reported at (besides the configured one)
@@ -71,10 +71,11 @@ def certifiable(scores: np.ndarray, agreed: np.ndarray, bounds=BOUNDS, confidenc
 
 
 def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 1.0, bounds=BOUNDS,
-          confidence: float = 0.9) -> tuple[np.ndarray, dict, tuple[np.ndarray, np.ndarray]]:
-    """(weights, a summary, the calibration verdicts): logistic regression on the candidates mined from the
-    fitting part of the pairs, a weak ridge towards zero; the calibration part's candidates as (rows, agreed).
-    The summary's `certifies` is taken at `bounds` with `confidence` (certifiable)."""
+          confidence: float = 0.9) -> tuple[Verifier, dict]:
+    """(the verifier, a summary): logistic regression on the candidates mined from the fitting part of the pairs,
+    standardized by their own columns (verifier.standardizer: the scale live refits and scores use too), a weak
+    ridge towards zero; the calibration part's candidates are the verifier's calibration verdicts. The summary's
+    `certifies` is taken at `bounds` with `confidence` (certifiable)."""
     mined = []
     for part in ([p for p in pairs if not held_for_calibration(p)], [p for p in pairs if held_for_calibration(p)]):
         never = PooledEvidence(Verifier(np.zeros(len(FEATURES))), ThresholdLearner(explore=0.0))
@@ -84,12 +85,12 @@ def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 
     if len(rows) < 2 * len(FEATURES) or labels.min(initial=1) == labels.max(initial=0):
         raise ValueError(f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
                          "weights: give more labelled pairs, with both labels, or lower --floor")
-    weights = fit(rows, labels, np.zeros(len(FEATURES)), ridge=ridge)
-    order = np.argsort(-(held @ weights))
-    verifier = Verifier(weights)
-    scores = np.array([verifier.probability(row) for row in held])  # what the live test compares
-    top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (100, 200, 500) if n <= len(held)}
-    return weights, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()),
-                     "calibration_candidates": len(held), "calibration_right": int(held_labels.sum()), **top,
-                     "certifies": certifiable(scores, held_labels.astype(bool), bounds, confidence)}, (
-        held, held_labels.astype(bool))
+    shift, spread = standardizer(rows)
+    weights = fit((rows - shift) / spread, labels, np.zeros(len(FEATURES)), ridge=ridge)
+    verifier = Verifier(weights, calibration=(held, held_labels.astype(bool)), shift=shift, spread=spread)
+    scores = verifier.probabilities(held)  # what the live test compares
+    order = np.argsort(-scores, kind="stable")
+    top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (50, 100, 200, 500) if n <= len(held)}
+    return verifier, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()),
+                      "calibration_candidates": len(held), "calibration_right": int(held_labels.sum()), **top,
+                      "certifies": certifiable(scores, held_labels.astype(bool), bounds, confidence)}

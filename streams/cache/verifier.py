@@ -11,6 +11,17 @@ numpy only. Its starting weights are those `jev cache train-verifier` fitted off
 (saved in the data dir), else the shipped ones (verifier.json, fitted the same way on the development
 part of qqp-dev); online it is refitted from verdicts (evidence.py), pulled towards the starting weights.
 
+One feature scale for all three: the weights apply to standardized features ((row - shift) / spread, the mean
+and spread of each column over the rows the starting weights were fitted on, saved with them), so the
+offline fit, every online refit and every score the certifying test compares read the same columns, and the
+ridge weighs each feature alike. Raw, e5's cosines of verified candidates lie within 0.9-1 and MiniLM's within
+0.75-1: a ridge on such a narrow raw column holds back the weight it needs (the bias cannot follow), and an
+online refit on raw columns pulled towards weights fitted on standardized ones (cosine 16.3, bias -14 for
+MiniLM) moves them along directions the offline fit never weighed. A column that did not vary there (Han on
+all-Chinese pairs) standardizes to 0 and starts at weight 0. Weights saved without a scale (the shipped MiniLM
+ones, fitted raw: refitted on standardized features they ranked no better and certified less on held-out Quora
+pairs) read raw features, and so do their refits.
+
 Weights come with calibration verdicts: `train-verifier` fits on one part of the labelled pairs and keeps the
 feature rows and outcomes of the candidates mined from the other part, which the fit never saw. They are
 verdicts like live ones (exchangeable with traffic like those pairs), so they join the certifying fold and the
@@ -64,26 +75,52 @@ def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, s
     return w
 
 
+def standardizer(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, spread) per column of `rows`: mean and standard deviation; the bias column and a column that does
+    not vary keep spread 1 (the bias also shift 0: it stays 1)."""
+    rows = np.asarray(rows, dtype=np.float64).reshape(-1, len(FEATURES))
+    shift = rows.mean(axis=0) if len(rows) else np.zeros(len(FEATURES))
+    spread = rows.std(axis=0) if len(rows) else np.ones(len(FEATURES))
+    spread = np.where(spread > 1e-9, spread, 1.0)
+    shift[0], spread[0] = 0.0, 1.0
+    return shift, spread
+
+
 class Verifier:
     def __init__(self, weights: np.ndarray, name: str = "shipped",
-                 calibration: tuple[np.ndarray, np.ndarray] | None = None):
-        """`calibration`: (feature rows, agreed) of verdicts the weights were not fitted on."""
+                 calibration: tuple[np.ndarray, np.ndarray] | None = None,
+                 shift: np.ndarray | None = None, spread: np.ndarray | None = None):
+        """`weights` on standardized features ((row - shift) / spread; no shift and spread: raw features);
+        `calibration`: (raw feature rows, agreed) of verdicts the weights were not fitted on."""
         if len(weights) != len(FEATURES):
             raise ValueError(f"verifier weights need {len(FEATURES)} numbers ({', '.join(FEATURES)}), "
                              f"got {len(weights)}: refit them with `jev cache train-verifier`")
         self.calibration = calibration if calibration is not None else (np.zeros((0, len(FEATURES))),
                                                                          np.zeros(0, dtype=bool))
+        self.shift = np.zeros(len(FEATURES)) if shift is None else np.asarray(shift, dtype=np.float64)
+        self.spread = np.ones(len(FEATURES)) if spread is None else np.asarray(spread, dtype=np.float64)
+        if self.shift[0] != 0 or self.spread[0] != 1 or (self.spread <= 0).any():
+            raise ValueError("the verifier's scale needs shift 0 and spread 1 for the bias and positive spreads: "
+                             "refit it with `jev cache train-verifier`")
         self.prior = np.asarray(weights, dtype=np.float64)
         self.weights = self.prior.copy()
         self.name = name
         self.fits = 0
 
+    def standardize(self, rows: np.ndarray) -> np.ndarray:
+        """Raw feature rows (or one row) on the scale the weights apply to."""
+        return (np.asarray(rows, dtype=np.float64) - self.shift) / self.spread
+
     def probability(self, row: np.ndarray) -> float:
-        return 1 / (1 + math.exp(-max(min(float(row @ self.weights), 30.0), -30.0)))
+        return 1 / (1 + math.exp(-max(min(float(self.standardize(row) @ self.weights), 30.0), -30.0)))
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        return 1 / (1 + np.exp(-np.clip(self.standardize(rows) @ self.weights, -30.0, 30.0)))
 
     def refit(self, rows: np.ndarray, agreed: np.ndarray) -> None:
-        """Online: the weights that fit these verdicts, pulled towards the starting weights."""
-        self.weights = fit(rows, agreed.astype(np.float64), self.prior)
+        """Online: the weights that fit these verdicts (raw rows, standardized as the starting weights' were),
+        pulled towards the starting weights."""
+        self.weights = fit(self.standardize(rows), agreed.astype(np.float64), self.prior)
         self.fits += 1
 
     def as_dict(self) -> dict:
@@ -92,28 +129,34 @@ class Verifier:
 
 def load_verifier(decision: str, data_dir: str | Path) -> Verifier:
     """The weights for `decision` (the embedder, or "minilm+e5" with a model check): trained ones from the data
-    dir, else the shipped ones, else cosine alone (a verifier no better than the threshold it replaces)."""
+    dir, else the shipped ones, else cosine alone (a verifier no better than the threshold it replaces). Weights
+    saved without a scale apply to raw features."""
     for path, source in ((Path(data_dir) / STORE, "trained"), (SHIPPED, "shipped")):
         if path.exists():
             record = json.loads(path.read_text()).get(decision)
             if record is not None and set(record["weights"]) == set(FEATURES):
                 held = record.get("calibration") or {"rows": [], "agreed": []}
                 rows = np.array(held["rows"], dtype=np.float64).reshape(-1, len(FEATURES))
+                scale = record.get("scale") or {"shift": dict.fromkeys(FEATURES, 0.0),
+                                                 "spread": dict.fromkeys(FEATURES, 1.0)}
+                shift, spread = (np.array([scale[k][f] for f in FEATURES]) for k in ("shift", "spread"))
                 return Verifier(np.array([record["weights"][f] for f in FEATURES]), f"{source}:{decision}",
-                                (rows, np.array(held["agreed"], dtype=bool)))
+                                (rows, np.array(held["agreed"], dtype=bool)), shift, spread)
     cosine_only = np.zeros(len(FEATURES))
     cosine_only[0], cosine_only[1] = -20.0, 25.0  # p = 0.5 at cosine 0.8
     return Verifier(cosine_only, f"cosine:{decision}")
 
 
-def save_weights(data_dir: str | Path, decision: str, weights: np.ndarray, record: dict,
-                 calibration: tuple[np.ndarray, np.ndarray] | None = None) -> Path:
-    """Save `weights` (and the calibration verdicts kept out of their fit) for `decision` in the data dir."""
+def save_verifier(data_dir: str | Path, decision: str, verifier: Verifier, record: dict) -> Path:
+    """Save `verifier`'s starting weights, their scale and its calibration verdicts for `decision` in the data
+    dir."""
     path = Path(data_dir) / STORE
     saved = json.loads(path.read_text()) if path.exists() else {}
-    saved[decision] = {**record, "weights": dict(zip(FEATURES, map(float, weights)))}
-    if calibration is not None:
-        rows, agreed = calibration
+    rows, agreed = verifier.calibration
+    saved[decision] = {**record, "weights": dict(zip(FEATURES, map(float, verifier.prior))),
+                       "scale": {"shift": dict(zip(FEATURES, map(float, verifier.shift))),
+                                 "spread": dict(zip(FEATURES, map(float, verifier.spread)))}}
+    if len(rows):
         saved[decision]["calibration"] = {"rows": np.round(rows, 4).tolist(), "agreed": [int(a) for a in agreed]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(saved, indent=1, sort_keys=True))

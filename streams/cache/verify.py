@@ -213,8 +213,8 @@ def _jaccard(a: set, b: set) -> float:
 
 def differences(query: str, cached: str) -> dict[str, float]:
     """What separates two questions that passed `verify`, as numbers for the learned verifier (verifier.py):
-    the overlap of their content word units (language.units: words, CJK character bigrams), the Latin-script
-    content words and key terms only one side has, the ratio of their lengths in units, the overlap of their
+    the overlap of their content word units (language.units: words, CJK character bigrams), the content units
+    (stemmed Latin-script words, CJK bigrams) and the Latin-script key terms only one side has, the ratio of their lengths in units, the overlap of their
     consecutive content unit pairs (word order: "ethane to ethene" vs "ethene to ethane"), the overlap of all
     their units (function words too: "this plant" vs "plant"), and whether their question words ask different
     things (asks)."""
@@ -222,7 +222,9 @@ def differences(query: str, cached: str) -> dict[str, float]:
     seq_a, seq_b = (language.units(t, content=True) for t in (query, cached))
     units_a, units_b = set(seq_a), set(seq_b)
     union = units_a | units_b
-    words_a, words_b = ({w for w in p.content if w.isascii()} for p in (a, b))
+    # Latin-script content words stemmed (verify's), CJK content units (bigrams) as language.units cuts them.
+    words_a, words_b = ({w for w in p.content if w.isascii()} | {u for u in seq if not u.isascii()}
+                        for p, seq in ((a, seq_a), (b, seq_b)))
     extra_a, extra_b = words_a - words_b, words_b - words_a
     sizes = sorted((len(units_a), len(units_b)))
     return {"overlap": len(units_a & units_b) / len(union) if union else 1.0,

@@ -17,7 +17,7 @@ from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.replay import replay
 from streams.cache.semantic import SemanticCache
-from streams.cache.verifier import FEATURES, load_verifier, save_weights
+from streams.cache.verifier import load_verifier, save_verifier
 from streams.cache.verify import verify
 
 TRAIN_HELP = """\
@@ -26,10 +26,12 @@ Fit the L2 verifier's starting weights from labelled pairs, and save them in the
 Every text_a is cached and every text_b asks; the best verified neighbour each one meets (what the live L2
 decision judges) is a training row, right only when it is the pair's own text_a and the pair is labelled 1.
 A logistic regression over the verifier's features (cosines, word overlap, words and key terms only one
-side has, length ratio, language and decision kind) is fitted to the rows of half the pairs (by hash); the
-other half's rows are saved with the weights as calibration verdicts. Live, they open the test that certifies
-the served threshold (so hits can be served before live verdicts come); live verdicts join the same test,
-and refit the weights, pulled towards these. errors_top_N: wrong rows among the N the weights rank highest
+side has, length ratio, language and decision kind) is fitted to the rows of half the pairs (by hash), each
+feature standardized by those rows' mean and spread; the other half's rows are saved with the weights as
+calibration verdicts. Live, they open the test that certifies the served threshold (so hits can be served
+before live verdicts come); live verdicts join the same test, and refit the weights, pulled towards these.
+Weights (in --json too) apply to the standardized features; the scale is saved beside them and live refits
+and scores read features on it. errors_top_N: wrong rows among the N the weights rank highest
 in the calibration half (out of sample). certifies: per error bound (JEV_CACHE_MAX_ERROR, 0.05, 0.1, 0.2, at
 JEV_CACHE_ERROR_CONFIDENCE), what the calibration verdicts alone would let L2 serve ("served" candidates,
 "errors" among them): served 0 at your bound means these labels cannot certify it before live verdicts do
@@ -186,16 +188,14 @@ def run_train_verifier(args, settings) -> int:
         decision = decision_name(embedder.name, check)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
-        weights, summary, held = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
+        verifier, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
                                                 bounds=(settings.cache_max_error, *training.BOUNDS),
                                                 confidence=settings.cache_error_confidence)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    path = save_weights(settings.data_dir, decision, weights, {**summary, "floor": floor, "source": str(args.pairs)},
-                        held)
-    summary = {"decision": decision, "floor": floor, **summary, "weights": dict(zip(FEATURES, map(float, weights))),
-               "saved": str(path)}
+    path = save_verifier(settings.data_dir, decision, verifier, {**summary, "floor": floor, "source": str(args.pairs)})
+    summary = {"decision": decision, "floor": floor, **summary, "weights": verifier.as_dict(), "saved": str(path)}
     if args.json:
         print(orjson.dumps(summary).decode())
     else:

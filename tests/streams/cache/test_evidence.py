@@ -136,3 +136,28 @@ def test_calibration_verdicts_certify_before_live_ones_and_never_refit():
     refused = PooledEvidence(Verifier(cosine_verifier().weights, calibration=noisy),
                              ThresholdLearner(0.05, 0.9, explore=0.0))
     assert refused.threshold() == math.inf
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_refit_rescores_the_certifying_verdicts_on_the_scale_live_candidates_are_scored_on(lang):
+    """A verifier on standardized features (e5's narrow cosines): after an online refit, every certifying verdict's
+    score in the learner is the probability the refitted verifier gives a live candidate with that feature row."""
+    from streams.cache.verifier import features, standardizer
+    query, cached = (("如何重置我的密码？", "怎么重置我的密码？") if lang == "zh" else
+                     ("How do I reset my password?", "How can I reset my password?"))
+    rng = random.Random(4)
+    rows = np.stack([features(query, cached, rng.uniform(0.9, 1.0), rng.uniform(0.3, 0.8)) for _ in range(400)])
+    shift, spread = standardizer(rows)
+    weights = np.zeros(len(FEATURES))
+    weights[FEATURES.index("cosine")] = 2.0
+    evidence = PooledEvidence(Verifier(weights, shift=shift, spread=spread), ThresholdLearner(0.05, 0.9, explore=0.0),
+                              refit_every=20)
+    for i, x in enumerate(rows):
+        evidence.observe(f"{lang}{i}", x, float(x[1]), agreed=x[1] > 0.95)
+    assert evidence.verifier.fits > 0
+    kept = evidence.learner.partitions[POOL].rows
+    assert len(kept) == len(evidence.certify_rows) > 0
+    live = [evidence.score(x) for x in evidence.certify_rows]
+    assert np.allclose([score for score, _ in kept], live, atol=1e-12)
+    agreed = np.array([ok for _, ok in kept])
+    assert np.mean(np.array(live)[agreed]) > np.mean(np.array(live)[~agreed]) + 0.3, "the refit kept the cosine's sign"

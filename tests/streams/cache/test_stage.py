@@ -8,7 +8,7 @@ from schemas.records import Candidate as Option, Decision, Request, Work
 from streams.cache.exact import cache_key
 from streams.cache.modelcheck import check_name, decision_name
 from streams.cache.stage import JUDGE_SUFFIX, CacheStage
-from streams.cache.verifier import FEATURES, save_weights
+from streams.cache.verifier import FEATURES, Verifier, save_verifier
 from streams.shadow.verdict import ShadowJoin
 from streams.switches import SWITCHES
 
@@ -30,7 +30,8 @@ def new_stage(tmp_path, margin: float = 0.2) -> CacheStage:
                                            cache_semantic_threshold=0.5, cache_promote_margin=margin)
     weights = np.zeros(len(FEATURES))
     weights[0], weights[1] = -2.38, 6.98
-    save_weights(tmp_path, decision_name("hashing", check_name(settings.cache_model_check, "hashing")), weights, {})
+    save_verifier(tmp_path, decision_name("hashing", check_name(settings.cache_model_check, "hashing")),
+                  Verifier(weights), {})
     return CacheStage({}, settings)
 
 

@@ -25,9 +25,9 @@ def pairs() -> list[Pair]:
 
 
 def test_the_verifier_is_fitted_on_the_candidates_the_live_decision_meets():
-    weights, summary, _ = train(HashingEmbedder(), pairs(), floor=0.2)
+    verifier, summary = train(HashingEmbedder(), pairs(), floor=0.2)
     assert summary["pairs"] == 64 and summary["candidates"] >= 20 and 0 < summary["right"] < summary["candidates"]
-    assert weights.shape == (len(FEATURES),) and weights[FEATURES.index("cosine")] > 0
+    assert verifier.weights.shape == (len(FEATURES),) and verifier.weights[FEATURES.index("cosine")] > 0
 
 
 def test_the_calibration_half_is_kept_out_of_the_fit_and_ranked_out_of_sample():
@@ -36,16 +36,18 @@ def test_the_calibration_half_is_kept_out_of_the_fit_and_ranked_out_of_sample():
     data = pairs()
     held = [p for p in data if held_for_calibration(p)]
     assert 0.3 < len(held) / len(data) < 0.7 and any("设置" in p.text_a for p in held)
-    weights, summary, (rows, agreed) = train(HashingEmbedder(), data, floor=0.2)
+    verifier, summary = train(HashingEmbedder(), data, floor=0.2)
+    rows, agreed = verifier.calibration
     assert len(rows) == summary["calibration_candidates"] > 0 and agreed.sum() == summary["calibration_right"]
     assert 0 < agreed.sum() < len(agreed)
-    scores = rows @ weights
+    scores = verifier.probabilities(rows)
     assert scores[agreed].min() > scores[~agreed].max()
 
 
 def test_the_summary_says_what_the_calibration_verdicts_certify_per_bound():
     """English and Chinese pairs: the first test's outcome per bound, looser bounds serving at least as much."""
-    _, summary, (rows, agreed) = train(HashingEmbedder(), pairs(), floor=0.2, bounds=(0.05, 0.3), confidence=0.9)
+    verifier, summary = train(HashingEmbedder(), pairs(), floor=0.2, bounds=(0.05, 0.3), confidence=0.9)
+    rows = verifier.calibration[0]
     certifies = summary["certifies"]
     assert set(certifies) == {"0.05", "0.3"}
     assert certifies["0.3"]["served"] >= certifies["0.05"]["served"] >= 0
