@@ -214,10 +214,10 @@ def _jaccard(a: set, b: set) -> float:
 def differences(query: str, cached: str) -> dict[str, float]:
     """What separates two questions that passed `verify`, as numbers for the learned verifier (verifier.py):
     the overlap of their content word units (language.units: words, CJK character bigrams), the content units
-    (stemmed Latin-script words, CJK bigrams) and the Latin-script key terms only one side has, the ratio of their lengths in units, the overlap of their
-    consecutive content unit pairs (word order: "ethane to ethene" vs "ethene to ethane"), the overlap of all
-    their units (function words too: "this plant" vs "plant"), and whether their question words ask different
-    things (asks)."""
+    (stemmed Latin-script words, CJK bigrams) and the Latin-script key terms only one side has, the ratio of their
+    lengths in units, the overlap of their consecutive content unit pairs (word order: "ethane to ethene" vs
+    "ethene to ethane"), the overlap of all their units (function words too: "this plant" vs "plant"), and whether
+    their question words ask different things (asks)."""
     a, b = _parsed(query), _parsed(cached)
     seq_a, seq_b = (language.units(t, content=True) for t in (query, cached))
     units_a, units_b = set(seq_a), set(seq_b)

@@ -189,8 +189,8 @@ def run_train_verifier(args, settings) -> int:
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
             embedder.name, settings.cache_semantic_threshold)
         verifier, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
-                                                bounds=(settings.cache_max_error, *training.BOUNDS),
-                                                confidence=settings.cache_error_confidence)
+                                           bounds=(settings.cache_max_error, *training.BOUNDS),
+                                           confidence=settings.cache_error_confidence)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
