@@ -59,6 +59,21 @@ async def test_an_idle_consumer_backs_its_fetch_wait_off_and_a_record_brings_it_
         await consumer.stop()
 
 
+async def send(producer: AIOKafkaProducer, topic: str, prefix: bytes, n: int) -> None:
+    for i in range(n):
+        await producer.send_and_wait(topic, prefix + b"%d" % i, partition=0)
+
+
+async def read(consumer: AIOKafkaConsumer, n: int) -> list[bytes]:
+    """The values of the next `n` records the consumer delivers (fewer if 10 s pass first)."""
+    values = []
+    for _ in range(50):
+        values += [m.value for msgs in (await consumer.getmany(timeout_ms=200)).values() for m in msgs]
+        if len(values) >= n:
+            break
+    return values
+
+
 async def test_a_consumer_reads_a_restarted_brokers_log_from_its_beginning():
     """tansu restarted without its data answers a fetch past its new end with no records and no error: the
     consumer would skip everything up to its old position. With follow_log_restarts it reads the new log from its
@@ -76,22 +91,13 @@ async def test_a_consumer_reads_a_restarted_brokers_log_from_its_beginning():
         follow_log_restarts(consumer, restarted.append)
         before = LOG_RESTARTS.labels(topic)._value.get()
         try:
-            for i in range(10):
-                await producer.send_and_wait(topic, b"old%d" % i, partition=0)
-            read = 0
-            while read < 10:
-                read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+            await send(producer, topic, b"old", 10)
+            assert len(await read(consumer, 10)) == 10
             broker.stop()
             broker.start()
             await create_topics(bootstrap, [topic], 1)
-            for i in range(3):
-                await producer.send_and_wait(topic, b"new%d" % i, partition=0)
-            new = []
-            for _ in range(50):
-                new += [m.value for msgs in (await consumer.getmany(timeout_ms=200)).values() for m in msgs]
-                if len(new) >= 3:
-                    break
-            assert new == [b"new0", b"new1", b"new2"]
+            await send(producer, topic, b"new", 3)
+            assert await read(consumer, 3) == [b"new0", b"new1", b"new2"]
             assert restarted == [TopicPartition(topic, 0)]
             assert LOG_RESTARTS.labels(topic)._value.get() == before + 1
         finally:
@@ -117,24 +123,15 @@ async def test_a_restarted_log_that_grew_past_the_old_position_is_still_read_fro
         restarted = []
         follow_log_restarts(consumer, restarted.append)
         try:
-            for i in range(5):
-                await producer.send_and_wait(topic, b"old%d" % i, partition=0)
-            read = 0
-            while read < 5:
-                read += sum(len(msgs) for msgs in (await consumer.getmany(timeout_ms=1000)).values())
+            await send(producer, topic, b"old", 5)
+            assert len(await read(consumer, 5)) == 5
             consumer.pause(tp)
             broker.stop()
             broker.start()
             await create_topics(bootstrap, [topic], 1)
-            for i in range(8):
-                await producer.send_and_wait(topic, b"new%d" % i, partition=0)
+            await send(producer, topic, b"new", 8)
             consumer.resume(tp)
-            new = []
-            for _ in range(50):
-                new += [m.value for msgs in (await consumer.getmany(timeout_ms=200)).values() for m in msgs]
-                if len(new) >= 8:
-                    break
-            assert new == [b"new%d" % i for i in range(8)]
+            assert await read(consumer, 8) == [b"new%d" % i for i in range(8)]
             assert restarted == [tp]
         finally:
             await consumer.stop()
