@@ -29,6 +29,7 @@ infers were compacted away) are not counted as acknowledged: the stage topics ar
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
@@ -67,7 +68,8 @@ def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] |
     consumer would skip every record written after the restart up to its old position. Two signs of it:
     - the cluster id changed (the local broker takes a new one at each start, infra/broker.py): before its first
       fetch, and before fetching over a new connection (after a broken one), the consumer asks the broker's
-      metadata, so a new log is known before a record of it is read at a stale position, however fast it grew;
+      metadata and fetches only once a broker has answered it, so a new log is known before a record of it is
+      read at a stale position, however fast it grew and however the broker's start met the consumer's retries;
     - a partition's fetched high watermark is below the offset it was fetched at (impossible on a log that only
       grows): a broker that kept its cluster id.
     Each partition so restarted is logged, counted in jev_log_restarts_total{topic}, sought to its beginning and
@@ -100,7 +102,11 @@ def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] |
     async def fetch_and_check(assignment, node_id, request) -> bool:
         conn = client._conns.get((node_id, ConnectionGroup.DEFAULT))
         if cluster["id"] is None or conn is None or not conn.connected():
-            await client.force_metadata_update()
+            if not await client.force_metadata_update():
+                # no broker answered: the fetch would open its connection unchecked to a broker that came back
+                # since, and read its new log at the old position; fetch once an update has told its cluster id
+                await asyncio.sleep(fetcher._retry_backoff)
+                return False
         got = await fetch(assignment, node_id, request)
         if not assignment.active:
             return got

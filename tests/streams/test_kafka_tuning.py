@@ -1,4 +1,7 @@
 """Faust's consumer as Jev installs it: seeks on the real local broker, and which offsets a commit covers."""
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -136,6 +139,33 @@ async def test_a_restarted_log_that_grew_past_the_old_position_is_still_read_fro
         finally:
             await consumer.stop()
             await producer.stop()
+
+
+async def test_a_fetch_over_a_new_connection_waits_for_a_metadata_update_a_broker_answered():
+    """The broker comes back between a metadata request that no broker answered and the fetch after it: that fetch
+    would open its own connection to the new broker, unchecked, and read the new log at the old position. It is
+    not sent until an update has reached a broker (and so told its cluster id)."""
+    answers, fetched = [False, True], []
+
+    async def fetch(assignment, node_id, request):
+        fetched.append(node_id)
+        return True
+
+    def update():
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(answers.pop(0))
+        return done
+
+    inactive = SimpleNamespace(active=False)
+    client = SimpleNamespace(_conns={}, force_metadata_update=update,
+                             cluster=SimpleNamespace(update_metadata=lambda metadata: None))
+    consumer = SimpleNamespace(_client=client, _subscription=SimpleNamespace(subscription=None),
+                               _fetcher=SimpleNamespace(_proc_fetch_request=fetch, _retry_backoff=0))
+    follow_log_restarts(consumer)
+    assert await consumer._fetcher._proc_fetch_request(inactive, 111, None) is False
+    assert fetched == []
+    assert await consumer._fetcher._proc_fetch_request(inactive, 111, None) is True
+    assert fetched == [111] and answers == []
 
 
 @pytest.mark.parametrize("acked, start, offset, left", [
