@@ -8,8 +8,9 @@ pool (JEV_CACHE_MAX_ERROR at JEV_CACHE_ERROR_CONFIDENCE, learning.py's fixed-seq
 spending its share of alpha).
 
 The verifier is refitted online, and a score fitted on a verdict cannot also certify it (it would pass by
-having been fitted). So each verdict falls, by a hash of the pair it judged (never of its outcome), in one of
-two folds: FIT_SHARE of them refit the verifier, the rest certify it. A refit rescores the certifying
+having been fitted). So each verdict falls, by a hash of the pair it judged (the cached entry's key and the
+question asked; never its outcome, nor its feature row, so a change of features keeps every verdict in its
+fold), in one of two folds: FIT_SHARE of them refit the verifier, the rest certify it. A refit rescores the certifying
 verdicts and tests again (another fit, at a smaller alpha).
 
 The verifier's calibration verdicts (verifier.py: mined from labelled pairs its weights were not fitted on)
@@ -38,8 +39,9 @@ MAX_ROWS = 10_000  # per fold, the most recent kept
 MAX_VETOES = 100_000
 
 
-def in_fit_fold(key: str, row: np.ndarray) -> bool:
-    digest = hashlib.blake2b(key.encode() + np.asarray(row, np.float64).tobytes(), digest_size=8).digest()
+def in_fit_fold(key: str, asked: str) -> bool:
+    """Does the verdict on entry `key` for the question `asked` refit the verifier (else it certifies)?"""
+    digest = hashlib.blake2b(f"{key}\x00{asked}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") / 2 ** 64 < FIT_SHARE
 
 
@@ -73,15 +75,15 @@ class PooledEvidence:
     def threshold(self) -> float:
         return self.learner.threshold(POOL)
 
-    def observe(self, key: str, row, cosine: float, agreed: bool) -> None:
-        """A verdict on a candidate of entry `key` with feature `row` at `cosine`."""
+    def observe(self, key: str, row, cosine: float, agreed: bool, asked: str = "") -> None:
+        """A verdict on a candidate of entry `key` with feature `row` at `cosine`, met by the question `asked`."""
         row = np.asarray(row, dtype=np.float64)
         if not agreed:
             self.vetoes[key] = max(self.vetoes.get(key, -math.inf), cosine)
             self.vetoes.move_to_end(key)
             while len(self.vetoes) > MAX_VETOES:
                 self.vetoes.popitem(last=False)
-        if not in_fit_fold(key, row):
+        if not in_fit_fold(key, asked):
             self.certify_rows.append(row)
             self.learner.observe(POOL, key, self.score(row), agreed)
             return

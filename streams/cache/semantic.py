@@ -146,9 +146,10 @@ class Candidate:
     cosine: float | None = None
     features: tuple[float, ...] = ()
     near_miss: bool = False  # refused just under the serving threshold: to be judged for promotion
+    asked: str = ""  # the question that met it (with `features`): its verdict's fold is drawn from it
 
     def to_dict(self) -> dict:
-        extra = {"cosine": self.cosine, "features": list(self.features)} if self.features else {}
+        extra = {"cosine": self.cosine, "features": list(self.features), "asked": self.asked} if self.features else {}
         if self.near_miss:
             extra["near_miss"] = True
         return {"partition": list(self.partition), "question": self.question, "score": self.score,
@@ -157,7 +158,8 @@ class Candidate:
     @classmethod
     def from_dict(cls, data) -> "Candidate":
         return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]),
-                   data.get("cosine"), tuple(data.get("features") or ()), bool(data.get("near_miss")))
+                   data.get("cosine"), tuple(data.get("features") or ()), bool(data.get("near_miss")),
+                   data.get("asked", ""))
 
 
 @dataclass
@@ -283,11 +285,12 @@ class SemanticCache:
         if cosine < self.min_cosine or not self.evidence.allows(key, float(cosine), p):
             self.refusals["learned_threshold"] += 1
             near = _same_question(cached) != _same_question(text) and self._near_miss(key, float(cosine), p)
-            return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near)
+            return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near, text)
         self.recency.move_to_end((partition, id_))
         hit = serve(key, part.entries[id_], self.book, self.refresh, payload=(partition, cached), score=p,
                     matched=cached)
-        return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)))
+        return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)),
+                              asked=text)
 
     def _near_miss(self, key: str, cosine: float, p: float) -> bool:
         """Refused by the certified threshold (not by exploration, a veto or the tune floor) with p within the
@@ -320,7 +323,7 @@ class SemanticCache:
         disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
         if self.evidence is not None and candidate.features:
             self.evidence.observe(entry_key(candidate.partition, candidate.question), candidate.features,
-                                  candidate.cosine, agreed)
+                                  candidate.cosine, agreed, _same_question(candidate.asked))
             return
         part = self.partitions.get(candidate.partition)
         id_ = part.ids.get(_same_question(candidate.question)) if part else None

@@ -27,10 +27,36 @@ def cosine_verifier() -> Verifier:
 
 
 def test_the_fold_depends_on_the_pair_never_on_the_outcome_and_takes_its_share():
-    keys = [(f"entry{i}", row(0.8 + i % 100 / 1000)) for i in range(4000)]
-    share = sum(in_fit_fold(k, r) for k, r in keys) / len(keys)
+    pairs = [(f"entry{i % 500}", f"question {i}") for i in range(4000)]
+    share = sum(in_fit_fold(k, q) for k, q in pairs) / len(pairs)
     assert abs(share - FIT_SHARE) < 0.03
-    assert all(in_fit_fold(k, r) == in_fit_fold(k, r) for k, r in keys[:50])
+    assert all(in_fit_fold(k, q) == in_fit_fold(k, q) for k, q in pairs[:50])
+
+
+@pytest.mark.parametrize("cached, asked", [("How do I learn Python fast?", "How can I learn Python quickly?"),
+                                            ("如何快速学习Python？", "怎样才能快速学会Python？")])
+def test_the_fold_of_a_verdict_stays_when_its_features_change(cached, asked):
+    """The same verdicts observed with other feature rows (a new feature, a refitted scale) land in the same
+    folds: the fit fold holds the same verdicts, by their questions, whatever the rows say."""
+    embedder = HashingEmbedder()
+    for partition in (EN, ZH):
+        key = entry_key(partition, cached)
+        questions = [f"{asked} {i}" for i in range(40)]
+        folds = []
+        for scale in (1.0, 1.5):
+            evidence = PooledEvidence(cosine_verifier(), ThresholdLearner(0.05, 0.9, explore=0.0), refit_every=1000)
+            fit = []
+            for i, question in enumerate(questions):
+                before = len(evidence.fit_rows)
+                evidence.observe(key, row(0.9 + i / 1000) * scale, 0.9, True, question)
+                fit.append(len(evidence.fit_rows) > before)
+            folds.append(fit)
+        assert folds[0] == folds[1] and 0 < sum(folds[0]) < len(questions)
+    cache = SemanticCache(embedder, 0.0, evidence=PooledEvidence(cosine_verifier(), ThresholdLearner(explore=0.0)))
+    cache.insert(EN, cached, {"answer": 1})
+    _, candidate = cache.probe(EN, asked)
+    assert candidate is not None and candidate.asked == asked
+    assert type(candidate).from_dict(candidate.to_dict()).asked == asked
 
 
 def test_verdicts_of_every_partition_certify_one_threshold():
