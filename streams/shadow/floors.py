@@ -10,8 +10,9 @@ from streams.shadow.mechanisms import DISTILL_LAYERS, MECHANISMS
 
 # (floor, the measurement it comes from)
 DEFAULTS: dict[str, tuple[float, str]] = {
-    "cache.l1": (0.97, "an exact hit replays the decision of the same prompt: it disagrees only where distillation "
-                       "or a model change did; held to the caches' floor"),
+    "cache.l1": (0.97, "an exact hit replays the decision of the same prompt: judged only on the hits no other "
+                       "mechanism shaped and on stale ones (mechanisms.judged), where it disagrees only if the "
+                       "model changed; held to the caches' floor"),
     "cache.l2": (0.97, "bench/cache_precision.py, STS-B test: precision 0.972 of MiniLM + verification; the floor "
                        "is that precision rounded down"),
     "cache.l3": (0.97, "pre-answers are L2 entries: the L2 floor"),

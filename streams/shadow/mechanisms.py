@@ -90,6 +90,18 @@ def from_decision(decision: Decision) -> list[str]:
     return merged(found)
 
 
+def judged(acted: list[str], decision: Decision) -> list[str]:
+    """The mechanisms a verdict judges, of those that `acted`. A fresh exact hit replays the decision the same
+    distilled prompt gets now, so where another mechanism shaped that decision (distillation, a rule, the cascade,
+    a breaker) a disagreement is that mechanism's, judged at its own floor; L1 is judged on the hits nothing else
+    shaped and on stale hits (served once under an older prompt, model or template version). Held to the caches'
+    floor for the cascade's disagreements, L1 was switched off by the guard, which only sent the same requests
+    through the same cascade again at full cost."""
+    if "cache.l1" in acted and len(acted) > 1 and decision.chain[:1] != ["cache_l1:stale"]:
+        return [m for m in acted if m != "cache.l1"]
+    return acted
+
+
 def merged(*groups: Iterable[str]) -> list[str]:
     """One list, first occurrence order, no repeats."""
     return list(dict.fromkeys(m for group in groups for m in group))

@@ -76,8 +76,8 @@ class ShadowJoin:
 
     def served(self, work: Work, usage: list) -> Verdict | None:
         """A finished served Work (its decision as the caller gets it) and the postprocess usage it made."""
-        acted = mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision),
-                                  mechanisms.from_usage(usage))
+        acted = mechanisms.judged(mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision),
+                                                    mechanisms.from_usage(usage)), work.decision)
         return self._arrive((work.request.tenant, work.request.request_id), "served", work, acted)
 
     def agrees(self, twin: Work, cached: Mapping) -> bool:

@@ -75,3 +75,18 @@ def test_attribution_from_usage_and_chain():
     assert mechanisms.from_decision(ruled) == ["rules"]
     late = Decision(request_id="r1", tier="fallback", chain=["fallback:deadline:policy"])
     assert mechanisms.from_decision(late) == ["breakers"]
+
+
+@pytest.mark.parametrize("chain,mechs,judged", [
+    (["cache_l1", "coarse:lexical:5/8", "fine:minilm"], [], ["cascade"]),  # the cascade's decision, replayed
+    (["cache_l1", "fine:minilm"], ["distill.time"], ["distill.time"]),
+    (["cache_l1", "fine:minilm"], [], ["cache.l1"]),  # nothing else shaped it: a disagreement is the cache's
+    (["cache_l1:stale", "coarse:lexical:5/8", "fine:minilm"], [], ["cache.l1", "cascade"]),  # an older version's
+])
+def test_an_exact_hit_is_judged_only_for_what_the_cache_itself_could_change(chain, mechs, judged):
+    naive_work = Work(request=work().request, admitted_at=0.0, model="m", shadow="naive",
+                      decision=Decision(request_id="r1", tier="fine", action_id="b"))
+    join = ShadowJoin(0.8)
+    join.naive(naive_work)
+    verdict = join.served(work(tier="cache_l1", chain=chain, mechs=mechs), [])
+    assert not verdict.agreed and verdict.mechanisms == judged
