@@ -21,7 +21,9 @@ decision's p99 at the highest rate sustained, p99_rules_cache_ms the p99 there o
 a cache made (the rest went through the model tiers, after an L2 embedding of the question); each step has both;
 cpu_ms_per_decision is the CPU each process (stages, scoring worker, broker) spent per decision during the bursts,
 bare_cpu_ms_per_event the same for the bare child and the broker during the bare runs;
-hop_median_ms splits the latency of the highest rate step by topic.
+hop_median_ms splits the latency of the highest rate step by topic; each step and probe counts the tiers that decided
+its requests (`tiers`), and `controls` lists the control records published during the run (the shadow guard's
+actions: a switch it turned off changes the pipeline under test).
 Latency at half capacity, per path (`half_capacity`), at half of the path's SUSTAINED capacity: the highest rate
 it keeps up with when requests arrive paced at that rate (every request decided, >= 90% of the rate, no queue
 building up over the step), found by bisecting with --probes paced steps (`probes`) — not from a burst, whose larger
@@ -46,11 +48,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from schemas.records import Control
 from schemas.topics import name
 from streams import settings as settings_mod
 from streams.process import freeze_heap
@@ -59,6 +63,7 @@ from workers.chaos import Collector
 from workers.demo import latency_split
 from workers.lag import stage_lag
 from workers.pipeline import Pipeline, known_decision_types, percentile
+from workers.replay import read_topic
 
 BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
 
@@ -159,7 +164,7 @@ def paced_result(collector: Collector, sent_at: dict, ids: list[str], t0: float,
     return {"offered_per_s": round(rate, 2), "published": len(ids), "decided": len(done),
             "decisions_per_s": round(len(done) / elapsed, 1),
             "kept_up": len(done) == len(ids) and len(done) / elapsed >= 0.9 * rate and not growing,
-            "decided_in_path": len(path),
+            "decided_in_path": len(path), "tiers": dict(Counter(collector.decisions[i].tier for i in done)),
             **{f"p{q}_ms": percentile([latency[d.request_id] for d in path], q / 100) for q in (50, 95, 99)},
             **latency_split(path)}
 
@@ -315,12 +320,13 @@ async def run_pipeline(settings, args) -> dict:
         hops = await hop_latencies(bootstrap, step_ids)
         log(f"median hop delays (ms): {hops}")
         lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
+        controls = [Control.loads(m.value) for m in await read_topic(bootstrap, name("control"), 0)]
+        controls = [f"{c.kind} {c.key}={c.value}" for c in controls]
+        log(f"control records during the run (the shadow guard's): {controls}")
         collector.stopping.set()
         await following
     kept_up = [s for s in steps if s["kept_up"] and s["p99_ms"] <= args.p99_ms]
-    tiers: dict[str, int] = {}
-    for i in decided:
-        tiers[collector.decisions[i].tier] = tiers.get(collector.decisions[i].tier, 0) + 1
+    tiers = dict(Counter(collector.decisions[i].tier for i in decided))
     middle = sorted(trials, key=lambda t: t["ratio_to_bare"])[len(trials) // 2]  # the median pair
     report = {"decisions_per_s": middle["decisions_per_s"], "bare_events_per_s": middle["bare_events_per_s"],
               "ratio_to_bare": middle["ratio_to_bare"], "burst": args.burst, "trials": trials,
@@ -330,7 +336,7 @@ async def run_pipeline(settings, args) -> dict:
                                         default=steps[-1]["p99_rules_cache_ms"] if steps else 0.0),
               "lost": len(published - collector.decisions.keys()), "burst_tiers": tiers,
               "cpu_ms_per_decision": cpu_ms, "hop_median_ms": hops, "lag_after": lag, "steps": steps,
-              "half_capacity": {"rules_cache": rules_cache_half}}
+              "half_capacity": {"rules_cache": rules_cache_half}, "controls": controls}
     return report
 
 

@@ -98,7 +98,9 @@ class Collector:
         follow_log_restarts(consumer)
         try:
             while not self.stopping.is_set():
-                for tp, msgs in (await consumer.getmany(timeout_ms=200)).items():
+                polled = await consumer.getmany(timeout_ms=200)
+                read_at = time.monotonic()  # when the batch arrived, not when its turn to be decoded came
+                for tp, msgs in polled.items():
                     for msg in msgs:
                         if tp.topic == name("rejected"):
                             r = Rejection.loads(msg.value)
@@ -111,7 +113,7 @@ class Collector:
                             self.differing.add(d.request_id)
                         self.decisions.setdefault(d.request_id, d)
                         self.deliveries[d.request_id] = self.deliveries.get(d.request_id, 0) + 1
-                        self.first_seen.setdefault(d.request_id, time.monotonic())
+                        self.first_seen.setdefault(d.request_id, read_at)
         finally:
             await consumer.stop()
 
