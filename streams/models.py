@@ -83,6 +83,9 @@ def shared(key: tuple, load: Callable[[], Any]) -> Any:
         return _loaded[key]
 
 
+PACKED_TOKENS = 512  # token slots per forward pass of Serialized.encode_packed (256-1,024 measured alike)
+
+
 class Serialized:
     """A shared model whose `encode` runs one call at a time. The stage process embeds from the event loop
     (distill tagger) and from a worker thread (L2 cache) at once, and a Hugging Face fast tokenizer used by two
@@ -95,6 +98,32 @@ class Serialized:
     def encode(self, *args, **kwargs):
         with self.lock:
             return self.model.encode(*args, **kwargs)
+
+    def encode_packed(self, texts: list[str], token_budget: int = PACKED_TOKENS):
+        """Normalized embeddings of `texts` (float32 rows, in order), from forward passes packed by length: the
+        texts sorted by tokens, each pass as many as fit `token_budget` token slots (its count × its longest text,
+        which the rest are padded to), so short texts share a pass and a long one pads nothing. Fixed batches
+        padded a call's short texts to its longest one: MiniLM CPU per decision on the model-path workload, by
+        decisions per call 60 / 16 / 4 / 1, 32.9 / 43.6 / 98.4 / 86.6 ms in batches of 16 → 29.5 / 32.4 / 33.8 /
+        39.1 packed in 512; per qqp question 64 per call 10.45 → 5.33 ms against batches of 64; embeddings equal
+        to 1.4e-7."""
+        import numpy as np
+
+        with self.lock:
+            ids = self.model.tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
+            lengths = [min(len(row), self.model.max_seq_length) for row in ids]
+            order = sorted(range(len(texts)), key=lengths.__getitem__)
+            out = np.empty((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
+            start = 0
+            while start < len(order):
+                end = start + 1
+                while end < len(order) and (end - start + 1) * lengths[order[end]] <= token_budget:
+                    end += 1
+                group = order[start:end]
+                out[group] = self.model.encode([texts[i] for i in group], batch_size=len(group),
+                                               normalize_embeddings=True, convert_to_numpy=True)
+                start = end
+            return out
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)

@@ -6,8 +6,6 @@ candidate of a micro-batch of decisions in one model call.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from streams import encodings, models
 from streams.backends.protocol import Scored
 
@@ -17,13 +15,9 @@ class MiniLMBackend:
     model = "all-MiniLM-L6-v2"
     temperature = 0.05  # cosine differences of a few hundredths are decisive
 
-    def __init__(self, token_budget: int = 512):
-        """`token_budget`: token slots per forward pass (its texts × the longest one's tokens, which the rest are
-        padded to). A call's texts are sorted by length and each pass takes as many as fit, so a decision's short
-        candidates share a pass and its long context pads nothing. Fixed batches of 16 padded a few candidates to
-        a context's length whenever a call held few decisions (one scoring micro-batch at moderate load): on the
-        model-path workload, CPU per decision with 16 / 4 / 1 decisions per call 43.6 / 98.4 / 86.6 ms → 32.4 /
-        33.8 / 39.1 (512), 32.7 / 37.7 / 80.2 (1,024); embeddings equal to 1.4e-7."""
+    def __init__(self, token_budget: int = models.PACKED_TOKENS):
+        """`token_budget`: token slots per forward pass (models.Serialized.encode_packed): a decision's short
+        candidates share a pass and its long context pads nothing, however few decisions a call holds."""
         self.encoder = models.minilm()
         self.tokenizer = self.encoder.tokenizer
         self.token_budget = token_budget
@@ -32,19 +26,7 @@ class MiniLMBackend:
         return min(len(self.tokenizer(text, add_special_tokens=True)["input_ids"]), self.encoder.max_seq_length)
 
     def embed(self, texts: list[str]):
-        lengths = [self.tokens(text) for text in texts]
-        order = sorted(range(len(texts)), key=lengths.__getitem__)
-        out = np.empty((len(texts), self.encoder.get_embedding_dimension()), dtype=np.float32)
-        start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end - start + 1) * lengths[order[end]] <= self.token_budget:
-                end += 1
-            group = order[start:end]
-            out[group] = self.encoder.encode([texts[i] for i in group], batch_size=len(group),
-                                             normalize_embeddings=True, convert_to_numpy=True)
-            start = end
-        return out
+        return self.encoder.encode_packed(texts, self.token_budget)
 
     def score(self, context: str, candidates: list[str]) -> Scored:
         return self.score_many([(context, candidates)])[0]

@@ -61,8 +61,7 @@ class MiniLMEmbedder:
         self.encoder = models.minilm()
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return self.encoder.encode(texts, batch_size=64, normalize_embeddings=True,
-                                   convert_to_numpy=True).astype(np.float32)
+        return self.encoder.encode_packed(texts)
 
 
 class E5Embedder:

