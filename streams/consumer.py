@@ -14,7 +14,7 @@ from collections import deque
 from typing import AsyncIterator, Awaitable, Callable
 
 import mode
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from streams import signing
@@ -146,15 +146,18 @@ class BatchConsumer(mode.Service):
     are committed: at-least-once."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 linger_ms: int = 0, depth: int = 1, sender=None, before: Callable | None = None, **kwargs):
+                 linger_ms: int = 0, depth: int = 1, sender=None, before: Callable | None = None,
+                 on_restart: Callable[[TopicPartition], None] | None = None, **kwargs):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
         fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,
         the next batch is worked on while the one before waits for the broker to acknowledge what it sent.
         Offsets are committed in order either way, each batch's only once it and every batch before it were
-        handled. `before`: a coroutine function awaited before the first poll (state the handler needs loaded)."""
+        handled. `before`: a coroutine function awaited before the first poll (state the handler needs loaded).
+        `on_restart(partition)`: called (on the consumer's own loop) when the broker restarted without the
+        partition's log, before any record of the new log is handed over (kafka_tuning.follow_log_restarts)."""
         super().__init__(**kwargs)
-        self.before = before
+        self.before, self.on_restart = before, on_restart
         self.bootstrap, self.topic, self.group, self.handle, self.sender = bootstrap, topic, group, handle, sender
         self.max_records, self.wait_ms, self.linger_ms, self.depth = max_records, wait_ms, linger_ms, depth
         self.consumer: AIOKafkaConsumer | None = None
@@ -172,7 +175,7 @@ class BatchConsumer(mode.Service):
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     session_timeout_ms=6000, heartbeat_interval_ms=1000, fetch_max_wait_ms=self.wait_ms)
         await consumer.start()
-        tune(consumer)
+        tune(consumer, self.on_restart)
         return consumer
 
     async def on_stop(self) -> None:

@@ -110,7 +110,10 @@ class Requests:
     def orphan_undecided(self) -> None:
         """The broker lost its logs (it restarted without its data): the work of a request this process admitted
         and has not decided may have been lost with them, so a redelivery of it is admitted again (NEW) instead
-        of waiting for a decision that may never come (at-least-once; a second decision repeats the first)."""
+        of waiting for a decision that may never come (at-least-once; a second decision repeats the first).
+        Called by each reader of the process that sees the restart, whichever sees it first: the requests-seen
+        follower and ingest's own consumer, before ingest reads a record of the new log (a redelivery read before
+        the follower noticed was dropped as in flight, and never decided)."""
         with self.lock:
             for entry in self.seen.values():
                 if entry[1] is None:

@@ -123,4 +123,5 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
                                      ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
-                                     sender=sender, depth=2, before=seen.loaded))
+                                     sender=sender, depth=2, before=seen.loaded,
+                                     on_restart=lambda partition: requests.orphan_undecided()))

@@ -3,6 +3,7 @@ import asyncio
 import time
 
 import orjson
+from aiokafka import TopicPartition
 
 from schemas.records import Decision, Request, UsageBatch, Work, WorkBatch
 from schemas.topics import name
@@ -35,6 +36,25 @@ async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     assert admitted[0].context_tokens > 0 and admitted[0].cache_key
     usage = [e for batch in captured.sent["usage"] for e in batch.events]
     assert [(e.stage, e.event_id) for e in usage] == [("ingest", "4:acme/2:r1:ingest")]
+
+
+async def test_ingest_admits_a_redelivery_again_once_its_consumer_saw_the_broker_lose_its_log(app_and_sent):
+    """A request admitted and not yet decided when the broker restarted without its data: its work may be lost
+    with the broker's logs. Until then a redelivery is dropped (its first admission is in flight); once ingest's
+    own consumer saw the restart, before it reads the new log, the redelivery is admitted again, whether or not
+    the requests-seen follower has noticed yet."""
+    app, captured = app_and_sent
+    raw = orjson.dumps(REQUEST)
+
+    def admitted() -> list[str]:
+        return [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
+
+    await app.jev_ingest.hand_over(requests([raw]))
+    await app.jev_ingest.hand_over(requests([raw]))
+    assert admitted() == ["r1"]
+    app.jev_ingest.on_restart(TopicPartition(name("requests"), 0))
+    await app.jev_ingest.hand_over(requests([raw]))
+    assert admitted() == ["r1", "r1"]
 
 
 async def test_ingest_admits_and_sends_on_the_requests_with_a_deadline_before_the_rest_of_the_batch(app_and_sent):

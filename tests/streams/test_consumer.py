@@ -3,8 +3,9 @@ sender before their offsets are committed, failed batches read again."""
 import asyncio
 import time
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
+from infra.broker import LocalBroker, create_topics
 from streams.consumer import BatchConsumer, follow_from_start
 from streams.outbox import Outbox
 from tests.conftest import fresh_topic
@@ -281,3 +282,41 @@ async def test_a_busy_loop_does_not_drop_batch_consumers_from_their_group(broker
     await asyncio.sleep(2.0)
     await again.stop()
     assert seen == [], "m0 was committed"
+
+
+async def test_batch_consumer_says_the_broker_restarted_before_it_hands_over_the_new_log():
+    """tansu restarted without its data: `on_restart` (ingest orphans the requests it admitted and had not
+    decided) is called before the first record of the new log reaches `handle`, so a redelivery in it is not
+    taken for a request still in flight. The group's commit can fail across the restart, and a batch come
+    again after it (at-least-once)."""
+    topic = "test.batch_consumer_restart"
+    with LocalBroker() as broker:
+        bootstrap = broker.url.removeprefix("kafka://")
+        await create_topics(bootstrap, [topic], 1)
+        restarted, handled = [], []
+
+        async def handle(messages):
+            handled.extend((m.value, len(restarted)) for m in messages)
+
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        consumer = BatchConsumer(bootstrap, topic, "test-restart", handle, max_records=500, wait_ms=5,
+                                 on_restart=restarted.append)
+        await consumer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(topic, b"old%d" % i)
+            await until(lambda: len(handled) == 10)
+            broker.stop()
+            broker.start()
+            await create_topics(bootstrap, [topic], 1)
+            for i in range(3):
+                await producer.send_and_wait(topic, b"new%d" % i)
+            await until(lambda: len(handled) >= 13, timeout=60)
+        finally:
+            await consumer.stop()
+            await producer.stop()
+    assert handled[:10] == [(b"old%d" % i, 0) for i in range(10)]
+    assert [value for value, _ in handled[10:13]] == [b"new0", b"new1", b"new2"], "the new log, from its start"
+    assert all(told for _, told in handled[10:]), "on_restart came before the new log was handed over"
+    assert restarted and set(restarted) == {TopicPartition(topic, 0)}
