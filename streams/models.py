@@ -110,8 +110,7 @@ class Serialized:
         import numpy as np
 
         with self.lock:
-            ids = self.model.tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
-            lengths = [min(len(row), self.model.max_seq_length) for row in ids]
+            lengths = self._lengths(texts)
             order = sorted(range(len(texts)), key=lengths.__getitem__)
             out = np.empty((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
             start = 0
@@ -124,6 +123,15 @@ class Serialized:
                                                normalize_embeddings=True, convert_to_numpy=True)
                 start = end
             return out
+
+    def lengths(self, texts: list[str]) -> list[int]:
+        """Each text's tokens as the model reads it: special tokens included, cut at its max_seq_length."""
+        with self.lock:
+            return self._lengths(texts)
+
+    def _lengths(self, texts: list[str]) -> list[int]:
+        ids = self.model.tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
+        return [min(len(row), self.model.max_seq_length) for row in ids]
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)

@@ -15,18 +15,16 @@ class MiniLMBackend:
     model = "all-MiniLM-L6-v2"
     temperature = 0.05  # cosine differences of a few hundredths are decisive
 
-    def __init__(self, token_budget: int = models.PACKED_TOKENS):
-        """`token_budget`: token slots per forward pass (models.Serialized.encode_packed): a decision's short
-        candidates share a pass and its long context pads nothing, however few decisions a call holds."""
+    def __init__(self):
         self.encoder = models.minilm()
-        self.tokenizer = self.encoder.tokenizer
-        self.token_budget = token_budget
 
     def tokens(self, text: str) -> int:
-        return min(len(self.tokenizer(text, add_special_tokens=True)["input_ids"]), self.encoder.max_seq_length)
+        return self.encoder.lengths([text])[0]
 
     def embed(self, texts: list[str]):
-        return self.encoder.encode_packed(texts, self.token_budget)
+        """Forward passes packed by length (models.Serialized.encode_packed): a decision's short candidates share
+        a pass and its long context pads nothing, however few decisions a call holds."""
+        return self.encoder.encode_packed(texts)
 
     def score(self, context: str, candidates: list[str]) -> Scored:
         return self.score_many([(context, candidates)])[0]
