@@ -33,7 +33,11 @@ rate, then --half-s seconds at half. The model path: a second pipeline with the 
 MiniLM when installed), rules and caches switched off; its burst capacity from --model-burst fresh requests, then
 paced steps of --model-step-s from 0.8 of it, then half. Each: p50/p95/p99 of its decisions, publishing to decision
 read (goals: model path p99 under the 800 ms decision timeout, rules/cache path p99 <= 100 ms), and each decision's
-own split, queue_ms (admission to the start of the work that decided it) and service_ms (the rest).
+own split, queue_ms (admission to the start of the work that decided it) and service_ms (the rest). Every paced
+step and probe also reports `cpu_cores`: the cores each process kept busy while it ran (stages, scoring worker,
+broker, and `bench`, this process publishing and reading), so a latency can be read against what was left of the
+machine. The local broker costs more per message as its logs grow: tansu 0.6.0 (memory storage) lists every
+batch a partition ever stored on each fetch that returns data, and deletes none (DeleteRecords is unimplemented).
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
         [--half-s 20] [--model-burst 100] [--model-backend auto] [--probes 3] [--model-step-s 10]
@@ -170,13 +174,19 @@ def paced_result(collector: Collector, sent_at: dict, ids: list[str], t0: float,
 
 
 async def paced_run(bootstrap: str, collector: Collector, sent_at: dict, payloads: list[bytes], rate: float,
-                    in_path=lambda tier: True) -> dict:
-    """`payloads` published at `rate`, then waited for (up to twice their publishing time, 10 s at least)."""
+                    processes: dict[str, int], in_path=lambda tier: True) -> dict:
+    """`payloads` published at `rate`, then waited for (up to twice their publishing time, 10 s at least), with
+    the cores each of `processes` (role: pid) and this one (`bench`: the publisher and reader) kept busy meanwhile
+    (`cpu_cores`): a step's latency is only Jev's own where the machine had cores to spare."""
     ids = [orjson.loads(p)["request_id"] for p in payloads]
+    processes = {**processes, "bench": os.getpid()}
+    cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
     t0 = time.monotonic()
     await paced_publish(bootstrap, payloads, rate, sent_at)
     await wait_for(collector, set(ids), timeout=max(10.0, 2 * len(ids) / rate))
-    return paced_result(collector, sent_at, ids, t0, rate, in_path)
+    elapsed = time.monotonic() - t0
+    cpu_cores = {role: round((cpu_seconds(pid) - cpu_before[role]) / elapsed, 2) for role, pid in processes.items()}
+    return {**paced_result(collector, sent_at, ids, t0, rate, in_path), "cpu_cores": cpu_cores}
 
 
 async def sustained_capacity(probe, first: float, lo: float, hi: float | None, probes: int) -> tuple[float, list]:
@@ -220,6 +230,7 @@ async def model_path_half_capacity(settings, args) -> dict:
     settings = settings.replace(backend=args.model_backend)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
         bootstrap = pipe.settings.bootstrap
+        processes = pipe.pids()
         await publish(bootstrap, [Control(kind="switch", key=s, value=False, ts=time.time())
                                   for s in ("cache.l1", "cache.l2", "cache.l3", "score.rules")])
         collector = Collector(bootstrap)
@@ -242,7 +253,7 @@ async def model_path_half_capacity(settings, args) -> dict:
 
         async def probe(rate: float, seconds: float = args.model_step_s) -> dict:
             payloads = [next(paced) for _ in range(max(10, int(rate * seconds)))]
-            return await paced_run(bootstrap, collector, sent_at, payloads, rate,
+            return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes,
                                    lambda tier: not rules_or_cache(tier))
 
         capacity, probes = await sustained_capacity(probe, 0.8 * burst_capacity, 0.0, None, args.probes)
@@ -258,6 +269,7 @@ async def run_pipeline(settings, args) -> dict:
     base = workload.generate(int(max(args.rates) * args.step_s), seed=21)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
         bootstrap = pipe.settings.bootstrap
+        processes = pipe.pids()
         collector = Collector(bootstrap)
         following = asyncio.create_task(collector.run())
         sent_at: dict[str, float] = {}
@@ -272,7 +284,7 @@ async def run_pipeline(settings, args) -> dict:
             payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
             step_ids = {orjson.loads(p)["request_id"] for p in payloads}
             published |= step_ids
-            step = await paced_run(bootstrap, collector, sent_at, payloads, rate)
+            step = await paced_run(bootstrap, collector, sent_at, payloads, rate, processes)
             step["p99_rules_cache_ms"] = percentile([(collector.first_seen[i] - sent_at[i]) * 1000 for i in step_ids
                                                      if i in collector.first_seen
                                                      and rules_or_cache(collector.decisions[i].tier)], 0.99)
@@ -281,7 +293,6 @@ async def run_pipeline(settings, args) -> dict:
             if not step["kept_up"] or step["p99_ms"] > args.p99_ms:
                 break
         ramp = base[:max((s["published"] for s in steps), default=len(warm))]
-        processes = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid, "broker": pipe.broker.proc.pid}
         cpu = dict.fromkeys(processes, 0.0)
         trials, decided = [], set()
         for trial in range(args.trials):
@@ -308,7 +319,7 @@ async def run_pipeline(settings, args) -> dict:
             tag = f"probe{next(probe_count)}"
             payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * seconds)))], tag)
             published.update(orjson.loads(p)["request_id"] for p in payloads)
-            return await paced_run(bootstrap, collector, sent_at, payloads, rate, rules_or_cache)
+            return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
 
         kept = [s["offered_per_s"] for s in steps if s["kept_up"]]
         missed = [s["offered_per_s"] for s in steps if not s["kept_up"]]

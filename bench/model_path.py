@@ -146,7 +146,7 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
         payloads = workload.model_path_requests(burst, tag, repeat_share)
         ids = {orjson.loads(p)["request_id"] for p in payloads}
         hits_before, lookups_before = encoding_counts(pipe)
-        pids = {"stages": pipe.stages.pid, "scoring": pipe.scoring.pid, "broker": pipe.broker.proc.pid}
+        pids = pipe.pids()
         idle_start = {role: cpu_seconds(pid) for role, pid in pids.items()}
         await asyncio.sleep(IDLE_S)
         cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}

@@ -82,6 +82,10 @@ class Pipeline:
     def scoring(self) -> subprocess.Popen | None:
         return self.scorers.get(0)
 
+    def pids(self) -> dict[str, int]:
+        """The first stage process, the first scoring worker and the broker, by role (the benchmarks' CPU)."""
+        return {"stages": self.stages.pid, "scoring": self.scoring.pid, "broker": self.broker.proc.pid}
+
     async def __aenter__(self) -> "Pipeline":
         self.broker.start()
         self.root.mkdir(parents=True, exist_ok=True)
