@@ -30,8 +30,9 @@ building up over the step), found by bisecting with --probes paced steps (`probe
 micro-batches decide more per second than steady traffic allows, so half a burst rate can still overload it. The
 rules/cache path: the ramp's requests again under new ids, bisected between the ramp's last kept-up and first missed
 rate, then --half-s seconds at half, twice: on the run's pipeline after everything above (`rules_cache_after_run`)
-and on a fresh pipeline warmed by the ramp's requests at once (`rules_cache`, p99_rules_cache_half_ms). The model path: a second pipeline with the fine tier --model-backend (auto:
-MiniLM when installed), rules and caches switched off; its burst capacity from --model-burst fresh requests, then
+and on a fresh pipeline warmed by the ramp's requests at once (`rules_cache`, p99_rules_cache_half_ms). The model
+path: a second pipeline with the fine tier --model-backend (auto: MiniLM when installed), rules and caches switched
+off; its burst capacity from --model-burst fresh requests, then
 paced steps of --model-step-s from 0.8 of it, then half. Each: p50/p95/p99 of its decisions, publishing to decision
 read (goals: model path p99 under the 800 ms decision timeout, rules/cache path p99 <= 100 ms), and each decision's
 own split, queue_ms (admission to the start of the work that decided it) and service_ms (the rest). Every paced
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -130,6 +132,22 @@ async def hop_latencies(bootstrap: str, ids: set[str]) -> dict[str, float]:
              if r in seen["requests"] and r not in seen["distilled"]]
     out["requests->decisions (answered in ingest)"] = percentile(local, 0.5)
     return out
+
+
+@contextlib.asynccontextmanager
+async def following_decisions(bootstrap: str, warm: list[bytes], rate: float, timeout: float):
+    """A Collector reading the decisions while the block runs, once `warm` was published at `rate` and waited for
+    (up to `timeout` s): yields (collector, sent_at)."""
+    collector = Collector(bootstrap)
+    following = asyncio.create_task(collector.run())
+    sent_at: dict[str, float] = {}
+    try:
+        await paced_publish(bootstrap, warm, rate, sent_at)
+        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, timeout)
+        yield collector, sent_at
+    finally:
+        collector.stopping.set()
+        await following
 
 
 async def wait_for(collector: Collector, ids: set[str], timeout: float) -> None:
@@ -234,35 +252,29 @@ async def model_path_half_capacity(settings, args) -> dict:
         processes = pipe.pids()
         await publish(bootstrap, [Control(kind="switch", key=s, value=False, ts=time.time())
                                   for s in ("cache.l1", "cache.l2", "cache.l3", "score.rules")])
-        collector = Collector(bootstrap)
-        following = asyncio.create_task(collector.run())
-        sent_at: dict[str, float] = {}
         fresh = workload.model_path_requests(args.model_burst + 20, "model")
         warm, burst = fresh[:20], fresh[20:]
-        await paced_publish(bootstrap, warm, 1e9, sent_at)
-        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
-        ids = {orjson.loads(p)["request_id"] for p in burst}
-        t0 = time.monotonic()
-        await paced_publish(bootstrap, burst, 1e9, sent_at)
-        await wait_for(collector, ids, timeout=max(300.0, len(ids)))
-        done = [i for i in ids if i in collector.first_seen]
-        burst_capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
-        # fresh requests (another seed) for the paced steps: enough for every probe at twice the burst's rate
-        paced = iter(workload.model_path_requests(
-            int(burst_capacity * 2 * args.model_step_s * (args.probes + 3) + burst_capacity * args.half_s) + 100,
-            "model-paced", seed=32))
+        async with following_decisions(bootstrap, warm, 1e9, 300) as (collector, sent_at):
+            ids = {orjson.loads(p)["request_id"] for p in burst}
+            t0 = time.monotonic()
+            await paced_publish(bootstrap, burst, 1e9, sent_at)
+            await wait_for(collector, ids, timeout=max(300.0, len(ids)))
+            done = [i for i in ids if i in collector.first_seen]
+            burst_capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
+            # fresh requests (another seed) for the paced steps: enough for every probe at twice the burst's rate
+            paced = iter(workload.model_path_requests(
+                int(burst_capacity * 2 * args.model_step_s * (args.probes + 3) + burst_capacity * args.half_s) + 100,
+                "model-paced", seed=32))
 
-        async def probe(rate: float, seconds: float = args.model_step_s) -> dict:
-            payloads = [next(paced) for _ in range(max(10, int(rate * seconds)))]
-            return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes,
-                                   lambda tier: not rules_or_cache(tier))
+            async def probe(rate: float, seconds: float = args.model_step_s) -> dict:
+                payloads = [next(paced) for _ in range(max(10, int(rate * seconds)))]
+                return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes,
+                                       lambda tier: not rules_or_cache(tier))
 
-        capacity, probes = await sustained_capacity(probe, 0.8 * burst_capacity, 0.0, None, args.probes)
-        half = await probe(half_rate(capacity, probes), args.half_s)
-        result = {"backend": pipe.settings.backend, "burst_capacity_per_s": round(burst_capacity, 2),
-                  **half_capacity(capacity, probes, half)}
-        collector.stopping.set()
-        await following
+            capacity, probes = await sustained_capacity(probe, 0.8 * burst_capacity, 0.0, None, args.probes)
+            half = await probe(half_rate(capacity, probes), args.half_s)
+            result = {"backend": pipe.settings.backend, "burst_capacity_per_s": round(burst_capacity, 2),
+                      **half_capacity(capacity, probes, half)}
     return result
 
 
@@ -271,72 +283,66 @@ async def run_pipeline(settings, args) -> dict:
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
         bootstrap = pipe.settings.bootstrap
         processes = pipe.pids()
-        collector = Collector(bootstrap)
-        following = asyncio.create_task(collector.run())
-        sent_at: dict[str, float] = {}
         warm = tagged(base[:50], "warm")
-        await paced_publish(bootstrap, warm, 1000, sent_at)
-        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 120)
-        freeze_heap()  # a full collection in this process would be read as pipeline latency
-        started, steps, published, step_ids = time.monotonic(), [], set(sent_at), set()
-        for rate in args.rates:
-            if time.monotonic() - started > args.max_total_s:
-                break
-            payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
-            step_ids = {orjson.loads(p)["request_id"] for p in payloads}
-            published |= step_ids
-            step = await paced_run(bootstrap, collector, sent_at, payloads, rate, processes)
-            step["p99_rules_cache_ms"] = percentile([(collector.first_seen[i] - sent_at[i]) * 1000 for i in step_ids
-                                                     if i in collector.first_seen
-                                                     and rules_or_cache(collector.decisions[i].tier)], 0.99)
-            steps.append(step)
-            log(f"rate {rate}/s: {step}")
-            if not step["kept_up"] or step["p99_ms"] > args.p99_ms:
-                break
-        ramp = base[:max((s["published"] for s in steps), default=len(warm))]
-        cpu = dict.fromkeys(processes, 0.0)
-        trials, decided = [], set()
-        for trial in range(args.trials):
-            burst = tagged([ramp[i % len(ramp)] for i in range(args.burst)], f"burst{trial}")
-            ids = {orjson.loads(p)["request_id"] for p in burst}
-            published |= ids
-            cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
-            t0 = time.monotonic()
-            await paced_publish(bootstrap, burst, 1e9, sent_at)
-            await wait_for(collector, ids, timeout=max(60.0, args.burst / 20))
-            for role, pid in processes.items():
-                cpu[role] += cpu_seconds(pid) - cpu_before[role]
-            done = [i for i in ids if i in collector.first_seen]
-            decided.update(done)
-            burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
-            bare = await run_bare(pipe.settings, burst, pipe.broker.proc.pid)
-            trials.append({"decisions_per_s": round(len(done) / burst_s, 1), **bare,
-                           "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
-            log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
-        cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
-        probe_count = iter(range(1_000_000))
+        async with following_decisions(bootstrap, warm, 1000, 120) as (collector, sent_at):
+            freeze_heap()  # a full collection in this process would be read as pipeline latency
+            started, steps, published, step_ids = time.monotonic(), [], set(sent_at), set()
+            for rate in args.rates:
+                if time.monotonic() - started > args.max_total_s:
+                    break
+                payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
+                step_ids = {orjson.loads(p)["request_id"] for p in payloads}
+                published |= step_ids
+                step = await paced_run(bootstrap, collector, sent_at, payloads, rate, processes)
+                step["p99_rules_cache_ms"] = percentile([(collector.first_seen[i] - sent_at[i]) * 1000 for i in step_ids
+                                                         if i in collector.first_seen
+                                                         and rules_or_cache(collector.decisions[i].tier)], 0.99)
+                steps.append(step)
+                log(f"rate {rate}/s: {step}")
+                if not step["kept_up"] or step["p99_ms"] > args.p99_ms:
+                    break
+            ramp = base[:max((s["published"] for s in steps), default=len(warm))]
+            cpu = dict.fromkeys(processes, 0.0)
+            trials, decided = [], set()
+            for trial in range(args.trials):
+                burst = tagged([ramp[i % len(ramp)] for i in range(args.burst)], f"burst{trial}")
+                ids = {orjson.loads(p)["request_id"] for p in burst}
+                published |= ids
+                cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
+                t0 = time.monotonic()
+                await paced_publish(bootstrap, burst, 1e9, sent_at)
+                await wait_for(collector, ids, timeout=max(60.0, args.burst / 20))
+                for role, pid in processes.items():
+                    cpu[role] += cpu_seconds(pid) - cpu_before[role]
+                done = [i for i in ids if i in collector.first_seen]
+                decided.update(done)
+                burst_s = max(collector.first_seen[i] for i in done) - t0 if done else float("inf")
+                bare = await run_bare(pipe.settings, burst, pipe.broker.proc.pid)
+                trials.append({"decisions_per_s": round(len(done) / burst_s, 1), **bare,
+                               "ratio_to_bare": round(len(done) / burst_s / bare["bare_events_per_s"], 3)})
+                log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
+            cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
+            probe_count = iter(range(1_000_000))
 
-        async def probe(rate: float, seconds: float = args.step_s) -> dict:
-            tag = f"probe{next(probe_count)}"
-            payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * seconds)))], tag)
-            published.update(orjson.loads(p)["request_id"] for p in payloads)
-            return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
+            async def probe(rate: float, seconds: float = args.step_s) -> dict:
+                tag = f"probe{next(probe_count)}"
+                payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * seconds)))], tag)
+                published.update(orjson.loads(p)["request_id"] for p in payloads)
+                return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
 
-        kept = [s["offered_per_s"] for s in steps if s["kept_up"]]
-        missed = [s["offered_per_s"] for s in steps if not s["kept_up"]]
-        lo, hi = max(kept, default=0.0), min(missed, default=None)
-        capacity, probes = await sustained_capacity(probe, (lo + hi) / 2 if lo and hi else (lo * 1.5 or hi / 2),
-                                                    lo, hi, args.probes)
-        rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
-        log(f"rules/cache path at half its sustained capacity, after the run: {rules_cache_half}")
-        hops = await hop_latencies(bootstrap, step_ids)
-        log(f"median hop delays (ms): {hops}")
-        lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
-        controls = [Control.loads(m.value) for m in await read_topic(bootstrap, name("control"), 0)]
-        controls = [f"{c.kind} {c.key}={c.value}" for c in controls]
-        log(f"control records during the run (the shadow guard's): {controls}")
-        collector.stopping.set()
-        await following
+            kept = [s["offered_per_s"] for s in steps if s["kept_up"]]
+            missed = [s["offered_per_s"] for s in steps if not s["kept_up"]]
+            lo, hi = max(kept, default=0.0), min(missed, default=None)
+            capacity, probes = await sustained_capacity(probe, (lo + hi) / 2 if lo and hi else (lo * 1.5 or hi / 2),
+                                                        lo, hi, args.probes)
+            rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
+            log(f"rules/cache path at half its sustained capacity, after the run: {rules_cache_half}")
+            hops = await hop_latencies(bootstrap, step_ids)
+            log(f"median hop delays (ms): {hops}")
+            lag = await stage_lag(pipe.settings, [name(t) for t in ("requests", "distilled", "scored", "usage")])
+            controls = [Control.loads(m.value) for m in await read_topic(bootstrap, name("control"), 0)]
+            controls = [f"{c.kind} {c.key}={c.value}" for c in controls]
+            log(f"control records during the run (the shadow guard's): {controls}")
     kept_up = [s for s in steps if s["kept_up"] and s["p99_ms"] <= args.p99_ms]
     tiers = dict(Counter(collector.decisions[i].tier for i in decided))
     middle = sorted(trials, key=lambda t: t["ratio_to_bare"])[len(trials) // 2]  # the median pair
@@ -359,20 +365,13 @@ async def fresh_half_capacity(settings, args, ramp: list[bytes], after_run: dict
     run's half step its requests topic holds the ramp's, bursts' and probes' batches: that step measures the
     broker's age as much as the rate (`rules_cache_after_run`, kept beside this one)."""
     capacity, probes = after_run["sustained_capacity_per_s"], after_run["probes"]
-    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
-        collector = Collector(pipe.settings.bootstrap)
-        following = asyncio.create_task(collector.run())
-        sent_at: dict[str, float] = {}
-        warm = tagged(ramp, "warm")
-        await paced_publish(pipe.settings.bootstrap, warm, 1e9, sent_at)
-        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
+    async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe, \
+            following_decisions(pipe.settings.bootstrap, tagged(ramp, "warm"), 1e9, 300) as (collector, sent_at):
         freeze_heap()
         rate = half_rate(capacity, probes)
         payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * args.half_s)))], "half")
         half = await paced_run(pipe.settings.bootstrap, collector, sent_at, payloads, rate, pipe.pids(),
                                rules_or_cache)
-        collector.stopping.set()
-        await following
     return half_capacity(capacity, probes, half)
 
 
