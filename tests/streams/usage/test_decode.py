@@ -52,3 +52,29 @@ def test_not_an_object_is_refused():
 
 def test_without_now_the_timestamp_window_is_not_applied():
     assert usage_event({**GOOD, "ts": 1.0}).ts == 1.0
+
+
+@pytest.mark.parametrize("who", [
+    {"tenant": "acme", "service": "shop", "decision_type": "ranking"},
+    {"tenant": "阿里", "service": "客服", "decision_type": "风控"},
+])
+def test_a_stage_event_decodes_to_the_fields_it_was_written_with(who):
+    """A stage's event takes the fast path (every field plainly typed); the result equals the record written and
+    what the field-by-field check makes of the same data."""
+    from streams.usage import decode
+    from streams.usage.events import event
+    written = event({"request_id": "r1", "ts": NOW - 1, "session_id": "s", "user_id": "u", "business_line": "",
+                     "business_event": "", **who}, "cache", "cache_l1", model="gpt-4o-mini", nominal_tokens=812,
+                    latency_ms=0.4, candidates=5)
+    data = written.to_representation()
+    fields = {}
+    assert decode._fast(data, fields)
+    checked = {name: decode._checked(name, tp, data[name]) for name, tp, _ in decode.FIELDS}
+    assert fields == checked == {name: getattr(written, name) for name, _, _ in decode.FIELDS}
+    assert usage_event(data, NOW).to_representation() == data
+
+
+@pytest.mark.parametrize("change", [{"input_tokens": 1.5}, {"input_tokens": True}, {"cost": math.inf}, {"model": None}])
+def test_what_the_fast_path_leaves_goes_through_the_checks(change):
+    from streams.usage import decode
+    assert not decode._fast({**GOOD, **change}, {})
