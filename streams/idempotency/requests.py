@@ -9,7 +9,7 @@ reservation and overspend a hard budget, and one tenant's id cannot borrow anoth
 The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
 entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
 postprocess each first decision, to the requests-seen topic (keyed by streams.tenants.request_key, so a compacted
-topic keeps the latest per request), which every stage process reads from its beginning and keeps following
+topic keeps the latest per request; a request decided where it was admitted writes its decided record alone), which every stage process reads from its beginning and keeps following
 before it admits anything (streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
 rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
 (postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
@@ -152,6 +152,17 @@ def decided_record(tenant: str, decision: Decision, print_: bytes | None = None)
     if print_ is not None:
         record["fingerprint"] = print_.hex()
     return LOG_TOPIC, log_key(tenant, decision.request_id), orjson.dumps(record)
+
+
+def decided_here(admitted: list, answered: list) -> list:
+    """`admitted` (Outbox records) without the admitted_record of each request whose decided_record is among
+    `answered`'s: a request admitted and decided in the same outbox (ingest's local answers) needs one
+    requests-seen record, and the decided one carries the fingerprint too. Both would go in the same batch of
+    the same partition (one key), so the pair guarded nothing the decided record alone does not; each costs a
+    signed produce here and a read and a check in every stage process's follower."""
+    decided = {key for topic, key, _ in answered if topic == LOG_TOPIC}
+    return [record for record in admitted if record[0] != LOG_TOPIC or record[1] not in decided] \
+        if decided else admitted
 
 
 def conflict_detail(tenant: str, request_id: str) -> str:

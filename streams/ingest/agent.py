@@ -15,7 +15,7 @@ from streams.budgets.reserve import reserve_request
 from streams.deadletter import dead_letter
 from streams.ingest.decode import admit
 from streams.idempotency.requests import (CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail,
-                                          fingerprint)
+                                          decided_here, fingerprint)
 from streams.idempotency.seen_log import RequestsSeenLog
 from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
@@ -119,6 +119,7 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         observe_stages("ingest", distilled)
         out.usage += saved + skipped
         onward, answered = local.answer_owned(distilled)
+        out.records = decided_here(out.records, answered.records)
         return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)
 
     return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,

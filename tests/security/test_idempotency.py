@@ -191,3 +191,36 @@ def test_after_the_broker_lost_its_logs_an_undecided_request_is_admitted_again()
     assert seen.check("t", "r2", b) == (REDELIVERY, None)  # in flight again, once
     verdict, again = seen.check("t", "r", a)
     assert verdict == REDELIVERY and again is first
+
+
+async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_answers_its_redelivery(
+        app_and_sent, settings, monkeypatch):
+    """Admitted and decided in one outbox (a rule match answered where it was admitted), a request writes only its
+    decided record, which carries the fingerprint: a restarted process fed that log sends the first decision to
+    a redelivery and refuses other content under the id. A request that goes on writes its admitted record."""
+    from faust.types import TP
+
+    app, captured = app_and_sent
+    distilled = app.jev_topics.distilled.get_topic_name()
+    held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    risky = orjson.dumps({"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
+                          "state": {"risk_score": 0.99, "amount": 5000, "备注": "新设备"},
+                          "candidates": [{"id": "allow", "text": "放行"}, {"id": "block", "text": "拦截"}]})
+    onward = orjson.dumps({**REQUEST, "request_id": "r2", "state": "越野跑鞋"})
+    await app.jev_ingest.hand_over(requests([risky, onward]))
+    [decision] = captured.sent["decisions"]
+    assert (decision.request_id, decision.tier) == ("x1", "rules")
+    log = captured.sent["requests_seen"]
+    assert [key for key, _ in log] == [b"4:acme/2:r2", b"4:acme/2:x1"]
+    records = {key: orjson.loads(value) for key, value in log}
+    assert "decision" not in records[b"4:acme/2:r2"] and records[b"4:acme/2:r2"]["fingerprint"]
+    assert records[b"4:acme/2:x1"]["decision"]["action_id"] == "block"
+    assert records[b"4:acme/2:x1"]["fingerprint"] == fingerprint(risky).hex()
+    restarted = Requests()
+    for _, value in log:
+        restarted.apply(value)
+    verdict, first = restarted.check("acme", "x1", risky)
+    assert verdict == REDELIVERY and first.action_id == "block"
+    assert restarted.check("acme", "x1", orjson.dumps({**orjson.loads(risky), "state": {"risk_score": 0.1}})) == (
+        CONFLICT, None)
