@@ -4,7 +4,8 @@ Near-duplicate questions that mean something else usually differ by one word: a 
 negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
 rare word). The number, negation, ordinal and antonym checks read English and Chinese, and so does the key-term
 check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/keyterms.py); the word-order
-and the English name and rare-word checks need words, so they run on Latin-script text only. The word lists are
+check reads Chinese through its relation words (广州到湛江 / 湛江到广州); the English name and rare-word checks need
+words, so they run on Latin-script text only. The word lists are
 the languages' own (streams/lang/, read through streams/language.py)."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from streams import keyterms, language, tokens
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_]+", re.UNICODE)
 _LATIN = re.compile(r"[A-Za-z]")
 _HAN = re.compile(r"[\u4e00-\u9fff]")
+_HAN_ONLY = re.compile(r"[\u4e00-\u9fff]+")
 
 _EN, _ZH = language.lexicon("en").data, language.lexicon("zh").data
 STOPWORDS = frozenset(_EN["stopwords"].split())
@@ -29,6 +31,8 @@ ORDINALS = {w: str(i) for i, w in enumerate(_EN["ordinals"].split())} | _EN["ord
 SCOPE = frozenset(_EN["scope"].split())
 SYMMETRIC = frozenset(_EN["symmetric"])
 MAX_ROLE_SPAN = 3  # words between two swapped roles; farther apart it is clause order, not roles
+DIRECTIONAL = sorted(_ZH["directional"].split(), key=len, reverse=True)
+MAX_ZH_ROLE = 4  # characters of each side of a Chinese relation word compared (a place, a name, a pronoun)
 RARE_RANK = 20_000  # a word that is one cl100k token with a lower rank is common English
 
 
@@ -153,6 +157,25 @@ def _swapped(a: _Parsed, b: _Parsed) -> bool:
     return False
 
 
+def _zh_swapped(a: str, b: str) -> bool:
+    """The two sides of a Chinese relation word swapped: `a` holds X到Y and `b` holds Y到X but not X到Y
+    (directional words in streams/lang/zh.yaml; each side 1 to MAX_ZH_ROLE Han characters)."""
+    for word in DIRECTIONAL:
+        start = a.find(word)
+        while start >= 0:
+            after = start + len(word)
+            for lx in range(1, min(MAX_ZH_ROLE, start) + 1):
+                x = a[start - lx:start]
+                for ly in range(1, MAX_ZH_ROLE + 1):
+                    y = a[after:after + ly]
+                    if len(y) < ly or not _HAN_ONLY.fullmatch(x + y):
+                        break
+                    if x != y and f"{y}{word}{x}" in b and f"{x}{word}{y}" not in b:
+                        return True
+            start = a.find(word, start + 1)
+    return False
+
+
 def _opposite(a: _Parsed, b: _Parsed) -> bool:
     """An antonym on each side ("gain" vs "lose"), or two different members of an exclusive group (colours)."""
     sa, sb = a.terms, b.terms
@@ -175,6 +198,8 @@ def verify(query: str, cached: str) -> Verdict:
         return Verdict(False, "antonym")
     if keyterms.differ(query, cached):
         return Verdict(False, "key_term")
+    if _HAN.search(query) and _zh_swapped(unicodedata.normalize("NFKC", query), unicodedata.normalize("NFKC", cached)):
+        return Verdict(False, "swapped_roles")
     if not (a.latin and b.latin):
         return Verdict(True)
     if _swapped(a, b):
