@@ -9,10 +9,11 @@ by default).
 1. Pipeline, encoding cache off (JEV_ENCODING_CACHE_MB=0): the local pipeline (stages in a child process, one
    scoring worker) decides 20 warm-up requests, then --rounds bursts of --burst new requests, each published at
    once; decisions_per_s is a burst over the time to decide all of it.
-2. Raw model (the ceiling), right after each burst, while that pipeline stays up, idle: the burst's Works as the scoring worker read them
-   from the score topic (distilled contexts) are decided again in this process by the same engine with the cache
-   off, recording every text list the fine tier's model was asked to encode; then only those encoder calls are
-   timed, with the model's own encode, the same model and the same threads (JEV_MODEL_THREADS) as the worker.
+2. Raw model (the ceiling), right after each burst, while that pipeline stays up, idle: the burst's Works as the
+   scoring worker read them from the score topic (distilled contexts) are decided again in this process by the
+   same engine with the cache off, recording every text list the fine tier's model was asked to encode; then only
+   those encoder calls are timed, with the model's own encode, the same model and the same threads
+   (JEV_MODEL_THREADS) as the worker.
    raw_decisions_per_s is the burst over that time; ratio_to_raw = (1) ÷ (2): the share of the model's own
    throughput the pipeline delivers, per round (`rounds_ratio_to_raw`); the median round is reported.
 3. Pipeline, encoding cache on (JEV_ENCODING_CACHE_MB, 64 by default): the same, with the burst's requests under

@@ -5,8 +5,8 @@ negation, an antonym, an ordinal, swapped roles, a narrower scope, or a differen
 rare word). The number, negation, ordinal and antonym checks read English and Chinese, and so does the key-term
 check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/keyterms.py); the word-order
 check reads Chinese through its relation words (广州到湛江 / 湛江到广州); the English name and rare-word checks need
-words, so they run on Latin-script text only. The word lists are
-the languages' own (streams/lang/, read through streams/language.py)."""
+words, so they run on Latin-script text only. The word lists are the languages' own (streams/lang/, read through
+streams/language.py)."""
 from __future__ import annotations
 
 import functools
@@ -198,7 +198,7 @@ def verify(query: str, cached: str) -> Verdict:
         return Verdict(False, "antonym")
     if keyterms.differ(query, cached):
         return Verdict(False, "key_term")
-    if _HAN.search(query) and _zh_swapped(unicodedata.normalize("NFKC", query), unicodedata.normalize("NFKC", cached)):
+    if _HAN.search(query) and _zh_swapped(*(unicodedata.normalize("NFKC", t) for t in (query, cached))):
         return Verdict(False, "swapped_roles")
     if not (a.latin and b.latin):
         return Verdict(True)
