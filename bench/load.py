@@ -69,7 +69,7 @@ from workers import workload
 from workers.chaos import Collector
 from workers.demo import latency_split
 from workers.lag import stage_lag
-from workers.pipeline import Pipeline, known_decision_types, percentile
+from workers.pipeline import Pipeline, cpu_seconds, known_decision_types, percentile
 from workers.replay import read_topic
 
 BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
@@ -156,15 +156,11 @@ async def wait_for(collector: Collector, ids: set[str], timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU a process has used (all its threads), from /proc: a cost per request that a busy,
-    shared machine distorts far less than a rate."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tagged(payloads: list[bytes], tag: str) -> list[bytes]:
-    return [orjson.dumps({**orjson.loads(p), "request_id": f"{tag}-{i}"}) for i, p in enumerate(payloads)]
+def tagged(payloads: list[bytes], tag: str, n: int | None = None) -> list[bytes]:
+    """The payloads under new request ids `<tag>-<i>`, cycled to n of them (each once by default)."""
+    n = len(payloads) if n is None else n
+    return [orjson.dumps({**orjson.loads(payloads[i % len(payloads)]), "request_id": f"{tag}-{i}"})
+            for i in range(n)]
 
 
 def rules_or_cache(tier: str) -> bool:
@@ -305,7 +301,7 @@ async def run_pipeline(settings, args) -> dict:
             cpu = dict.fromkeys(processes, 0.0)
             trials, decided = [], set()
             for trial in range(args.trials):
-                burst = tagged([ramp[i % len(ramp)] for i in range(args.burst)], f"burst{trial}")
+                burst = tagged(ramp, f"burst{trial}", args.burst)
                 ids = {orjson.loads(p)["request_id"] for p in burst}
                 published |= ids
                 cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
@@ -326,7 +322,7 @@ async def run_pipeline(settings, args) -> dict:
 
             async def probe(rate: float, seconds: float = args.step_s) -> dict:
                 tag = f"probe{next(probe_count)}"
-                payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * seconds)))], tag)
+                payloads = tagged(ramp, tag, max(20, int(rate * seconds)))
                 published.update(orjson.loads(p)["request_id"] for p in payloads)
                 return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
 
@@ -369,7 +365,7 @@ async def fresh_half_capacity(settings, args, ramp: list[bytes], after_run: dict
             following_decisions(pipe.settings.bootstrap, tagged(ramp, "warm"), 1e9, 300) as (collector, sent_at):
         freeze_heap()
         rate = half_rate(capacity, probes)
-        payloads = tagged([ramp[i % len(ramp)] for i in range(max(20, int(rate * args.half_s)))], "half")
+        payloads = tagged(ramp, "half", max(20, int(rate * args.half_s)))
         half = await paced_run(pipe.settings.bootstrap, collector, sent_at, payloads, rate, pipe.pids(),
                                rules_or_cache)
     return half_capacity(capacity, probes, half)

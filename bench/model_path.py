@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer
@@ -51,7 +49,7 @@ from streams.control import publish
 from streams.scoring.factory import build_engine
 from workers import workload
 from workers.chaos import Collector
-from workers.pipeline import Pipeline, known_decision_types
+from workers.pipeline import Pipeline, cpu_seconds, known_decision_types
 
 OFF = ("cache.l1", "cache.l2", "cache.l3", "score.rules")
 IDLE_S = 5.0  # each process's idle CPU is read this long before the burst and taken off its share
@@ -61,9 +59,8 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def ids_of(payloads: list[bytes]) -> set[str]:
+    return {orjson.loads(p)["request_id"] for p in payloads}
 
 
 async def wait(collector: Collector, ids: set[str], timeout: float) -> None:
@@ -146,13 +143,13 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
         await asyncio.sleep(1.0)  # every process has read the switches
         warm = workload.model_path_requests(20, f"warm-{tag}", seed=5)
         await pipe.publish(warm)
-        await wait(collector, {orjson.loads(p)["request_id"] for p in warm}, 300)
+        await wait(collector, ids_of(warm), 300)
         results = []
         for r in range(rounds):
             payloads = workload.model_path_requests(burst, f"{tag}{r}", repeat_share, seed=31 + r)
             results.append(result := await timed_burst(pipe, collector, payloads))
             if raw:
-                works = await scored_works(bootstrap, {orjson.loads(p)["request_id"] for p in payloads})
+                works = await scored_works(bootstrap, ids_of(payloads))
                 seconds, raw_cpu, texts, fallbacks = await asyncio.to_thread(raw_seconds, pipe.settings, works)
                 result.update(raw_decisions_per_s=round(len(works) / seconds, 2), raw_works=len(works),
                               raw_cpu_ms_per_decision=round(raw_cpu * 1000 / max(len(works), 1), 2),
@@ -167,7 +164,7 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
 async def timed_burst(pipe: Pipeline, collector: Collector, payloads: list[bytes]) -> dict:
     """`payloads` published at once and decided: decisions/s, each process's CPU per decision beyond its idle
     polling, the tiers, and the encoding caches' hits over look-ups."""
-    ids = {orjson.loads(p)["request_id"] for p in payloads}
+    ids = ids_of(payloads)
     hits_before, lookups_before = encoding_counts(pipe)
     pids = pipe.pids()
     idle_start = {role: cpu_seconds(pid) for role, pid in pids.items()}

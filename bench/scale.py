@@ -30,7 +30,7 @@ from streams import settings as settings_mod
 from streams.control import publish
 from workers import workload
 from workers.chaos import Collector
-from workers.pipeline import Pipeline, known_decision_types
+from workers.pipeline import Pipeline, cpu_seconds, known_decision_types
 
 CONFIGS = [(1, 1), (1, 2), (2, 1)]  # (stage processes, scoring workers)
 IDLE_S = 5.0  # the processes' idle CPU is read this long before each burst and taken off for the marginal cost
@@ -39,14 +39,6 @@ OFF = ("cache.l1", "cache.l2", "cache.l3", "score.rules")
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    import os
-    from pathlib import Path
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(settings, stages: int, scorers: int, burst: int) -> dict:

@@ -1,9 +1,11 @@
-"""The pipeline harness reads how long a child took to start, and each start-up phase it reported."""
+"""The pipeline harness reads how long a child took to start, each start-up phase it reported, and the CPU a
+process used."""
+import os
 import time
 
 import orjson
 
-from workers.pipeline import startup_phases
+from workers.pipeline import cpu_seconds, startup_phases
 
 
 def test_startup_phases_are_seconds_from_the_spawn(tmp_path):
@@ -20,3 +22,12 @@ def test_an_empty_or_vanished_readiness_file_names_no_phase(tmp_path):
     assert set(startup_phases(ready, spawned)) == {"ready_s"} and startup_phases(ready, spawned)["ready_s"] >= 3.0
     ready.unlink()
     assert set(startup_phases(ready, spawned)) == {"ready_s"}  # when it was noticed, measured here
+
+
+def test_cpu_seconds_counts_what_the_process_spent_not_the_time_that_passed():
+    before, began = cpu_seconds(os.getpid()), time.process_time()
+    while time.process_time() - began < 0.3:
+        pass
+    time.sleep(0.3)
+    spent = cpu_seconds(os.getpid()) - before
+    assert 0.25 <= spent < 0.5, spent

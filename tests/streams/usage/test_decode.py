@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from streams.usage import decode, events
 from streams.usage.decode import MAX_FUTURE_S, BadUsage, usage_event
 
 NOW = 1.8e9
@@ -61,11 +62,10 @@ def test_without_now_the_timestamp_window_is_not_applied():
 def test_a_stage_event_decodes_to_the_fields_it_was_written_with(who):
     """A stage's event takes the fast path (every field plainly typed); the result equals the record written and
     what the field-by-field check makes of the same data."""
-    from streams.usage import decode
-    from streams.usage.events import event
-    written = event({"request_id": "r1", "ts": NOW - 1, "session_id": "s", "user_id": "u", "business_line": "",
-                     "business_event": "", **who}, "cache", "cache_l1", model="gpt-4o-mini", nominal_tokens=812,
-                    latency_ms=0.4, candidates=5)
+    request = {"request_id": "r1", "ts": NOW - 1, "session_id": "s", "user_id": "u", "business_line": "",
+               "business_event": "", **who}
+    written = events.event(request, "cache", "cache_l1", model="gpt-4o-mini", nominal_tokens=812, latency_ms=0.4,
+                           candidates=5)
     data = written.to_representation()
     fields = {}
     assert decode._fast(data, fields)
@@ -76,5 +76,4 @@ def test_a_stage_event_decodes_to_the_fields_it_was_written_with(who):
 
 @pytest.mark.parametrize("change", [{"input_tokens": 1.5}, {"input_tokens": True}, {"cost": math.inf}, {"model": None}])
 def test_what_the_fast_path_leaves_goes_through_the_checks(change):
-    from streams.usage import decode
     assert not decode._fast({**GOOD, **change}, {})
