@@ -82,14 +82,12 @@ class BudgetOwner:
 
             async def on_partitions_assigned(self, assigned):
                 for tp in assigned:
-                    committed = await consumer.committed(tp)
-                    owner.owners[tp.partition] = LeaseOwner(owner.limits, owner.lease_s, owner.grace_s)
-                    owner.answer_from[tp.partition] = committed or 0
+                    owner.own(tp.partition, await consumer.committed(tp) or 0)
                 await consumer.seek_to_beginning(*assigned)
 
         consumer.subscribe([name("budget")], listener=Rebalance())
         await consumer.start()
-        tune(consumer)
+        tune(consumer, self.log_restarted)
         self.partitions = len(consumer.partitions_for_topic(name("budget")) or ()) or 1
         last_reclaim = 0.0
         try:
@@ -119,6 +117,20 @@ class BudgetOwner:
                         log.warning("budget offsets not committed (%s); requests may be answered again", exc)
         finally:
             await consumer.stop()
+
+    def own(self, partition: int, answer_from: int) -> None:
+        """A fresh owner of `partition`, which folds its log from the start and answers the lease requests at or
+        past `answer_from` (those before it were answered before)."""
+        self.owners[partition] = LeaseOwner(self.limits, self.lease_s, self.grace_s)
+        self.answer_from[partition] = answer_from
+
+    def log_restarted(self, tp) -> None:
+        """The broker restarted without the partition's log (the consumer reads it again from its start): the
+        state folded from the old log, and the offset its answered requests ended at, belong to a log that is
+        gone. Kept, they would leave every new lease request below that offset unanswered until the group
+        rebalanced (seconds; each waiting reservation is refused after the lease client's wait)."""
+        if tp.partition in self.owners:
+            self.own(tp.partition, 0)
 
     def handle(self, lease_owner: LeaseOwner, partition: int, msg) -> list[tuple[str, int | None, BudgetEvent]]:
         if not signing.trusted(msg):

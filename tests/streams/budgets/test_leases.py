@@ -1,16 +1,17 @@
 """The budget owner and lease clients on the real local broker: two stage processes' runtimes share one hard budget,
-settle anywhere, and a crashed holder's lease comes back after its expiry."""
+settle anywhere, and a crashed holder's lease comes back after its expiry. And an owner whose partition's log the
+broker lost answers the new log's requests."""
 import asyncio
 import time
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
-from schemas.records import Control, Decision, Request, Work
+from schemas.records import BudgetEvent, Control, Decision, Request, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused
 from streams.budgets.leases import BudgetOwner, LeaseClient
 from streams import signing
-from tests.conftest import fresh_topic
+from tests.conftest import consumed, fresh_topic
 
 HARD = 20_000
 
@@ -71,3 +72,29 @@ async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_com
             x.stopping.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await producer.stop()
+
+
+def test_an_owner_whose_log_the_broker_lost_answers_the_requests_of_the_new_log():
+    """A restarted broker without its data hands the owner a new log of the partition from offset 0. Requests
+    there sit below the offset the owner had answered up to on the old log, and the old log's grants (the whole
+    budget held) are gone with it: the owner starts afresh on the partition and answers them."""
+    owner = BudgetOwner("", "lt", book(), send=None, lease_s=60.0, grace_s=1.0)
+    owner.own(0, answer_from=2)  # assigned with the group's offset 2 committed: requests before it were answered
+
+    def ask(holder: str, request: str, tokens: int) -> bytes:
+        return BudgetEvent(kind="lease", key="tenant:acme@day", holder=holder, request=request, tokens=tokens,
+                           ts=time.time()).dumps()
+
+    old = consumed(name("budget"), [ask("a", "q0", 5), ask("a", "q1", 5), ask("a", "q2", HARD), ask("b", "q3", 1000)])
+    assert owner.handle(owner.owners[0], 0, old[0]) == []  # answered before
+    (_, _, held_all), _ = owner.handle(owner.owners[0], 0, old[2])
+    assert held_all.tokens == HARD
+    (_, _, refused), _ = owner.handle(owner.owners[0], 0, old[3])
+    assert refused.tokens == 0  # the budget is held in a's lease
+
+    owner.log_restarted(TopicPartition(name("budget"), 0))
+    new = consumed(name("budget"), [ask("b", "q4", 1000)])  # offset 0, below the old log's answered offset
+    (_, _, granted), (topic, _, to_holder) = owner.handle(owner.owners[0], 0, new[0])
+    assert granted.tokens == 1000 and topic == name("leases") and to_holder.request == "q4"
+    owner.log_restarted(TopicPartition(name("budget"), 3))  # a partition it does not own stays unowned
+    assert set(owner.owners) == {0}
