@@ -1,6 +1,7 @@
 """Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that
 never pass a message no agent has handled. Every consumer of Jev's (`tune`) also backs off while idle and reads a
-partition again from its beginning when a restarted broker's log of it ends before its position.
+partition again from its beginning when a restarted broker's log of it ends before its position (a Faust
+consumer's commits of it then start again at the new log's first offset).
 
 Short fetch wait: Faust hard-codes fetch_max_wait_ms=1500 for its consumers. Brokers that hold a fetch open
 well past the arrival of data (tansu notices new data only every fraction of the wait: a median 13 ms late,
@@ -139,7 +140,12 @@ class JevConsumerThread(driver.AIOKafkaConsumerThread):
 
     async def on_start(self) -> None:
         await super().on_start()
-        tune(self._consumer)
+        tune(self._consumer, self.log_restarted)
+
+    def log_restarted(self, tp: TopicPartition) -> None:
+        """On the consumer's thread, once a partition was sought back to its beginning: Faust's bookkeeping
+        forgets the old log's offsets, on the app's loop, before the new log's records reach it."""
+        self.parent_loop.call_soon_threadsafe(forget_old_log, self.consumer, tp)
 
     async def seek_to_committed(self):
         committed, positions = await self.call_thread(seek_to_committed_or_beginning, self._ensure_consumer())
@@ -155,6 +161,17 @@ async def seek_to_committed_or_beginning(consumer) -> tuple[dict, dict]:
     if uncommitted:
         await consumer.seek_to_beginning(*uncommitted)
     return committed, {tp: await consumer.position(tp) for tp in committed}
+
+
+def forget_old_log(consumer, tp: TopicPartition) -> None:
+    """A Faust consumer's partition whose log the broker lost: its commits start again at the new log's first
+    offset. Kept, the old log's committed offset would hold every commit of the new log back until it grew past
+    that offset, and its acknowledged offsets would join runs of the new log's."""
+    consumer._committed_offset[tp] = None
+    consumer.jev_sought = {**getattr(consumer, "jev_sought", {}), tp: 0}
+    consumer._acked.pop(tp, None)
+    consumer._acked_index.pop(tp, None)
+    consumer._gap.pop(tp, None)
 
 
 def committable(acked: list[int], start: int | None) -> int | None:

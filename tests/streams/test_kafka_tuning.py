@@ -6,7 +6,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.broker import LocalBroker, create_topics
-from streams.kafka_tuning import back_off_when_idle, committable, follow_log_restarts, seek_to_committed_or_beginning
+from streams.kafka_tuning import (back_off_when_idle, committable, follow_log_restarts, forget_old_log,
+                                  seek_to_committed_or_beginning)
 from streams.metrics import LOG_RESTARTS
 from tests.conftest import fresh_topic
 
@@ -197,3 +198,22 @@ def test_the_stage_apps_consumer_commits_no_run_past_an_unhandled_offset_and_dro
     assert consumer._new_offset(tp) == 4 and consumer._acked_index[tp] == set()
     consumer._read_offset[tp] = 9
     assert consumer._read_offset[tp] is None, "the fetch loop drops messages below a read offset it remembers"
+
+
+def test_the_stage_apps_consumer_commits_a_restarted_log_from_its_first_offset(settings):
+    """The broker lost the partition's log: the new log's handled offsets 0-4 sit below the old committed offset
+    7, and an old acknowledged offset 9 could join their run. Forgotten, the new log commits from 0."""
+    from faust.types import TP
+
+    from streams.app import create_app
+
+    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).consumer
+    tp, other = TP("jev.scored.v1", 0), TP("jev.scored.v1", 1)
+    consumer._committed_offset.update({tp: 7, other: 3})
+    consumer._acked[tp], consumer._acked_index[tp] = [9], {9}
+    forget_old_log(consumer, tp)
+    for offset in range(5):
+        consumer._acked[tp].append(offset)
+        consumer._acked_index[tp].add(offset)
+    assert consumer._new_offset(tp) == 5
+    assert consumer._committed_offset[other] == 3  # the other partitions keep theirs
