@@ -295,9 +295,13 @@ class LeaseClient:
             future.set_result(event.tokens)
 
     async def run(self) -> None:
-        """Follow grants; every 0.2 s top up low or expiring leases and return expired ones' balance."""
-        consumer = AIOKafkaConsumer(name("leases"), bootstrap_servers=self.bootstrap, group_id=f"{self.id}-grants",
-                                    auto_offset_reset="earliest", enable_auto_commit=True, fetch_max_wait_ms=20)
+        """Follow grants; every 0.2 s top up low or expiring leases and return expired ones' balance. Every
+        partition is read, from its start, without a consumer group: grants are for this process alone, and a
+        group of its own (one per process start) only added rebalances and commits: after a broker restarted
+        without its data, the group rejoined while grants were being written, a grant was never read, and the
+        reservation waiting for it was refused."""
+        consumer = AIOKafkaConsumer(name("leases"), bootstrap_servers=self.bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=20)
         await consumer.start()
         tune(consumer)
         try:
