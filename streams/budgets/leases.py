@@ -216,6 +216,8 @@ class LeaseClient:
                 asks.append(asyncio.shield(self.waiting[request]))
             try:
                 granted = await asyncio.wait_for(asyncio.gather(*asks), max(0.0, deadline - time.monotonic()))
+                if None in granted:  # the log restarted: asked again
+                    continue
             except asyncio.TimeoutError:
                 log.warning("no lease answer within %.1f s for %s", self.wait_s, held)
                 for key in held:  # the next reservation asks anew rather than waiting on an answer that is lost
@@ -294,6 +296,16 @@ class LeaseClient:
         if future is not None and not future.done():
             future.set_result(event.tokens)
 
+    def log_restarted(self, tp) -> None:
+        """The broker restarted without the leases log: requests in flight, or their grants, may be lost with it.
+        Reservations waiting on one ask again (their wait goes on), and so does the next top-up; kept, each
+        waited out its whole wait and was refused."""
+        for request in self.asking.values():
+            future = self.waiting.pop(request, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+        self.asking.clear()
+
     async def run(self) -> None:
         """Follow grants; every 0.2 s top up low or expiring leases and return expired ones' balance. Every
         partition is read, from its start, without a consumer group: grants are for this process alone, and a
@@ -303,7 +315,7 @@ class LeaseClient:
         consumer = AIOKafkaConsumer(name("leases"), bootstrap_servers=self.bootstrap, group_id=None,
                                     auto_offset_reset="earliest", fetch_max_wait_ms=20)
         await consumer.start()
-        tune(consumer)
+        tune(consumer, self.log_restarted)
         try:
             while not self.stopping.is_set():
                 for msgs in (await consumer.getmany(timeout_ms=200)).values():

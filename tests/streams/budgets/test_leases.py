@@ -1,6 +1,6 @@
 """The budget owner and lease clients on the real local broker: two stage processes' runtimes share one hard budget,
-settle anywhere, and a crashed holder's lease comes back after its expiry. And an owner whose partition's log the
-broker lost answers the new log's requests."""
+settle anywhere, and a crashed holder's lease comes back after its expiry. And what a broker restarted without its
+data loses: an owner answers the new log's requests, and a lease request lost with it is sent again."""
 import asyncio
 import time
 
@@ -9,6 +9,8 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from schemas.records import BudgetEvent, Control, Decision, Request, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused
+from streams.budgets.lease_holder import LeaseHold
+from streams.budgets.lease_owner import LeaseOwner
 from streams.budgets.leases import BudgetOwner, LeaseClient
 from streams import signing
 from tests.conftest import consumed, fresh_topic
@@ -98,3 +100,31 @@ def test_an_owner_whose_log_the_broker_lost_answers_the_requests_of_the_new_log(
     assert granted.tokens == 1000 and topic == name("leases") and to_holder.request == "q4"
     owner.log_restarted(TopicPartition(name("budget"), 3))  # a partition it does not own stays unowned
     assert set(owner.owners) == {0}
+
+
+async def test_a_lease_request_lost_with_the_leases_log_is_sent_again_within_the_reservations_wait():
+    """A top-up asked just before the broker stopped is never answered. A reservation waiting on it asks again
+    once the lease client sees the leases log restart, and is admitted; before, it waited out wait_s and was
+    refused."""
+    owner, sent = LeaseOwner(lambda key: (HARD, "day"), 60.0, 1.0), []
+
+    def answer(request: BudgetEvent) -> None:
+        client.on_grant(owner.grant(request, time.time()))
+
+    async def send(topic, values):
+        for _, value in values:
+            sent.append(request := BudgetEvent.loads(value))
+            if len(sent) > 1:  # the first is lost with the broker
+                asyncio.get_running_loop().call_later(0.05, answer, request)
+
+    client = LeaseClient("", "lt", 4, book(), send, share=0.25, lease_s=60.0, wait_s=5.0)
+    started = time.monotonic()
+    reserving = asyncio.create_task(client.reserve(work(1)))
+    await wait_for(lambda: len(sent) == 1)
+    await asyncio.sleep(0.2)
+    assert not reserving.done()
+    client.log_restarted(TopicPartition(name("leases"), 0))
+    hold = await reserving
+    assert isinstance(hold, LeaseHold) and time.monotonic() - started < 2.0
+    assert len(sent) == 2 and sent[0].request != sent[1].request
+    assert client.asking == {} and client.waiting == {}
