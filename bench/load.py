@@ -56,7 +56,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaProducer
