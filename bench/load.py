@@ -142,17 +142,11 @@ async def following_decisions(bootstrap: str, warm: list[bytes], rate: float, ti
     sent_at: dict[str, float] = {}
     try:
         await paced_publish(bootstrap, warm, rate, sent_at)
-        await wait_for(collector, {orjson.loads(p)["request_id"] for p in warm}, timeout)
+        await collector.wait_for(workload.request_ids(warm), timeout)
         yield collector, sent_at
     finally:
         collector.stopping.set()
         await following
-
-
-async def wait_for(collector: Collector, ids: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ids <= collector.decisions.keys() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
 
 
 def tagged(payloads: list[bytes], tag: str, n: int | None = None) -> list[bytes]:
@@ -197,7 +191,7 @@ async def paced_run(bootstrap: str, collector: Collector, sent_at: dict, payload
     cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
     t0 = time.monotonic()
     await paced_publish(bootstrap, payloads, rate, sent_at)
-    await wait_for(collector, set(ids), timeout=max(10.0, 2 * len(ids) / rate))
+    await collector.wait_for(set(ids), max(10.0, 2 * len(ids) / rate))
     elapsed = time.monotonic() - t0
     cpu_cores = {role: round((cpu_seconds(pid) - cpu_before[role]) / elapsed, 2) for role, pid in processes.items()}
     return {**paced_result(collector, sent_at, ids, t0, rate, in_path), "cpu_cores": cpu_cores}
@@ -250,10 +244,10 @@ async def model_path_half_capacity(settings, args) -> dict:
         fresh = workload.model_path_requests(args.model_burst + 20, "model")
         warm, burst = fresh[:20], fresh[20:]
         async with following_decisions(bootstrap, warm, 1e9, 300) as (collector, sent_at):
-            ids = {orjson.loads(p)["request_id"] for p in burst}
+            ids = workload.request_ids(burst)
             t0 = time.monotonic()
             await paced_publish(bootstrap, burst, 1e9, sent_at)
-            await wait_for(collector, ids, timeout=max(300.0, len(ids)))
+            await collector.wait_for(ids, max(300.0, len(ids)))
             done = [i for i in ids if i in collector.first_seen]
             burst_capacity = len(done) / (max(collector.first_seen[i] for i in done) - t0)
             # fresh requests (another seed) for the paced steps: enough for every probe at twice the burst's rate
@@ -286,7 +280,7 @@ async def run_pipeline(settings, args) -> dict:
                 if time.monotonic() - started > args.max_total_s:
                     break
                 payloads = tagged(base[:int(rate * args.step_s)], f"rate{rate}")
-                step_ids = {orjson.loads(p)["request_id"] for p in payloads}
+                step_ids = workload.request_ids(payloads)
                 published |= step_ids
                 step = await paced_run(bootstrap, collector, sent_at, payloads, rate, processes)
                 step["p99_rules_cache_ms"] = percentile([(collector.first_seen[i] - sent_at[i]) * 1000 for i in step_ids
@@ -301,12 +295,12 @@ async def run_pipeline(settings, args) -> dict:
             trials, decided = [], set()
             for trial in range(args.trials):
                 burst = tagged(ramp, f"burst{trial}", args.burst)
-                ids = {orjson.loads(p)["request_id"] for p in burst}
+                ids = workload.request_ids(burst)
                 published |= ids
                 cpu_before = {role: cpu_seconds(pid) for role, pid in processes.items()}
                 t0 = time.monotonic()
                 await paced_publish(bootstrap, burst, 1e9, sent_at)
-                await wait_for(collector, ids, timeout=max(60.0, args.burst / 20))
+                await collector.wait_for(ids, max(60.0, args.burst / 20))
                 for role, pid in processes.items():
                     cpu[role] += cpu_seconds(pid) - cpu_before[role]
                 done = [i for i in ids if i in collector.first_seen]
@@ -322,7 +316,7 @@ async def run_pipeline(settings, args) -> dict:
             async def probe(rate: float, seconds: float = args.step_s) -> dict:
                 tag = f"probe{next(probe_count)}"
                 payloads = tagged(ramp, tag, max(20, int(rate * seconds)))
-                published.update(orjson.loads(p)["request_id"] for p in payloads)
+                published.update(workload.request_ids(payloads))
                 return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
 
             kept = [s["offered_per_s"] for s in steps if s["kept_up"]]

@@ -59,16 +59,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def ids_of(payloads: list[bytes]) -> set[str]:
-    return {orjson.loads(p)["request_id"] for p in payloads}
-
-
-async def wait(collector: Collector, ids: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ids <= collector.first_seen.keys() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-
-
 def encoding_counts(pipe: Pipeline) -> tuple[float, float]:
     """(hits, look-ups) of the scoring workers' encoding caches, from their /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -143,13 +133,13 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
         await asyncio.sleep(1.0)  # every process has read the switches
         warm = workload.model_path_requests(20, f"warm-{tag}", seed=5)
         await pipe.publish(warm)
-        await wait(collector, ids_of(warm), 300)
+        await collector.wait_for(workload.request_ids(warm), 300)
         results = []
         for r in range(rounds):
             payloads = workload.model_path_requests(burst, f"{tag}{r}", repeat_share, seed=31 + r)
             results.append(result := await timed_burst(pipe, collector, payloads))
             if raw:
-                works = await scored_works(bootstrap, ids_of(payloads))
+                works = await scored_works(bootstrap, workload.request_ids(payloads))
                 seconds, raw_cpu, texts, fallbacks = await asyncio.to_thread(raw_seconds, pipe.settings, works)
                 result.update(raw_decisions_per_s=round(len(works) / seconds, 2), raw_works=len(works),
                               raw_cpu_ms_per_decision=round(raw_cpu * 1000 / max(len(works), 1), 2),
@@ -164,7 +154,7 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
 async def timed_burst(pipe: Pipeline, collector: Collector, payloads: list[bytes]) -> dict:
     """`payloads` published at once and decided: decisions/s, each process's CPU per decision beyond its idle
     polling, the tiers, and the encoding caches' hits over look-ups."""
-    ids = ids_of(payloads)
+    ids = workload.request_ids(payloads)
     hits_before, lookups_before = encoding_counts(pipe)
     pids = pipe.pids()
     idle_start = {role: cpu_seconds(pid) for role, pid in pids.items()}
@@ -172,7 +162,7 @@ async def timed_burst(pipe: Pipeline, collector: Collector, payloads: list[bytes
     cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
     started = time.monotonic()
     await pipe.publish(payloads)
-    await wait(collector, ids, max(300.0, len(ids)))
+    await collector.wait_for(ids, max(300.0, len(ids)))
     done = [i for i in ids if i in collector.first_seen]
     elapsed = max(collector.first_seen[i] for i in done) - started
     cpu = {role: cpu_seconds(pid) - cpu_before[role] - (cpu_before[role] - idle_start[role]) / IDLE_S * elapsed

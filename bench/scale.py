@@ -50,7 +50,7 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
         await asyncio.sleep(1.0)  # every process has read the switches
         warm = workload.model_path_requests(20, f"warm{stages}{scorers}")
         await pipe.publish(warm)
-        await wait(collector, warm, 300)
+        await collector.wait_for(workload.request_ids(warm), 300)
         processes = {"stages": [p.pid for p in pipe.stage_procs.values()],
                      "scorers": [p.pid for p in pipe.scorers.values()], "broker": [pipe.broker.proc.pid]}
         payloads = workload.model_path_requests(burst, f"burst{stages}{scorers}")
@@ -60,8 +60,8 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
         idle = {role: (before[role] - idle_start[role]) / IDLE_S for role in processes}  # CPU s per s, idle
         started = time.monotonic()
         await pipe.publish(payloads)
-        await wait(collector, payloads, max(300.0, burst))
-        ids = [orjson.loads(p)["request_id"] for p in payloads]
+        ids = workload.request_ids(payloads)
+        await collector.wait_for(ids, max(300.0, burst))
         done = [i for i in ids if i in collector.first_seen]
         elapsed = max(collector.first_seen[i] for i in done) - started
         cpu = {role: sum(map(cpu_seconds, pids)) - before[role] for role, pids in processes.items()}
@@ -78,13 +78,6 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
             "marginal_cpu_ms_per_decision": {role: round(max(0.0, s - idle[role] * elapsed) * 1000 / max(len(done), 1),
                                                          2) for role, s in cpu.items()},
             "idle_cpu_share": {role: round(v, 3) for role, v in idle.items()}}
-
-
-async def wait(collector: Collector, payloads: list[bytes], timeout: float) -> None:
-    ids = {orjson.loads(p)["request_id"] for p in payloads}
-    deadline = time.monotonic() + timeout
-    while not ids <= collector.first_seen.keys() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
 
 
 def main() -> None:

@@ -117,6 +117,13 @@ class Collector:
         finally:
             await consumer.stop()
 
+    async def wait_for(self, ids: set[str], timeout: float, poll_s: float = 0.05) -> set[str]:
+        """Waits until every one of `ids` is decided or `timeout` seconds pass; returns those still undecided."""
+        deadline = time.monotonic() + timeout
+        while not ids <= self.decisions.keys() and time.monotonic() < deadline:
+            await asyncio.sleep(poll_s)
+        return ids - self.decisions.keys()
+
 
 async def wait_drained(pipe: Pipeline, timeout: float) -> dict[str, int | None]:
     """Wait until the usage sink committed everything (every partition's lag read and 0) and nothing is left
@@ -194,7 +201,7 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
                     on_progress=lambda done, total: None, stages: int = 1, scorers: int = 1) -> dict:
     settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-chaos-"), clickhouse_dsn="")
     payloads = workload.generate(n, seed=11)
-    expected = {orjson.loads(p)["request_id"] for p in payloads}
+    expected = workload.request_ids(payloads)
     bad = hostile_inputs()
     poison = internal_poison()
     injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}

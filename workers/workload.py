@@ -268,6 +268,10 @@ def generate(n: int, seed: int = 7, repeat_share: float = 0.3, tenant: str = "ac
     return out
 
 
+def request_ids(payloads: list[bytes]) -> set[str]:
+    return {orjson.loads(p)["request_id"] for p in payloads}
+
+
 MODEL_PATH_TYPES = ("ranking", "inventory_transfer")  # decision types that take the model tiers once rules are off
 
 

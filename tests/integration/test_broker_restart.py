@@ -29,9 +29,7 @@ async def decide(pipe: Pipeline, payloads: list[bytes], expected: set[str], time
     collector = Collector(pipe.settings.bootstrap)
     following = asyncio.create_task(collector.run())
     await pipe.publish(payloads)
-    deadline = time.monotonic() + timeout
-    while not expected <= collector.decisions.keys() and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    await collector.wait_for(expected, timeout, poll_s=0.2)
     collector.stopping.set()
     await following
     return expected & collector.decisions.keys()
@@ -136,16 +134,12 @@ async def test_the_pipeline_recovers_from_a_broker_restart_under_load(settings):
         back = time.monotonic()
         await flowing
         sent_after = {r for r, at in upstream.acked.items() if at > back}
-        while not sent_after <= collector.decisions.keys() and time.monotonic() < back + 60:
-            await asyncio.sleep(0.2)
-        late = sent_after - collector.decisions.keys()
+        late = await collector.wait_for(sent_after, back + 60 - time.monotonic(), poll_s=0.2)
         assert not late, f"{len(late)} of {len(sent_after)} requests sent after the broker came back undecided"
         recovered_s = max(collector.first_seen[r] for r in sent_after) - back
         undecided = sorted(ids - collector.decisions.keys() - {r.request_id for r in collector.rejections.values()})
         await upstream.run(per_s=200, ids=undecided)
-        deadline = time.monotonic() + 60
-        while not ids <= collector.decisions.keys() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await collector.wait_for(ids, 60, poll_s=0.2)
         assert not any((await wait_drained(pipe, timeout=60)).values())
         metrics = pipe.scrape_metrics()
         collector.stopping.set()

@@ -1,11 +1,12 @@
 """`jev chaos`: an injected bad input counts as caught only when a dead letter for that very input comes back; its
 log and report say when faults happened and how long decisions stalled."""
+import asyncio
 import time
 
 from schemas.topics import name
 from streams.deadletter import dead_letter, undecodable
 from tests.conftest import consumed
-from workers.chaos import hostile_inputs, injected_id, internal_poison, longest_gap, rejected_id, timed
+from workers.chaos import Collector, hostile_inputs, injected_id, internal_poison, longest_gap, rejected_id, timed
 
 
 def test_each_injected_input_has_its_own_id():
@@ -37,3 +38,12 @@ def test_the_chaos_log_says_when_each_fault_happened():
     said = []
     timed(said.append, time.monotonic() - 12.0)("SIGKILL stage")
     assert said[0].startswith("[+12.") and said[0].endswith(" s] SIGKILL stage")
+
+
+def test_waiting_for_decisions_returns_the_ids_still_undecided_once_all_are_in_or_the_time_is_up():
+    collector = Collector("localhost:1")
+    collector.decisions["r-1"] = collector.decisions["r-2"] = object()
+    assert asyncio.run(collector.wait_for({"r-1", "r-2"}, timeout=5)) == set()
+    started = time.monotonic()
+    assert asyncio.run(collector.wait_for({"r-1", "r-3"}, timeout=0.2, poll_s=0.05)) == {"r-3"}
+    assert 0.2 <= time.monotonic() - started < 5

@@ -132,3 +132,9 @@ def test_support_questions_share_the_store_policy_ahead_of_the_question_through_
                                                              for w in mine)
     english = next(w for w in works if w.request.service == "support")
     assert question_text(english.request) == english.request.state  # the stream's length follows the question
+
+
+def test_request_ids_are_the_ids_each_payload_carries():
+    payloads = workload.generate(40, seed=3)
+    assert workload.request_ids(payloads) == {orjson.loads(p)["request_id"] for p in payloads}
+    assert len(workload.request_ids(payloads + payloads[:5])) == len(set(payloads))
