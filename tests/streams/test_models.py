@@ -75,6 +75,10 @@ def cost(lengths: list[int], cut: list[tuple[int, int]]) -> int:
     return sum((end - start) * lengths[end - 1] + models.PASS_SLOTS for start, end in cut)
 
 
+def fits(lengths: list[int], cut: list[tuple[int, int]], budget: int) -> bool:
+    return all((end - start) * lengths[end - 1] <= budget or end - start == 1 for start, end in cut)
+
+
 def test_passes_are_the_cheapest_cut_of_the_sorted_texts_within_the_budget():
     # one state and four short candidates: padding the candidates to the state costs more than a second pass
     assert models.passes([17, 17, 17, 18, 100], 512) == [(0, 4), (4, 5)]
@@ -84,12 +88,12 @@ def test_passes_are_the_cheapest_cut_of_the_sorted_texts_within_the_budget():
         lengths = sorted(rng.choice([3, 9, 14, 17, 40, 100, 256, 300]) for _ in range(rng.randint(1, 8)))
         cut = models.passes(lengths, 256)
         assert [start for start, _ in cut] == [0] + [end for _, end in cut[:-1]] and cut[-1][1] == len(lengths)
-        assert all((end - start) * lengths[end - 1] <= 256 or end - start == 1 for start, end in cut)
+        assert fits(lengths, cut, 256)
         every = []
         for mask in range(2 ** (len(lengths) - 1)):
             bounds = [0] + [i + 1 for i in range(len(lengths) - 1) if mask >> i & 1] + [len(lengths)]
             candidate = list(zip(bounds, bounds[1:]))
-            if all((end - start) * lengths[end - 1] <= 256 or end - start == 1 for start, end in candidate):
+            if fits(lengths, candidate, 256):
                 every.append(cost(lengths, candidate))
         assert cost(lengths, cut) == min(every)
 
