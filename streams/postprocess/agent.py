@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from streams.consumer import run_agent, take_work
-from streams.idempotency.requests import decided_record, reservation_key
+from streams.idempotency.requests import reservation_key
 from streams.metrics import observe_decision, observe_promotion, observe_stages
 from streams.outbox import Outbox
 from streams.postprocess.finalize import finalize
@@ -69,8 +69,7 @@ class Postprocess:
             if not work.refresh:
                 out.decisions.append((decision, http_headers(decision)))
                 if self.requests is not None:
-                    known = self.requests.decided(work.request.tenant, decision)
-                    out.records.append(decided_record(work.request.tenant, decision, known))
+                    out.records.append(self.requests.decided(work.request.tenant, decision))
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
                     out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
