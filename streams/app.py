@@ -53,8 +53,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
         consumer_auto_offset_reset="earliest", topic_allow_declare=True)
     topics = Topics(app, settings.partitions)
     app.jev_sender = sender = sender or app.service(Sender(settings.bootstrap, settings.partitions))
+    # The L1 exact cache, keyed by cache_key as scored is. Its values are Entry.dumps(), kept as bytes (a changelog
+    # written before, as JSON dicts, reads back the same).
     l1 = app.tables.add(KeyPartitionedTable(app, name="l1_cache", default=None, beacon=app.tables.beacon,
-                                            partitions=settings.partitions))  # keyed by cache_key, as scored is
+                                            partitions=settings.partitions, value_type=bytes))
     state = {"sink": sink}
     controls = Controls()
     budget_file = Path(settings.data_dir) / "budgets.json"

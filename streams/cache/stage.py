@@ -134,9 +134,9 @@ class CacheStage:
         if not switches["cache.l1"]:
             return None
         raw = self.table.get(work.cache_key)
-        hit = serve(work.cache_key, Entry.from_dict(raw) if raw else None, self.versions, self.refresh, work)
+        hit = serve(work.cache_key, Entry.loads(raw) if raw else None, self.versions, self.refresh, work)
         if hit is not None and hit.stale:
-            self.table[work.cache_key] = hit.entry.to_dict()  # remember it was served stale once
+            self.table[work.cache_key] = hit.entry.dumps()  # remember it was served stale once
         return hit
 
     def lookup_semantic(self, work: Work, vector) -> Hit | None:
@@ -237,7 +237,7 @@ class CacheStage:
                 self._insert(partition_of(work.request), question_of(work.request), value, entry.tokens, True, None)
             return
         if switches["cache.l1"]:
-            self.table[work.cache_key] = entry.to_dict()
+            self.table[work.cache_key] = entry.dumps()
             while len(self.table) > self.max_l1:
                 del self.table[next(iter(self.table.keys()))]
         self.refresh.done(work.cache_key)

@@ -97,3 +97,25 @@ def test_stage_takes_the_model_check_and_its_calibrated_thresholds(tmp_path):
     assert CacheStage({}, settings.replace(cache_model_check="none")).semantic.check is None
     with pytest.raises(ValueError, match="primary embedder itself"):
         CacheStage({}, settings.replace(cache_model_check="hashing"))
+
+
+@pytest.mark.parametrize("state, action", [("find shoes", "a"), ("把40件库存从上海仓调往北京仓", "调拨")])
+def test_l1_entries_leave_the_collectors_scans_and_serve_whole(tmp_path, state, action):
+    """The table keeps up to JEV_CACHE_MAX_ENTRIES answers; every full collection scans what the collector
+    tracks, so an entry is bytes (a dict holding the answer's lists was 4 tracked objects)."""
+    import gc
+
+    from schemas.records import Ranked
+    from streams import settings as settings_mod
+
+    stage = CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="none"))
+    decision = Decision(request_id="r1", tier="fine", action_id=action, text=f"{action}：理由",
+                        ranking=[Ranked(id=action, score=0.9), Ranked(id="b", score=0.1)], chain=["rules", "fine"],
+                        input_tokens=42)
+    entry = work(state=state)
+    entry.cache_key = "k"
+    stage.fill(entry, decision, ALL_ON)
+    gc.collect()
+    assert not any(gc.is_tracked(value) for value in stage.table.values())
+    hit = stage.lookup_exact(entry, ALL_ON)
+    assert hit.value == decision.to_representation() and hit.entry.tokens == 42
