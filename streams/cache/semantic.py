@@ -121,12 +121,13 @@ def _answer_of(part: "_Partition", id_: int) -> str:
     """Which answer an index row serves: a decision's chosen action, or a text answer's words (answers_agree's
     rule), else its question's (for a promoted key its target's). Neighbours serving one answer are not rivals
     that make a neighbourhood ambiguous; neighbours close by that answer otherwise are."""
-    value = part.entries[id_].value
+    entry = part.entry(id_)
+    value = entry.value
     if isinstance(value, Mapping) and value.get("action_id"):
         return f"action:{value['action_id']}"
     if isinstance(value, Mapping) and value.get("text"):
         return "text:" + " ".join(re.findall(r"\w+", str(value["text"]).lower()))
-    return "question:" + _same_question(part.entries[id_].alias_of or part.texts[id_])
+    return "question:" + _same_question(entry.alias_of or part.texts[id_])
 
 
 def entry_key(partition: tuple, text: str) -> str:
@@ -166,8 +167,14 @@ class Candidate:
 class _Partition:
     index: VectorIndex
     texts: dict[int, str] = field(default_factory=dict)  # index id -> cached question
-    entries: dict[int, Entry] = field(default_factory=dict)  # index id -> answer
+    entries: dict[int, bytes] = field(default_factory=dict)  # index id -> answer, as Entry.dumps() (no GC work)
     ids: dict[str, int] = field(default_factory=dict)  # _same_question(text) -> index id
+
+    def entry(self, id_: int) -> Entry:
+        return Entry.loads(self.entries[id_])
+
+    def keep(self, id_: int, entry: Entry) -> None:
+        self.entries[id_] = entry.dumps()
 
 
 class SemanticCache:
@@ -240,7 +247,8 @@ class SemanticCache:
         if part is None:
             return None, None
         same = part.ids.get(_same_question(text))
-        if same is not None and (part.entries[same].predictive or part.entries[same].alias_of):
+        held = part.entry(same) if same is not None else None
+        if held is not None and (held.predictive or held.alias_of):
             return self._serve(partition, part, same, 1.0)  # asked by its very question: no semantic guess
         vector = self.embed(text) if vector is None else vector
         found = part.index.search(vector, self.k)
@@ -269,9 +277,17 @@ class SemanticCache:
     def _serve(self, partition: tuple, part: _Partition, id_: int, score: float) -> tuple[Hit | None, Candidate]:
         cached = part.texts[id_]
         self.recency.move_to_end((partition, id_))
-        hit = serve(entry_key(partition, cached), part.entries[id_], self.book, self.refresh,
-                    payload=(partition, cached), score=score, matched=cached)
+        hit = self._hit(partition, part, id_, entry_key(partition, cached), score)
         return hit, Candidate(partition, cached, score, served=hit is not None)
+
+    def _hit(self, partition: tuple, part: _Partition, id_: int, key: str, score: float) -> Hit | None:
+        """serve() on the entry at id_; one served stale is kept so (it is served stale once)."""
+        cached = part.texts[id_]
+        hit = serve(key, part.entry(id_), self.book, self.refresh, payload=(partition, cached), score=score,
+                    matched=cached)
+        if hit is not None and hit.stale:
+            part.keep(id_, hit.entry)
+        return hit
 
     def _judge(self, partition: tuple, part: _Partition, id_: int, text: str, cosine: float,
                next_cosine: float) -> tuple[Hit | None, Candidate]:
@@ -287,8 +303,7 @@ class SemanticCache:
             near = _same_question(cached) != _same_question(text) and self._near_miss(key, float(cosine), p)
             return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near, text)
         self.recency.move_to_end((partition, id_))
-        hit = serve(key, part.entries[id_], self.book, self.refresh, payload=(partition, cached), score=p,
-                    matched=cached)
+        hit = self._hit(partition, part, id_, key, p)
         return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)),
                               asked=text)
 
@@ -316,7 +331,7 @@ class SemanticCache:
         """The entry keyed by `question` (up to case and spacing) in `partition`, or None."""
         part = self.partitions.get(partition)
         id_ = part.ids.get(_same_question(question)) if part else None
-        return None if id_ is None else part.entries[id_]
+        return None if id_ is None else part.entry(id_)
 
     def learn(self, candidate: Candidate, agreed: bool) -> None:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
@@ -327,7 +342,7 @@ class SemanticCache:
             return
         part = self.partitions.get(candidate.partition)
         id_ = part.ids.get(_same_question(candidate.question)) if part else None
-        if not agreed and id_ is not None and part.entries[id_].alias_of:
+        if not agreed and id_ is not None and part.entry(id_).alias_of:
             del self.recency[(candidate.partition, id_)]
             self._drop(candidate.partition, id_)
             self.demotions += 1
@@ -358,10 +373,10 @@ class SemanticCache:
         for i, (text, entry) in enumerate(zip(texts, entries)):
             norm = _same_question(text)
             if norm in part.ids:
-                held = part.entries[part.ids[norm]]
+                held = part.entry(part.ids[norm])
                 if held.alias_of and not entry.alias_of and not self.book.stale(held.versions):
                     continue  # a judged key keeps its answer while it is fresh
-                part.entries[part.ids[norm]] = entry
+                part.keep(part.ids[norm], entry)
                 self.recency.move_to_end((partition, part.ids[norm]))
                 self.refresh.done(entry_key(partition, text))
             else:
@@ -374,7 +389,8 @@ class SemanticCache:
         else:
             vectors = vectors[[i for i, _, _ in added]]
         for id_, norm, (_, text, entry) in zip(part.index.add(vectors), new, added):
-            part.ids[norm], part.texts[id_], part.entries[id_] = id_, text, entry
+            part.ids[norm], part.texts[id_] = id_, text
+            part.keep(id_, entry)
             self.recency[(partition, id_)] = None
         while len(self.recency) > self.max_entries:
             self._evict_oldest()

@@ -85,6 +85,21 @@ def test_stale_semantic_hit_refreshes_once():
     assert len(cache.refresh) == 1
 
 
+def test_entries_leave_the_collectors_scans():
+    """Up to JEV_CACHE_SEMANTIC_MAX_ENTRIES answers stay in memory; every full collection scans what the collector
+    tracks, so each is kept as bytes and read back whole."""
+    import gc
+
+    cache = SemanticCache(HashingEmbedder(), threshold=0.5)
+    answers = {"How do I pay?": {"action_id": "card", "ranking": [{"id": "card", "score": 0.9}], "chain": ["fine"]},
+               "我怎么付款?": {"action_id": "银行卡", "ranking": [{"id": "银行卡", "score": 0.8}], "chain": ["fine"]}}
+    for question, answer in answers.items():
+        cache.insert(P, question, answer)
+    gc.collect()
+    assert not any(gc.is_tracked(raw) for part in cache.partitions.values() for raw in part.entries.values())
+    assert all(cache.lookup(P, question).value == answer for question, answer in answers.items())
+
+
 def test_partition_of_keeps_constraints_apart():
     base = Request(request_id="1", tenant="t", service="s", decision_type="faq", state="How do I pay?")
     decide = Request(request_id="1", tenant="t", service="s", decision_type="faq", state="How do I pay?",
@@ -177,7 +192,7 @@ def test_size_cap_evicts_least_recently_hit(max_exact):
         assert cache.lookup(P, texts[0], rows[0]).value == 0  # hit every time: never the least recent
         assert len(cache) <= 20
     assert len(cache) == 20 and cache.evictions == 180
-    survivors = {entry.value for part in cache.partitions.values() for entry in part.entries.values()}
+    survivors = {part.entry(id_).value for part in cache.partitions.values() for id_ in part.entries}
     assert 0 in survivors and set(range(181, 200)) <= survivors  # the hit one and the 19 newest
     for i in range(200):
         hit = cache.lookup(P if i % 3 == 0 else other, texts[i], rows[i])
