@@ -59,8 +59,8 @@ class Requests:
 
     Each entry is a tuple of bytes, None and a bool, the first decision kept as its JSON: the garbage collector
     stops tracking such a tuple, so the up to JEV_IDEMPOTENCY_MAX entries a busy process holds add nothing to
-    its full collections (kept as Decision records they were ~14 tracked objects each, and every full
-    collection of the stage process scanned them all: 24-57 ms per collection after 18,000 requests)."""
+    its full collections (kept as Decision records they were ~18 tracked objects each, and every full
+    collection scanned them all: 149-166 ms per collection at the default bound, against 1.8 ms now)."""
 
     def __init__(self, max_entries: int = 50_000):
         self.max_entries = max(1, max_entries)
