@@ -8,6 +8,7 @@ from aiokafka import TopicPartition
 from schemas.records import Decision, Request, UsageBatch, Work, WorkBatch
 from schemas.topics import name
 from streams.app import create_app
+from streams.cache.entry import Entry
 from tests.conftest import Captured, consumed
 
 REQUEST = {"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",
@@ -97,7 +98,7 @@ async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     async with app.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
         await eventually(lambda: "usage" in captured.sent)  # the stage takes micro-batches: wait for its output
-        assert app.tables["l1_cache"]["k1"]["value"]["action_id"] == "a"
+        assert Entry.loads(app.tables["l1_cache"]["k1"]).value["action_id"] == "a"
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
     async with app.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[work()]))
