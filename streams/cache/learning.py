@@ -161,24 +161,49 @@ class ThresholdLearner:
     def _fit(self, rows, alpha: float) -> tuple[float, bool]:
         """(the lowest grid threshold passing the fixed-sequence test at level `alpha`, inf for none;
         whether any threshold was tested)."""
-        if not rows:
-            return math.inf, False
+        chosen, tested = math.inf, False
+        for t, n, errors in self._tests(rows, alpha):
+            tested = True
+            if not error_bounded(errors, n, self.max_error, alpha):
+                break
+            chosen = t
+        return chosen, tested
+
+    def _tests(self, rows, alpha: float):
+        """(threshold, verdicts at or above it, disagreements among them) for each grid threshold with enough
+        verdicts to be tested at level `alpha`, from the top down."""
         ordered = sorted(rows, key=lambda r: -r[0])
         least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
                     math.ceil(FIRST_TEST_SHARE * len(ordered)))
-        chosen, n, errors, tested = math.inf, 0, 0, False
+        n = errors = 0
         t = GRID_TOP
         while t >= self.floor - 1e-12:
             while n < len(ordered) and ordered[n][0] >= t:
                 errors += not ordered[n][1]
                 n += 1
             if n >= least:
-                tested = True
-                if not error_bounded(errors, n, self.max_error, alpha):
-                    break
-                chosen = t
+                yield t, n, errors
             t = round(t - GRID_STEP, 6)
-        return chosen, tested
+
+    def explain(self, partition: tuple) -> dict:
+        """Why `partition` serves from where it does: at the first threshold its latest fit tests (the
+        best-scored `verdicts` of those kept), the `disagreements` among them and the most the test allows there
+        (`allowed`, at the fit's `level`). A partition serving nothing holds more than `allowed` there, or has
+        too few verdicts to test any threshold (`first_test` None)."""
+        self.threshold(partition)  # the latest fit
+        part = self.partitions.get(partition)
+        rows = list(part.rows) if part else []
+        k = max(part.fits, 1) if part else 1
+        level = (1 - self.confidence) / (k * (k + 1))
+        first = next(self._tests(rows, level), None)
+        if first is not None:
+            t, n, errors = first
+            allowed = -1
+            while allowed + 1 <= n and error_bounded(allowed + 1, n, self.max_error, level):
+                allowed += 1
+            first = {"score": t, "verdicts": n, "disagreements": errors, "allowed": allowed}
+        return {"verdicts": len(rows), "disagreements": sum(not r[1] for r in rows), "level": level,
+                "first_test": first}
 
     def stats(self, partition: tuple) -> dict:
         part = self.partitions.get(partition)

@@ -30,7 +30,8 @@ Unicode form (Quora repeats a question across pairs: one entry then holds it, an
 its own question, not another pair's).
 `hit_ratio` is L2 hits over all requests (every `text_b`), `per_request_error` false hits over all requests
 (vCache's delta; the bound itself is per served hit, the stricter one), `curve` the running
-[requests asked, hit ratio, precision] at CURVE_POINTS points of the run.
+[requests asked, hit ratio, precision] at CURVE_POINTS points of the run; `certification` what the learner's
+latest fit found at the first threshold it tested (ThresholdLearner.explain: why nothing is served, when nothing is).
 The learner starts with the verifier's calibration verdicts only (evidence.py), as a fresh deployment does.
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 
 from streams.cache.calibration import Pair
 from streams.cache.entry import Entry
+from streams.cache.evidence import POOL
 from streams.cache.exact import normalize
 from streams.cache.semantic import SemanticCache, _same_question
 
@@ -113,6 +115,7 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             "promoted_hits": promoted_hits, "promoted_false_hits": promoted_hits - promoted_right,
             "promoted_strict_false_hits": strict_false, "demoted": cache.demotions,
             "final_threshold": _finite(threshold_of()),
+            "certification": cache.learner.explain(POOL if cache.evidence is not None else PARTITION),
             "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
             "curve": curve}
 

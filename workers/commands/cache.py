@@ -68,8 +68,10 @@ ones) and one threshold on its probability is certified from all verdicts (strea
 
 The last line of --json is the summary: pairs, hits, false_hits, precision (right hits / hits; null
 without hits), recall (right hits / pairs labelled 1), hit_ratio (L2 hits / requests), per_request_error
-(false hits / requests), target_error, how the threshold moved, and curve: [requests, hit ratio, precision]
-along the run.
+(false hits / requests), target_error, how the threshold moved, curve: [requests, hit ratio, precision]
+along the run, and certification: at the first threshold the learner's latest fit tested, its verdicts, the
+disagreements among them and the most the bound allows there (why nothing is served, when nothing is; the
+plain output says it in words).
 
   jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
@@ -177,7 +179,22 @@ def run_replay(args, settings) -> int:
           f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}; {summary['promoted']} "
           f"near-misses promoted of {summary['promotion_judgements']} judged, {summary['promoted_hits']} hits "
           f"through them ({summary['promoted_false_hits']} false)")
+    if summary["final_threshold"] is None:
+        print(uncertified(summary["certification"], summary["target_error"], summary["confidence"]))
     return 0
+
+
+def uncertified(certification: dict, max_error: float, confidence: float) -> str:
+    """Why no threshold was certified, and what would change it (ThresholdLearner.explain's findings)."""
+    first = certification["first_test"]
+    if first is None:
+        return (f"no threshold certified: {certification['verdicts']} verdicts are too few to test one at "
+                f"{max_error} with confidence {confidence}; replay more pairs")
+    return (f"no threshold certified: the {first['verdicts']} best-scored of {certification['verdicts']} verdicts "
+            f"(verifier score >= {first['score']}) hold {first['disagreements']} disagreements "
+            f"({first['disagreements'] / first['verdicts']:.1%}), where a {max_error} bound at confidence "
+            f"{confidence} allows {first['allowed']}. A threshold is served once the best-scored verdicts hold no "
+            f"more: raise --max-error, or rank better (jev cache train-verifier on pairs like these)")
 
 
 def run_train_verifier(args, settings) -> int:

@@ -7,7 +7,7 @@ import pytest
 from schemas.records import Candidate as Option, Control, Decision, Request, Work
 from streams.cache.embedders import HashingEmbedder
 from streams.cache.exact import cache_key
-from streams.cache.learning import ThresholdLearner, binomial_cdf
+from streams.cache.learning import ThresholdLearner, binomial_cdf, error_bounded
 from streams.cache.semantic import SemanticCache, answers_agree
 from streams.cache.stage import CacheStage
 from streams.switches import SWITCHES
@@ -39,6 +39,33 @@ def test_no_evidence_no_threshold_and_too_little_evidence_none_either():
     for _ in range(20):  # below MIN_VERDICTS: nothing is tested, nothing is served
         learner.observe(P, "q", 0.99, True)
     assert learner.threshold(P) == math.inf
+
+
+def test_explain_says_what_the_first_tested_threshold_held_against_what_it_allows():
+    """Clean verdicts: the first threshold tested holds no disagreement, within what it allows, and one is served.
+    One in five disagreeing at every score: more than allowed there, so none is. Too few: nothing tested."""
+    few = ThresholdLearner(0.05, 0.9)
+    for i in range(20):
+        few.observe(P, f"q{i}", 0.99, True)
+    assert few.explain(P) == {"verdicts": 20, "disagreements": 0, "level": pytest.approx(0.05), "first_test": None}
+
+    clean, noisy = ThresholdLearner(0.05, 0.9), ThresholdLearner(0.05, 0.9)
+    for i in range(300):
+        score = 1.0 - i / 1000
+        clean.observe(P, f"q{i}", score, True)
+        noisy.observe(P, f"q{i}", score, i % 5 != 0)
+    served = clean.explain(P)
+    assert clean.threshold(P) < 1.0
+    assert served["first_test"]["verdicts"] >= 118 and served["first_test"]["disagreements"] == 0
+    assert served["first_test"]["allowed"] >= 0
+    refused = noisy.explain(P)
+    assert noisy.threshold(P) == math.inf
+    first = refused["first_test"]
+    assert first["disagreements"] == math.ceil(first["verdicts"] / 5) > first["allowed"] >= 0
+    assert refused["disagreements"] == 60 and refused["verdicts"] == 300
+    # `allowed` is the test's own edge: one more disagreement than allowed fails it at that level
+    assert error_bounded(first["allowed"], first["verdicts"], 0.05, refused["level"])
+    assert not error_bounded(first["allowed"] + 1, first["verdicts"], 0.05, refused["level"])
 
 
 def test_learned_threshold_keeps_the_false_hit_rate_under_target_with_the_stated_confidence():

@@ -81,6 +81,32 @@ def test_replay_prints_the_summary_keys_and_serves_nothing_without_evidence(tmp_
     assert {"pairs", "hits", "false_hits", "precision", "recall", "target_error"} <= summary.keys()
     assert summary["pairs"] == 40 and summary["target_error"] == 0.05
     assert (summary["hits"], summary["precision"], summary["recall"]) == (0, None, 0.0)
+    assert summary["certification"]["first_test"] is None, "too few verdicts to test a threshold"
+    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing"]) == 0
+    said = capsys.readouterr().out
+    assert "no threshold certified" in said and "too few to test one at 0.05" in said
+
+
+def test_replay_says_why_nothing_is_served_when_the_best_scored_verdicts_disagree_too_often(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The same near-identical questions, one pair in five labelled different: the verdicts at the top of the
+    ranking disagree 20% of the time, the 5% bound is never certified, and the replay says how far off it is."""
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
+    pairs = tmp_path / "pairs.jsonl"
+    words = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon " * 20).split()
+    pairs.write_bytes(b"".join(orjson.dumps({"text_a": f"How do I configure feature number {w} {i} today?",
+                                             "text_b": f"how do i configure feature number {w} {i} today",
+                                             "label": int(i % 5 != 0)}) + b"\n"
+                               for i, w in enumerate(words[:300])))
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0"]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said.startswith("no threshold certified: the ") and "raise --max-error" in said
+    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0",
+                 "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
+    first = summary["certification"]["first_test"]
+    assert summary["hits"] == 0 and summary["final_threshold"] is None
+    assert first["disagreements"] > first["allowed"] and f"hold {first['disagreements']} disagreements" in said
 
 
 def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch, capsys):
