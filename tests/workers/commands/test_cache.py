@@ -87,17 +87,18 @@ def test_replay_prints_the_summary_keys_and_serves_nothing_without_evidence(tmp_
     assert "no threshold certified" in said and "too few to test one at 0.05" in said
 
 
+@pytest.mark.parametrize("asked,again", [("How do I configure feature number {i} today?",
+                                           "how do i configure feature number {i} today"),
+                                          ("今天怎么设置第{i}号功能？", "今天怎么设置第{i}号功能")])
 def test_replay_says_why_nothing_is_served_when_the_best_scored_verdicts_disagree_too_often(tmp_path, monkeypatch,
-                                                                                              capsys):
-    """The same near-identical questions, one pair in five labelled different: the verdicts at the top of the
-    ranking disagree 20% of the time, the 5% bound is never certified, and the replay says how far off it is."""
+                                                                                              capsys, asked, again):
+    """The same near-identical questions (English, Chinese), one pair in five labelled different: the verdicts at
+    the top of the ranking disagree 20% of the time, the 5% bound is never certified, and the replay says how far
+    off it is."""
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     pairs = tmp_path / "pairs.jsonl"
-    words = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon " * 20).split()
-    pairs.write_bytes(b"".join(orjson.dumps({"text_a": f"How do I configure feature number {w} {i} today?",
-                                             "text_b": f"how do i configure feature number {w} {i} today",
-                                             "label": int(i % 5 != 0)}) + b"\n"
-                               for i, w in enumerate(words[:300])))
+    pairs.write_bytes(b"".join(orjson.dumps({"text_a": asked.format(i=i), "text_b": again.format(i=i),
+                                             "label": int(i % 5 != 0)}) + b"\n" for i in range(300)))
     assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0"]) == 0
     said = capsys.readouterr().out.splitlines()[-1]
     assert said.startswith("no threshold certified: the ") and "raise --max-error" in said
