@@ -88,6 +88,7 @@ class _Verdicts:
     threshold: float = math.inf
     pending: int = 0  # verdicts since the last fit
     fits: int = 0
+    level: float = 0.0  # the latest fit's level (0: no fit yet)
 
 
 class ThresholdLearner:
@@ -144,7 +145,8 @@ class ThresholdLearner:
             return math.inf
         if part.pending > len(part.rows) * REFIT_FRACTION:
             k = part.fits + 1  # a fit that tested no threshold could not pass by luck: it spends nothing
-            part.threshold, tested = self._fit(part.rows, (1 - self.confidence) / (k * (k + 1)))
+            part.level = (1 - self.confidence) / (k * (k + 1))
+            part.threshold, tested = self._fit(part.rows, part.level)
             part.fits, part.pending = part.fits + tested, 0
         return max(part.threshold, self.floor)
 
@@ -193,8 +195,7 @@ class ThresholdLearner:
         self.threshold(partition)  # the latest fit
         part = self.partitions.get(partition)
         rows = list(part.rows) if part else []
-        k = max(part.fits, 1) if part else 1
-        level = (1 - self.confidence) / (k * (k + 1))
+        level = part.level if part and part.level else (1 - self.confidence) / 2  # no fit yet: a first one's
         first = next(self._tests(rows, level), None)
         if first is not None:
             t, n, errors = first
