@@ -144,8 +144,7 @@ class ThresholdLearner:
         if part is None:
             return math.inf
         if part.pending > len(part.rows) * REFIT_FRACTION:
-            k = part.fits + 1  # a fit that tested no threshold could not pass by luck: it spends nothing
-            part.level = (1 - self.confidence) / (k * (k + 1))
+            part.level = self._level(part.fits + 1)  # a fit that tests nothing cannot pass by luck: spends nothing
             part.threshold, tested = self._fit(part.rows, part.level)
             part.fits, part.pending = part.fits + tested, 0
         return max(part.threshold, self.floor)
@@ -159,6 +158,10 @@ class ThresholdLearner:
             self.explored += 1
             return False
         return True
+
+    def _level(self, k: int) -> float:
+        """The level of a partition's k-th fit that tests: alpha / (k (k + 1)), summing to alpha over all fits."""
+        return (1 - self.confidence) / (k * (k + 1))
 
     def _fit(self, rows, alpha: float) -> tuple[float, bool]:
         """(the lowest grid threshold passing the fixed-sequence test at level `alpha`, inf for none;
@@ -195,7 +198,7 @@ class ThresholdLearner:
         self.threshold(partition)  # the latest fit
         part = self.partitions.get(partition)
         rows = list(part.rows) if part else []
-        level = part.level if part and part.level else (1 - self.confidence) / 2  # no fit yet: a first one's
+        level = part.level if part and part.level else self._level(1)  # no fit yet: a first one's
         first = next(self._tests(rows, level), None)
         if first is not None:
             t, n, errors = first
