@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -19,9 +20,13 @@ from streams.distill.policy import Policy
 from streams.distill.tagger import references, tag_turn
 
 LAYERS = ("dedup", "domain", "semantic", "time")
+MEMO_CHARS = 4_096  # histories up to this long have their distillation remembered (MEMO_SIZE of them at most:
+# their texts and results hold up to ~2 × 4,096 × 2,048 characters, 17–34 MB)
+MEMO_SIZE = 2_048
+_memo: OrderedDict[tuple, "Distilled"] = OrderedDict()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Distilled:
     kept: list[int]
     dropped: list[tuple[int, str]]
@@ -84,12 +89,35 @@ def _line(role: str, content: str) -> str:
 def distill(messages: list[dict], *, model: str, budget: int | None, policy: Policy,
             switches: Mapping[str, bool], now: float) -> Distilled:
     """Distill `messages` ([{role, content, ts?}]) for `model` under `budget` history tokens
-    (None = the policy's budget; a budget <= 0 means none)."""
+    (None = the policy's budget; a budget <= 0 means none).
+
+    Decision traffic distills the same history again and again (each decision of a session, every L1 hit, whose
+    key is the distilled context): a history of up to MEMO_CHARS characters has its result remembered (the
+    MEMO_SIZE latest), keyed by everything the result depends on. `now` enters only through the TTL weight of
+    each exchange (a step of the policy's age bands), so the key holds those weights, not the clock. A remembered
+    result is shared between callers: never modify one."""
     on = {layer: switches.get(f"distill.{layer}", True) for layer in LAYERS}
     messages = normalize(messages)
     roles = [m["role"] for m in messages]
     contents = [m["content"] for m in messages]
     stamps = [float(m["ts"]) if m.get("ts") is not None else None for m in messages]
+    if sum(map(len, contents)) > MEMO_CHARS:
+        return _distill(messages, roles, contents, stamps, model, budget, policy, on, now)
+    weights = tuple(policy.ttl_weight(now - max(ages) if (ages := [stamps[i] for i in unit if stamps[i] is not None])
+                                      else None) for unit in semantic.exchanges(roles)) if on["time"] else ()
+    key = (tuple(roles), tuple(contents), tuple(stamps), model, budget, policy, tuple(on.values()), weights)
+    result = _memo.get(key)
+    if result is None:
+        result = _memo[key] = _distill(messages, roles, contents, stamps, model, budget, policy, on, now)
+        if len(_memo) > MEMO_SIZE:
+            _memo.popitem(last=False)
+    else:
+        _memo.move_to_end(key)
+    return result
+
+
+def _distill(messages: list[dict], roles: list[str], contents: list[str], stamps: list[float | None], model: str,
+             budget: int | None, policy: Policy, on: dict[str, bool], now: float) -> Distilled:
     originals = [_line(r, c) for r, c in zip(roles, contents)]
     costs = [tokens.count(line, model) for line in originals]
     before = sum(costs)

@@ -6,6 +6,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from streams import tokens
 from streams.distill.conversations import arena_hard, sharegpt
+from streams.distill import core
 from streams.distill.core import LAYERS, distill
 from streams.distill.policy import load_policy
 from streams.distill.report import keeps_last_user
@@ -91,6 +92,47 @@ def test_expired_turns_dropped_by_ttl():
     result = run(messages, decision_type="risk")
     assert (0, "time:expired") in result.dropped and (1, "time:expired") in result.dropped
     assert result.kept == [2]
+
+
+LOGIN_HISTORIES = {  # a risk history whose first exchange is 71 hours old: weight 0.2 until it turns 72 (expired)
+    "en": ([msg("user", "Device fingerprint 99812 logged in from Lagos. " * 5, hours_ago=71),
+            msg("assistant", "Recorded the device and the location.", 71)],
+           "Should we block the new login from Oslo?"),
+    "zh": ([msg("user", "设备指纹 99812 从拉各斯登录。" * 5, hours_ago=71),
+            msg("assistant", "已记录该设备和登录地点。", 71)],
+           "奥斯陆的新登录要拦截吗？"),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(LOGIN_HISTORIES))
+def test_a_history_is_distilled_once_while_the_clock_keeps_its_ttl_weights(lang):
+    earlier, question = LOGIN_HISTORIES[lang]
+    messages = [*earlier, msg("user", question, 0)]
+    policy = load_policy("risk")
+
+    def at(hours_later, **kw):
+        return distill(messages, model=MODEL, budget=0, policy=policy, switches={}, now=NOW + hours_later * HOUR, **kw)
+
+    core._memo.clear()
+    first = at(0)
+    assert first.kept == [0, 1, 2] and len(core._memo) == 1
+    assert at(0.5) is first  # still 71.5 hours old: the same weights, the remembered result
+    later = at(1.5)  # 72.5 hours old: past the last band, expired
+    assert later is not first and later.kept == [2]
+    assert (0, "time:expired") in later.dropped
+    assert at(0.5) is first  # both remembered, each under its own weights
+    core._memo.clear()
+    assert at(1.5) == later and at(0.5) == first  # what a fresh distillation gives
+
+
+def test_the_remembered_distillations_are_bounded(monkeypatch):
+    monkeypatch.setattr(core, "MEMO_SIZE", 2)
+    core._memo.clear()
+    for i in range(3):
+        run([msg("user", f"Is order {i} late?")])
+    assert len(core._memo) == 2
+    long = [msg("user", "Where is my parcel? " * (core.MEMO_CHARS // 20 + 1))]
+    assert run(long) == run(long) and len(core._memo) == 2  # a long history is distilled again, not kept
 
 
 def test_markers_carry_date_or_index():
