@@ -5,7 +5,7 @@ import functools
 import json
 import re
 import typing
-from typing import Any
+from typing import Any, Callable
 
 import faust
 import orjson
@@ -26,54 +26,83 @@ REQUEST_ID = re.compile(rb'"request_id"\s*:\s*"((?:[^"\\\x00-\x1f]){1,200})"')
 NON_NUMBERS = (b"NaN", b"Infinity", b"-Infinity", b"+Infinity", b"nan", b"inf", b"-inf")
 
 
+Check = Callable[[Any, str], None]  # (value, its path) -> None, or Invalid naming the path
+SCALARS: dict[Any, Callable[[Any], bool]] = {  # the JSON values each scalar field type accepts (a bool is no number)
+    float: lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+    int: lambda value: isinstance(value, int) and not isinstance(value, bool),
+    str: lambda value: isinstance(value, str),
+    bool: lambda value: isinstance(value, bool),
+    dict: lambda value: isinstance(value, dict),
+}
+
+
 @functools.lru_cache(maxsize=None)
-def _shape(tp: Any) -> tuple:
-    return typing.get_origin(tp), typing.get_args(tp)
-
-
-def _check(value: Any, tp: Any, path: str) -> None:
-    origin, args = _shape(tp)
+def _checker(tp: Any) -> Check | None:
+    """The check of a value of type `tp`, built once per type (None: any value passes). Decoding runs one per field
+    of every request, so the type's shape is read here, not per value."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
-        return
+        return None
     if origin is typing.Union:
-        if value is None and type(None) in args:
-            return
-        return _check(value, next(a for a in args if a is not type(None)), path)
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif tp in (str, bool):
-        ok = isinstance(value, tp)
-    elif origin in (list, typing.List):
-        if not isinstance(value, list):
-            raise Invalid("wrong_type", f"{path}: expected a JSON array, got {type(value).__name__}")
-        for i, item in enumerate(value):
-            _check(item, args[0], f"{path}[{i}]")
-        return
-    elif origin in (dict, typing.Dict):
-        ok = isinstance(value, dict)
-    elif isinstance(tp, type) and issubclass(tp, faust.Record):
-        return check_fields(value, tp, f"{path}.")
-    else:
-        ok = True
-    if not ok:
-        raise Invalid("wrong_type", f"{path}: expected {getattr(tp, '__name__', tp)}, got "
-                                    f"{type(value).__name__} {str(value)[:40]!r}")
+        inner, nullable = _checker(next(a for a in args if a is not type(None))), type(None) in args
+        if inner is None:
+            return None
+
+        def optional(value: Any, path: str) -> None:
+            if value is None and nullable:
+                return
+            inner(value, path)
+        return optional
+    if origin in (list, typing.List):
+        item = _checker(args[0])
+
+        def array(value: Any, path: str) -> None:
+            if not isinstance(value, list):
+                raise Invalid("wrong_type", f"{path}: expected a JSON array, got {type(value).__name__}")
+            if item is not None:
+                for i, element in enumerate(value):
+                    item(element, f"{path}[{i}]")
+        return array
+    if isinstance(tp, type) and issubclass(tp, faust.Record):
+        fields = _fields_check(tp)
+        return lambda value, path: fields(value, f"{path}.")
+    accepts = SCALARS.get(dict if origin in (dict, typing.Dict) else tp)
+    if accepts is None:
+        return None
+
+    def scalar(value: Any, path: str) -> None:
+        if not accepts(value):
+            raise Invalid("wrong_type", f"{path}: expected {getattr(tp, '__name__', tp)}, got "
+                                        f"{type(value).__name__} {str(value)[:40]!r}")
+    return scalar
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_check(record: type[faust.Record]) -> Check:
+    """The check of a JSON object decoded as `record` (its path: the prefix of its fields' paths)."""
+    fields = record._options.fields
+    required = [name for name in fields if name not in record._options.defaults]
+    checks = {name: _checker(tp) for name, tp in fields.items()}
+
+    def check(data: Any, path: str) -> None:
+        if not isinstance(data, dict):
+            raise Invalid("wrong_type", f"{path.rstrip('.') or 'record'}: expected a JSON object, got "
+                                        f"{type(data).__name__}")
+        for name in required:
+            if name not in data:
+                raise Invalid("missing_field", f"{path}{name}: required field is missing "
+                                               "(see `jev schema request`)")
+        for name, value in data.items():
+            if name not in checks:
+                raise Invalid("unknown_field", f"{path}{name}: unknown field; known fields are {', '.join(fields)}")
+            if (field := checks[name]) is not None:
+                field(value, f"{path}{name}")
+    return check
 
 
 def check_fields(data: Any, record: type[faust.Record], path: str = "") -> None:
-    if not isinstance(data, dict):
-        raise Invalid("wrong_type", f"{path or 'record'}: expected a JSON object, got {type(data).__name__}")
-    fields = record._options.fields
-    for name in fields:
-        if name not in data and name not in record._options.defaults:
-            raise Invalid("missing_field", f"{path}{name}: required field is missing "
-                                           "(see `jev schema request`)")
-    for name, value in data.items():
-        if name not in fields:
-            raise Invalid("unknown_field", f"{path}{name}: unknown field; known fields are {', '.join(fields)}")
-        _check(value, fields[name], f"{path}{name}")
+    """Invalid naming the first field of `data` that `record` does not accept (missing, unknown, of a wrong type)."""
+    _fields_check(record)(data, path)
 
 
 MAX_DEPTH = 64

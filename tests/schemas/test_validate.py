@@ -29,6 +29,14 @@ def test_good_request_decodes_with_nested_records():
     (orjson.dumps({**GOOD, "candidates": "a,b"}), "wrong_type", "candidates"),
     (orjson.dumps({**GOOD, "colour": "red"}), "unknown_field", "colour"),
     (orjson.dumps({**GOOD, "deadline_ms": True}), "wrong_type", "deadline_ms"),
+    (orjson.dumps({**GOOD, "history": [{"role": "user", "content": "你好", "ts": "昨天"}]}), "wrong_type",
+     "history[0].ts: expected float, got str '昨天'"),
+    (orjson.dumps({**GOOD, "candidates": [{"id": "a", "text": "x"}, {"id": "b", "text": 5}]}), "wrong_type",
+     "candidates[1].text: expected str, got int '5'"),
+    (orjson.dumps({**GOOD, "contracts": {"max_output_tokens": 1.5}}), "wrong_type", "contracts.max_output_tokens"),
+    (orjson.dumps({**GOOD, "contracts": {"max_tokens": 5}}), "unknown_field", "contracts.max_tokens: unknown field"),
+    (orjson.dumps({**GOOD, "history": [{"role": "user", "content": "hi"}, "hello"]}), "wrong_type",
+     "history[1]: expected a JSON object, got str"),
 ])
 def test_bad_input_names_the_problem(raw, reason, mentions):
     with pytest.raises(Invalid) as err:
