@@ -110,8 +110,8 @@ def test_a_history_is_distilled_once_while_the_clock_keeps_its_ttl_weights(lang)
     messages = [*earlier, msg("user", question, 0)]
     policy = load_policy("risk")
 
-    def at(hours_later, **kw):
-        return distill(messages, model=MODEL, budget=0, policy=policy, switches={}, now=NOW + hours_later * HOUR, **kw)
+    def at(hours_later):
+        return distill(messages, model=MODEL, budget=0, policy=policy, switches={}, now=NOW + hours_later * HOUR)
 
     core._memo.clear()
     first = at(0)
