@@ -45,13 +45,12 @@ def _checker(tp: Any) -> Check | None:
         return None
     if origin is typing.Union:
         inner, nullable = _checker(next(a for a in args if a is not type(None))), type(None) in args
-        if inner is None:
-            return None
+        if inner is None or not nullable:
+            return inner
 
         def optional(value: Any, path: str) -> None:
-            if value is None and nullable:
-                return
-            inner(value, path)
+            if value is not None:
+                inner(value, path)
         return optional
     if origin in (list, typing.List):
         item = _checker(args[0])

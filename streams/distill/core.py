@@ -103,8 +103,7 @@ def distill(messages: list[dict], *, model: str, budget: int | None, policy: Pol
     stamps = [float(m["ts"]) if m.get("ts") is not None else None for m in messages]
     if sum(map(len, contents)) > MEMO_CHARS:
         return _distill(messages, roles, contents, stamps, model, budget, policy, on, now)
-    weights = tuple(policy.ttl_weight(now - max(ages) if (ages := [stamps[i] for i in unit if stamps[i] is not None])
-                                      else None) for unit in semantic.exchanges(roles)) if on["time"] else ()
+    weights = tuple(ttl.weight(unit, stamps, policy, now) for unit in semantic.exchanges(roles)) if on["time"] else ()
     key = (tuple(roles), tuple(contents), tuple(stamps), model, budget, policy, tuple(on.values()), weights)
     result = _memo.get(key)
     if result is None:

@@ -4,6 +4,13 @@ from __future__ import annotations
 MARKER_TOKENS = 8  # what a provenance marker adds to a kept line, reserved when selecting
 
 
+def weight(unit: list[int], ts: list[float | None], policy, now: float) -> float:
+    """The TTL weight of an exchange: the age of its latest stamped turn (unknown age counts as fresh). The only
+    way `now` enters distillation (core.distill keys what it remembers by these weights)."""
+    stamps = [ts[i] for i in unit if ts[i] is not None]
+    return policy.ttl_weight(now - max(stamps) if stamps else None)
+
+
 def select(units: list[list[int]], unit_tags: list[str], costs: list[int], ts: list[float | None],
            protected: set[int], skip: set[int], budget: int | None, reserved: int, policy,
            now: float) -> dict[int, str]:
@@ -15,13 +22,12 @@ def select(units: list[list[int]], unit_tags: list[str], costs: list[int], ts: l
         live = [i for i in unit if i not in skip and i not in protected]
         if not live:
             continue
-        stamps = [ts[i] for i in unit if ts[i] is not None]
-        weight = policy.ttl_weight(now - max(stamps) if stamps else None)
-        if weight <= 0:
+        ttl = weight(unit, ts, policy, now)
+        if ttl <= 0:
             dropped.update((i, "expired") for i in live)
             continue
         cost = sum(costs[i] + MARKER_TOKENS for i in live)
-        ranked.append((weight * policy.tag_weight(tag), position, cost, live))
+        ranked.append((ttl * policy.tag_weight(tag), position, cost, live))
     if budget is None:
         return dropped
     left = budget - reserved
