@@ -5,7 +5,7 @@ of a pair is the state, its sentence 2 plus randomly drawn other sentences are t
 a fresh instance scores every decision one by one (`score`, one backend call per request, as the scoring worker
 does without batching), and another fresh instance scores the same decisions in micro-batches of --batch requests
 (`score_many`, one backend call per micro-batch, as the scoring worker does). The two alternate micro-batch by
-micro-batch (the machine is shared: load drifts). Each way has its own encoding cache (streams/encodings.py),
+micro-batch (the machine is shared: load drifts). Each way has its own encoding cache (streams/core/encodings.py),
 empty at the start, so both meet the same repeats. Model loading is outside the timing; `speedup` is wall-clock, `cpu_speedup` process CPU time.
 Per backend: candidates/s each way, `speedup` (batched over one by one), `max_score_diff` (largest absolute
 difference of any candidate's score) and whether the metered tokens (input, cache_read) are identical.
@@ -23,8 +23,12 @@ from pathlib import Path
 
 import orjson
 
-from streams import encodings, models, settings as settings_mod
-from streams.backends import registry
+from streams.core import encodings
+
+from streams.models import loaded as models
+
+from streams import settings as settings_mod
+from streams.models import registry
 from streams.scoring.batching import score_many
 from streams.scoring.steps import Call
 

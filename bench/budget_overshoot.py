@@ -6,7 +6,7 @@ Side by side, a gateway that checks spend before the call and adds it after (the
 the same traffic.
 
 --processes N (N > 1) runs the same 1,000 requests spread over N processes on the local broker, each with the
-stage process's budget runtime (streams.budgets.leases: a budget owner in the shared group and a lease client),
+stage process's budget runtime (streams.runtime.leases: a budget owner in the shared group and a lease client),
 reserving concurrently, "calling the model" for 0-10 ms, and settling through the budget topic. Side by side, N
 processes that each enforce their own view of the budget (what one BudgetBook per process did) run the same split.
 `overshoot_tokens` counts tokens actually spent past the hard limit in every run; `processes.stranded_tokens` is
@@ -116,8 +116,8 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
     from aiokafka import AIOKafkaProducer
 
     from schemas.records import Decision, Request, Work
-    from streams.budgets.leases import BudgetOwner, LeaseClient
-    from streams import signing
+    from streams.runtime.leases import BudgetOwner, LeaseClient
+    from streams.security import signing
 
     book = new_book(hard)
     book.leased_tokens = True

@@ -26,9 +26,10 @@ import numpy as np
 import orjson
 
 from schemas.records import Candidate, Request
-from streams import encodings, settings as settings_mod
-from workers.commands.score import score
-from streams.backends import lexical, registry
+from streams.core import encodings
+from streams import settings as settings_mod
+from workers.cli.commands.score import score
+from streams.models import lexical, registry
 from streams.scoring.cascade import jaccard
 from streams.scoring.engine import MODES, Engine
 from streams.scoring.policy import load as load_policy

@@ -22,7 +22,7 @@ from faust.types import TP
 
 from schemas.topics import name
 from streams import settings as settings_mod
-from streams.app import create_app
+from streams.runtime.app import create_app
 
 
 class Batch:

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from streams import settings as settings_mod
-from streams.models import available
+from streams.models.loaded import available
 
 
 def read_items(sts_dir: Path, limit: int, n_candidates: int, seed: int = 3) -> list[tuple[str, list[str]]]:
@@ -51,7 +51,7 @@ def main() -> int:
         return 2
     import torch
 
-    from streams.backends.smollm2 import CausalLMBackend
+    from streams.models.smollm2 import CausalLMBackend
 
     torch.set_num_threads(args.threads)
     backend = CausalLMBackend()

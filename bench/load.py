@@ -63,13 +63,13 @@ from aiokafka import AIOKafkaProducer
 from schemas.records import Control
 from schemas.topics import name
 from streams import settings as settings_mod
-from streams.process import freeze_heap
-from workers import workload
-from workers.chaos import Collector
-from workers.demo import latency_split
-from workers.lag import stage_lag
-from workers.pipeline import Pipeline, cpu_seconds, known_decision_types, percentile
-from workers.replay import read_topic
+from streams.core.process import freeze_heap
+from workers.harness import workload
+from workers.harness.chaos import Collector
+from workers.harness.demo import latency_split
+from workers.analytics.lag import stage_lag
+from workers.harness.pipeline import Pipeline, cpu_seconds, known_decision_types, percentile
+from workers.harness.replay import read_topic
 
 BARE_IN, BARE_USAGE = "bench.bare.requests", "bench.bare.usage"
 
@@ -233,7 +233,7 @@ async def model_path_half_capacity(settings, args) -> dict:
     """The model path alone (rules and caches off): its burst capacity, then its sustained capacity (paced steps
     of --model-step-s), then its latency at half the sustained capacity."""
     from schemas.records import Control
-    from streams.control import publish
+    from streams.runtime.control import publish
 
     settings = settings.replace(backend=args.model_backend)
     async with Pipeline(settings, known_decision_types(), stages_process=True) as pipe:
@@ -408,9 +408,10 @@ async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> 
     from infra import clickhouse
     from infra.broker import create_topics
     from schemas.records import Request, UsageBatch
-    from streams import kafka_tuning, tokens
+    from streams.runtime import kafka_tuning
+    from streams.text import tokens
     from streams.usage.events import usage_event
-    from streams.usage.sink import UsageSink
+    from streams.runtime.usage_sink import UsageSink
 
     await create_topics(settings.bootstrap, [BARE_IN, BARE_USAGE], settings.partitions)
     sink = UsageSink(clickhouse.open_migrated(settings.clickhouse))

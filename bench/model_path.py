@@ -1,6 +1,6 @@
 """The model path against the raw model, side by side in one run: what the pipeline makes of the model's speed.
 
-Requests: the bundled workload's ranking and inventory-transfer decisions (workers.workload.model_path_requests),
+Requests: the bundled workload's ranking and inventory-transfer decisions (workers.harness.workload.model_path_requests),
 whose candidates repeat as the demo's do (the same warehouses, the same hold / review / block) and, with
 --repeat-share (0.3, the demo's), a share of whole requests repeated. The rules tier and the L1/L2/L3 caches are
 switched off through the control topic, so every request is scored by the model tiers (fine: JEV_BACKEND, MiniLM
@@ -44,12 +44,14 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Control, WorkBatch
 from schemas.topics import name
-from streams import encodings, models, settings as settings_mod
-from streams.control import publish
+from streams.core import encodings
+from streams.models import loaded as models
+from streams import settings as settings_mod
+from streams.runtime.control import publish
 from streams.scoring.factory import build_engine
-from workers import workload
-from workers.chaos import Collector
-from workers.pipeline import Pipeline, cpu_seconds, known_decision_types
+from workers.harness import workload
+from workers.harness.chaos import Collector
+from workers.harness.pipeline import Pipeline, cpu_seconds, known_decision_types
 
 OFF = ("cache.l1", "cache.l2", "cache.l3", "score.rules")
 IDLE_S = 5.0  # each process's idle CPU is read this long before the burst and taken off its share

@@ -1,6 +1,6 @@
 """Jev's OpenAI-compatible engine vs direct httpx calls to the same server: same prompts, same concurrency.
 
-Decisions: the demo workload's decide requests (workers/workload.py, seed 11: not the demo's seed 7), each context
+Decisions: the demo workload's decide requests (workers/harness/workload.py, seed 11: not the demo's seed 7), each context
 rendered as the scoring workers render it. "direct" sends each decision's prompt (the one Jev builds: the context
 once, the candidates under letters) to /completions itself, with max_tokens 1 and logprobs, through one
 httpx.AsyncClient and a semaphore of --concurrency; "jev" scores the same decisions with the engine's score_many
@@ -29,9 +29,9 @@ import httpx
 import orjson
 
 from schemas.records import Request
-from streams.backends import http, openai as engine_mod, pool as pool_mod
+from streams.models import http, openai as engine_mod, pool as pool_mod
 from streams.scoring.factory import work_for
-from workers import workload
+from workers.harness import workload
 
 
 def decisions(n: int) -> list[tuple[str, list[str]]]:

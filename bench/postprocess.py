@@ -26,10 +26,10 @@ from pathlib import Path
 import orjson
 
 from streams import settings as settings_mod
-from streams import tokens
+from streams.text import tokens
 from streams.output.clean import clean, dropped_content
 from streams.output.patterns import load
-from workers.jsonl import iter_field
+from workers.harness.jsonl import iter_field
 
 ARENA = "choices.0.turns.0.content"
 # model → (language, file under the shared data folder, field holding the answer)

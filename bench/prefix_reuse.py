@@ -3,7 +3,7 @@ server answers them), with the shared support policy first (what ingest and dist
 a system turn, then the question) vs the question first and the same policy after it. Same prompts, same tokens,
 same server, one run; the two layouts alternate block by block (--rounds, each round new questions: a prompt the
 server answered before would be a whole-prompt hit), English and Chinese questions mixed as the demo mixes them
-(workers/workload.py, seed 13: not the demo's seed 7).
+(workers/harness/workload.py, seed 13: not the demo's seed 7).
 
 A server that keeps the KV cache of earlier prompts (llama.cpp's llama-server: each slot's last prompt and its
 prompt cache; vLLM with prefix caching) reads only the question of a shared-first prompt, and says how many prompt
@@ -25,9 +25,9 @@ import time
 import orjson
 
 from schemas.records import Request
-from streams.backends import openai as engine_mod, pool as pool_mod
-from streams.prompt import history_lines, render_context, state_line
-from workers import workload
+from streams.models import openai as engine_mod, pool as pool_mod
+from streams.text.prompt import history_lines, render_context, state_line
+from workers.harness import workload
 
 def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
     """n distinct support questions (after the first `skip`), each as the generator gets it (shared first) and

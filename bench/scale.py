@@ -11,7 +11,7 @@ processes spent in the 5 s before the burst (polling, heartbeats) is taken off f
 On a loaded machine the idle reading is noisy (it can exceed what the burst took), so --record writes the raw
 figures: upper bounds that include the idle polling of a pipeline running far below its capacity. The machines these ran on
 have 2 cores shared with other work: CPU per decision is the figure that carries over, rates do not.
---record writes the CPU figures of the 1 × 1 configuration to workers/fleet_costs.json for `jev plan`.
+--record writes the CPU figures of the 1 × 1 configuration to workers/planner/fleet_costs.json for `jev plan`.
 Last stdout line: {configs: [...], scorer_speedup_2_vs_1, stage_speedup_2_vs_1, ...}.
 
     .venv/bin/python bench/scale.py [--burst 150] [--backend minilm] [--record]
@@ -27,10 +27,10 @@ import orjson
 
 from schemas.records import Control
 from streams import settings as settings_mod
-from streams.control import publish
-from workers import workload
-from workers.chaos import Collector
-from workers.pipeline import Pipeline, cpu_seconds, known_decision_types
+from streams.runtime.control import publish
+from workers.harness import workload
+from workers.harness.chaos import Collector
+from workers.harness.pipeline import Pipeline, cpu_seconds, known_decision_types
 
 CONFIGS = [(1, 1), (1, 2), (2, 1)]  # (stage processes, scoring workers)
 IDLE_S = 5.0  # the processes' idle CPU is read this long before each burst and taken off for the marginal cost
@@ -84,7 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=150, help="model-path requests per configuration")
     ap.add_argument("--backend", default="", help="fine tier (default: JEV_BACKEND, auto = MiniLM when installed)")
-    ap.add_argument("--record", action="store_true", help="write the 1 × 1 CPU figures to workers/fleet_costs.json")
+    ap.add_argument("--record", action="store_true", help="write the 1 × 1 CPU figures to workers/planner/fleet_costs.json")
     args = ap.parse_args()
     import tempfile
 
@@ -101,7 +101,7 @@ def main() -> None:
                "scorer_speedup_2_vs_1": round(rate[(1, 2)] / rate[(1, 1)], 3),
                "stage_speedup_2_vs_1": round(rate[(2, 1)] / rate[(1, 1)], 3)}
     if args.record:
-        from workers.fleet import record
+        from workers.planner.fleet import record
 
         one = configs[0]
         command = f"bench/scale.py --burst {args.burst}" + (f" --backend {args.backend}" if args.backend else "")

@@ -25,9 +25,9 @@ import orjson
 
 from infra import clickhouse
 from infra.clickhouse import USAGE_COLUMNS
-from streams import metrics
+from streams.core import metrics
 from streams import settings as settings_mod
-from streams.usage.sink import UsageSink, to_columns
+from streams.runtime.usage_sink import UsageSink, to_columns
 from workers.analytics.sample import usage_events
 
 

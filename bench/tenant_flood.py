@@ -16,7 +16,7 @@ import asyncio
 import orjson
 
 import tenant_mix
-from workers import workload
+from workers.harness import workload
 
 
 def main() -> None:

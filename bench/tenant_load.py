@@ -39,9 +39,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from infra import clickhouse
 from schemas.topics import name
 from streams import settings as settings_mod
-from workers import workload
+from workers.harness import workload
 from workers.analytics.owner import owner_file
-from workers.pipeline import Pipeline, known_decision_types, percentile
+from workers.harness.pipeline import Pipeline, known_decision_types, percentile
 
 GENERATE = (Path(__file__).with_name("queries.py").read_text().split('GENERATE = """', 1)[1].split('"""', 1)[0])
 TOKEN = "bench-tenant-token-0123456789"

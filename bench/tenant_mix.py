@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from schemas.topics import name
 from streams import settings as settings_mod
 from tenant_load import ratios, split, stats
-from workers import workload
-from workers.pipeline import Pipeline, known_decision_types
+from workers.harness import workload
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 TENANTS = ("acme", "globex")
 

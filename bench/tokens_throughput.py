@@ -17,8 +17,8 @@ from pathlib import Path
 
 from schemas.records import Candidate, Request, Turn
 from streams import settings as settings_mod
-from streams import tokens
-from streams.prompt import count_sections, history_lines, state_text
+from streams.text import tokens
+from streams.text.prompt import count_sections, history_lines, state_text
 
 
 def load(arena: Path, limit: int) -> list[Request]:

@@ -61,7 +61,7 @@ class LocalBroker:
 
     def start(self, timeout: float = 10.0) -> "LocalBroker":
         """tansu on this port, empty, with a cluster id of its own: consumers tell a restarted broker, which
-        lost its logs, from a reconnection (streams.kafka_tuning.follow_log_restarts)."""
+        lost its logs, from a reconnection (streams.runtime.kafka_tuning.follow_log_restarts)."""
         listener = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(

@@ -108,7 +108,7 @@ class Settings:
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")
     batch_templates: str = _doc("", "YAML file of batch templates and per-kind field priorities; empty = the bundled "
                                     "streams/batch/templates.yaml.")
-    encoding_cache_mb: float = _doc(64.0, "Memory of each scoring worker's encoding cache (streams/encodings.py): "
+    encoding_cache_mb: float = _doc(64.0, "Memory of each scoring worker's encoding cache (streams/core/encodings.py): "
                                           "embeddings keyed by model and text hash, so a repeated state or "
                                           "candidate is not encoded again (a MiniLM embedding takes ~1.8 KB: 64 MB "
                                           "holds ~36,000). 0 = off.")
@@ -156,7 +156,7 @@ class Settings:
                                  "{\"<token>\": \"<tenant>\"} reads that tenant's rows only, \"*\" every tenant. "
                                  "The owner's own token (in <clickhouse dir>.owner.json) always reads all.")
     tenants: str = _doc("*", "Tenants ingest admits, comma-separated (acme,globex); a request of any other tenant is "
-                             "rejected (unknown_tenant). * admits any valid name (streams/tenants.py: NFKC, trimmed, "
+                             "rejected (unknown_tenant). * admits any valid name (streams/core/tenants.py: NFKC, trimmed, "
                              "case folded, a documented character set): right for the demo and one trusted "
                              "producer; list them in production, with JEV_TENANT_KEYS.")
     tenant_keys: str = _doc("", "JSON file (mode 0600) {\"<tenant>\": \"<key>\"}: each request must carry the header "

@@ -85,7 +85,7 @@ def consumed(topic: str, values: list) -> list:
     handler without a broker."""
     from aiokafka.structs import ConsumerRecord
 
-    from streams import signing
+    from streams.security import signing
 
     return [ConsumerRecord(topic=topic, partition=0, offset=offset, timestamp=0, timestamp_type=0, key=None,
                            value=value, checksum=None, serialized_key_size=0,
@@ -145,7 +145,7 @@ class Captured:
 @pytest.fixture
 def app_and_sent(settings):
     captured = Captured()
-    from streams.app import (
+    from streams.runtime.app import (
         create_app,  # the runtime, imported only by the tests that take this fixture
     )
 

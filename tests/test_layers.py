@@ -1,13 +1,12 @@
-"""The layers of DESIGN.md "Layout and style", enforced on every import in the tree (an AST walk).
+"""The layers, as folders, enforced on every import in the tree (an AST walk).
 
-From the ground up: schemas/ and infra/ (records, topics, DDL, the broker launcher: nothing of Jev), streams/
-stage logic (pure: records in, records out), the streams/ runtime (Kafka I/O, Faust agents), workers/
-(processes and tools), bench/. A module may import its own layer and the ones below, never one above.
+From the ground up: schemas/ and infra/ (records, topics, DDL, the broker launcher: nothing of Jev); the shared
+concepts of streams/ (core, text, security, models, budgets, idempotency, output, usage); the stage packages
+(ingest, distill, cache, scoring, postprocess, shadow, batch: pure, records in, records out); streams/runtime/
+(everything that touches Kafka or wires the stages: the app, consumer, sender, agents); workers/ (processes,
+cli, analytics, harness, planner); bench/. A module may import its own layer and the ones below, never one above.
 
-Inside streams/, the stage packages (STAGES) sit side by side above the shared concepts (prompt rendering,
-budgets, idempotency, model output, usage events, and the modules at the top of streams/): a stage never imports
-another stage, and nothing shared imports a stage; only the runtime that wires them (streams.app, streams.local)
-reaches into several.
+A stage never imports another stage; only streams/runtime/ reaches into several.
 """
 from __future__ import annotations
 
@@ -18,34 +17,30 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 PACKAGES = ("schemas", "infra", "streams", "workers", "bench")
-# streams/ modules that do Kafka I/O or wire agents: the runtime layer above the stage logic
-RUNTIME = {"streams.app", "streams.consumer", "streams.sender", "streams.topics", "streams.kafka_tuning",
-           "streams.control", "streams.local",
-           "streams.usage.sink", "streams.usage.spill", "streams.budgets.leases",
-           "streams.idempotency.seen_log"}
-LAYER_NAMES = ["schemas/infra", "streams stage logic", "streams runtime", "workers", "bench"]
+LAYER_NAMES = ["schemas/infra", "streams shared concepts", "streams stages", "streams runtime", "workers", "bench"]
 STAGES = ("ingest", "cache", "scoring", "postprocess", "shadow", "distill", "batch")
-WIRING = {"streams.app", "streams.local"}  # the runtime that puts stages together
+WORKER_KINDS = ("processes", "cli", "analytics", "harness", "planner")
 # Crossings between stages that remain, each in code another change owns (these lists shrink; a new crossing or
 # one that is gone fails the test): (importing module, imported module).
 KNOWN_CROSSINGS = {
     ("streams.shadow.naive", "streams.scoring.policy"),  # the naive path decides with the scoring policies
     ("streams.shadow.tuning", "streams.scoring.policy"),
-    ("streams.shadow.agent", "streams.cache.semantic"),  # the guard's knob on the L2 threshold
-    ("streams.postprocess.agent", "streams.shadow.verdict"),  # postprocess joins served and naive decisions
     ("streams.distill.work", "streams.cache.exact"),  # distill keys its work by the exact cache key
     ("streams.distill.minilm_tagger", "streams.cache.embedders"),  # one MiniLM embedder for cache and distill
-    ("streams.answer", "streams.scoring.rule_tier"),  # answering locally runs the rule tier
 }
 
 
 def layer(module: str) -> int:
-    top = module.split(".")[0]
-    if top in ("schemas", "infra"):
+    parts = module.split(".")
+    if parts[0] in ("schemas", "infra"):
         return 0
-    if top == "streams":
-        return 2 if module in RUNTIME or module.endswith(".agent") else 1
-    return {"workers": 3, "bench": 4}[top]
+    if parts[0] == "streams":
+        if len(parts) == 1 or parts[1] == "settings":
+            return 0
+        if parts[1] == "runtime":
+            return 3
+        return 2 if parts[1] in STAGES else 1
+    return {"workers": 4, "bench": 5}[parts[0]]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -70,7 +65,7 @@ def imported(tree: ast.AST, module: str, root: Path) -> list[tuple[int, str]]:
             base = node.module or ""
             if node.level:
                 base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
-            # `from streams import sender` names a module; `from streams.sender import X` names a member
+            # `from streams import sender` names a module; `from streams.runtime.sender import X` names a member
             found += [(node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base)
                       for alias in node.names]
     return [(line, name) for line, name in found if name.split(".")[0] in PACKAGES]
@@ -103,7 +98,7 @@ def crossings(root: Path = ROOT) -> set[tuple[str, str]]:
     out = set()
     for path in sorted((root / "streams").rglob("*.py")):
         module = module_name(path, root)
-        if module in WIRING:
+        if module.startswith("streams.runtime"):
             continue
         for _, target in imported(ast.parse(path.read_text(), str(path)), module, root):
             if stage_of(target) is not None and stage_of(target) != stage_of(module):
@@ -118,9 +113,8 @@ def test_stage_packages_never_import_one_another():
 
 
 @pytest.mark.parametrize("module, target", [
-    ("streams/ingest/planted.py", "streams.postprocess.agent"),
-    ("streams/budgets/planted.py", "streams.ingest.decode"),
-    ("streams/planted.py", "streams.cache.stage"),
+    ("streams/ingest/planted.py", "streams.postprocess.finalize"),
+    ("streams/scoring/planted.py", "streams.cache.stage"),
 ])
 def test_stage_check_catches_a_planted_sideways_import(tmp_path, module, target):
     for package in ("streams", *(f"streams/{stage}" for stage in STAGES)):
@@ -133,9 +127,11 @@ def test_stage_check_catches_a_planted_sideways_import(tmp_path, module, target)
 
 
 @pytest.mark.parametrize("module, target", [
-    ("streams/ingest/planted.py", "workers.pipeline"),
-    ("streams/distill/planted.py", "streams.sender"),
-    ("schemas/planted.py", "streams.tokens"),
+    ("streams/ingest/planted.py", "workers.harness.pipeline"),
+    ("streams/distill/planted.py", "streams.runtime.sender"),
+    ("streams/core/planted.py", "streams.ingest.decode"),
+    ("streams/text/planted.py", "streams.runtime.app"),
+    ("schemas/planted.py", "streams.text.tokens"),
 ])
 def test_layer_check_catches_a_planted_upward_import(tmp_path, module, target):
     for package in PACKAGES:
@@ -145,3 +141,27 @@ def test_layer_check_catches_a_planted_upward_import(tmp_path, module, target):
     planted.write_text(f"import {target}\n")
     found = violations(tmp_path)
     assert len(found) == 1 and target in found[0], found
+
+
+def test_streams_holds_no_loose_module_but_its_settings():
+    loose = {p.name for p in (ROOT / "streams").glob("*.py")}
+    assert loose == {"__init__.py", "settings.py"}, sorted(loose - {"__init__.py", "settings.py"})
+
+
+def test_workers_are_split_by_kind():
+    loose = {p.name for p in (ROOT / "workers").glob("*.py")} - {"__init__.py"}
+    folders = {p.name for p in (ROOT / "workers").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert loose == set() and folders == set(WORKER_KINDS), (loose, folders)
+
+
+def test_only_the_runtime_imports_kafka():
+    found = []
+    for path in sorted((ROOT / "streams").rglob("*.py")):
+        module = module_name(path, ROOT)
+        if module.startswith("streams.runtime"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{module} imports {n}" for n in names if n.split(".")[0] in ("faust", "aiokafka")]
+    assert found == []

@@ -2,7 +2,7 @@
 
 The device machine reaches no network, so neither vLLM (bench/gpu/run.sh) nor the SmolLM2 weights (98 MB,
 over the 64 MiB a call may carry) can get there. This measures the same scoring method as the CPU fine
-backend (streams/backends/smollm2.py: the context's KV cache computed once, repeated across the candidates)
+backend (streams/models/smollm2.py: the context's KV cache computed once, repeated across the candidates)
 on a randomly initialised model of SmolLM2-135M's architecture, in bf16. Speed does not depend on the weights;
 accuracy is not measured here.
 

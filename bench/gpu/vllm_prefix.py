@@ -43,7 +43,7 @@ def export_smollm2(target: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from streams import models
+    from streams.models import loaded as models
 
     target = Path(target)
     if (target / "config.json").exists():
@@ -102,7 +102,7 @@ def main() -> int:
         import vllm
         import torch
 
-        from streams.backends.vllm import VLLMBackend
+        from streams.models.vllm import VLLMBackend
 
         model_dir = export_smollm2(Path(args.model_dir))
         print(f"vllm {vllm.__version__}: loading {model_dir}", file=sys.stderr)

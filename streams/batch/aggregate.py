@@ -9,10 +9,10 @@ import hashlib
 from collections import defaultdict
 
 from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
-from streams import tokens
+from streams.text import tokens
 from streams.batch import render
 from streams.batch.config import BatchConfig, BatchTemplate
-from streams.backends.protocol import Generator
+from streams.models.protocol import Generator
 
 
 def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.batch import BatchMember
-from streams import tokens
+from streams.text import tokens
 from streams.batch.config import BatchTemplate
 
 MIN_BLOCK_TOKENS = 24  # a block smaller than this cannot carry a member's essentials

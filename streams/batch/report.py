@@ -11,7 +11,7 @@ the output actually generated.
 from __future__ import annotations
 
 from schemas.batch import BatchResult
-from streams import pricing
+from streams.models import pricing
 
 
 def summarize(job: str, results: list[BatchResult], members: int, model: str) -> dict:

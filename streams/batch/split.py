@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 
 from schemas.batch import BatchResult, MemberShare, MergedCall
-from streams import pricing, tokens
+from streams.models import pricing
+from streams.text import tokens
 from streams.batch import render
 from streams.batch.config import BatchTemplate
-from streams.backends.protocol import Generator
+from streams.models.protocol import Generator
 
 ANSWER_HEAD = re.compile(r"^\s*=+\s*(.+?)\s*=+\s*$", re.MULTILINE)
 

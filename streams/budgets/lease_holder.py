@@ -4,7 +4,7 @@
 A reservation takes the request's worst case from the lease of every hard budget that covers it, at once or not at
 all (no await between check and update). When a lease runs low (under half a slice) or near its expiry, `wanted`
 names the top-ups to ask for, so a steady flow of requests rarely waits on the owner; a request that finds too
-little waits for the owner's answer (streams.budgets.leases), and is refused if the owner grants too little.
+little waits for the owner's answer (streams.runtime.leases), and is refused if the owner grants too little.
 """
 from __future__ import annotations
 

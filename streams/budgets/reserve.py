@@ -1,10 +1,10 @@
 """The one reservation a request makes before any model work: its worst case held against the leases of its
-hard token budgets (streams.budgets.leases, when hard budgets are leased), then against the local book (soft
+hard token budgets (streams.runtime.leases, when hard budgets are leased), then against the local book (soft
 budgets, alerts, cost). Ingest reserves every request this way; the cache stage its L3 pre-answers."""
 from __future__ import annotations
 
 from schemas.records import Work
-from streams import pricing
+from streams.models import pricing
 from streams.budgets.book import Refused, request_scopes
 from streams.idempotency.requests import reservation_key
 from streams.output.stream import reserved_output

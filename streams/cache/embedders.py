@@ -14,7 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
-from streams import language, models
+from streams.text import language
+
+from streams.models import loaded as models
 
 
 class Embedder(Protocol):
@@ -79,7 +81,7 @@ class E5Embedder:
 
 
 class ByLanguageEmbedder:
-    """MiniLM for English questions, multilingual-e5-small for every other language (streams.language.detect).
+    """MiniLM for English questions, multilingual-e5-small for every other language (streams.text.language.detect).
     Language is part of an L2 partition, so the vectors one partition compares all come from one model."""
 
     name = "minilm|e5"

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import orjson
 
 from schemas.records import Work
-from streams.prompt import render_context
+from streams.text.prompt import render_context
 
 
 def normalize(text: str) -> str:

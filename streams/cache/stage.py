@@ -23,7 +23,7 @@ from collections import deque
 from typing import Callable, Mapping
 
 from schemas.records import Decision, Request, Work
-from streams import tokens
+from streams.text import tokens
 from streams.cache import changelog
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
@@ -36,7 +36,7 @@ from streams.cache.predictive import TenantFollowups, plan
 from streams.cache.verifier import load_verifier
 from streams.cache.semantic import (QUESTION_FIELDS, Candidate, SemanticCache, answers_agree, asks_in_words,
                                     entry_key, partition_of, question_of)
-from streams.prompt import render_context
+from streams.text.prompt import render_context
 
 PENDING_VECTORS = 10_000
 PENDING_CHANGES = 100_000  # cache-state records awaiting the agent (oldest dropped past it: memory stays bounded)

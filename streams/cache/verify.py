@@ -3,10 +3,10 @@
 Near-duplicate questions that mean something else usually differ by one word: a number or year, a
 negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
 rare word). The number, negation, ordinal and antonym checks read English and Chinese, and so does the key-term
-check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/keyterms.py); the word-order
+check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/text/keyterms.py); the word-order
 check reads Chinese through its relation words (广州到湛江 / 湛江到广州); the English name and rare-word checks need
-words, so they run on Latin-script text only. The word lists are the languages' own (streams/lang/, read through
-streams/language.py)."""
+words, so they run on Latin-script text only. The word lists are the languages' own (streams/text/lang/, read through
+streams/text/language.py)."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass
 
 
-from streams import keyterms, language, tokens
+from streams.text import keyterms, language, tokens
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d[\d,.]*(?:st|nd|rd|th)?|[^\W\d_]+", re.UNICODE)
 _LATIN = re.compile(r"[A-Za-z]")
@@ -159,7 +159,7 @@ def _swapped(a: _Parsed, b: _Parsed) -> bool:
 
 def _zh_swapped(a: str, b: str) -> bool:
     """The two sides of a Chinese relation word swapped: `a` holds X到Y and `b` holds Y到X but not X到Y
-    (directional words in streams/lang/zh.yaml; each side 1 to MAX_ZH_ROLE Han characters)."""
+    (directional words in streams/text/lang/zh.yaml; each side 1 to MAX_ZH_ROLE Han characters)."""
     for word in DIRECTIONAL:
         start = a.find(word)
         while start >= 0:

@@ -2,7 +2,7 @@
 
 The semantic layer never folds a short user turn whose constraints no later user turn restates ("住三晚",
 "评分5分以上", "《无与伦比的美丽》", "霞云岭国家森林公园", "at 9:30 on Friday"): a conversation's last question often
-leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come from streams.language (digits, number words, Chinese numerals); place
+leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come from streams.text.language (digits, number words, Chinese numerals); place
 suffixes from the language's word lists.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import re
 
-from streams import language
-from streams.keyterms import IDENTIFIER, place
+from streams.text import language
+from streams.text.keyterms import IDENTIFIER, place
 
 MAX_CHARS = 300  # a longer user turn is pasted material, not a stated constraint
 RESTATED_CHARS = 4

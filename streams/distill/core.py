@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from streams import tokens
+from streams.text import tokens
 from streams.distill import dedup, domain, semantic, ttl
 from streams.distill.constraints import constraint_turns
 from streams.distill.policy import Policy

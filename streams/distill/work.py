@@ -8,12 +8,12 @@ import logging
 from typing import Mapping
 
 from schemas.records import UsageEvent, Work
-from streams import tokens
+from streams.text import tokens
 from streams.cache.exact import cache_key
 from streams.distill.core import distill
 from streams.distill.policy import Policy, load_policy
-from streams.prompt import render_context
-from streams.switches import DISTILL_KEY
+from streams.text.prompt import render_context
+from streams.core.switches import DISTILL_KEY
 from streams.usage.events import usage_event
 
 log = logging.getLogger("jev.distill")

@@ -8,14 +8,14 @@ reservation and overspend a hard budget, and one tenant's id cannot borrow anoth
 
 The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
 entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
-postprocess each first decision, to the requests-seen topic (keyed by streams.tenants.request_key, so a compacted
+postprocess each first decision, to the requests-seen topic (keyed by streams.core.tenants.request_key, so a compacted
 topic keeps the latest per request; a request decided where it was admitted writes its decided record alone),
 which every stage process reads from its beginning and keeps following before it admits anything
-(streams/ingest/agent.py). So a redelivery after a restart, or one that reaches another process after a
+(streams/runtime/agents/ingest.py). So a redelivery after a restart, or one that reaches another process after a
 rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
 (postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
 ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again;
-and it has the request's usage acknowledged before either (streams/sender.py), so a request found decided here
+and it has the request's usage acknowledged before either (streams/runtime/sender.py), so a request found decided here
 was metered: its usage is not sent again.
 A request admitted but not yet decided when its process stopped is admitted again by the process that sees its
 redelivery (its work may have died with the first process; at-least-once); one whose first admission is still
@@ -30,7 +30,7 @@ import threading
 import orjson
 
 from schemas.records import Decision
-from streams.tenants import request_key
+from streams.core.tenants import request_key
 
 NEW, REDELIVERY, CONFLICT = "new", "redelivery", "conflict"
 LOG_TOPIC = "requests_seen"

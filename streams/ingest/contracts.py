@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from schemas.records import Request
-from streams import tokens
-from streams.prompt import MeasuredContext
+from streams.text import tokens
+from streams.text.prompt import MeasuredContext
 
 MAX_CONTRACT_TOKENS = 2_000_000  # larger than any model's context window: a contract above it is a typo
 

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 
 from schemas.records import Rejection, Request, Work
 from schemas.validate import Invalid, decode
-from streams import tokens
-from streams.deadletter import dead_letter
+from streams.text import tokens
+from streams.core.deadletter import dead_letter
 from streams.ingest.contracts import ContractError, check_request, fit_history
-from streams.prompt import count_sections, measure_context
+from streams.text.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.output import stream as stream_mod
 from streams.output.stream import StreamConfig
-from streams import tenants
-from streams.tenants import BadTenant, canonical
+from streams.core import tenants
+from streams.core.tenants import BadTenant, canonical
 
 
 @dataclass(frozen=True)
@@ -25,19 +25,19 @@ class Admission:
     known_types: frozenset[str]
     templates: Templates | None = None
     stream_config: StreamConfig | None = None  # streamed answers: known question types and clients (stream.yaml)
-    tenants: frozenset[str] | None = None  # the tenants admitted (streams.tenants.admitted); None = any valid name
+    tenants: frozenset[str] | None = None  # the tenants admitted (streams.core.tenants.admitted); None = any valid name
     max_field_bytes: int | None = None  # the most bytes one string of a request may hold (JEV_MAX_FIELD_BYTES)
     tenant_keys: dict[str, bytes] | None = None  # producers' keys per tenant (JEV_TENANT_KEYS); None = unbound
 
 
 METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
             "model", "business_event", "human_decision")  # stripped of control characters on the way in
-# (the tenant is not: a control character in it is refused, streams.tenants)
+# (the tenant is not: a control character in it is refused, streams.core.tenants)
 
 
 def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None,
           headers=()) -> Work | Rejection:
-    """Decode, validate, check the producer may write for its tenant (`headers`: the message's, streams.tenants),
+    """Decode, validate, check the producer may write for its tenant (`headers`: the message's, streams.core.tenants),
     render the template, count every section exactly, enforce the input contract (truncate the oldest history by
     tokens when `truncate`, else reject)."""
     now = time.time() if now is None else now
@@ -84,7 +84,7 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
 
 
 def with_canonical_tenant(request: Request) -> Request:
-    """`request` under its tenant's one spelling (streams.tenants), or Invalid bad_tenant saying what is wrong."""
+    """`request` under its tenant's one spelling (streams.core.tenants), or Invalid bad_tenant saying what is wrong."""
     if not request.tenant.strip():
         return request  # check() names the missing tenant
     try:

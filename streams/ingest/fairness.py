@@ -24,7 +24,7 @@ from typing import Callable
 
 import orjson
 
-from streams.tenants import BadTenant, canonical
+from streams.core.tenants import BadTenant, canonical
 
 BURST_S = 1.0  # seconds of rate a bucket holds: a tenant idle for a while may send this much at once
 QUANTUM = 16_384  # bytes a tenant's deficit grows by per round of the fair order
@@ -141,7 +141,7 @@ def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str, float]:
     if not isinstance(data, dict):
         return "", "", 0
     tenant, request_id, deadline_ms = data.get("tenant"), data.get("request_id"), data.get("deadline_ms")
-    try:  # the canonical name (streams.tenants), so no spelling of a tenant has a rate of its own
+    try:  # the canonical name (streams.core.tenants), so no spelling of a tenant has a rate of its own
         tenant = canonical(tenant) if isinstance(tenant, str) else ""
     except BadTenant:
         tenant = ""

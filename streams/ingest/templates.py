@@ -21,10 +21,10 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from schemas.records import Request
-from streams import tokens
+from streams.text import tokens
 from streams.ingest.contracts import (ContractError, OutputContract, VariableContract, check_variables,
                                       parse_output, parse_variable, token_limit)
-from streams.prompt import history_lines
+from streams.text.prompt import history_lines
 
 BUNDLED = Path(__file__).with_name("templates")
 POLICIES = ("reject", "degrade")

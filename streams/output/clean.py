@@ -6,7 +6,7 @@ helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, an
 carries a number or a name is not removed as a sentence: a preamble loses only its filler words, a closer
 stays; a Chinese closing sentence loses the filler clauses among its clauses and keeps the others
 ("希望对您有帮助，记得三天内付款！" → "记得三天内付款！"). Numbers are digits, and Chinese numerals too
-(streams.language). Patterns: patterns.yaml.
+(streams.text.language). Patterns: patterns.yaml.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import tiktoken
 
-from streams import language, tokens
+from streams.text import language, tokens
 from streams.output import truncate as truncation
 from streams.output.patterns import Patterns, resolve
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from schemas.records import Chunk, Decision, Request
-from streams import tokens
+from streams.text import tokens
 from streams.output.clean import clean, closer_rest
 from streams.output.patterns import Patterns, resolve
 from streams.output.throttle import TokenBucket

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import re
 
-from streams import tokens
+from streams.text import tokens
 
 SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；]|\n")
 WHITESPACE = re.compile(r"\s")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from streams.backends.protocol import ModelUnavailable, Scored
+from streams.models.protocol import ModelUnavailable, Scored
 from streams.scoring.breakers import Fallback
 from streams.scoring.steps import Call, Deciding
 

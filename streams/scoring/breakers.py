@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from schemas.records import Work
-from streams.backends.lexical import LexicalBackend
+from streams.models.lexical import LexicalBackend
 from streams.scoring import policy as policy_mod
 from streams.scoring.ledger import Ledger
 from streams.scoring.steps import Ranking

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from streams.backends.lexical import words
+from streams.models.lexical import words
 
 
 def softmax(scores: list[float], temperature: float) -> list[float]:

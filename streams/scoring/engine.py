@@ -14,21 +14,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from schemas.records import Decision, Ranked, UsageEvent, Work
-from streams import deadlines
-from streams.metrics import observe_breaker, observe_fallback
+from streams.core import deadlines
+from streams.core.metrics import observe_breaker, observe_fallback
 from streams.scoring import policy as policy_mod, streaming
-from streams.backends.protocol import Scorer
+from streams.models.protocol import Scorer
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
 from streams.scoring.hierarchy import descend
-from streams.scoring.languages import FineTiers
+from streams.scoring.language_routes import FineTiers
 from streams.scoring.ledger import Ledger, candidate_lengths, nominal_tokens
 from streams.scoring.ranking import rank
 from streams.scoring.rollout import rollout
 from streams.scoring.rule_tier import rule_decision
 from streams.scoring.steps import Deciding
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 
 MODES = ("cascade", "fine-only", "coarse-only")
 
@@ -44,7 +44,7 @@ class Engine:
     top_n: int = 5
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
-    generator: object | None = None  # answers generate requests (no candidates); streams/backends/
+    generator: object | None = None  # answers generate requests (no candidates); streams/models/
     reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
     stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
     chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
@@ -71,7 +71,7 @@ class Engine:
         return results
 
     def deadline_first(self, works: list[Work]) -> list[list[int]]:
-        """The parts `works` are decided in (streams.deadlines.deadline_first): one when deadlines are not honoured."""
+        """The parts `works` are decided in (streams.core.deadlines.deadline_first): one when deadlines are not honoured."""
         return deadlines.deadline_first(works, self.deadline)
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 import time
 
 from schemas.records import Request, Work
-from streams import encodings, tokens
-from streams.prompt import render_context
-from streams.backends import pool as pool_mod, registry
-from streams.models import configure as configure_models
+from streams.core import encodings
+from streams.text import tokens
+from streams.text.prompt import render_context
+from streams.models import pool as pool_mod, registry
+from streams.models.loaded import configure as configure_models
 from streams.scoring import policy as policy_mod, rules as rules_mod
 from streams.scoring.engine import Engine
-from streams.scoring.languages import FineTiers, multilingual_name
+from streams.scoring.language_routes import FineTiers, multilingual_name
 
 
 def build_engine(settings, mode: str = "cascade", pool: pool_mod.Pool | None = None) -> Engine:

@@ -1,5 +1,5 @@
-"""A generate request (no candidates): the generator (streams/backends/) answers from the distilled context
-within max_output_tokens, metered like any model call. With a router (streams/backends/router.py) the request's
+"""A generate request (no candidates): the generator (streams/models/) answers from the distilled context
+within max_output_tokens, metered like any model call. With a router (streams/models/router.py) the request's
 channel answers and the validator sends a low-confidence answer to the next channel up, both calls metered
 (sections generate and escalation). A model that cannot answer gives a fallback decision (`fallback:<reason>`, no
 text), never a lost request."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 
 from schemas.records import Decision, UsageEvent, Work
-from streams.backends.protocol import ModelUnavailable, Scored
-from streams.metrics import observe_fallback
+from streams.models.protocol import ModelUnavailable, Scored
+from streams.core.metrics import observe_fallback
 from streams.scoring.ledger import Ledger
 from streams.scoring.policy import Policy
-from streams.backends.router import Router, for_work
+from streams.models.router import Router, for_work
 
 
 def generated_decision(generator, work: Work, start: float,

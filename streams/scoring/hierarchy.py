@@ -3,7 +3,7 @@ the policy's max_iterations, with loop detection. Each level is a cascade rankin
 from __future__ import annotations
 
 from schemas.records import Work
-from streams import tokens
+from streams.text import tokens
 from streams.scoring import policy as policy_mod
 from streams.scoring.breakers import DecisionBreakers
 from streams.scoring.ledger import Ledger

@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas.records import Request, UsageEvent, Work
-from streams import pricing, tokens
+from streams.models import pricing
+from streams.text import tokens
 from streams.usage.events import usage_event
-from streams.backends.protocol import Scored
+from streams.models.protocol import Scored
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The rules tier as an entry of its own: zero tokens, the first tier the engine tries, and the one the stage
-process tries before a work would leave it for the scoring workers (streams.local.LocalAnswers)."""
+process tries before a work would leave it for the scoring workers (streams.runtime.local.LocalAnswers)."""
 from __future__ import annotations
 
 import time

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator
 
-from streams.backends.protocol import Scored, Scorer
+from streams.models.protocol import Scored, Scorer
 
 
 @dataclass

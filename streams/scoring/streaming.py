@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
-from streams import tokens
-from streams.metrics import observe_stream
+from streams.text import tokens
+from streams.core.metrics import observe_stream
 from streams.output import stream as stream_mod
-from streams.backends.protocol import ModelUnavailable, Scored, Streaming
+from streams.models.protocol import ModelUnavailable, Scored, Streaming
 from streams.scoring.generate import unavailable
 from streams.scoring.ledger import Ledger
-from streams.backends.router import for_work
+from streams.models.router import for_work
 
 
 @dataclass

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 
 from schemas.records import Candidate, Request, Work
-from streams import encodings
+from streams.core import encodings
 from streams.scoring.factory import work_for
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from collections import Counter
 from schemas.records import UsageEvent, Work
 from streams.scoring import policy as policy_mod
 from streams.shadow.mechanisms import section_of
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 from streams.usage.events import event_key
 
 UNBOUNDED_MS = 1e12

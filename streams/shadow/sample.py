@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 
 from schemas.records import UsageEvent, Work
-from streams import tokens
+from streams.text import tokens
 from streams.output.stream import StreamConfig, reserved_output
-from streams.prompt import render_context
+from streams.text.prompt import render_context
 from streams.shadow import mechanisms
 from streams.usage.events import usage_event
 

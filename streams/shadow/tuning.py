@@ -10,7 +10,7 @@ import dataclasses
 import logging
 
 from streams.scoring import policy as policy_mod
-from streams.switches import CASCADE_KEY
+from streams.core.switches import CASCADE_KEY
 
 log = logging.getLogger("jev.shadow")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from schemas.records import Request, UsageEvent
-from streams import pricing
-from streams.tenants import request_key
+from streams.models import pricing
+from streams.core.tenants import request_key
 
 # Every field's default, from the record's own decoder: an event is these, updated with what was measured.
 # Three to five events are made per request, so this skips the decoder's per-field pass (all fields are scalars).
@@ -54,7 +54,7 @@ def event(who: dict, stage: str, section: str = "", *, model: str = "", input_to
 
 def event_key(tenant: str, request_id: str, stage: str, section: str = "") -> str:
     """A usage event's idempotency key, `<len>:tenant/<len>:request_id:stage[:section]`: the request's key
-    (streams.tenants.request_key, length-prefixed), so no two (tenant, request, stage, section) share one: tenant
+    (streams.core.tenants.request_key, length-prefixed), so no two (tenant, request, stage, section) share one: tenant
     `acme/coll` with request `r1` never meets tenant `acme` with request `coll/r1`."""
     key = f"{request_key(tenant, request_id)}:{stage}"
     return f"{key}:{section}" if section else key

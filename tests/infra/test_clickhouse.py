@@ -31,7 +31,7 @@ def test_migrate_is_idempotent_and_creates_every_usage_table(usage_db):
 def test_section_is_the_frame_after_the_stage(usage_db, tier, sections):
     import random
 
-    from streams.usage.sink import UsageSink
+    from streams.runtime.usage_sink import UsageSink
 
     UsageSink(usage_db).insert(request_events(1, 1.7e9, random.Random(1), tier=tier))
     got = dict(usage_db.query("SELECT stage, arrayStringConcat(arraySort(groupArray(section)), ',') "
@@ -42,7 +42,7 @@ def test_section_is_the_frame_after_the_stage(usage_db, tier, sections):
 def test_otel_genai_aliases_read_the_base_columns(usage_db):
     import random
 
-    from streams.usage.sink import UsageSink
+    from streams.runtime.usage_sink import UsageSink
 
     UsageSink(usage_db).insert(request_events(3, 1.7e9, random.Random(2), tier="fine"))
     row = usage_db.query("SELECT sum(`gen_ai.usage.input_tokens`) = sum(input_tokens), "

@@ -58,7 +58,8 @@ def test_dependencies_have_healthchecks():
 @pytest.fixture
 def own_registries(monkeypatch):
     """Loading a pool registers its tokenizers and prices process-wide: this test's stay in it."""
-    from streams import pricing, tokens
+    from streams.models import pricing
+    from streams.text import tokens
 
     monkeypatch.setattr(tokens, "MODEL_ENCODINGS", dict(tokens.MODEL_ENCODINGS))
     monkeypatch.setattr(pricing, "PRICES", dict(pricing.PRICES))
@@ -68,7 +69,7 @@ def own_registries(monkeypatch):
 
 
 def test_the_gpu_worker_calls_vllm_serve_through_its_model_pool(own_registries):
-    from streams.backends import pool as pool_mod
+    from streams.models import pool as pool_mod
 
     worker, server = SERVICES["score-gpu"], SERVICES["vllm"]
     assert worker.get("profiles") == server.get("profiles") == ["gpu"]  # started only when asked
@@ -172,7 +173,7 @@ def test_the_jev_healthcheck_scrapes_with_the_metrics_token(tmp_path):
     import sys
 
     from streams import settings as settings_mod
-    from streams.metrics import start_metrics_server
+    from streams.core.metrics import start_metrics_server
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from streams.settings import Settings
 from streams.usage.events import event
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import levels
 from workers.analytics.alerts import Thresholds, efficiency_indices
 from workers.analytics.sample import usage_events

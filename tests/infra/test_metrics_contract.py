@@ -10,11 +10,11 @@ import orjson
 import pytest
 
 from schemas.topics import name
-from workers import workload
-from workers.chaos import send_raw
-from workers.demo import DEADLINE_SHARE
-from workers.pipeline import Pipeline, known_decision_types
-from workers.scrape import gpu_present, labelled_samples, missing_or_still, referenced_series, samples
+from workers.harness import workload
+from workers.harness.chaos import send_raw
+from workers.harness.demo import DEADLINE_SHARE
+from workers.harness.pipeline import Pipeline, known_decision_types
+from workers.analytics.scrape import gpu_present, labelled_samples, missing_or_still, referenced_series, samples
 
 pytestmark = pytest.mark.integration
 BUNDLED_TYPES = Path(__file__).resolve().parents[2] / "streams/scoring/decision_types.yaml"

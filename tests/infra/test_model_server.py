@@ -139,8 +139,8 @@ def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(
     if ms.missing():
         pytest.skip(ms.missing())
     from schemas.records import Request
-    from streams.prompt import render_context
-    from workers import workload
+    from streams.text.prompt import render_context
+    from workers.harness import workload
 
     bodies = [b for b in map(json.loads, workload.generate(200, seed=3, repeat_share=0.0, stream_share=1.0,
                                                            chinese_share=0.5)) if b["service"] == service]

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from streams import metrics
+from streams.core import metrics
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 DASHBOARD = json.loads((INFRA / "grafana/dashboards/jev-usage.json").read_text())
@@ -38,7 +38,7 @@ def test_prometheus_expressions_use_declared_metrics(title, expr):
     assert recorded <= {r["record"] for r in RULES if "record" in r}, f"{title}: {recorded} are not recording rules"
     for name in used:
         base = re.sub(r"_(total|bucket|sum|count)$", "", name)
-        assert base in DECLARED, f"{title}: {name} is not declared in streams/metrics.py"
+        assert base in DECLARED, f"{title}: {name} is not declared in streams/core/metrics.py"
 
 
 @pytest.mark.parametrize("title, sql", clickhouse_queries())

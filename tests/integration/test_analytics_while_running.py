@@ -6,9 +6,9 @@ import asyncio
 import orjson
 import pytest
 
-from workers import workload
-from workers.cli import main
-from workers.pipeline import Pipeline, known_decision_types
+from workers.harness import workload
+from workers.cli.main import main
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

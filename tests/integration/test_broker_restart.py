@@ -16,11 +16,11 @@ from aiokafka.errors import KafkaError
 from infra.broker import create_topics
 from schemas.records import Control
 from schemas.topics import TOPICS, name
-from streams.control import publish
-from workers import workload
-from workers.chaos import Collector, run_audit, wait_drained
-from workers.lag import partition_lag, stage_lag
-from workers.pipeline import Pipeline, known_decision_types
+from streams.runtime.control import publish
+from workers.harness import workload
+from workers.harness.chaos import Collector, run_audit, wait_drained
+from workers.analytics.lag import partition_lag, stage_lag
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

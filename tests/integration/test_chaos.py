@@ -1,7 +1,7 @@
 """Crash, outage and poison input on the real local broker and ClickHouse engine: nothing lost, nothing doubled."""
 import pytest
 
-from workers.chaos import run_chaos
+from workers.harness.chaos import run_chaos
 
 pytestmark = pytest.mark.integration
 

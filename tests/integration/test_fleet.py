@@ -5,9 +5,9 @@ import time
 import pytest
 
 from schemas.records import Control
-from streams.control import publish
-from workers import workload
-from workers.pipeline import Pipeline, known_decision_types
+from streams.runtime.control import publish
+from workers.harness import workload
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

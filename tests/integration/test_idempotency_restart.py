@@ -12,9 +12,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from schemas.topics import name
-from workers import workload
-from workers.chaos import Collector, wait_drained
-from workers.pipeline import Pipeline, known_decision_types
+from workers.harness import workload
+from workers.harness.chaos import Collector, wait_drained
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 SEED, N = 41, 6

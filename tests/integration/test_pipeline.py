@@ -1,8 +1,8 @@
 """The whole pipeline on the real local broker and the real ClickHouse engine."""
 import pytest
 
-from workers import workload
-from workers.pipeline import Pipeline, known_decision_types
+from workers.harness import workload
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

@@ -4,9 +4,9 @@ import pytest
 from schemas.records import Decision
 from schemas.topics import name
 from streams.ingest.decode import Admission
-from workers import workload
-from workers.pipeline import Pipeline, known_decision_types
-from workers.replay import compare, read_topic, since_ms
+from workers.harness import workload
+from workers.harness.pipeline import Pipeline, known_decision_types
+from workers.harness.replay import compare, read_topic, since_ms
 from streams.scoring.factory import build_engine
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ REQUESTS = 24
 def test_the_served_demo_decides_every_request_with_no_fallbacks(model_server, tmp_path):
     env = {**os.environ, "JEV_DATA_DIR": str(tmp_path / "jev"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
-    run = subprocess.run([sys.executable, "-m", "workers.cli", "demo", "--model-url", model_server.url,
+    run = subprocess.run([sys.executable, "-m", "workers.cli.main", "demo", "--model-url", model_server.url,
                           "--requests", str(REQUESTS), "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]

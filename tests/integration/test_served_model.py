@@ -8,14 +8,14 @@ import time
 import pytest
 
 from schemas.records import Candidate, Request, Work
-from streams.backends import http, openai as engine_mod
-from streams.backends.lexical import LexicalBackend
-from streams.backends.pool import ModelSpec
+from streams.models import http, openai as engine_mod
+from streams.models.lexical import LexicalBackend
+from streams.models.pool import ModelSpec
 from streams.output import stream as stream_config
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics.levels import by_model
 
 pytestmark = pytest.mark.integration

@@ -14,15 +14,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from schemas.records import Candidate, Request
-from streams import settings as settings_mod, tokens
-from streams.backends import pool as pool_mod, registry
-from streams.backends.lexical import LexicalBackend
-from streams.backends.openai import choice_prompt
+from streams import settings as settings_mod
+from streams.text import tokens
+from streams.models import pool as pool_mod, registry
+from streams.models.lexical import LexicalBackend
+from streams.models.openai import choice_prompt
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
-from streams.usage.sink import UsageSink
-from workers import cli
+from streams.runtime.usage_sink import UsageSink
+from workers.cli.main import main as cli
 from workers.analytics.levels import by_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.model_server]

@@ -10,8 +10,8 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Alert, Control, Decision, Verdict
 from schemas.topics import name
-from streams.shadow import agent as shadow_agent
-from workers.pipeline import Pipeline, known_decision_types
+from streams.runtime.agents import shadow as shadow_agent
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

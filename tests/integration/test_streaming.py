@@ -8,11 +8,11 @@ import asyncio
 import orjson
 import pytest
 
-from streams.control import publish
-from streams.switches import switch_record
-from workers import workload
-from workers.commands.stream import follow, request
-from workers.pipeline import Pipeline, known_decision_types
+from streams.runtime.control import publish
+from streams.core.switches import switch_record
+from workers.harness import workload
+from workers.cli.commands.stream import follow, request
+from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Control, Decision, Rejection, UsageBatch
 from schemas.topics import name
-from streams import tokens
-from streams.control import publish
-from streams.switches import SWITCHES, switch_record
-from workers.commands.report import current_switches
-from workers.pipeline import Pipeline, known_decision_types
-from workers.scrape import labelled_samples as samples
+from streams.text import tokens
+from streams.runtime.control import publish
+from streams.core.switches import SWITCHES, switch_record
+from workers.cli.commands.report import current_switches
+from workers.harness.pipeline import Pipeline, known_decision_types
+from workers.analytics.scrape import labelled_samples as samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 HOUR = 3600.0

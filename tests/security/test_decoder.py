@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from schemas.records import Rejection, Work
 from streams.ingest.decode import Admission, admit
-from streams.tenants import admitted as admitted_tenants
+from streams.core.tenants import admitted as admitted_tenants
 from streams.settings import load
 
 TENANTS = admitted_tenants("acme, globex")

@@ -14,17 +14,17 @@ from prometheus_client import REGISTRY
 from infra.broker import LocalBroker, create_topics
 from schemas.records import BudgetEvent, Control, Decision, UsageBatch
 from schemas.topics import name
-from streams import signing
-from streams.control import ControlReader, publish, save_kept
+from streams.security import signing
+from streams.runtime.control import ControlReader, publish, save_kept
 from streams.budgets.book import BudgetBook
 from streams.idempotency.requests import REDELIVERY, Requests, admitted_record, decided_record
-from streams.budgets.leases import BudgetOwner, LeaseClient
+from streams.runtime.leases import BudgetOwner, LeaseClient
 from streams.budgets.lease_owner import LeaseOwner
-from streams.switches import Controls, switch_record
+from streams.core.switches import Controls, switch_record
 from streams.usage.events import usage_event
-from streams.usage.sink import read_envelopes
+from streams.runtime.usage_sink import read_envelopes
 from tests.conftest import consumed
-from tests.streams.test_control import wait_for
+from tests.streams.runtime.test_control import wait_for
 
 YEAR_2100 = 4_102_444_800.0
 
@@ -170,7 +170,7 @@ def test_a_negative_settle_is_refused_forged_or_signed(keyed):
 
 
 async def test_a_forged_first_decision_and_fingerprint_on_requests_seen_are_refused(bootstrap, keyed):
-    from streams.ingest.agent import RequestsSeenLog
+    from streams.runtime.agents.ingest import RequestsSeenLog
     from streams.idempotency.requests import NEW
 
     await create_topics(bootstrap, [name("requests_seen")], 1)

@@ -9,7 +9,7 @@ import time
 import orjson
 
 from schemas.records import Control, Decision, Request, WorkBatch
-from streams.app import create_app
+from streams.runtime.app import create_app
 from streams.idempotency.requests import (
     CONFLICT,
     NEW,
@@ -20,9 +20,9 @@ from streams.idempotency.requests import (
     fingerprint,
 )
 from streams.usage.events import usage_event
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from tests.conftest import Captured
-from tests.streams.test_agents import REQUEST, eventually, requests, work
+from tests.streams.runtime.test_agents import REQUEST, eventually, requests, work
 
 
 def admitted(captured) -> list[str]:

@@ -4,7 +4,7 @@ shape another tenant's pre-answers."""
 from __future__ import annotations
 
 from schemas.records import Control, Request, Work
-from streams import tokens
+from streams.text import tokens
 from streams.cache.predictive import TenantFollowups
 from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
 from streams.budgets.reserve import prefetch_reserver
@@ -69,7 +69,7 @@ def test_with_leased_hard_budgets_a_pre_answer_takes_only_what_this_processs_lea
     process has now, asks no owner (it is not worth a wait), and carries the hold for postprocess to settle."""
     import time
 
-    from streams.budgets.leases import LeaseClient
+    from streams.runtime.leases import LeaseClient
 
     async def send(topic, values):
         raise AssertionError("a pre-answer asks no owner for a lease")

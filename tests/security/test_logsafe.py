@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from streams import logsafe
+from streams.security import logsafe
 
 
 @pytest.mark.parametrize("text, secret, kept", [

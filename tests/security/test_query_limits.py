@@ -11,7 +11,7 @@ import time
 import orjson
 import pytest
 
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import sample, sandbox
 from workers.analytics.owner import QueryServer, owner_file
 from tests.security.test_query_server import SLOW, post, sandboxes

@@ -22,12 +22,12 @@ import psutil
 import pytest
 
 from schemas.tables import TENANT_VIEWS
-from streams.inflight import InFlight
-from streams.usage.sink import UsageSink
+from streams.core.inflight import InFlight
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import sample, sandbox
 from workers.analytics.sandbox import snapshots as snapshot_module
 from workers.analytics.owner import QueryServer, owner_file
-from workers.cli import main
+from workers.cli.main import main
 
 SLOW = "SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d"
 
@@ -100,7 +100,7 @@ async def test_a_token_has_at_most_its_concurrency_and_a_caller_that_leaves_is_c
 OWNER = textwrap.dedent("""
     import asyncio, sys, time
     from infra import clickhouse
-    from streams.usage.sink import UsageSink
+    from streams.runtime.usage_sink import UsageSink
     from workers.analytics import sample
     from workers.analytics.owner import QueryServer
 

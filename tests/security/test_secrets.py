@@ -13,10 +13,12 @@ import orjson
 import psutil
 import pytest
 
-from streams import logsafe, settings as settings_mod
-from streams.metrics import bearer_token, start_metrics_server
-from workers.cli import main
-from workers.scrape import fetch
+from streams.security import logsafe
+
+from streams import settings as settings_mod
+from streams.core.metrics import bearer_token, start_metrics_server
+from workers.cli.main import main
+from workers.analytics.scrape import fetch
 
 PASSWORD, TOKEN = "hunter2-pw-0451", "metrics-token-9f8e7d6c"
 ENV = {"JEV_CLICKHOUSE_DSN": f"http://analyst:{PASSWORD}@127.0.0.1:8123/jev",

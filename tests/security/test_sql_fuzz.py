@@ -9,7 +9,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import sample, sandbox
 
 A, B = "t0", "t1"

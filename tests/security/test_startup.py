@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from streams.usage.spill import durable_sink
+from streams.runtime.usage_spill import durable_sink
 from workers.analytics import sample
 
 HOLDER = "import sys; from infra import clickhouse; c = clickhouse.open_migrated(sys.argv[1]); print('held', " \
@@ -17,7 +17,7 @@ HOLDER = "import sys; from infra import clickhouse; c = clickhouse.open_migrated
 STAGE = """
 import sys, time
 from streams import settings
-from streams.usage.spill import durable_sink
+from streams.runtime.usage_spill import durable_sink
 from workers.analytics import sample
 
 sink = durable_sink(settings.load().replace(data_dir=sys.argv[2], clickhouse_dsn=sys.argv[1]))

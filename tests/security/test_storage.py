@@ -15,7 +15,7 @@ import pytest
 from infra.clickhouse import USAGE_COLUMNS, USAGE_TABLES
 from schemas.records import Candidate, Request, Turn
 from streams.usage.events import usage_event
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 
 SECRET = "PROMPT-SECRET-7f3a"  # appears only in the prompt: state, history and candidate text
 

@@ -16,10 +16,10 @@ import pytest
 
 from schemas.records import UsageEvent, Verdict
 from streams.shadow.store import VerdictStore
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import sample, sandbox, tenancy
 from workers.analytics.owner import QueryServer, owner_file
-from workers.cli import main
+from workers.cli.main import main
 
 A, B = "t0", "t1"  # the tenants sample.usage_events writes (request i belongs to t{i % 2})
 ODD = "o'brien\\ -- "  # a tenant name with quote, backslash and comment characters

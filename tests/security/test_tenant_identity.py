@@ -12,10 +12,10 @@ import pytest
 
 from schemas.records import Control, Request
 from streams.idempotency.requests import log_key, reservation_key
-from streams.tenants import BadTenant, canonical, request_key
+from streams.core.tenants import BadTenant, canonical, request_key
 from streams.usage.events import event_key, usage_event
-from streams.usage.sink import UsageSink
-from tests.streams.test_agents import REQUEST, requests
+from streams.runtime.usage_sink import UsageSink
+from tests.streams.runtime.test_agents import REQUEST, requests
 
 FOLDED = {"trailing space": "wayne ", "capital": "Wayne", "full-width": "ｗａｙｎｅ", "leading tab": "\twayne"}
 REJECTED = {"cyrillic а": ("wаyne", "U+0430 CYRILLIC SMALL LETTER A"),
@@ -82,7 +82,7 @@ def test_the_slash_collision_is_impossible(usage_db):
 def test_with_tenant_keys_a_producer_spends_only_as_the_tenants_whose_key_it_holds(tmp_path):
     """The issue's probe: any producer could write "tenant": "globex" and spend as globex."""
     from streams.ingest.decode import Admission, admit
-    from streams.tenants import SIGNATURE_HEADER, load_keys, signature
+    from streams.core.tenants import SIGNATURE_HEADER, load_keys, signature
 
     path = tmp_path / "tenant-keys.json"
     path.write_text('{"Globex": "globex-key-0123456789abcdef", "acme": "acme-key-0123456789abcdef"}')

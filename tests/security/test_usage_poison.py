@@ -8,8 +8,8 @@ import pytest
 
 from schemas.records import UsageEvent
 from streams import settings as settings_mod
-from streams.usage.sink import sink_messages
-from streams.usage.spill import durable_sink
+from streams.runtime.usage_sink import sink_messages
+from streams.runtime.usage_spill import durable_sink
 from tests.conftest import consumed
 from workers.analytics.sample import usage_events
 
@@ -68,8 +68,8 @@ def test_an_old_poisoned_spill_file_drains_and_its_bad_records_are_quarantined(u
 
 
 def test_a_spilled_row_clickhouse_refuses_is_quarantined_not_retried(usage_db, tmp_path):
-    from streams.usage.sink import UsageSink
-    from streams.usage.spill import SpillingSink
+    from streams.runtime.usage_sink import UsageSink
+    from streams.runtime.usage_spill import SpillingSink
 
     # decoded without checks, as a spill written before them was: the insert itself must find and set it aside
     sink = SpillingSink(UsageSink(usage_db), tmp_path / "spill", decode=UsageEvent.from_data)

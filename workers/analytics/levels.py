@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from streams.metrics import WASTE_SECTIONS
+from streams.core.metrics import WASTE_SECTIONS
 
 UTC = dt.timezone.utc
 BY_SOURCES = {  # --by: the aggregate that holds the dimension

@@ -35,8 +35,8 @@ import orjson
 from aiohttp import web
 
 from infra.clickhouse import connect
-from streams.inflight import IN_FLIGHT
-from streams.usage.spill import LazyClient
+from streams.core.inflight import IN_FLIGHT
+from streams.runtime.usage_spill import LazyClient
 from workers.analytics import sandbox, source, tenancy
 
 ENDPOINTS = sandbox.ENDPOINTS
@@ -79,7 +79,7 @@ class QueryServer:
     def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
                  limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0,
                  yield_s: float = 0.0, min_share: float = 0.0):
-        """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.inflight), each
+        """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.core.inflight), each
         request holding them for at most that long (JEV_QUERY_YIELD_S), and run `min_share` of the time even
         then (JEV_QUERY_MIN_SHARE)."""
         self.dsn, self.path, self.token = dsn, owner_file(dsn), secrets.token_urlsafe(24)

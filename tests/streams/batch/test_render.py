@@ -1,7 +1,7 @@
 import pytest
 
 from schemas.batch import BatchMember
-from streams import tokens
+from streams.text import tokens
 from streams.batch import config, render
 
 MODEL = "gpt-4o-mini"

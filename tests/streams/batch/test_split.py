@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from schemas.batch import BatchMember
-from streams import tokens
+from streams.text import tokens
 from streams.batch import aggregate, config, report, split, render
-from streams.backends.extractive import ExtractiveGenerator
-from streams.backends.protocol import Generated
+from streams.models.extractive import ExtractiveGenerator
+from streams.models.protocol import Generated
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()

@@ -2,10 +2,10 @@ import orjson
 import pytest
 
 from schemas.records import Candidate as Option, Decision, Request, Work
-from streams.cache.agent import CacheStateLog
+from streams.runtime.agents.cache import CacheStateLog
 from streams.cache.exact import cache_key
 from streams.cache.stage import CacheStage
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 QUESTIONS = ["How do I reset my password?", "Where is my invoice?", "How do I cancel my plan?",

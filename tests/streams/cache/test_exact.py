@@ -6,7 +6,7 @@ import pytest
 from schemas.records import Candidate, Decision, Request, TemplateRef, Turn, Work
 from streams.cache.exact import BoundedLRU, cache_key, normalize
 from streams.cache.stage import CacheStage
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 

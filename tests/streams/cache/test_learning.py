@@ -10,7 +10,7 @@ from streams.cache.exact import cache_key
 from streams.cache.learning import ThresholdLearner, binomial_cdf, error_bounded
 from streams.cache.semantic import SemanticCache, answers_agree
 from streams.cache.stage import CacheStage
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 P = ("acme", "faq", "", "latin", "generate:256")

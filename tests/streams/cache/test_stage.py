@@ -10,7 +10,7 @@ from streams.cache.modelcheck import check_name, decision_name
 from streams.cache.stage import JUDGE_SUFFIX, CacheStage
 from streams.cache.verifier import FEATURES, Verifier, save_verifier
 from streams.shadow.verdict import ShadowJoin
-from streams.switches import SWITCHES
+from streams.core.switches import SWITCHES
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 # (cached question, a near-miss asking the same, a near-miss asking something else, the first near-miss up to case,

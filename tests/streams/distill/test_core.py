@@ -4,7 +4,7 @@ import itertools
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from streams import tokens
+from streams.text import tokens
 from streams.distill.conversations import arena_hard, sharegpt
 from streams.distill import core
 from streams.distill.core import LAYERS, distill

@@ -2,10 +2,10 @@
 import pytest
 
 from schemas.records import Candidate, Contracts, Request, Turn, Work
-from streams import tokens
+from streams.text import tokens
 from streams.distill.policy import load_policy
 from streams.distill.work import distill_work
-from streams.prompt import render_context
+from streams.text.prompt import render_context
 
 NOW = 1_715_500_000.0
 MODEL = "gpt-4o-mini"

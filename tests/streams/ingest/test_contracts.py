@@ -1,9 +1,9 @@
 import pytest
 
 from schemas.records import Contracts, Request, Turn
-from streams import tokens
+from streams.text import tokens
 from streams.ingest import contracts as c
-from streams.prompt import history_lines, measure_context, render_context
+from streams.text.prompt import history_lines, measure_context, render_context
 
 
 @pytest.mark.parametrize("spec,expected", [

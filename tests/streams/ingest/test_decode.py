@@ -2,8 +2,8 @@ import orjson
 import pytest
 
 from schemas.records import Rejection, Work
-from streams import tokens
-from streams.deadletter import ORIGINAL_MAX
+from streams.text import tokens
+from streams.core.deadletter import ORIGINAL_MAX
 from streams.ingest.decode import Admission, admit
 from streams.ingest.templates import Templates
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from schemas.records import Candidate, Request, TemplateRef, Turn
-from streams import tokens
+from streams.text import tokens
 from streams.ingest import templates as tpl
 from streams.ingest.contracts import ContractError
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams import language, settings as settings_mod
-from streams import tokens
+from streams.text import language
+
+from streams import settings as settings_mod
+from streams.text import tokens
 from streams.output.clean import (
     FENCE,
     _last_sentence_start,
@@ -20,7 +22,7 @@ from streams.output.clean import (
     dropped_content,
 )
 from streams.output.patterns import BUNDLED, load
-from workers.jsonl import iter_lines
+from workers.harness.jsonl import iter_lines
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
 FILES = {"gpt-3.5-turbo": "answers-gpt-3.5-turbo-0125.jsonl", "gpt-4": "answers-gpt-4-0314.jsonl"}

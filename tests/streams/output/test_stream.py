@@ -3,7 +3,7 @@ into ordered chunks, and the token bucket's pacing."""
 import pytest
 
 from schemas.records import Decision, Request
-from streams import tokens
+from streams.text import tokens
 from streams.output import stream as S
 from streams.output.clean import clean
 

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from streams import settings as settings_mod
-from streams import tokens
+from streams.text import tokens
 from streams.output.clean import FENCE, clean
 from streams.output.truncate import truncate
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams import tokens
+from streams.text import tokens
 from streams.postprocess.contracts import OUTCOMES, enforce
 
 SHORT = "Sure! Use a set."

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from schemas.records import Contracts, Decision, Request, Work
-from streams import tokens
+from streams.text import tokens
 from streams.postprocess.finalize import finalize
 
 ANSWER = "Sure! Here is the answer:\n\nParis is the capital of France.\n\nI hope this helps!"

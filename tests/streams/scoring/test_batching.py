@@ -4,10 +4,10 @@ import time
 import pytest
 
 from schemas.records import Candidate, Request
-from streams.backends import lexical as backends
+from streams.models import lexical as backends
 from streams.scoring import batching, policy, rules
 from streams.scoring.steps import Call
-from streams.models import available
+from streams.models.loaded import available
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 
@@ -78,8 +78,8 @@ def test_breakers_hold_per_request_inside_a_batch():
 
 @pytest.mark.skipif(not available("minilm"), reason="the embed extra (MiniLM) is not installed")
 def test_minilm_batch_matches_one_by_one_in_scores_and_tokens():
-    from streams.backends.embeddings import MiniLMBackend
-    from streams import encodings
+    from streams.models.embeddings import MiniLMBackend
+    from streams.core import encodings
 
     items = [(s, TEXTS[i:i + 4]) for i, s in enumerate(STATES)]
     encodings.configure(64)  # an empty cache for each side: one by one starts cold as the batch did
@@ -97,7 +97,7 @@ def test_minilm_batch_matches_one_by_one_in_scores_and_tokens():
 def test_causal_lm_batch_pads_contexts_together_and_matches_one_by_one():
     import torch
 
-    from streams.backends.smollm2 import CausalLMBackend
+    from streams.models.smollm2 import CausalLMBackend
 
     torch.set_num_threads(1)
     backend = CausalLMBackend(batch_size=3)  # chunks of 3 rows mix the contexts of different decisions

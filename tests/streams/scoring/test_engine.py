@@ -1,8 +1,9 @@
 import pytest
 
 from schemas.records import Candidate, Request
-from streams import encodings, models
-from streams.backends import lexical as backends, registry
+from streams.core import encodings
+from streams.models import loaded as models
+from streams.models import lexical as backends, registry
 from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for

@@ -2,8 +2,8 @@
 import pytest
 
 from schemas.records import Request
-from streams import pricing
-from streams.backends.protocol import Scored, Usage
+from streams.models import pricing
+from streams.models.protocol import Scored, Usage
 from streams.scoring.ledger import Ledger
 
 REQUEST = Request(request_id="r1", tenant="t", service="s", decision_type="ranking", state="退款 refund")

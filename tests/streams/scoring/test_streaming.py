@@ -7,12 +7,13 @@ import time
 import pytest
 
 from schemas.records import Request, Work
-from streams import metrics, tokens
-from streams.backends.extractive import ExtractiveGenerator
+from streams.core import metrics
+from streams.text import tokens
+from streams.models.extractive import ExtractiveGenerator
 from streams.output import stream as stream_config
 from streams.output.clean import clean
-from streams.backends import registry
-from streams.backends.protocol import Streaming, Usage
+from streams.models import registry
+from streams.models.protocol import Streaming, Usage
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
 

@@ -3,11 +3,11 @@ from collections import Counter
 
 from prometheus_client import REGISTRY
 
-from streams import encodings
-from streams.backends import lexical as backends
+from streams.core import encodings
+from streams.models import lexical as backends
 from streams.scoring import batching, policy, rules
 from streams.scoring.engine import Engine
-from streams.scoring.languages import FineTiers
+from streams.scoring.language_routes import FineTiers
 from streams.scoring.warmup import samples, warm
 
 

@@ -4,7 +4,7 @@ import pytest
 from schemas.records import Verdict
 from streams.shadow.floors import DEFAULTS, parse_floors
 from streams.shadow.guard import Guard, Knob, wilson_lower
-from streams.switches import CASCADE_KEY, L2_KEY
+from streams.core.switches import CASCADE_KEY, L2_KEY
 
 
 def verdict(i: int, kept: bool, *mechanisms: str, labelled: bool = False) -> Verdict:

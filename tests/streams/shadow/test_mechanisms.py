@@ -7,7 +7,7 @@ import time
 
 from schemas.records import UsageEvent
 from streams.shadow.mechanisms import DISTILL_LAYERS, MECHANISM_SQL, SCORE_SECTIONS, mechanism_of
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 
 STAGES = ("ingest", "distill", "cache", "score", "postprocess")
 SECTIONS = (*DISTILL_LAYERS, *SCORE_SECTIONS, "cache_l1", "cache_l2", "cache_l3", "fallback", "cleanup", "call", "")

@@ -3,11 +3,11 @@ import pytest
 import yaml
 
 from schemas.records import Candidate, Contracts, Request, Turn, UsageEvent, Work
-from streams.backends.extractive import ExtractiveGenerator
+from streams.models.extractive import ExtractiveGenerator
 from streams.ingest.decode import Admission, admit
 from streams.output import stream as stream_mod
 from streams.scoring import rules as rules_mod
-from streams.backends.lexical import LexicalBackend
+from streams.models.lexical import LexicalBackend
 from streams.scoring.engine import Engine
 from streams.shadow.naive import as_shadow, decide_naive, naive_engine
 from streams.shadow.sample import Sampler, bucket, parse_rates

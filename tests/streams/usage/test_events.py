@@ -2,7 +2,7 @@
 import pytest
 
 from schemas.records import Request, UsageEvent
-from streams import pricing
+from streams.models import pricing
 from streams.usage.events import event, usage_event
 
 REQUEST = Request.from_data({"request_id": "r1", "tenant": "acme", "service": "search", "decision_type": "ranking",

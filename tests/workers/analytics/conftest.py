@@ -3,7 +3,7 @@ import datetime as dt
 import pytest
 
 from schemas.records import UsageEvent
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 
 NOW = dt.datetime(2026, 6, 10, 12, 30, tzinfo=dt.timezone.utc)
 

@@ -6,7 +6,7 @@ from schemas.records import UsageEvent, Verdict
 from streams.shadow.store import VerdictStore
 from workers.analytics import levels, report
 from workers.analytics.agreement import agreement, shadow_work
-from workers.commands.report import print_tables
+from workers.cli.commands.report import print_tables
 
 from .conftest import NOW
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from schemas.records import UsageEvent
-from streams.usage.sink import UsageSink
+from streams.runtime.usage_sink import UsageSink
 from workers.analytics import flamegraph, levels, numbers, report
 from workers.analytics.sample import usage_events
 
@@ -169,7 +169,7 @@ def test_flame_graph_in_chromium_zooms_on_click(tmp_path):
 
 def test_flame_graph_of_the_base_install_shows_nominal_tokens(usage_db, tmp_path, capsys, monkeypatch):
     """Lexical tiers, rules and caches spend no model tokens: the default weight falls back to nominal."""
-    from workers.commands import flamegraph as command
+    from workers.cli.commands import flamegraph as command
 
     events = [e for e in usage_events(30, time.time() - 600, span_s=300)]
     for e in events:

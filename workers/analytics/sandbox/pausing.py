@@ -8,7 +8,7 @@ import threading
 
 class Pauser:
     """Running sandboxes, paused (SIGSTOP) while the pipeline has requests in flight and resumed (SIGCONT) when
-    it has none: `in_flight` (streams.inflight.InFlight) tells when. Even in the idle CPU class a sandbox slowed
+    it has none: `in_flight` (streams.core.inflight.InFlight) tells when. Even in the idle CPU class a sandbox slowed
     decisions on a 2-core machine (its memory and caches, and the host's view of a busy CPU); stopped, it
     takes nothing. A paused sandbox's clock runs on: its query limit is wall time.
 

@@ -1,0 +1,143 @@
+"""The encoding cache of a process: a text's encoding by a model, reused across requests and micro-batches.
+
+Keyed by model and a hash of the text (blake2b, 16 bytes), so two models never share an entry and a state or
+candidate met again, in the same micro-batch or hours later, is a cache read instead of model input. Bounded
+by memory (JEV_ENCODING_CACHE_MB): each entry counts its encoding's bytes plus a fixed overhead for its key and
+bookkeeping, and the least recently used entries go first. Hits, misses, evictions and bytes are exported as
+Prometheus metrics (jev_encoding_cache_*) by model.
+
+A cache read returns the very array the model produced, so scores are identical with and without the cache;
+only the token accounting differs: a read's tokens are reported as cache_read tokens (a subset of input tokens,
+as in OTel GenAI). With the cache off (0 MB) every text of every call is encoded and nothing is a read.
+
+One cache per process (`shared()`, sized by `configure`, which the engine's builder calls once); the backends
+that embed ask it in their encode path.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from streams.core import metrics
+
+ENTRY_OVERHEAD = 240  # bytes per entry beyond its encoding: key tuple, digest, OrderedDict node, token count
+
+
+@dataclass(frozen=True)
+class Encoded:
+    value: Any
+    input_tokens: int
+    cache_read_tokens: int
+
+
+def text_key(model: str, text: str) -> tuple[str, bytes]:
+    return model, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def entry_bytes(value: Any) -> int:
+    return int(getattr(value, "nbytes", 0) or sys.getsizeof(value)) + ENTRY_OVERHEAD
+
+
+def owned(value: Any) -> Any:
+    """A row of a batch's array as its own array: a view would keep the whole batch alive, uncounted."""
+    return value.copy() if getattr(value, "base", None) is not None else value
+
+
+class EncodingCache:
+    def __init__(self, max_bytes: int):
+        if max_bytes < 0:
+            raise ValueError(f"the encoding cache's size must be >= 0 bytes, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple[str, bytes], tuple[Any, int, int]] = OrderedDict()  # (value, tokens, bytes)
+        self.bytes = 0
+        self.hits = self.misses = self.evictions = 0
+        self.lock = threading.Lock()  # the scoring worker's naive (shadow) engine shares the process's models
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def hit_ratio(self) -> float:
+        return self.hits / (self.hits + self.misses) if self.hits + self.misses else 0.0
+
+    def get_many(self, model: str, texts: list[str], encode: Callable[[list[str]], Any],
+                 count_tokens: Callable[[str], int]) -> list[Encoded]:
+        """Each text's encoding by `model`, in order: the texts not cached (each once, however often it occurs)
+        in one `encode` call; a text cached, or met earlier in `texts`, is a cache read."""
+        if not self.enabled:
+            values = encode(texts) if texts else []
+            return [Encoded(v, n, 0) for v, n in zip(values, map(count_tokens, texts))]
+        with self.lock:
+            keys = [text_key(model, t) for t in texts]
+            known = {k: self.entries[k] for k in keys if k in self.entries}
+            missing = {k: t for k, t in zip(keys, texts) if k not in known}
+            if missing:
+                for (key, text), value in zip(missing.items(), encode(list(missing.values()))):
+                    value = owned(value)
+                    known[key] = (value, count_tokens(text), entry_bytes(value))
+            out, fresh = [], set(missing)
+            for key in keys:
+                value, tokens, _ = known[key]
+                out.append(Encoded(value, tokens, 0 if key in fresh else tokens))
+                fresh.discard(key)
+            misses, hits = len(missing), len(texts) - len(missing)
+            self.store(known)
+            evicted = self.shrink()
+            self.hits += hits
+            self.misses += misses
+            metrics.observe_encoding_cache(model, hits, misses, evicted, self.hit_ratio(), self.bytes)
+            return out
+
+    def store(self, known: dict) -> None:
+        """This call's encodings become the newest entries (an entry larger than the whole cache is not kept)."""
+        for key, entry in known.items():
+            if key in self.entries:
+                self.entries.move_to_end(key)
+            elif entry[2] <= self.max_bytes:
+                self.entries[key] = entry
+                self.bytes += entry[2]
+
+    def shrink(self) -> int:
+        evicted = 0
+        while self.bytes > self.max_bytes:
+            _, (_, _, size) = self.entries.popitem(last=False)
+            self.bytes -= size
+            evicted += 1
+        self.evictions += evicted
+        return evicted
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.bytes = 0
+
+
+_shared = EncodingCache(64 * 2 ** 20)
+
+
+def configure(megabytes: float) -> None:
+    """Size the process's cache (JEV_ENCODING_CACHE_MB; 0 = off); what it held is dropped."""
+    global _shared
+    if megabytes < 0:
+        raise ValueError(f"JEV_ENCODING_CACHE_MB={megabytes}: give the cache's memory in MB, or 0 to turn it off")
+    _shared = EncodingCache(int(megabytes * 2 ** 20))
+
+
+def shared() -> EncodingCache:
+    return _shared
+
+
+@contextmanager
+def using(cache: EncodingCache) -> Iterator[EncodingCache]:
+    """`cache` as the process's cache inside the block (benchmarks that compare two ways, each with its own)."""
+    global _shared
+    saved, _shared = _shared, cache
+    try:
+        yield cache
+    finally:
+        _shared = saved

@@ -1,1 +1,0 @@
-"""Word lists per language (<lang>.yaml), read by streams/language.py."""

@@ -1,0 +1,57 @@
+"""Local answers where requests are admitted, without a topic hop: ingest answers the L1 hits and rule matches
+(streams.runtime.answer) of the cache-key partitions this worker holds.
+
+The cache agent reads `distilled` by cache-key partition and owns the same partitions of the L1 table. For a
+work whose partition this worker holds actively (every partition, with one worker), ingest can answer it
+itself, which skips one envelope encode, one produce, one fetch, Faust's per-message decode and a hop of
+latency; a rule match also skips the L2 embedding and two more hops through a scoring worker. The rest, and
+works whose partition another worker holds (or none yet, before the first assignment), go on to the cache
+agent, which takes the same step before L2. A work with a caller's deadline that is not answered here and that L2
+and L3 cannot match (a structured state, not words: a checkout screening) has nothing left at the cache agent but
+the hop, which waits behind whatever batch that agent is embedding: it goes to the scoring workers at once."""
+from __future__ import annotations
+
+from schemas.records import Work
+from streams.runtime.answer import answer_locally
+from streams.cache.semantic import asks_in_words
+from streams.core.deadlines import deadline
+from streams.core.metrics import observe_cache
+from streams.core.outbox import Outbox
+from streams.runtime.partitioning import partition_for
+
+
+class LocalAnswers:
+    def __init__(self, app, topics, partitions: int, stage, controls, postprocess, rules: list):
+        self.app, self.topics, self.partitions, self.rules = app, topics, partitions, rules  # topics: Faust handles
+        self.stage, self.controls, self.postprocess = stage, controls, postprocess
+
+    def owned(self) -> set[int]:
+        """The distilled partitions (and so L1 table partitions) this worker holds actively."""
+        topic = self.topics.distilled.get_topic_name()
+        return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
+
+    def answer_owned(self, works: list[Work]) -> tuple[list[Work], Outbox]:
+        """Answer the works of partitions this worker holds where they can be: the works still to go on to the
+        cache agent, and what the rest send (decisions through postprocess, usage, the pre-answers and refreshes to
+        score, and the works with a deadline that only the scoring workers can decide)."""
+        switches = self.controls.switches
+        owned = self.owned()
+        answered, onward, to_score, usage = [], [], [], []
+        for work in works:
+            held = partition_for(work.cache_key, self.partitions) in owned
+            done = answer_locally(work, switches, self.stage, self.rules) if held else None
+            if done is None and held and deadline(work) and not asks_in_words(work.request):
+                if switches["cache.l1"]:  # looked up and missed, as the cache agent counts it
+                    observe_cache("l1", False)
+                to_score.append(work)
+                continue
+            if done is None:
+                onward.append(work)
+                continue
+            answered.append(done.work)
+            to_score.extend(done.prefetches)
+            usage.extend(done.usage)
+        to_score.extend(self.stage.refreshes())
+        out = self.postprocess(answered)
+        out.usage += usage
+        return onward, out.send_work("score", to_score)

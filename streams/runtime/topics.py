@@ -1,0 +1,55 @@
+"""The Faust side of the topics: one handle per registry entry (what the Faust agents read), the dead-letter
+behaviour of those handles, and the L1 table partitioned like the stage topics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faust
+
+from schemas import records
+from schemas.topics import TOPICS
+from streams.core.deadletter import undecodable
+from streams.core.outbox import Outbox
+from streams.runtime.partitioning import partition_for
+
+VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
+               "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
+               "rejected": records.Rejection, "control": records.Control, "alerts": records.Alert,
+               "review": records.Decision, "shadow": records.WorkBatch, "verdicts": records.Verdict}
+
+
+class DeadLetterTopic(faust.Topic):
+    """A topic whose undecodable or malformed messages go to the rejected topic instead of crashing the agent
+    (Faust's default throws the decode error into the agent, which crashes and restarts it). Records decode
+    eagerly (schemas.records.Record.from_data), so a malformed nested record is a decode error too."""
+
+    async def on_value_decode_error(self, exc: Exception, message) -> None:
+        await self.app.jev_sender.deliver(Outbox(dead_letters=[undecodable(message, exc)]))
+
+    on_key_decode_error = on_value_decode_error
+
+
+class KeyPartitionedTable(faust.Table):
+    """A table whose changelog partition is its key's partition on the stage topics (partition_for), not the
+    current event's: stages can write it from micro-batches (stream.take, where no single event is current),
+    and it stays co-partitioned with the topics they key by the same value."""
+
+    def partition_for_key(self, key) -> int:
+        return partition_for(key, self.partitions)
+
+
+@dataclass
+class Topics:
+    """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder."""
+    app: faust.App
+    partitions: int
+
+    def __post_init__(self):
+        for short, spec in TOPICS.items():
+            if short in VALUE_TYPES:
+                topic = DeadLetterTopic(self.app, topics=[spec.name], value_type=VALUE_TYPES[short],
+                                        key_type=str, partitions=self.partitions)
+            else:
+                topic = self.app.topic(spec.name, value_serializer="raw", key_serializer="raw",
+                                       partitions=self.partitions)
+            setattr(self, short, topic)

@@ -1,0 +1,159 @@
+"""Signatures on the internal records only Jev writes: control, budget, leases, requests-seen and usage.
+
+Any client with write access to the broker could otherwise raise a budget, grant itself a lease, settle a negative
+spend, plant a first decision or rewrite a bill. Every producer of those topics signs each message, and every
+consumer refuses a message whose signature is missing or wrong: the refusal is logged with its reason, counted in
+`jev_forged_records_total{topic}` (alert JevForgedRecords) and the record is not applied.
+
+The signature is HMAC-SHA256 over b"jev-v1", the full topic name and the message value (the exact bytes sent, so
+nothing is re-encoded to check it), in the message header `jev-sig` as `<key id>:<hex digest>`; binding the topic
+keeps a record signed for one topic from being replayed on another. The key id is the first 8 hex digits of the
+key's SHA-256, so a consumer holding several keys (a rotation) checks the one that signed.
+
+Keys (JEV_SIGNING_KEY_FILE): comma-separated files, the first signs and every one verifies, so a rotation is
+new,old on every process, then new alone once no old-key record is still to be read. When the setting is empty
+the key is <data_dir>/signing.key. The signing key's file is created when missing (streams.security.secret_files: random,
+mode 0600, atomically, so processes starting together share one): `make demo`, the tests and a `jev worker
+stream` beside `jev switch set` sign with the data directory's key with no setup. Processes of one fleet with
+data directories of their own name one file (docker-compose.yml: a volume every Jev container mounts).
+
+One keyring per process: `configure(settings)` at start (create_app, the scoring worker, the pipeline harness);
+a process that never calls it loads its settings from the environment on first use.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from pathlib import Path
+
+from schemas.topics import TOPICS
+from streams.security import secret_files
+
+log = logging.getLogger("jev.signing")
+
+SIGNED = frozenset(TOPICS[short].name for short in ("control", "budget", "leases", "requests_seen", "usage"))
+HEADER = "jev-sig"
+KEY_FILE = "signing.key"
+LOG_EVERY_S = 10.0  # refusals of one topic and reason are logged at most this often (with the count between)
+
+
+class SigningKeyError(ValueError):
+    pass
+
+
+SETTING = "JEV_SIGNING_KEY_FILE"
+
+
+class Keyring:
+    """The keys of one process: `keys[0]` signs, any of them verifies."""
+
+    def __init__(self, keys: list[bytes]):
+        if not keys:
+            raise SigningKeyError("a keyring needs at least one key")
+        self.keys = {key_id(k): k for k in keys}
+        self.signing_id, self.signing_key = key_id(keys[0]), keys[0]
+
+    def headers(self, topic: str, value: bytes) -> list[tuple[str, bytes]]:
+        """The headers of a message of `topic` (full name) with `value`: the signature on a signed topic."""
+        if topic not in SIGNED:
+            return []
+        return [(HEADER, f"{self.signing_id}:{digest(self.signing_key, topic, value)}".encode())]
+
+    def problem(self, topic: str, value: bytes | None, headers) -> str:
+        """Why a message of `topic` is not to be trusted ("" when it is, or the topic is not signed)."""
+        if topic not in SIGNED:
+            return ""
+        found = [v for k, v in headers or () if k == HEADER]
+        if not found:
+            return "unsigned"
+        kid, _, sig = bytes(found[-1] or b"").partition(b":")  # whatever bytes a forger put there
+        key = self.keys.get(kid.decode("ascii", "replace"))
+        if key is None:
+            return f"signed with an unknown key ({kid[:16]!r}; this process knows {', '.join(self.keys)})"
+        if not hmac.compare_digest(sig, digest(key, topic, value or b"").encode()):
+            return "bad signature"
+        return ""
+
+
+def key_id(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()[:8]
+
+
+def digest(key: bytes, topic: str, value: bytes) -> str:
+    return hmac.new(key, b"jev-v1\x00" + topic.encode() + b"\x00" + value, hashlib.sha256).hexdigest()
+
+
+def key_files(settings) -> list[Path]:
+    """The key files in effect: JEV_SIGNING_KEY_FILE's, else <data_dir>/signing.key."""
+    named = [p.strip() for p in settings.signing_key_file.split(",") if p.strip()]
+    return [Path(p) for p in named] or [Path(settings.data_dir).resolve() / KEY_FILE]
+
+
+def load(settings) -> Keyring:
+    """The keyring of `settings`: the first key file signs (created when missing, as <data_dir>/signing.key is),
+    the others only verify and must exist."""
+    files = key_files(settings)
+    try:
+        return Keyring([secret_files.ensure(files[0], SETTING)] + [secret_files.read(p, SETTING) for p in files[1:]])
+    except secret_files.SecretFileError as exc:
+        raise SigningKeyError(f"signing key: {exc}") from None
+
+
+_current: Keyring | None = None
+
+
+def configure(settings) -> Keyring:
+    global _current
+    _current = load(settings)
+    return _current
+
+
+def keyring() -> Keyring:
+    if _current is None:
+        from streams import settings as settings_mod
+
+        return configure(settings_mod.load())
+    return _current
+
+
+def headers(topic: str, value: bytes) -> list[tuple[str, bytes]]:
+    """The signature headers of a message of `topic` (full name) with `value`, by this process's keyring."""
+    return keyring().headers(topic, value)
+
+
+_logged: dict[tuple[str, str], list] = {}
+
+
+def refuse(topic: str, reason: str, where: str = "") -> None:
+    """Count and log a refused internal record (throttled per topic and reason)."""
+    from streams.core.metrics import observe_forged
+
+    observe_forged(topic)
+    entry = _logged.setdefault((topic, reason.split(" (")[0]), [0.0, 0])
+    entry[1] += 1
+    now = time.monotonic()
+    if now - entry[0] >= LOG_EVERY_S:
+        log.warning("refused %d record(s) on %s that Jev did not write: %s%s; only Jev's processes (holding the "
+                    "signing key) may write this topic: check the broker's ACLs and who holds write access",
+                    entry[1], topic, reason, f" (latest at {where})" if where else "")
+        entry[0], entry[1] = now, 0
+
+
+def check(message) -> str:
+    """Why a consumed message (aiokafka's, or anything with topic, partition, offset, value, headers) may not be
+    applied ("" when it may); a refusal is counted and logged."""
+    reason = keyring().problem(message.topic, message.value, message.headers)
+    if reason:
+        refuse(message.topic, reason, f"partition {message.partition} offset {message.offset}")
+    return reason
+
+
+def trusted(message) -> bool:
+    return not check(message)
+
+
+def quietly_trusted(message) -> bool:
+    """`trusted` without counting or logging: for a second read of records already judged (a re-scan)."""
+    return not keyring().problem(message.topic, message.value, message.headers)

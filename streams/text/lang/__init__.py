@@ -1,0 +1,1 @@
+"""Word lists per language (<lang>.yaml), read by streams/text/language.py."""
