@@ -13,6 +13,7 @@ Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {.
 
     .venv/bin/python bench/batching.py [--requests 64] [--batch 16] [--candidates 20] [--smollm2-requests 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,9 @@ from pathlib import Path
 
 import orjson
 
-from streams.core import encodings
-
-from streams.models import loaded as models
-
 from streams import settings as settings_mod
+from streams.core import encodings
+from streams.models import loaded as models
 from streams.models import registry
 from streams.scoring.batching import score_many
 from streams.scoring.steps import Call
@@ -53,11 +52,13 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     """Interleaved on a shared machine: each micro-batch is scored one by one, then batched, before the next."""
     single, batched = registry.scorer(name), registry.scorer(name)
     one, many, clock = [], [], {"one_wall": 0.0, "one_cpu": 0.0, "many_wall": 0.0, "many_cpu": 0.0}
-    caches = {way: encodings.EncodingCache(64 * 2 ** 20) for way in ("one", "many")}
+    caches = {way: encodings.EncodingCache(64 * 2**20) for way in ("one", "many")}
     for i in range(0, len(items), batch):
-        group = items[i:i + batch]
-        for way, run, out in (("one", lambda: [single.score(c, cands) for c, cands in group], one),
-                              ("many", lambda: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many)):
+        group = items[i : i + batch]
+        for way, run, out in (
+            ("one", lambda: [single.score(c, cands) for c, cands in group], one),
+            ("many", lambda: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many),
+        ):
             wall, cpu = time.perf_counter(), time.process_time()
             with encodings.using(caches[way]):
                 out.extend(run())
@@ -65,15 +66,23 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
             clock[f"{way}_cpu"] += time.process_time() - cpu
     n = sum(len(c) for _, c in items)
     diff = max(abs(a - b) for o, m in zip(one, many) for a, b in zip(o.scores, m.scores))
-    same_tokens = all((o.input_tokens, o.cache_read_tokens, o.output_tokens) ==
-                      (m.input_tokens, m.cache_read_tokens, m.output_tokens) for o, m in zip(one, many))
-    return {"requests": len(items), "batch": batch, "candidates": n,
-            "one_by_one_candidates_per_s": round(n / clock["one_wall"], 1),
-            "batched_candidates_per_s": round(n / clock["many_wall"], 1),
-            "speedup": round(clock["one_wall"] / clock["many_wall"], 3),
-            "cpu_speedup": round(clock["one_cpu"] / clock["many_cpu"], 3),
-            "max_score_diff": float(f"{diff:.3g}"), "same_tokens": same_tokens,
-            "input_tokens": sum(m.input_tokens for m in many), "cache_read_tokens": sum(m.cache_read_tokens for m in many)}
+    same_tokens = all(
+        (o.input_tokens, o.cache_read_tokens, o.output_tokens) == (m.input_tokens, m.cache_read_tokens, m.output_tokens)
+        for o, m in zip(one, many)
+    )
+    return {
+        "requests": len(items),
+        "batch": batch,
+        "candidates": n,
+        "one_by_one_candidates_per_s": round(n / clock["one_wall"], 1),
+        "batched_candidates_per_s": round(n / clock["many_wall"], 1),
+        "speedup": round(clock["one_wall"] / clock["many_wall"], 3),
+        "cpu_speedup": round(clock["one_cpu"] / clock["many_cpu"], 3),
+        "max_score_diff": float(f"{diff:.3g}"),
+        "same_tokens": same_tokens,
+        "input_tokens": sum(m.input_tokens for m in many),
+        "cache_read_tokens": sum(m.cache_read_tokens for m in many),
+    }
 
 
 def main() -> None:
@@ -87,8 +96,11 @@ def main() -> None:
     settings = settings_mod.load()
     models.configure(settings.model_threads)
     sts = Path(settings.shared_data) / "sts-b"
-    plans = [("lexical", args.requests, args.candidates), ("minilm", args.requests, args.candidates),
-             ("smollm2", args.smollm2_requests, args.smollm2_candidates)]
+    plans = [
+        ("lexical", args.requests, args.candidates),
+        ("minilm", args.requests, args.candidates),
+        ("smollm2", args.smollm2_requests, args.smollm2_candidates),
+    ]
     results = {}
     for name, n, k in plans:
         if name != "lexical" and not models.available(name):
@@ -97,9 +109,17 @@ def main() -> None:
         results[name] = measure(name, decisions(sts, n, k), args.batch)
         print(f"{name}: {orjson.dumps(results[name]).decode()}", file=sys.stderr, flush=True)
     minilm = results.get("minilm", {})
-    print(orjson.dumps({"speedup": minilm.get("speedup"), "max_score_diff": minilm.get("max_score_diff"),
-                        "same_tokens": minilm.get("same_tokens"), "model_threads": settings.model_threads,
-                        "backends": results}).decode())
+    print(
+        orjson.dumps(
+            {
+                "speedup": minilm.get("speedup"),
+                "max_score_diff": minilm.get("max_score_diff"),
+                "same_tokens": minilm.get("same_tokens"),
+                "model_threads": settings.model_threads,
+                "backends": results,
+            }
+        ).decode()
+    )
 
 
 if __name__ == "__main__":

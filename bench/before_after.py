@@ -9,6 +9,7 @@ checkout's copy of a benchmark the before code does not have.
     .venv/bin/python bench/before_after.py --before /tmp/jev-before --after . --rounds 2 -- \
         bench/load.py --rates 100,200 --burst 3000 --trials 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,11 @@ def main() -> None:
     p.add_argument("--before", type=Path, required=True, help="checkout of the code before (a git worktree)")
     p.add_argument("--after", type=Path, default=Path("."), help="checkout of the code after (default: here)")
     p.add_argument("--rounds", type=int, default=2, help="runs of each side, alternating")
-    p.add_argument("--same-script", action="store_true",
-                   help="run the after checkout's copy of SCRIPT on both sides (a benchmark the before code lacks)")
+    p.add_argument(
+        "--same-script",
+        action="store_true",
+        help="run the after checkout's copy of SCRIPT on both sides (a benchmark the before code lacks)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS… (relative to each checkout)")
     args = p.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -66,14 +70,23 @@ def main() -> None:
             p.error(f"{side}: {checkout / command[0]} does not exist")
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for round_ in range(args.rounds):
-        for side in (("before", "after") if round_ % 2 == 0 else ("after", "before")):
+        for side in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
             print(f"round {round_ + 1}: {side}", file=sys.stderr, flush=True)
             runs[side].append(run(sides[side], command))
     before, after = medians(runs["before"]), medians(runs["after"])
     shared = [k for k in before if k in after]
-    print(json.dumps({"command": command, "rounds": args.rounds, "runs": runs,
-                      "before": {k: before[k] for k in shared}, "after": {k: after[k] for k in shared},
-                      "after_over_before": {k: round(after[k] / before[k], 3) for k in shared if before[k]}}))
+    print(
+        json.dumps(
+            {
+                "command": command,
+                "rounds": args.rounds,
+                "runs": runs,
+                "before": {k: before[k] for k in shared},
+                "after": {k: after[k] for k in shared},
+                "after_over_before": {k: round(after[k] / before[k], 3) for k in shared if before[k]},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

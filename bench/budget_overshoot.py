@@ -13,6 +13,7 @@ processes that each enforce their own view of the budget (what one BudgetBook pe
 what the leased run left unspent of the limit while requests were refused.
 Last stdout line: one JSON object (reservations_per_s, overshoot_tokens; target 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ SCOPES = ["all:*", "tenant:bench", "service:search", "decision_type:ranking", "u
 
 def new_book(hard_tokens: int) -> BudgetBook:
     book = BudgetBook()
-    book.apply(Control(kind="budget", key="tenant:bench", value={"hard_tokens": hard_tokens, "soft_tokens": hard_tokens}))
+    book.apply(
+        Control(kind="budget", key="tenant:bench", value={"hard_tokens": hard_tokens, "soft_tokens": hard_tokens})
+    )
     return book
 
 
@@ -125,8 +128,12 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
     await producer.start()
 
     async def send(topic, values):
-        await asyncio.gather(*[await producer.send(topic, value, partition=p, headers=signing.headers(topic, value))
-                               for p, value in values])
+        await asyncio.gather(
+            *[
+                await producer.send(topic, value, partition=p, headers=signing.headers(topic, value))
+                for p, value in values
+            ]
+        )
 
     owner = BudgetOwner(bootstrap, app_id, book, send, lease_s=10.0, grace_s=30.0)
     client = LeaseClient(bootstrap, app_id, 4, book, send, share, lease_s=10.0, wait_s=10.0)
@@ -136,9 +143,19 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
 
     async def one(i: int, asked: int, actual: int) -> None:
         nonlocal spent, admitted, refused
-        work = Work(request=Request(request_id=f"{client.id}-{i}", tenant="bench", service="search",
-                                    decision_type="ranking", user_id="u1", state="bench"),
-                    admitted_at=time.time(), model="gpt-4o-mini", context_tokens=asked - 256)
+        work = Work(
+            request=Request(
+                request_id=f"{client.id}-{i}",
+                tenant="bench",
+                service="search",
+                decision_type="ranking",
+                user_id="u1",
+                state="bench",
+            ),
+            admitted_at=time.time(),
+            model="gpt-4o-mini",
+            context_tokens=asked - 256,
+        )
         hold = await client.reserve(work)
         if hold is None or not hasattr(hold, "leases"):
             refused += 1
@@ -157,8 +174,13 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
     owner.stopping.set()
     await asyncio.gather(*tasks)
     await producer.stop()
-    return {"spent": spent, "admitted": admitted, "refused": refused, "wall_s": round(wall, 2),
-            "owned_partitions": sorted(owner.owners)}
+    return {
+        "spent": spent,
+        "admitted": admitted,
+        "refused": refused,
+        "wall_s": round(wall, 2),
+        "owned_partitions": sorted(owner.owners),
+    }
 
 
 def run_processes(sizes: list[tuple[int, int]], hard: int, processes: int, share: float) -> dict:
@@ -177,15 +199,36 @@ def run_processes(sizes: list[tuple[int, int]], hard: int, processes: int, share
         for i in range(processes):
             path = Path(tmp) / f"sizes-{i}.json"
             path.write_text(json.dumps(sizes[i::processes]))
-            children.append(subprocess.Popen(
-                [sys.executable, __file__, "--child", bootstrap, "--hard", str(hard), "--sizes", str(path),
-                 "--share", str(share)], stdout=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": str(i)}))
+            children.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        bootstrap,
+                        "--hard",
+                        str(hard),
+                        "--sizes",
+                        str(path),
+                        "--share",
+                        str(share),
+                    ],
+                    stdout=subprocess.PIPE,
+                    env={**os.environ, "PYTHONHASHSEED": str(i)},
+                )
+            )
         results = [json.loads(c.communicate(timeout=600)[0].splitlines()[-1]) for c in children]
     spent = sum(r["spent"] for r in results)
-    return {"processes": processes, "lease_share": share, "spent_tokens": spent,
-            "admitted": sum(r["admitted"] for r in results), "refused": sum(r["refused"] for r in results),
-            "overshoot_tokens": max(0, spent - hard), "stranded_tokens": max(0, hard - spent),
-            "per_process": results}
+    return {
+        "processes": processes,
+        "lease_share": share,
+        "spent_tokens": spent,
+        "admitted": sum(r["admitted"] for r in results),
+        "refused": sum(r["refused"] for r in results),
+        "overshoot_tokens": max(0, spent - hard),
+        "stranded_tokens": max(0, hard - spent),
+        "per_process": results,
+    }
 
 
 def main() -> None:
@@ -218,16 +261,25 @@ def main() -> None:
     if args.processes > 1:
         fleet = run_processes(sizes, hard, args.processes, args.share)
         fleet["per_process_books_overshoot_tokens"] = per_process_books(sizes, hard, args.processes)
-        print(f"{args.processes} processes with leases: overshoot {fleet['overshoot_tokens']}; with a book each: "
-              f"{fleet['per_process_books_overshoot_tokens']}", file=sys.stderr)
-    print(json.dumps({
-        "concurrent_reservations": args.limit, "hard_tokens": hard,
-        "reservations_per_s": round(rate), "overshoot_tokens": max(asyncio_peak, asyncio_used, thread_peak, thread_used),
-        "overshoot_tokens_asyncio": max(asyncio_peak, asyncio_used),
-        "overshoot_tokens_threads": max(thread_peak, thread_used),
-        "check_after_call_overshoot_tokens": naive,
-        **({"processes": fleet} if fleet else {}),
-    }))
+        print(
+            f"{args.processes} processes with leases: overshoot {fleet['overshoot_tokens']}; with a book each: "
+            f"{fleet['per_process_books_overshoot_tokens']}",
+            file=sys.stderr,
+        )
+    print(
+        json.dumps(
+            {
+                "concurrent_reservations": args.limit,
+                "hard_tokens": hard,
+                "reservations_per_s": round(rate),
+                "overshoot_tokens": max(asyncio_peak, asyncio_used, thread_peak, thread_used),
+                "overshoot_tokens_asyncio": max(asyncio_peak, asyncio_used),
+                "overshoot_tokens_threads": max(thread_peak, thread_used),
+                "check_after_call_overshoot_tokens": naive,
+                **({"processes": fleet} if fleet else {}),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

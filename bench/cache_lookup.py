@@ -13,6 +13,7 @@ times the entries are filled anew, evicting the least recently used (HNSW tombst
 
     .venv/bin/python bench/cache_lookup.py [--entries 100000] [--queries 1000] [--churn 0.4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ from streams.settings import load
 
 class _Precomputed:
     """Stands in for an embedder: the benchmark passes vectors, so embedding is excluded."""
+
     name, dim = "precomputed", 384
 
     def embed(self, texts):
@@ -97,17 +99,31 @@ def main() -> None:
     index_lat, index_recall = _timed_search(index, queries, picks)
     verifier = _verifier_lookups(cache, partition, texts, queries, picks)
     churn = _churn(cache, partition, rng, int(args.entries * args.churn), vectors, queries, picks)
-    print(orjson.dumps({
-        "entries": args.entries, "queries": args.queries, "index": index.kind, "build_s": round(build_s, 1),
-        **_percentiles(latencies), "hit_rate": hits / args.queries,
-        "index_p50_ms": index_lat["p50_ms"], "index_p99_ms": index_lat["p99_ms"], "index_recall_at_1": index_recall,
-        "exact_p50_ms": exact_lat["p50_ms"], "exact_p99_ms": exact_lat["p99_ms"],
-        "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4), **verifier, **churn,
-    }).decode())
+    print(
+        orjson.dumps(
+            {
+                "entries": args.entries,
+                "queries": args.queries,
+                "index": index.kind,
+                "build_s": round(build_s, 1),
+                **_percentiles(latencies),
+                "hit_rate": hits / args.queries,
+                "index_p50_ms": index_lat["p50_ms"],
+                "index_p99_ms": index_lat["p99_ms"],
+                "index_recall_at_1": index_recall,
+                "exact_p50_ms": exact_lat["p50_ms"],
+                "exact_p99_ms": exact_lat["p99_ms"],
+                "index_over_exact_p99": round(index_lat["p99_ms"] / exact_lat["p99_ms"], 4),
+                **verifier,
+                **churn,
+            }
+        ).decode()
+    )
 
 
-def _verifier_lookups(cache: SemanticCache, partition: tuple, texts: list[str], queries: np.ndarray,
-                      picks: np.ndarray) -> dict:
+def _verifier_lookups(
+    cache: SemanticCache, partition: tuple, texts: list[str], queries: np.ndarray, picks: np.ndarray
+) -> dict:
     """Lookups through the learned verifier on the cache's own index (swapped in, then restored)."""
     evidence = PooledEvidence(load_verifier("minilm", load().data_dir), ThresholdLearner(explore=0.0))
     row = features("which question number 1 is about topic 1", texts[1], 0.9, 0.9)
@@ -123,12 +139,17 @@ def _verifier_lookups(cache: SemanticCache, partition: tuple, texts: list[str], 
         hits += int(hit is not None and hit.value == p)
     cache.evidence, cache.learner = plain, None
     timed = _percentiles(latencies)
-    return {"verifier_p50_ms": timed["p50_ms"], "verifier_p99_ms": timed["p99_ms"],
-            "verifier_hit_rate": hits / len(picks), "verifier_weights": evidence.verifier.name}
+    return {
+        "verifier_p50_ms": timed["p50_ms"],
+        "verifier_p99_ms": timed["p99_ms"],
+        "verifier_hit_rate": hits / len(picks),
+        "verifier_weights": evidence.verifier.name,
+    }
 
 
-def _churn(cache: SemanticCache, partition: tuple, rng, n: int, vectors: np.ndarray, queries: np.ndarray,
-           picks: np.ndarray) -> dict:
+def _churn(
+    cache: SemanticCache, partition: tuple, rng, n: int, vectors: np.ndarray, queries: np.ndarray, picks: np.ndarray
+) -> dict:
     """Fill n new entries at the cap one at a time, as a stream does; then look up the queried (recently hit)
     entries, which must survive, and the oldest entries, which must have been evicted."""
     print(f"churn: filling {n} new entries at the cap", file=sys.stderr)
@@ -149,13 +170,21 @@ def _churn(cache: SemanticCache, partition: tuple, rng, n: int, vectors: np.ndar
         latencies.append(time.perf_counter() - start)
         kept += int(hit is not None and hit.value == p)
     queried = set(picks.tolist())
-    evicted = [i for i in range(n) if i not in queried][:len(picks)]
-    evicted_hits = sum(bool((hit := cache.lookup(partition, "x", vector=vectors[i]))) and hit.value == i
-                       for i in evicted)
-    return {"churn_entries": n, "churn_s": round(churn_s, 1), "churn_slowest_fill_s": round(slowest, 2),
-            "rebuilds": index.rebuilds, "size_after": len(cache), "index_rows_after": index.size,
-            "churn_p99_ms": _percentiles(latencies)["p99_ms"], "churn_hit_rate": kept / len(picks),
-            "evicted_hits": evicted_hits}
+    evicted = [i for i in range(n) if i not in queried][: len(picks)]
+    evicted_hits = sum(
+        bool(hit := cache.lookup(partition, "x", vector=vectors[i])) and hit.value == i for i in evicted
+    )
+    return {
+        "churn_entries": n,
+        "churn_s": round(churn_s, 1),
+        "churn_slowest_fill_s": round(slowest, 2),
+        "rebuilds": index.rebuilds,
+        "size_after": len(cache),
+        "index_rows_after": index.size,
+        "churn_p99_ms": _percentiles(latencies)["p99_ms"],
+        "churn_hit_rate": kept / len(picks),
+        "evicted_hits": evicted_hits,
+    }
 
 
 if __name__ == "__main__":

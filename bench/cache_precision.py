@@ -12,6 +12,7 @@ Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_precision.py [--target-precision 0.95] [--limit 300 (0 = all)] [--pairs FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,7 @@ def main() -> None:
     held_out = {"stsb_test": calibration.stsb_pairs(stsb, "test")}
     held_out |= {Path(p).stem: calibration.read_pairs(p) for p in args.pairs}
     if args.limit:
-        held_out = {k: v[::max(1, len(v) // args.limit)][:args.limit] for k, v in held_out.items()}  # every genre
+        held_out = {k: v[:: max(1, len(v) // args.limit)][: args.limit] for k, v in held_out.items()}  # every genre
     labels = np.array([p.label for p in dev])
     verified = np.array([verify(p.text_a, p.text_b).ok for p in dev])
     result = {"target_precision": args.target_precision, "calibration_pairs": len(dev)}
@@ -72,9 +73,11 @@ def main() -> None:
         plain = calibration.pick_threshold(scores, np.ones_like(verified), labels, args.target_precision)
         checked = calibration.pick_threshold(scores, verified, labels, args.target_precision)
         result[name] = {"plain_threshold": plain["threshold"], "verify_threshold": checked["threshold"]}
-        joint = {check: calibration.pick_thresholds(scores, check_scores[check], verified, labels,
-                                                    args.target_precision)
-                 for check in checks if check != name}
+        joint = {
+            check: calibration.pick_thresholds(scores, check_scores[check], verified, labels, args.target_precision)
+            for check in checks
+            if check != name
+        }
         result[name] |= {f"{check}_thresholds": [p["threshold"], p["check_threshold"]] for check, p in joint.items()}
         for set_name, pairs in held_out.items():
             print(f"{name}: evaluating {set_name} ({len(pairs)} pairs)", file=sys.stderr)
@@ -83,11 +86,14 @@ def main() -> None:
             plain_hits = np.array([r["cosine"] >= plain["threshold"] for r in rows])
             out = result[name][set_name] = {
                 "plain": _round(calibration.metrics(plain_hits, set_labels)),
-                "verify": _round(calibration.summarize(rows)), "refusals": _refusals(rows)}
+                "verify": _round(calibration.summarize(rows)),
+                "refusals": _refusals(rows),
+            }
             for check, point in joint.items():
                 print(f"{name}: evaluating {set_name} with the {check} model check", file=sys.stderr)
-                rows = calibration.decide(embedder, pairs, point["threshold"],
-                                          check=ModelCheck(checks[check], point["check_threshold"]))
+                rows = calibration.decide(
+                    embedder, pairs, point["threshold"], check=ModelCheck(checks[check], point["check_threshold"])
+                )
                 out[f"verify_{check}"] = _round(calibration.summarize(rows))
                 out[f"verify_{check}_refusals"] = _refusals(rows)
     print(orjson.dumps(result).decode())

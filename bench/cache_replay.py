@@ -12,6 +12,7 @@ once per run. Last stdout line: one JSON object.
     .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2] [--write DIR]
         [--promote-margins 0,0.2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,15 +53,27 @@ class Memo:
         return np.stack([self.seen[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
 
-def run(embedder, pairs, floor: float, target: float, confidence: float, shadow_rate: float, seed,
-        explore: float, data_dir: str, promote_margin: float = 0.0) -> dict:
+def run(
+    embedder,
+    pairs,
+    floor: float,
+    target: float,
+    confidence: float,
+    shadow_rate: float,
+    seed,
+    explore: float,
+    data_dir: str,
+    promote_margin: float = 0.0,
+) -> dict:
     """One replay through the live L2 decision: the learned verifier, one threshold certified from verdicts."""
-    evidence = PooledEvidence(load_verifier(embedder.name, data_dir),
-                              ThresholdLearner(target, confidence, explore=explore))
+    evidence = PooledEvidence(
+        load_verifier(embedder.name, data_dir), ThresholdLearner(target, confidence, explore=explore)
+    )
     cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=len(pairs), promote_margin=promote_margin)
     out = replay(cache, pairs, shadow_rate, seed=seed)
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
-            if k not in ("threshold_moves", "curve")}
+    return {
+        k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items() if k not in ("threshold_moves", "curve")
+    }
 
 
 def main() -> None:
@@ -73,10 +86,15 @@ def main() -> None:
     ap.add_argument("--embedder", default="minilm")
     ap.add_argument("--explore", default="0.05", help="exploration rates above the threshold to compare")
     ap.add_argument("--no-stsb", action="store_true")
-    ap.add_argument("--promote-margins", help="near-miss promotion bands to compare, e.g. 0,0.2 (0: no promotion; "
-                                              "default: JEV_CACHE_PROMOTE_MARGIN)")
-    ap.add_argument("--write", help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
-                                    "(for `jev cache replay --pairs`), then replay")
+    ap.add_argument(
+        "--promote-margins",
+        help="near-miss promotion bands to compare, e.g. 0,0.2 (0: no promotion; default: JEV_CACHE_PROMOTE_MARGIN)",
+    )
+    ap.add_argument(
+        "--write",
+        help="also write the two qqp slices to DIR/qqp_held_out.jsonl and DIR/qqp_dev.jsonl "
+        "(for `jev cache replay --pairs`), then replay",
+    )
     args = ap.parse_args()
     settings = load()
     data = Path(settings.shared_data)
@@ -84,8 +102,11 @@ def main() -> None:
     slices = {"held_out": [p for p in qqp if held_out(p)], "dev": [p for p in qqp if not held_out(p)]}
     if args.write:
         for name, pairs in slices.items():
-            Path(args.write, f"qqp_{name}.jsonl").write_bytes(b"".join(orjson.dumps(
-                {"text_a": p.text_a, "text_b": p.text_b, "label": p.label}) + b"\n" for p in pairs))
+            Path(args.write, f"qqp_{name}.jsonl").write_bytes(
+                b"".join(
+                    orjson.dumps({"text_a": p.text_a, "text_b": p.text_b, "label": p.label}) + b"\n" for p in pairs
+                )
+            )
     chosen = ["held_out", "dev"] if args.slice == "both" else [args.slice]
     sets = {f"qqp_{name}": slices[name] for name in chosen}
     if not args.no_stsb:
@@ -93,20 +114,39 @@ def main() -> None:
     embedder = Memo(load_embedder(args.embedder))
     floor = calibration.ThresholdStore(settings.data_dir).threshold(embedder.name, settings.cache_semantic_threshold)
     seeds = [None] + [int(s) for s in args.seeds.split(",") if s]
-    margins = [float(m) for m in args.promote_margins.split(",")] if args.promote_margins else [
-        settings.cache_promote_margin]
-    result = {"embedder": embedder.name, "floor": floor, "confidence": args.confidence,
-              "shadow_rate": args.shadow_rate, "held_out_share": round(HELD_OUT_SHARE, 3)}
+    margins = (
+        [float(m) for m in args.promote_margins.split(",")] if args.promote_margins else [settings.cache_promote_margin]
+    )
+    result = {
+        "embedder": embedder.name,
+        "floor": floor,
+        "confidence": args.confidence,
+        "shadow_rate": args.shadow_rate,
+        "held_out_share": round(HELD_OUT_SHARE, 3),
+    }
     for set_name, pairs in sets.items():
         result[set_name] = {"pairs": len(pairs), "positives": sum(p.label for p in pairs), "runs": []}
         for target in (float(t) for t in args.targets.split(",")):
             for explore in (float(e) for e in args.explore.split(",")):
                 for seed in seeds:
                     for margin in margins:
-                        print(f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}, promote "
-                              f"margin {margin}", file=sys.stderr)
-                        out = run(embedder, pairs, floor, target, args.confidence, args.shadow_rate, seed, explore,
-                                  settings.data_dir, margin)
+                        print(
+                            f"{set_name}: target {target}, explore {explore}, order {seed or 'file'}, promote "
+                            f"margin {margin}",
+                            file=sys.stderr,
+                        )
+                        out = run(
+                            embedder,
+                            pairs,
+                            floor,
+                            target,
+                            args.confidence,
+                            args.shadow_rate,
+                            seed,
+                            explore,
+                            settings.data_dir,
+                            margin,
+                        )
                         result[set_name]["runs"].append({"seed": seed, "explore": explore, **out})
     print(orjson.dumps(result).decode())
 

@@ -13,6 +13,7 @@ token_ratio = cascade tokens / fine-only tokens. Last stdout line: one JSON obje
 --out writes the decisions as `jev score` input instead of scoring them: <out>/sts-dev.jsonl and sts-heldout.jsonl,
 a decision held out by a hash of its state (a fifth), so a model tuned on dev is measured on states it never saw.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,13 @@ import numpy as np
 import orjson
 
 from schemas.records import Candidate, Request
-from streams.core import encodings
 from streams import settings as settings_mod
-from workers.cli.commands.score import score
+from streams.core import encodings
 from streams.models import lexical, registry
 from streams.scoring.cascade import jaccard
 from streams.scoring.engine import MODES, Engine
 from streams.scoring.policy import load as load_policy
+from workers.cli.commands.score import score
 
 
 def read_pairs(sts_dir: Path) -> list[tuple[str, str]]:
@@ -45,8 +46,9 @@ def read_pairs(sts_dir: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def build_decisions(pairs: list[tuple[str, str]], limit: int, n_candidates: int, pool: list[str], vectors,
-                    seed: int = 7):
+def build_decisions(
+    pairs: list[tuple[str, str]], limit: int, n_candidates: int, pool: list[str], vectors, seed: int = 7
+):
     rng = random.Random(seed)
     chosen = rng.sample(pairs, min(limit, len(pairs)))
     index = {text: i for i, text in enumerate(pool)}
@@ -74,8 +76,14 @@ def build_decisions(pairs: list[tuple[str, str]], limit: int, n_candidates: int,
         texts = [answer, *picked]
         rng.shuffle(texts)
         candidates = [Candidate(id=f"c{i}", text=t) for i, t in enumerate(texts)]
-        request = Request(request_id=f"sts-{number}", tenant="bench", service="cascade", decision_type="ranking",
-                          state=state, candidates=candidates)
+        request = Request(
+            request_id=f"sts-{number}",
+            tenant="bench",
+            service="cascade",
+            decision_type="ranking",
+            state=state,
+            candidates=candidates,
+        )
         decisions.append((request, f"c{texts.index(answer)}"))
     return decisions
 
@@ -89,9 +97,17 @@ def write_decisions(decisions, out: Path) -> dict:
     lines = {"dev": [], "heldout": []}
     for request, label in decisions:
         split = "heldout" if zlib.crc32(request.state.encode()) % HELD_OUT == 0 else "dev"
-        lines[split].append(orjson.dumps({"request_id": request.request_id, "decision_type": request.decision_type,
-                                          "state": request.state, "label": label,
-                                          "candidates": [{"id": c.id, "text": c.text} for c in request.candidates]}))
+        lines[split].append(
+            orjson.dumps(
+                {
+                    "request_id": request.request_id,
+                    "decision_type": request.decision_type,
+                    "state": request.state,
+                    "label": label,
+                    "candidates": [{"id": c.id, "text": c.text} for c in request.candidates],
+                }
+            )
+        )
     counts = {}
     for split, rows in lines.items():
         path = out / f"sts-{split}.jsonl"
@@ -105,8 +121,12 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=200, help="decisions (default 200)")
     parser.add_argument("--candidates", type=int, default=20, help="candidates per decision (default 20)")
     parser.add_argument("--fine", default="auto", help="fine tier backend (default auto: minilm)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write the decisions as jev score input (sts-dev.jsonl, sts-heldout.jsonl) and stop")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the decisions as jev score input (sts-dev.jsonl, sts-heldout.jsonl) and stop",
+    )
     args = parser.parse_args()
     settings = settings_mod.load()
     sts = Path(settings.shared_data) / "sts-b"
@@ -136,15 +156,24 @@ def main() -> int:
         print(f"{mode}: {summary}", file=sys.stderr)
     best_single = max(results["fine-only"]["accuracy"], results["coarse-only"]["accuracy"])
     fine_tokens = results["fine-only"]["tokens_actual"] or 1
-    print(orjson.dumps({
-        "decisions": len(decisions), "candidates": args.candidates, "fine": fine.name, "coarse": "lexical",
-        "accuracy_cascade": results["cascade"]["accuracy"], "accuracy_fine_only": results["fine-only"]["accuracy"],
-        "accuracy_coarse_only": results["coarse-only"]["accuracy"],
-        "accuracy_gap_to_best_single": round(best_single - results["cascade"]["accuracy"], 4),
-        "tokens_cascade": results["cascade"]["tokens_actual"], "tokens_fine_only": results["fine-only"]["tokens_actual"],
-        "tokens_nominal": results["fine-only"]["tokens_nominal"],
-        "token_ratio": round(results["cascade"]["tokens_actual"] / fine_tokens, 4),
-    }).decode())
+    print(
+        orjson.dumps(
+            {
+                "decisions": len(decisions),
+                "candidates": args.candidates,
+                "fine": fine.name,
+                "coarse": "lexical",
+                "accuracy_cascade": results["cascade"]["accuracy"],
+                "accuracy_fine_only": results["fine-only"]["accuracy"],
+                "accuracy_coarse_only": results["coarse-only"]["accuracy"],
+                "accuracy_gap_to_best_single": round(best_single - results["cascade"]["accuracy"], 4),
+                "tokens_cascade": results["cascade"]["tokens_actual"],
+                "tokens_fine_only": results["fine-only"]["tokens_actual"],
+                "tokens_nominal": results["fine-only"]["tokens_nominal"],
+                "token_ratio": round(results["cascade"]["tokens_actual"] / fine_tokens, 4),
+            }
+        ).decode()
+    )
     return 0
 
 

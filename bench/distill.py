@@ -8,6 +8,7 @@ ShareGPT conversations are cut after their last user turn (the history sent with
 
     .venv/bin/python bench/distill.py [--limit 3000] [--model gpt-4o-mini]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ from streams.distill.report import Summary, distill_all  # noqa: E402
 def measure(conversations, *, model, budget, policy, switches, now) -> tuple[dict, float, float]:
     summary = Summary()
     cpu, wall = time.process_time(), time.perf_counter()
-    for messages, result in distill_all(conversations, model=model, budget=budget, policy=policy,
-                                        switches=switches, now=now):
+    for messages, result in distill_all(
+        conversations, model=model, budget=budget, policy=policy, switches=switches, now=now
+    ):
         summary.add(messages, result)
     return summary.as_json(), time.process_time() - cpu, time.perf_counter() - wall
 
@@ -62,9 +64,13 @@ def arena_sessions(shared: str) -> list[list[dict]]:
     sessions = []
     for rows in by_cluster.values():
         if len(rows) >= 2 and rows[0]["question_id"] in answers:
-            sessions.append([{"role": "user", "content": rows[0]["turns"][0]["content"]},
-                             {"role": "assistant", "content": answers[rows[0]["question_id"]]},
-                             {"role": "user", "content": rows[1]["turns"][0]["content"]}])
+            sessions.append(
+                [
+                    {"role": "user", "content": rows[0]["turns"][0]["content"]},
+                    {"role": "assistant", "content": answers[rows[0]["question_id"]]},
+                    {"role": "user", "content": rows[1]["turns"][0]["content"]},
+                ]
+            )
     return sessions
 
 
@@ -84,8 +90,10 @@ def main() -> None:
     runs = [measure(conversations, budget=None, switches={}, **common) for _ in range(3)]
     total = runs[0][0]
     cpu, wall = min(r[1] for r in runs), min(r[2] for r in runs)  # best of 3: the machine is shared
-    print(f"default: median reduction {total['median_reduction']:.1%}, {len(conversations) / cpu:,.0f} conv/s "
-          f"per core", file=sys.stderr)
+    print(
+        f"default: median reduction {total['median_reduction']:.1%}, {len(conversations) / cpu:,.0f} conv/s per core",
+        file=sys.stderr,
+    )
     ablation = {}
     for layer in LAYERS:
         off, _, _ = measure(conversations, budget=None, switches={f"distill.{layer}": False}, **common)
@@ -94,8 +102,9 @@ def main() -> None:
     budgets = {}
     for budget in (512, 1024, 0):
         row, _, _ = measure(conversations, budget=budget, switches={}, **common)
-        budgets[str(budget or "none")] = {k: row[k] for k in ("median_reduction", "reduction_p10", "reduction_p90",
-                                                              "last_user_kept", "grew")}
+        budgets[str(budget or "none")] = {
+            k: row[k] for k in ("median_reduction", "reduction_p10", "reduction_p90", "last_user_kept", "grew")
+        }
         print(f"budget {budget or 'none'}: median reduction {row['median_reduction']:.1%}", file=sys.stderr)
     arena = {}
     try:
@@ -103,23 +112,49 @@ def main() -> None:
         sessions = arena_sessions(settings.shared_data)
         for name, data in (("prompts", prompts), ("cluster_sessions", sessions)):
             row, _, _ = measure(data, budget=None, switches={}, **common)
-            arena[name] = {k: row[k] for k in ("conversations", "median_reduction", "reduction_p10",
-                                               "reduction_p90", "last_user_kept", "grew", "tokens_before",
-                                               "tokens_after")}
+            arena[name] = {
+                k: row[k]
+                for k in (
+                    "conversations",
+                    "median_reduction",
+                    "reduction_p10",
+                    "reduction_p90",
+                    "last_user_kept",
+                    "grew",
+                    "tokens_before",
+                    "tokens_after",
+                )
+            }
             print(f"arena-hard {name}: median reduction {row['median_reduction']:.1%}", file=sys.stderr)
     except FileNotFoundError as exc:
         arena = {"skipped": str(exc)}
-    print(orjson.dumps({
-        "dataset": "sharegpt (>=2 user turns, cut after the last user turn)", "model": args.model,
-        "decision_type": args.decision_type, "budget": policy.budget,
-        "conversations": total["conversations"], "median_reduction": total["median_reduction"],
-        "last_user_kept": total["last_user_kept"], "grew": total["grew"],
-        "conversations_per_s": round(len(conversations) / cpu),
-        "wall_conversations_per_s": round(len(conversations) / wall),
-        "reduction": {"p10": total["reduction_p10"], "p50": total["reduction_p50"], "p90": total["reduction_p90"]},
-        "tokens_before": total["tokens_before"], "tokens_after": total["tokens_after"],
-        "layers": per_layer(total), "layer_off": ablation, "budgets": budgets, "arena_hard": arena,
-    }).decode())
+    print(
+        orjson.dumps(
+            {
+                "dataset": "sharegpt (>=2 user turns, cut after the last user turn)",
+                "model": args.model,
+                "decision_type": args.decision_type,
+                "budget": policy.budget,
+                "conversations": total["conversations"],
+                "median_reduction": total["median_reduction"],
+                "last_user_kept": total["last_user_kept"],
+                "grew": total["grew"],
+                "conversations_per_s": round(len(conversations) / cpu),
+                "wall_conversations_per_s": round(len(conversations) / wall),
+                "reduction": {
+                    "p10": total["reduction_p10"],
+                    "p50": total["reduction_p50"],
+                    "p90": total["reduction_p90"],
+                },
+                "tokens_before": total["tokens_before"],
+                "tokens_after": total["tokens_after"],
+                "layers": per_layer(total),
+                "layer_off": ablation,
+                "budgets": budgets,
+                "arena_hard": arena,
+            }
+        ).decode()
+    )
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ mallory's records, ...).
 
     PYTHONPATH=. .venv/bin/python bench/hostile_load.py [--huge 21] [--large 21] [--waves 4] [--wave 5]
 """
+
 from __future__ import annotations
 
 import asyncio
 
 import orjson
-
 import tenant_mix
 
 TURN = "the shipment was split across two warehouses and the second box arrived late, please check again " * 20
@@ -23,8 +23,13 @@ TURN = "the shipment was split across two warehouses and the second box arrived 
 
 def record(request_id: str, size: int, huge: bool) -> bytes:
     """A ranking request of mallory of about `size` bytes: one giant state (huge) or a history of 2 KB turns."""
-    body = {"request_id": request_id, "tenant": "mallory", "service": "search", "decision_type": "ranking",
-            "candidates": [{"id": "a", "text": "express shipping"}, {"id": "b", "text": "standard shipping"}]}
+    body = {
+        "request_id": request_id,
+        "tenant": "mallory",
+        "service": "search",
+        "decision_type": "ranking",
+        "candidates": [{"id": "a", "text": "express shipping"}, {"id": "b", "text": "standard shipping"}],
+    }
     if huge:
         return orjson.dumps({**body, "state": "x" * size})
     turns = [{"role": "user" if t % 2 else "assistant", "content": TURN} for t in range(size // (len(TURN) + 40))]
@@ -42,11 +47,21 @@ def main() -> None:
     def hostile(i: int) -> list[bytes]:
         huge = [record(f"huge-{i}-{j}", args.huge_bytes, True) for j in range(args.huge)]
         large = [record(f"large-{i}-{j}", args.large_bytes, False) for j in range(args.large)]
-        return [raw for pair in zip(huge, large) for raw in pair] + huge[len(large):] + large[len(huge):]
+        return [raw for pair in zip(huge, large) for raw in pair] + huge[len(large) :] + large[len(huge) :]
 
-    result = asyncio.run(tenant_mix.run(args, hostile, {"bench": "hostile_load", "huge": args.huge,
-                                                        "huge_bytes": args.huge_bytes, "large": args.large,
-                                                        "large_bytes": args.large_bytes}))
+    result = asyncio.run(
+        tenant_mix.run(
+            args,
+            hostile,
+            {
+                "bench": "hostile_load",
+                "huge": args.huge,
+                "huge_bytes": args.huge_bytes,
+                "large": args.large,
+                "large_bytes": args.large_bytes,
+            },
+        )
+    )
     print(orjson.dumps(result).decode())
 
 

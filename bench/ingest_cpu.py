@@ -9,6 +9,7 @@ Faust topics and a RecordProducer (`app.jev_topics.records`, `handle`) for a bef
 
     .venv/bin/python bench/ingest_cpu.py [--batches 21] [--size 500]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,29 +57,52 @@ class AcceptingProducer:
 
 
 def request(i: int) -> bytes:
-    return orjson.dumps({
-        "request_id": f"x{i}", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
-        "state": {"risk_score": 0.99, "amount": 5000, "note": "card present"},
-        "history": [{"role": "user", "content": "Please check this payment, it looks odd."},
-                    {"role": "assistant", "content": "Checking the card history now"}],
-        "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]})
+    return orjson.dumps(
+        {
+            "request_id": f"x{i}",
+            "tenant": "acme",
+            "service": "pay",
+            "decision_type": "risk_interception",
+            "state": {"risk_score": 0.99, "amount": 5000, "note": "card present"},
+            "history": [
+                {"role": "user", "content": "Please check this payment, it looks odd."},
+                {"role": "assistant", "content": "Checking the card history now"},
+            ],
+            "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}],
+        }
+    )
 
 
 def messages(values: list[bytes]) -> list:
-    return [ConsumerRecord(topic=name("requests"), partition=0, offset=i, timestamp=0, timestamp_type=0, key=None,
-                           value=v, checksum=None, serialized_key_size=0, serialized_value_size=len(v), headers=())
-            for i, v in enumerate(values)]
+    return [
+        ConsumerRecord(
+            topic=name("requests"),
+            partition=0,
+            offset=i,
+            timestamp=0,
+            timestamp_type=0,
+            key=None,
+            value=v,
+            checksum=None,
+            serialized_key_size=0,
+            serialized_value_size=len(v),
+            headers=(),
+        )
+        for i, v in enumerate(values)
+    ]
 
 
 async def measure(batches: int, size: int) -> dict:
-    settings = settings_mod.load().replace(broker="kafka://127.0.0.1:9", data_dir=tempfile.mkdtemp(),
-                                           cache_embedder="hashing")
+    settings = settings_mod.load().replace(
+        broker="kafka://127.0.0.1:9", data_dir=tempfile.mkdtemp(), cache_embedder="hashing"
+    )
     app = create_app(settings, {"ranking", "risk_interception"}, sink=object())
     producer = AcceptingProducer()
     sending = getattr(app, "jev_sender", None) or app.jev_topics.records
 
     async def started():
         return None
+
     sending.producer, sending.maybe_start = producer, started
     distilled = name("distilled")
     app.assignor.assigned_actives = lambda: {TP(distilled, p) for p in range(settings.partitions)}

@@ -9,6 +9,7 @@ between the two (they compute the same PMI). Last stdout line: one JSON object w
 --threads 1 by default: on a small shared machine torch's default of one thread per core oversubscribes
 the CPU and runs several times slower.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,12 +70,20 @@ def main() -> int:
     separate_s = time.perf_counter() - started
     print(f"separate: {total} candidates in {separate_s:.2f}s", file=sys.stderr)
     diff = max(abs(a - b) for r, s in zip(reused, separate) for a, b in zip(r, s))
-    print(orjson.dumps({
-        "decisions": len(items), "candidates": total, "backend": backend.model, "threads": args.threads,
-        "candidates_per_s_kv_reuse": round(total / reuse_s, 2),
-        "candidates_per_s_separate": round(total / separate_s, 2),
-        "speedup": round(separate_s / reuse_s, 2), "max_score_difference": round(diff, 5),
-    }).decode())
+    print(
+        orjson.dumps(
+            {
+                "decisions": len(items),
+                "candidates": total,
+                "backend": backend.model,
+                "threads": args.threads,
+                "candidates_per_s_kv_reuse": round(total / reuse_s, 2),
+                "candidates_per_s_separate": round(total / separate_s, 2),
+                "speedup": round(separate_s / reuse_s, 2),
+                "max_score_difference": round(diff, 5),
+            }
+        ).decode()
+    )
     return 0
 
 

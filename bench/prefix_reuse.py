@@ -14,6 +14,7 @@ Starts the local llama.cpp server (infra/model_server.py, one thread per idle co
 Last stdout line: {shared_first: {...}, question_first: {...}, ratio_p50, ratio_p95} (each layout: first piece ms
 p50/p95, prompt tokens in Jev's count and in the server's, and the prompt tokens the server's cache served).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,19 +26,28 @@ import time
 import orjson
 
 from schemas.records import Request
-from streams.models import openai as engine_mod, pool as pool_mod
+from streams.models import openai as engine_mod
+from streams.models import pool as pool_mod
 from streams.text.prompt import history_lines, render_context, state_line
 from workers.harness import workload
+
 
 def layouts(n: int, skip: int = 0) -> dict[str, list[str]]:
     """n distinct support questions (after the first `skip`), each as the generator gets it (shared first) and
     reordered (question first)."""
-    distinct = {b["state"]: b for b in map(orjson.loads, workload.generate((n + skip) * 4, seed=13, repeat_share=0.0,
-                                                                           stream_share=1.0, chinese_share=0.2))}
-    bodies = list(distinct.values())[skip:skip + n]
+    distinct = {
+        b["state"]: b
+        for b in map(
+            orjson.loads,
+            workload.generate((n + skip) * 4, seed=13, repeat_share=0.0, stream_share=1.0, chinese_share=0.2),
+        )
+    }
+    bodies = list(distinct.values())[skip : skip + n]
     requests = [Request.from_data(b) for b in bodies]
-    return {"shared_first": [render_context(r) for r in requests],
-            "question_first": ["\n\n".join([state_line(r), *history_lines(r)]) for r in requests]}
+    return {
+        "shared_first": [render_context(r) for r in requests],
+        "question_first": ["\n\n".join([state_line(r), *history_lines(r)]) for r in requests],
+    }
 
 
 def answer(engine, prompt: str, max_tokens: int) -> tuple[float, object]:
@@ -73,8 +83,16 @@ def main() -> int:
         engine = engine_mod.OpenAIEngine(dataclasses.replace(entry, base_url=server.url, model=server.model))
         prompts = layouts(args.questions)
         answer(engine, "Hello", 1)  # the server's first call (its start-up work) counts for neither layout
-        out = {name: {"answers": 0, "first_piece_ms": [], "prompt_tokens_jev": 0, "prompt_tokens_server": 0,
-                      "cached_tokens": 0} for name in prompts}
+        out = {
+            name: {
+                "answers": 0,
+                "first_piece_ms": [],
+                "prompt_tokens_jev": 0,
+                "prompt_tokens_server": 0,
+                "cached_tokens": 0,
+            }
+            for name in prompts
+        }
         for round_ in range(args.rounds):
             order = list(prompts) if round_ % 2 == 0 else list(reversed(prompts))
             for name in order:
@@ -91,10 +109,20 @@ def main() -> int:
             row["first_piece_ms_p50"], row["first_piece_ms_p95"] = percentile(times, 0.5), percentile(times, 0.95)
             row["cached_share"] = round(row["cached_tokens"] / max(row["prompt_tokens_server"], 1), 3)
         shared, other = out["shared_first"], out["question_first"]
-        print(json.dumps({"server": "llama-server", "threads": server.threads, "questions": args.questions,
-                          "rounds": args.rounds, "max_tokens": args.max_tokens, **out,
-                          "ratio_p50": round(other["first_piece_ms_p50"] / shared["first_piece_ms_p50"], 2),
-                          "ratio_p95": round(other["first_piece_ms_p95"] / shared["first_piece_ms_p95"], 2)}))
+        print(
+            json.dumps(
+                {
+                    "server": "llama-server",
+                    "threads": server.threads,
+                    "questions": args.questions,
+                    "rounds": args.rounds,
+                    "max_tokens": args.max_tokens,
+                    **out,
+                    "ratio_p50": round(other["first_piece_ms_p50"] / shared["first_piece_ms_p50"], 2),
+                    "ratio_p95": round(other["first_piece_ms_p95"] / shared["first_piece_ms_p95"], 2),
+                }
+            )
+        )
     finally:
         server.stop()
     return 0

@@ -7,6 +7,7 @@ Last stdout line: one JSON object (max_query_s = the slowest of the four levels;
 
     .venv/bin/python bench/queries.py [--rows 1000000] [--rows 10000000 for the issue's target]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=1_000_000, help="rows per INSERT … SELECT")
     args = ap.parse_args()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     since = now - dt.timedelta(days=7)
     start_ms = int(since.timestamp() * 1000)
     step = 7 * 86400 * 1000 / max(1, args.rows // 4)
@@ -74,19 +75,32 @@ def main() -> None:
             print(f"generated {offset + n:,} / {args.rows:,} rows", file=sys.stderr)
         load_s = round(time.perf_counter() - started, 1)
         stored = client.query("SELECT count() FROM usage_events").result_rows[0][0]
-        queries = {"request": lambda: levels.request_level(client, since),
-                   "session": lambda: levels.session_level(client, now),
-                   "service": lambda: levels.service_level(client, since),
-                   "business": lambda: levels.business_level(client, since)}
+        queries = {
+            "request": lambda: levels.request_level(client, since),
+            "session": lambda: levels.session_level(client, now),
+            "service": lambda: levels.service_level(client, since),
+            "business": lambda: levels.business_level(client, since),
+        }
         seconds = {}
         for name, fn in queries.items():
             seconds[name] = best_of(args.repeat, fn)
             print(f"{name}: {seconds[name]} s", file=sys.stderr)
-        extra = {"flamegraph": best_of(args.repeat, lambda: flamegraph.folded(client, since)),
-                 "alerts": best_of(1, lambda: alerts.evaluate_alerts(client, alerts.Thresholds(), now)),
-                 "totals": best_of(args.repeat, lambda: levels.totals(client, since))}
-    print(orjson.dumps({"rows": stored, "load_s": load_s, "query_s": seconds, "other_s": extra,
-                        "max_query_s": max(seconds.values())}).decode())
+        extra = {
+            "flamegraph": best_of(args.repeat, lambda: flamegraph.folded(client, since)),
+            "alerts": best_of(1, lambda: alerts.evaluate_alerts(client, alerts.Thresholds(), now)),
+            "totals": best_of(args.repeat, lambda: levels.totals(client, since)),
+        }
+    print(
+        orjson.dumps(
+            {
+                "rows": stored,
+                "load_s": load_s,
+                "query_s": seconds,
+                "other_s": extra,
+                "max_query_s": max(seconds.values()),
+            }
+        ).decode()
+    )
 
 
 if __name__ == "__main__":

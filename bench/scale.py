@@ -16,6 +16,7 @@ Last stdout line: {configs: [...], scorer_speedup_2_vs_1, stage_speedup_2_vs_1, 
 
     .venv/bin/python bench/scale.py [--burst 150] [--backend minilm] [--record]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,11 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
         warm = workload.model_path_requests(20, f"warm{stages}{scorers}")
         await pipe.publish(warm)
         await collector.wait_for(workload.request_ids(warm), 300)
-        processes = {"stages": [p.pid for p in pipe.stage_procs.values()],
-                     "scorers": [p.pid for p in pipe.scorers.values()], "broker": [pipe.broker.proc.pid]}
+        processes = {
+            "stages": [p.pid for p in pipe.stage_procs.values()],
+            "scorers": [p.pid for p in pipe.scorers.values()],
+            "broker": [pipe.broker.proc.pid],
+        }
         payloads = workload.model_path_requests(burst, f"burst{stages}{scorers}")
         idle_start = {role: sum(map(cpu_seconds, pids)) for role, pids in processes.items()}
         await asyncio.sleep(IDLE_S)
@@ -71,20 +75,29 @@ async def measure(settings, stages: int, scorers: int, burst: int) -> dict:
         candidates = sum(len(orjson.loads(p)["candidates"]) for p in payloads)
         collector.stopping.set()
         await following
-    return {"stage_processes": stages, "scoring_workers": scorers, "decided": len(done), "of": len(ids),
-            "decisions_per_s": round(len(done) / elapsed, 2), "tiers": tiers,
-            "candidates_per_decision": round(candidates / len(payloads), 2),
-            "cpu_ms_per_decision": {role: round(s * 1000 / max(len(done), 1), 2) for role, s in cpu.items()},
-            "marginal_cpu_ms_per_decision": {role: round(max(0.0, s - idle[role] * elapsed) * 1000 / max(len(done), 1),
-                                                         2) for role, s in cpu.items()},
-            "idle_cpu_share": {role: round(v, 3) for role, v in idle.items()}}
+    return {
+        "stage_processes": stages,
+        "scoring_workers": scorers,
+        "decided": len(done),
+        "of": len(ids),
+        "decisions_per_s": round(len(done) / elapsed, 2),
+        "tiers": tiers,
+        "candidates_per_decision": round(candidates / len(payloads), 2),
+        "cpu_ms_per_decision": {role: round(s * 1000 / max(len(done), 1), 2) for role, s in cpu.items()},
+        "marginal_cpu_ms_per_decision": {
+            role: round(max(0.0, s - idle[role] * elapsed) * 1000 / max(len(done), 1), 2) for role, s in cpu.items()
+        },
+        "idle_cpu_share": {role: round(v, 3) for role, v in idle.items()},
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=150, help="model-path requests per configuration")
     ap.add_argument("--backend", default="", help="fine tier (default: JEV_BACKEND, auto = MiniLM when installed)")
-    ap.add_argument("--record", action="store_true", help="write the 1 × 1 CPU figures to workers/planner/fleet_costs.json")
+    ap.add_argument(
+        "--record", action="store_true", help="write the 1 × 1 CPU figures to workers/planner/fleet_costs.json"
+    )
     args = ap.parse_args()
     import tempfile
 
@@ -97,22 +110,36 @@ def main() -> None:
         log(f"{stages} stage process(es) × {scorers} scoring worker(s): {orjson.dumps(result).decode()}")
         configs.append(result)
     rate = {(c["stage_processes"], c["scoring_workers"]): c["decisions_per_s"] for c in configs}
-    summary = {"burst": args.burst, "backend": settings.backend, "configs": configs,
-               "scorer_speedup_2_vs_1": round(rate[(1, 2)] / rate[(1, 1)], 3),
-               "stage_speedup_2_vs_1": round(rate[(2, 1)] / rate[(1, 1)], 3)}
+    summary = {
+        "burst": args.burst,
+        "backend": settings.backend,
+        "configs": configs,
+        "scorer_speedup_2_vs_1": round(rate[(1, 2)] / rate[(1, 1)], 3),
+        "stage_speedup_2_vs_1": round(rate[(2, 1)] / rate[(1, 1)], 3),
+    }
     if args.record:
         from workers.planner.fleet import record
 
         one = configs[0]
         command = f"bench/scale.py --burst {args.burst}" + (f" --backend {args.backend}" if args.backend else "")
         raw = one["cpu_ms_per_decision"]
-        record("stage_cpu_ms_per_model_decision", raw["stages"], "ms CPU", command,
-               f"1 stage process at {one['decisions_per_s']} decisions/s (idle polling included: an upper bound), "
-               f"rules and caches off, {settings.backend} fine tier, bundled workload, 2 shared cores")
-        record("scorer_cpu_ms_per_candidate", round(raw["scorers"] / one["candidates_per_decision"], 3),
-               "ms CPU", command, f"1 scoring worker, {settings.backend} fine tier, per candidate of the bundled "
-               f"workload ({one['candidates_per_decision']} short candidates: scale with text length), 2 shared "
-               f"cores")
+        record(
+            "stage_cpu_ms_per_model_decision",
+            raw["stages"],
+            "ms CPU",
+            command,
+            f"1 stage process at {one['decisions_per_s']} decisions/s (idle polling included: an upper bound), "
+            f"rules and caches off, {settings.backend} fine tier, bundled workload, 2 shared cores",
+        )
+        record(
+            "scorer_cpu_ms_per_candidate",
+            round(raw["scorers"] / one["candidates_per_decision"], 3),
+            "ms CPU",
+            command,
+            f"1 scoring worker, {settings.backend} fine tier, per candidate of the bundled "
+            f"workload ({one['candidates_per_decision']} short candidates: scale with text length), 2 shared "
+            f"cores",
+        )
     print(orjson.dumps(summary).decode())
 
 

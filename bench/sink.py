@@ -13,6 +13,7 @@ time per batch (a separate pass): probe (the dedup), columns, insert, metrics. L
 
     .venv/bin/python bench/sink.py [--requests 20000] [--rounds 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ import orjson
 
 from infra import clickhouse
 from infra.clickhouse import USAGE_COLUMNS
-from streams.core import metrics
 from streams import settings as settings_mod
+from streams.core import metrics
 from streams.runtime.usage_sink import UsageSink, to_columns
 from workers.analytics.sample import usage_events
 
@@ -62,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     batch = settings_mod.load().sink_batch_max
     events = usage_events(args.requests, time.time() - 86400, span_s=86400)
-    batches = [events[i:i + batch] for i in range(0, len(events), batch)]
+    batches = [events[i : i + batch] for i in range(0, len(events), batch)]
     built = [to_columns(b) for b in batches]
     with tempfile.TemporaryDirectory() as folder:
         client = clickhouse.open_migrated(f"chdb:///{folder}")
@@ -77,31 +78,44 @@ def main() -> None:
                 s.insert(b)
 
         prebuilt = iter(())
-        passes = {"raw": lambda: insert(to_columns), "sink": sink,
-                  "prebuilt": lambda: insert(lambda _: next(prebuilt))}
+        passes = {"raw": lambda: insert(to_columns), "sink": sink, "prebuilt": lambda: insert(lambda _: next(prebuilt))}
         seconds: dict[str, list[float]] = {name: [] for name in passes}
         for round_ in range(args.rounds + 1):  # round 0 warms up
-            order = list(passes)[round_ % 3:] + list(passes)[:round_ % 3]
+            order = list(passes)[round_ % 3 :] + list(passes)[: round_ % 3]
             for name in order:
                 clickhouse.truncate_usage(client)
                 prebuilt = iter(built)
                 took = timed(passes[name])
                 if round_:
                     seconds[name].append(took)
-                print(f"round {round_}{' (warm-up)' if not round_ else ''} {name}: {len(events) / took:,.0f} rows/s",
-                      file=sys.stderr)
+                print(
+                    f"round {round_}{' (warm-up)' if not round_ else ''} {name}: {len(events) / took:,.0f} rows/s",
+                    file=sys.stderr,
+                )
         stored = client.query("SELECT count() FROM usage_events").result_rows[0][0]
         clickhouse.truncate_usage(client)
         parts = sink_parts(client, batches)
     ratio = statistics.median(r / s for r, s in zip(seconds["raw"], seconds["sink"]))
     to_prebuilt = statistics.median(p / s for p, s in zip(seconds["prebuilt"], seconds["sink"]))
     rows_per_s = {name: round(len(events) / statistics.median(s)) for name, s in seconds.items()}
-    print(orjson.dumps({"rows": len(events), "batch": batch, "batches": len(batches), "rounds": args.rounds,
-                        "stored": stored, "raw_rows_per_s": rows_per_s["raw"],
-                        "prebuilt_rows_per_s": rows_per_s["prebuilt"], "sink_rows_per_s": rows_per_s["sink"],
-                        "ratio_by_round": [round(r / s, 3) for r, s in zip(seconds["raw"], seconds["sink"])],
-                        "sink_ms_per_batch": parts, "ratio_to_prebuilt": round(to_prebuilt, 3),
-                        "ratio_to_raw": round(ratio, 3)}).decode())
+    print(
+        orjson.dumps(
+            {
+                "rows": len(events),
+                "batch": batch,
+                "batches": len(batches),
+                "rounds": args.rounds,
+                "stored": stored,
+                "raw_rows_per_s": rows_per_s["raw"],
+                "prebuilt_rows_per_s": rows_per_s["prebuilt"],
+                "sink_rows_per_s": rows_per_s["sink"],
+                "ratio_by_round": [round(r / s, 3) for r, s in zip(seconds["raw"], seconds["sink"])],
+                "sink_ms_per_batch": parts,
+                "ratio_to_prebuilt": round(to_prebuilt, 3),
+                "ratio_to_raw": round(ratio, 3),
+            }
+        ).decode()
+    )
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, o
 
     PYTHONPATH=. .venv/bin/python bench/tenant_flood.py [--flood 5000] [--waves 4] [--wave 5]
 """
+
 from __future__ import annotations
 
 import asyncio
 
 import orjson
-
 import tenant_mix
+
 from workers.harness import workload
 
 

@@ -17,6 +17,7 @@ ratios per tier and over the same mix, tenant queries answered).
 
     .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 12] [--wave 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,21 +40,25 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from infra import clickhouse
 from schemas.topics import name
 from streams import settings as settings_mod
-from workers.harness import workload
 from workers.analytics.owner import owner_file
+from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types, percentile
 
-GENERATE = (Path(__file__).with_name("queries.py").read_text().split('GENERATE = """', 1)[1].split('"""', 1)[0])
+GENERATE = Path(__file__).with_name("queries.py").read_text().split('GENERATE = """', 1)[1].split('"""', 1)[0]
 TOKEN = "bench-tenant-token-0123456789"
-HEAVY = ["SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d",
-         "SELECT length(groupArray(repeat('x', 1000))) FROM usage_events a, usage_events b"]
+HEAVY = [
+    "SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d",
+    "SELECT length(groupArray(repeat('x', 1000))) FROM usage_events a, usage_events b",
+]
 
 
 def preload(dsn: str, rows: int) -> int:
     client = clickhouse.open_migrated(dsn)
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
-    client.command(GENERATE, parameters={"start": int(start.timestamp() * 1000), "step": 86400 * 1000 / (rows // 4),
-                                         "offset": 0, "n": rows})
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+    client.command(
+        GENERATE,
+        parameters={"start": int(start.timestamp() * 1000), "step": 86400 * 1000 / (rows // 4), "offset": 0, "n": rows},
+    )
     stored = client.query("SELECT count() FROM usage_events").result_rows[0][0]
     client.close()
     return stored
@@ -63,8 +68,12 @@ def tenant_load(url: str, queries: list[str], stop: threading.Event, counts: dic
     """One of the tenant's concurrent callers: `queries` back to back until `stop`."""
     i = 0
     while not stop.is_set():
-        req = urllib.request.Request(url, data=orjson.dumps({"sql": queries[i % len(queries)]}), method="POST",
-                                     headers={"Authorization": f"Bearer {TOKEN}"})
+        req = urllib.request.Request(
+            url,
+            data=orjson.dumps({"sql": queries[i % len(queries)]}),
+            method="POST",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         i += 1
         try:
             with urllib.request.urlopen(req, timeout=300) as resp:
@@ -111,8 +120,9 @@ async def wave(producer, consumer, payloads: list[bytes]) -> list[tuple[float, s
             for msg in msgs:
                 decision = orjson.loads(msg.value)
                 if decision.get("request_id") in sent:
-                    latencies.append(((time.monotonic() - sent.pop(decision["request_id"])) * 1000,
-                                      decision.get("tier", "")))
+                    latencies.append(
+                        ((time.monotonic() - sent.pop(decision["request_id"])) * 1000, decision.get("tier", ""))
+                    )
     return latencies
 
 
@@ -120,9 +130,15 @@ def stats(timed: list[tuple[float, str]]) -> dict:
     """p50, p95 and mean of the latencies, and the count, p50 and p95 per tier that answered."""
     ms = [t for t, _ in timed]
     tiers = {tier: [t for t, k in timed if k == tier] for tier in sorted({tier for _, tier in timed})}
-    return {"p50": percentile(ms, 0.5), "p95": percentile(ms, 0.95), "mean": round(sum(ms) / max(1, len(ms)), 2),
-            "n": len(ms), "by_tier": {tier: {"n": len(t), "p50": percentile(t, 0.5), "p95": percentile(t, 0.95)}
-                                      for tier, t in tiers.items()}}
+    return {
+        "p50": percentile(ms, 0.5),
+        "p95": percentile(ms, 0.95),
+        "mean": round(sum(ms) / max(1, len(ms)), 2),
+        "n": len(ms),
+        "by_tier": {
+            tier: {"n": len(t), "p50": percentile(t, 0.5), "p95": percentile(t, 0.95)} for tier, t in tiers.items()
+        },
+    }
 
 
 def ratios(base: dict, loaded: dict) -> dict:
@@ -138,8 +154,10 @@ def ratios(base: dict, loaded: dict) -> dict:
         before = sum(weight[t] * base["by_tier"][t][q] for t in shared)
         out[f"{q}_ratio"] = round(sum(weight[t] * loaded["by_tier"][t][q] for t in shared) / max(before, 1e-9), 3)
         out[f"{q}_ratio_raw"] = round(loaded[q] / max(base[q], 1e-9), 3)
-    out["ratio_by_tier"] = {t: {q: round(loaded["by_tier"][t][q] / max(base["by_tier"][t][q], 1e-9), 3)
-                                for q in ("p50", "p95")} for t in shared}
+    out["ratio_by_tier"] = {
+        t: {q: round(loaded["by_tier"][t][q] / max(base["by_tier"][t][q], 1e-9), 3) for q in ("p50", "p95")}
+        for t in shared
+    }
     return out
 
 
@@ -154,22 +172,34 @@ async def run(args) -> dict:
             owner = orjson.loads(owner_file(pipe.settings.clickhouse).read_bytes())
             url = owner["url"]
             producer = AIOKafkaProducer(bootstrap_servers=pipe.settings.bootstrap, linger_ms=1)
-            consumer = AIOKafkaConsumer(name("decisions"), bootstrap_servers=pipe.settings.bootstrap,
-                                        auto_offset_reset="earliest", group_id=None)
+            consumer = AIOKafkaConsumer(
+                name("decisions"),
+                bootstrap_servers=pipe.settings.bootstrap,
+                auto_offset_reset="earliest",
+                group_id=None,
+            )
             await producer.start()
             await consumer.start()
             try:
                 await wave(producer, consumer, workload.generate(args.wave, seed=1000, repeat_share=0.0))  # warm-up
                 base, loaded, counts, pairs = [], [], {"answered": 0}, []
-                caller = [sys.executable, __file__, "--caller", url, "--callers", str(settings.query_concurrency + 1),
-                          *(f"--query={q}" for q in args.query or HEAVY)]  # one caller more than allowed
+                caller = [
+                    sys.executable,
+                    __file__,
+                    "--caller",
+                    url,
+                    "--callers",
+                    str(settings.query_concurrency + 1),
+                    *(f"--query={q}" for q in args.query or HEAVY),
+                ]  # one caller more than allowed
                 for i in range(args.waves):
                     halves = split(workload.generate(2 * args.wave, seed=2000 + i, repeat_share=0.0), swap=i // 2 % 2)
                     pair = {}
                     for phase in ("baseline", "loaded") if i % 2 == 0 else ("loaded", "baseline"):
                         half = halves[phase == "loaded"]
-                        callers = subprocess.Popen(caller, stdout=subprocess.PIPE, text=True) \
-                            if phase == "loaded" else None
+                        callers = (
+                            subprocess.Popen(caller, stdout=subprocess.PIPE, text=True) if phase == "loaded" else None
+                        )
                         await asyncio.sleep(args.settle_s)  # quiet, or the tenant's queries running
                         pair[phase] = await wave(producer, consumer, half)
                         (base if phase == "baseline" else loaded).extend(pair[phase])
@@ -183,11 +213,21 @@ async def run(args) -> dict:
             finally:
                 await producer.stop()
                 await consumer.stop()
-    return {"tenant_sql": args.query or HEAVY, "usage_rows": stored, "waves": args.waves, "wave": args.wave,
-            "query_time_s": settings.query_time_s, "query_yield_s": settings.query_yield_s,
-            "query_memory_mb": settings.query_memory_mb, "query_concurrency": settings.query_concurrency,
-            "baseline_ms": stats(base), "loaded_ms": stats(loaded), **ratios(stats(base), stats(loaded)),
-            "pair_p50_ms": pairs, "tenant_queries": counts}
+    return {
+        "tenant_sql": args.query or HEAVY,
+        "usage_rows": stored,
+        "waves": args.waves,
+        "wave": args.wave,
+        "query_time_s": settings.query_time_s,
+        "query_yield_s": settings.query_yield_s,
+        "query_memory_mb": settings.query_memory_mb,
+        "query_concurrency": settings.query_concurrency,
+        "baseline_ms": stats(base),
+        "loaded_ms": stats(loaded),
+        **ratios(stats(base), stats(loaded)),
+        "pair_p50_ms": pairs,
+        "tenant_queries": counts,
+    }
 
 
 def main() -> None:
@@ -196,8 +236,12 @@ def main() -> None:
     ap.add_argument("--waves", type=int, default=12, help="pairs of waves (baseline, loaded)")
     ap.add_argument("--wave", type=int, default=10, help="requests per wave")
     ap.add_argument("--settle-s", type=float, default=3.0, help="seconds of quiet (or of load) before each wave")
-    ap.add_argument("--query", action="append", default=[], help="the tenant's queries instead of the heavy ones "
-                                                                 "(e.g. 'SELECT 1': the sandbox's own cost)")
+    ap.add_argument(
+        "--query",
+        action="append",
+        default=[],
+        help="the tenant's queries instead of the heavy ones (e.g. 'SELECT 1': the sandbox's own cost)",
+    )
     ap.add_argument("--caller", metavar="URL", help=argparse.SUPPRESS)  # internal: run the tenant's callers
     ap.add_argument("--callers", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args()

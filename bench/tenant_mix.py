@@ -11,6 +11,7 @@ did not within --timeout-s; `outcomes` counts the hostile records by what came b
 too_large, ...). The ratios are tenant_load.ratios: loaded over baseline per tier that answered, weighted by
 how many requests each tier answered (`_raw`: the overall percentiles).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,14 +19,14 @@ import asyncio
 import tempfile
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from tenant_load import ratios, split, stats
 
 from schemas.topics import name
 from streams import settings as settings_mod
-from tenant_load import ratios, split, stats
 from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types
 
@@ -36,8 +37,14 @@ class Outcomes:
     """Follows the decisions and rejected topics: the first outcome of each request id, and when it arrived."""
 
     def __init__(self, bootstrap: str):
-        self.consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), bootstrap_servers=bootstrap,
-                                         auto_offset_reset="earliest", group_id=None, fetch_max_bytes=64 << 20)
+        self.consumer = AIOKafkaConsumer(
+            name("decisions"),
+            name("rejected"),
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            group_id=None,
+            fetch_max_bytes=64 << 20,
+        )
         self.seen: dict[str, tuple[float, str, str]] = {}  # request_id -> (monotonic time, tier or reason, kind)
         self.task: asyncio.Task | None = None
 
@@ -54,8 +61,11 @@ class Outcomes:
                     rid = record.get("request_id", "")
                     if rid and rid not in self.seen:
                         decided = tp.topic == name("decisions")
-                        self.seen[rid] = (now, record.get("tier", "") if decided else record.get("reason", ""),
-                                          "decided" if decided else "rejected")
+                        self.seen[rid] = (
+                            now,
+                            record.get("tier", "") if decided else record.get("reason", ""),
+                            "decided" if decided else "rejected",
+                        )
 
     async def wait(self, ids: set[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -72,8 +82,9 @@ def rid(raw: bytes) -> str:
     return orjson.loads(raw)["request_id"]
 
 
-async def wave(producer, outcomes: Outcomes, payloads: list[bytes], hostile: list[bytes],
-               timeout: float) -> list[tuple[float, str]]:
+async def wave(
+    producer, outcomes: Outcomes, payloads: list[bytes], hostile: list[bytes], timeout: float
+) -> list[tuple[float, str]]:
     """Publish `hostile` then `payloads`; (latency ms, tier) of each of `payloads` decided within `timeout`."""
     for raw in hostile:
         await producer.send(name("requests"), raw)
@@ -83,14 +94,20 @@ async def wave(producer, outcomes: Outcomes, payloads: list[bytes], hostile: lis
         await producer.send(name("requests"), raw)
     await producer.flush()
     await outcomes.wait(set(sent), timeout)
-    return [((outcomes.seen[r][0] - t) * 1000, outcomes.seen[r][1]) for r, t in sent.items()
-            if r in outcomes.seen and outcomes.seen[r][2] == "decided"]
+    return [
+        ((outcomes.seen[r][0] - t) * 1000, outcomes.seen[r][1])
+        for r, t in sent.items()
+        if r in outcomes.seen and outcomes.seen[r][2] == "decided"
+    ]
 
 
 def normal_mix(n: int, seed: int) -> list[bytes]:
     """n new requests of each well-behaved tenant (no repeats: every request does the same work either way)."""
-    return [raw for i, tenant in enumerate(TENANTS)
-            for raw in workload.generate(n, seed=seed * 10 + i, repeat_share=0.0, tenant=tenant)]
+    return [
+        raw
+        for i, tenant in enumerate(TENANTS)
+        for raw in workload.generate(n, seed=seed * 10 + i, repeat_share=0.0, tenant=tenant)
+    ]
 
 
 async def run(args, hostile: Callable[[int], list[bytes]], describe: dict) -> dict:
@@ -98,8 +115,9 @@ async def run(args, hostile: Callable[[int], list[bytes]], describe: dict) -> di
     with tempfile.TemporaryDirectory() as folder:
         settings = settings_mod.load().replace(data_dir=folder, tenant_rates=args.rates)
         async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True) as pipe:
-            producer = AIOKafkaProducer(bootstrap_servers=pipe.settings.bootstrap, linger_ms=1,
-                                        max_request_size=4 << 20)
+            producer = AIOKafkaProducer(
+                bootstrap_servers=pipe.settings.bootstrap, linger_ms=1, max_request_size=4 << 20
+            )
             outcomes = Outcomes(pipe.settings.bootstrap)
             await producer.start()
             await outcomes.start()
@@ -116,8 +134,7 @@ async def run(args, hostile: Callable[[int], list[bytes]], describe: dict) -> di
                         await asyncio.sleep(args.settle_s)
                         records = hostile(i) if phase == "loaded" else []
                         hostile_ids |= {rid(raw) for raw in records}
-                        pair[phase] = await wave(producer, outcomes, halves[phase == "loaded"], records,
-                                                 args.timeout_s)
+                        pair[phase] = await wave(producer, outcomes, halves[phase == "loaded"], records, args.timeout_s)
                         (base if phase == "baseline" else loaded).extend(pair[phase])
                     pairs.append([stats(pair["baseline"])["p50"], stats(pair["loaded"])["p50"]])
                     print(f"pair {i}: p50 baseline {pairs[-1][0]:.0f} ms, loaded {pairs[-1][1]:.0f} ms", flush=True)
@@ -125,13 +142,26 @@ async def run(args, hostile: Callable[[int], list[bytes]], describe: dict) -> di
             finally:
                 await producer.stop()
                 await outcomes.stop()
-    answered = Counter(outcomes.seen[r][1] if outcomes.seen[r][2] == "rejected" else "decided"
-                       for r in hostile_ids if r in outcomes.seen)
+    answered = Counter(
+        outcomes.seen[r][1] if outcomes.seen[r][2] == "rejected" else "decided"
+        for r in hostile_ids
+        if r in outcomes.seen
+    )
     silent = len((hostile_ids | normal_ids) - outcomes.seen.keys())
-    return {**describe, "tenant_rates": args.rates, "waves": args.waves, "wave": args.wave,
-            "baseline_ms": stats(base), "loaded_ms": stats(loaded), **ratios(stats(base), stats(loaded)),
-            "pair_p50_ms": pairs, "hostile_sent": len(hostile_ids), "outcomes": dict(answered),
-            "rate_limited": answered.get("rate_limited", 0), "silent": silent}
+    return {
+        **describe,
+        "tenant_rates": args.rates,
+        "waves": args.waves,
+        "wave": args.wave,
+        "baseline_ms": stats(base),
+        "loaded_ms": stats(loaded),
+        **ratios(stats(base), stats(loaded)),
+        "pair_p50_ms": pairs,
+        "hostile_sent": len(hostile_ids),
+        "outcomes": dict(answered),
+        "rate_limited": answered.get("rate_limited", 0),
+        "silent": silent,
+    }
 
 
 def parser(doc: str, rates: str) -> argparse.ArgumentParser:

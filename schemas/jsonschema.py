@@ -1,4 +1,5 @@
 """JSON Schema for input records, derived from the record fields (one source of truth)."""
+
 from __future__ import annotations
 
 import typing
@@ -18,9 +19,9 @@ def _schema(tp: Any) -> dict:
     if origin is typing.Union:
         inner = [a for a in args if a is not type(None)]
         return {"anyOf": [_schema(a) for a in inner] + [{"type": "null"}]}
-    if origin in (list, typing.List):
+    if origin in (list, list):
         return {"type": "array", "items": _schema(args[0])}
-    if origin in (dict, typing.Dict):
+    if origin in (dict, dict):
         return {"type": "object", "additionalProperties": _schema(args[1])}
     if isinstance(tp, type) and issubclass(tp, faust.Record):
         return record_schema(tp)
@@ -38,5 +39,8 @@ def record_schema(record: type[faust.Record]) -> dict:
 
 
 def document(record: type[faust.Record]) -> dict:
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": record.__name__,
-            **record_schema(record)}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": record.__name__,
+        **record_schema(record),
+    }

@@ -1,10 +1,11 @@
 """The records on Jev's topics. JSON on the wire, no Faust metadata, so any consumer reads them."""
+
 from __future__ import annotations
 
 import copy
 import functools
 import typing
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import faust
 
@@ -21,7 +22,7 @@ class Record(faust.Record, abstract=True, include_metadata=False, serializer="js
     named, so the message is dead-lettered."""
 
     @classmethod
-    def from_data(cls, data, *, preferred_type=None) -> "Record":
+    def from_data(cls, data, *, preferred_type=None) -> Record:
         if isinstance(data, cls):
             return data
         if not isinstance(data, dict):
@@ -47,7 +48,7 @@ class Record(faust.Record, abstract=True, include_metadata=False, serializer="js
             fields[field] = value
         return record
 
-    def derive(self, *objects, **fields) -> "Record":
+    def derive(self, *objects, **fields) -> Record:
         """A copy with `fields` replaced (shallow, like dataclasses.replace; Faust's rebuilds the whole record)."""
         if objects:
             return super().derive(*objects, **fields)
@@ -84,12 +85,12 @@ def _is_record(tp) -> bool:
     return isinstance(tp, type) and issubclass(tp, faust.Record)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all_fields(cls: type) -> frozenset:
     return frozenset(cls._options.fields)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _plan(cls: type) -> tuple:
     """Per field: (name, (many, record type) when it holds records, required, default)."""
     plan = []
@@ -110,7 +111,7 @@ def _plan(cls: type) -> tuple:
 class Turn(Record):
     role: str
     content: str
-    ts: Optional[float] = None  # unix seconds
+    ts: float | None = None  # unix seconds
 
 
 class Candidate(Record):
@@ -121,7 +122,7 @@ class Candidate(Record):
 class TemplateRef(Record):
     id: str
     version: str = "1"
-    variables: Dict[str, Any] = {}
+    variables: dict[str, Any] = {}
 
 
 class Contracts(Record):
@@ -132,6 +133,7 @@ class Contracts(Record):
 
 class Request(Record):
     """What an upstream system asks: choose among candidates (decide) or answer (generate)."""
+
     request_id: str
     tenant: str
     service: str
@@ -141,9 +143,9 @@ class Request(Record):
     business_line: str = ""
     session_id: str = ""
     user_id: str = ""
-    history: List[Turn] = []
-    candidates: List[Candidate] = []
-    template: Optional[TemplateRef] = None
+    history: list[Turn] = []
+    candidates: list[Candidate] = []
+    template: TemplateRef | None = None
     model: str = ""
     contracts: Contracts = Contracts()
     deadline_ms: int = 0  # the caller's deadline, ms from admission (0: none); once past, no model tier runs
@@ -165,9 +167,9 @@ class Decision(Record):
     tier: str
     action_id: str = ""
     text: str = ""
-    ranking: List[Ranked] = []
+    ranking: list[Ranked] = []
     confidence: float = 0.0
-    chain: List[str] = []
+    chain: list[str] = []
     input_tokens: int = 0
     cache_read_tokens: int = 0
     output_tokens: int = 0
@@ -180,6 +182,7 @@ class Decision(Record):
 
 class UsageEvent(Record):
     """One per stage per request: the metering spine (token names follow OTel GenAI)."""
+
     event_id: str
     request_id: str
     ts: float
@@ -224,6 +227,7 @@ class Chunk(Record):
     chunk has `final` set (its text may be empty). `progress` is the percentage of the answer's output length
     generated so far, never part of the text. The Decision with the totals follows on jev.decisions.v1.
     Delivery is at-least-once: a redelivered request streams again with the same seq numbers."""
+
     request_id: str
     seq: int
     text: str
@@ -236,6 +240,7 @@ class Chunk(Record):
 
 class Rejection(Record):
     """A dead letter: why, where, and the original bytes (as latin-1 text, so any bytes survive JSON)."""
+
     reason: str
     detail: str
     stage: str
@@ -247,6 +252,7 @@ class Rejection(Record):
 
 class Control(Record):
     """Latest value per key wins: kill switches, budgets, template/prompt/model versions."""
+
     kind: str  # switch | budget | version | tune (a mechanism's knob, e.g. cache.l2.min_similarity)
     key: str
     value: Any
@@ -267,25 +273,26 @@ class Alert(Record):
 class Work(Record):
     """A request on its way through the internal stages, with what each stage learned. After distill the
     request's history is emptied: `context` holds what is kept of it, and later hops do not carry it again."""
+
     request: Request
     admitted_at: float
     model: str
-    sections: Dict[str, int] = {}
+    sections: dict[str, int] = {}
     context: str = ""
     context_tokens: int = 0
-    dropped_turns: List[str] = []  # distill audit: "index:layer:reason" per history turn left out
-    candidate_tokens: List[int] = []
+    dropped_turns: list[str] = []  # distill audit: "index:layer:reason" per history turn left out
+    candidate_tokens: list[int] = []
     cache_key: str = ""
     tier_cap: str = ""  # set when a budget degrades the request: the most expensive tier it may use
     refresh: bool = False  # re-scoring a stale cache entry: refill the caches, send no second decision
     predictive: bool = False  # an L3 pre-answer of a likely follow-up (also a refresh: no decision is sent)
-    cache_match: Dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
-    decision: Optional[Decision] = None
-    budget_holds: Dict[str, str] = {}  # hard budget key -> the lease its tokens were reserved against
+    cache_match: dict[str, Any] = {}  # L2 candidate (partition, question, score, served): what a verdict teaches
+    decision: Decision | None = None
+    budget_holds: dict[str, str] = {}  # hard budget key -> the lease its tokens were reserved against
     budget_tokens: int = 0  # tokens reserved against each of those leases (the request's worst case)
     shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way;
     # "promote": a near-miss's naive twin, judged against its L2 candidate's cached answer (streams/cache/stage.py)
-    mechanisms: List[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
+    mechanisms: list[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
 
 
 class BudgetEvent(Record):
@@ -294,6 +301,7 @@ class BudgetEvent(Record):
     the leases topic), decisions settle against it wherever they complete (`settle`), the holder hands back what it
     did not use (`return`), and the owner takes back what a lease still holds once it can no longer be spent
     (`reclaim`). The owner's state is the fold of grant, settle, return and reclaim events."""
+
     kind: str  # lease | grant | settle | return | reclaim
     key: str  # budget key, e.g. tenant:acme@day
     holder: str = ""  # the stage process holding the lease
@@ -312,13 +320,14 @@ class Verdict(Record):
     tier only), attributed to every saving mechanism that acted on the served request. `agreed` is fidelity to
     the naive path; where the request carries a label (human_decision), `kept` says the served decision was no
     less accurate than the naive one, else it equals `agreed`."""
+
     request_id: str
     ts: float
     tenant: str
     service: str
     decision_type: str
     kind: str
-    mechanisms: List[str]
+    mechanisms: list[str]
     agreed: bool
     kept: bool
     similarity: float = 0.0  # generate requests: similarity of the two answers; decide: 1.0 or 0.0
@@ -336,8 +345,9 @@ class Verdict(Record):
 
 class WorkBatch(Record):
     """Internal topics carry micro-batches: one Kafka message per batch, not per request."""
-    items: List[Work]
+
+    items: list[Work]
 
 
 class UsageBatch(Record):
-    events: List[UsageEvent]
+    events: list[UsageEvent]

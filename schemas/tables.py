@@ -2,6 +2,7 @@
 declared once, with who may read it. The lists others need derive from it: the tables a fresh demo empties
 (infra.clickhouse.USAGE_TABLES), the row policies on a server (infra.clickhouse.access) and what an analytics
 sandbox copies (workers.analytics.sandbox). Adding a view to analytics is its migration and one line here."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

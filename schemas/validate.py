@@ -1,11 +1,13 @@
 """Decode and validate input bytes into a record; every failure names the field and the fix."""
+
 from __future__ import annotations
 
 import functools
 import json
 import re
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import faust
 import orjson
@@ -36,7 +38,7 @@ SCALARS: dict[Any, Callable[[Any], bool]] = {  # the JSON values each scalar fie
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _checker(tp: Any) -> Check | None:
     """The check of a value of type `tp`, built once per type (None: any value passes). Decoding runs one per field
     of every request, so the type's shape is read here, not per value."""
@@ -51,8 +53,9 @@ def _checker(tp: Any) -> Check | None:
         def optional(value: Any, path: str) -> None:
             if value is not None:
                 inner(value, path)
+
         return optional
-    if origin in (list, typing.List):
+    if origin in (list, list):
         item = _checker(args[0])
 
         def array(value: Any, path: str) -> None:
@@ -61,22 +64,26 @@ def _checker(tp: Any) -> Check | None:
             if item is not None:
                 for i, element in enumerate(value):
                     item(element, f"{path}[{i}]")
+
         return array
     if isinstance(tp, type) and issubclass(tp, faust.Record):
         fields = _fields_check(tp)
         return lambda value, path: fields(value, f"{path}.")
-    accepts = SCALARS.get(dict if origin in (dict, typing.Dict) else tp)
+    accepts = SCALARS.get(dict if origin in (dict, dict) else tp)
     if accepts is None:
         return None
 
     def scalar(value: Any, path: str) -> None:
         if not accepts(value):
-            raise Invalid("wrong_type", f"{path}: expected {getattr(tp, '__name__', tp)}, got "
-                                        f"{type(value).__name__} {str(value)[:40]!r}")
+            raise Invalid(
+                "wrong_type",
+                f"{path}: expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {str(value)[:40]!r}",
+            )
+
     return scalar
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fields_check(record: type[faust.Record]) -> Check:
     """The check of a JSON object decoded as `record` (its path: the prefix of its fields' paths)."""
     fields = record._options.fields
@@ -85,17 +92,18 @@ def _fields_check(record: type[faust.Record]) -> Check:
 
     def check(data: Any, path: str) -> None:
         if not isinstance(data, dict):
-            raise Invalid("wrong_type", f"{path.rstrip('.') or 'record'}: expected a JSON object, got "
-                                        f"{type(data).__name__}")
+            raise Invalid(
+                "wrong_type", f"{path.rstrip('.') or 'record'}: expected a JSON object, got {type(data).__name__}"
+            )
         for name in required:
             if name not in data:
-                raise Invalid("missing_field", f"{path}{name}: required field is missing "
-                                               "(see `jev schema request`)")
+                raise Invalid("missing_field", f"{path}{name}: required field is missing (see `jev schema request`)")
         for name, value in data.items():
             if name not in checks:
                 raise Invalid("unknown_field", f"{path}{name}: unknown field; known fields are {', '.join(fields)}")
             if (field := checks[name]) is not None:
                 field(value, f"{path}{name}")
+
     return check
 
 
@@ -162,12 +170,16 @@ def json_fault(raw: bytes, exc: orjson.JSONDecodeError) -> Invalid:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as bad:
-        return Invalid("bad_json", f"not valid UTF-8 at byte {bad.start}: JSON is UTF-8; encode the request so",
-                       request_id)
-    at = raw[exc.pos:exc.pos + 10] if exc.pos is not None else b""
+        return Invalid(
+            "bad_json", f"not valid UTF-8 at byte {bad.start}: JSON is UTF-8; encode the request so", request_id
+        )
+    at = raw[exc.pos : exc.pos + 10] if exc.pos is not None else b""
     if at.lstrip(b" \t\r\n:,[").startswith(NON_NUMBERS):
-        return Invalid("bad_number", f"NaN and Infinity are not JSON numbers (at character {exc.pos}): send a "
-                                     "finite number or null", request_id)
+        return Invalid(
+            "bad_number",
+            f"NaN and Infinity are not JSON numbers (at character {exc.pos}): send a finite number or null",
+            request_id,
+        )
     return Invalid("bad_json", f"not valid JSON: {exc}", request_id)
 
 
@@ -196,15 +208,23 @@ def oversized_field(data: Any, max_bytes: int) -> tuple[str, int] | None:
     return None
 
 
-def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[str, ...] = (),
-           max_field_bytes: int | None = None):
+def decode(
+    raw: bytes,
+    record: type[faust.Record],
+    max_bytes: int,
+    clean: tuple[str, ...] = (),
+    max_field_bytes: int | None = None,
+):
     """bytes → record, or Invalid with a reason code (too_large, bad_json (syntax or not UTF-8), bad_number,
     duplicate_key, wrong_type, …) and the request_id when one was readable. `clean`: string fields stripped of control
     characters. `max_field_bytes`: the most UTF-8 bytes one string of the record may hold."""
     if len(raw) > max_bytes:
-        raise Invalid("too_large", f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
-                                   f"(JEV_MAX_RECORD_BYTES); shorten state/history or raise the limit",
-                      readable_request_id(raw[:65_536]))
+        raise Invalid(
+            "too_large",
+            f"payload is {len(raw):,} bytes; the limit is {max_bytes:,} "
+            f"(JEV_MAX_RECORD_BYTES); shorten state/history or raise the limit",
+            readable_request_id(raw[:65_536]),
+        )
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -214,14 +234,17 @@ def decode(raw: bytes, record: type[faust.Record], max_bytes: int, clean: tuple[
     if max_field_bytes is not None and len(raw) > max_field_bytes:
         field = oversized_field(data, max_field_bytes)
         if field is not None:
-            raise Invalid("too_large", f"{field[0]} is {field[1]:,} bytes; one field may hold {max_field_bytes:,} "
-                                       f"(JEV_MAX_FIELD_BYTES); send a shorter one or raise the limit", request_id)
+            raise Invalid(
+                "too_large",
+                f"{field[0]} is {field[1]:,} bytes; one field may hold {max_field_bytes:,} "
+                f"(JEV_MAX_FIELD_BYTES); send a shorter one or raise the limit",
+                request_id,
+            )
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_exceeds(data):  # fewer brackets cannot nest deeper
         raise Invalid("too_deep", f"JSON nests deeper than {MAX_DEPTH} levels; flatten the state", request_id)
     repeated = duplicate_key(raw, data)
     if repeated is not None:
-        raise Invalid("duplicate_key", f"key {repeated!r} appears twice in one object; send each key once",
-                      request_id)
+        raise Invalid("duplicate_key", f"key {repeated!r} appears twice in one object; send each key once", request_id)
     try:
         check_fields(data, record)
     except Invalid as exc:

@@ -1,5 +1,6 @@
 """Shared fixtures: settings on a temp data dir, the shared data folder, the real local broker, model server and
 ClickHouse, the one fake sender (Captured) and a stage app delivering to it (app_and_sent)."""
+
 from __future__ import annotations
 
 import os
@@ -87,11 +88,22 @@ def consumed(topic: str, values: list) -> list:
 
     from streams.security import signing
 
-    return [ConsumerRecord(topic=topic, partition=0, offset=offset, timestamp=0, timestamp_type=0, key=None,
-                           value=value, checksum=None, serialized_key_size=0,
-                           serialized_value_size=len(value or b""),
-                           headers=tuple(signing.headers(topic, value or b"")))
-            for offset, value in enumerate(values)]
+    return [
+        ConsumerRecord(
+            topic=topic,
+            partition=0,
+            offset=offset,
+            timestamp=0,
+            timestamp_type=0,
+            key=None,
+            value=value,
+            checksum=None,
+            serialized_key_size=0,
+            serialized_value_size=len(value or b""),
+            headers=tuple(signing.headers(topic, value or b"")),
+        )
+        for offset, value in enumerate(values)
+    ]
 
 
 async def fresh_topic(broker, topic: str, partitions: int, values: list[bytes] = ()) -> str:
@@ -131,9 +143,13 @@ class Captured:
             self.sent.setdefault(topic, []).append(WorkBatch(items=works))
         if outbox.usage:
             self.sent.setdefault("usage", []).append(UsageBatch(events=outbox.usage))
-        for short, records in (("chunks", outbox.chunks), ("decisions", [d for d, _ in outbox.decisions]),
-                               ("review", outbox.review),
-                               ("rejected", outbox.dead_letters), ("alerts", outbox.alerts)):
+        for short, records in (
+            ("chunks", outbox.chunks),
+            ("decisions", [d for d, _ in outbox.decisions]),
+            ("review", outbox.review),
+            ("rejected", outbox.dead_letters),
+            ("alerts", outbox.alerts),
+        ):
             if records:
                 self.sent.setdefault(short, []).extend(records)
         for topic, key, value in outbox.records:
@@ -149,8 +165,16 @@ def app_and_sent(settings):
         create_app,  # the runtime, imported only by the tests that take this fixture
     )
 
-    app = create_app(settings.replace(broker="kafka://127.0.0.1:9", stage_batch_wait_ms=1, cache_embedder="hashing",
-                                      cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
-                                      budget_leases=0),  # no broker, so no budget owner: the book's own hard check
-                     {"ranking", "risk_interception"}, sink=object(), sender=captured)
+    app = create_app(
+        settings.replace(
+            broker="kafka://127.0.0.1:9",
+            stage_batch_wait_ms=1,
+            cache_embedder="hashing",
+            cache_max_error=0.0,  # fixed L2 threshold: learning is tested in tests/streams/cache
+            budget_leases=0,
+        ),  # no broker, so no budget owner: the book's own hard check
+        {"ranking", "risk_interception"},
+        sink=object(),
+        sender=captured,
+    )
     return app, captured

@@ -8,6 +8,7 @@ cli, analytics, harness, planner); bench/. A module may import its own layer and
 
 A stage never imports another stage; only streams/runtime/ reaches into several.
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,10 +65,12 @@ def imported(tree: ast.AST, module: str, root: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
+                base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
             # `from streams import sender` names a module; `from streams.runtime.sender import X` names a member
-            found += [(node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base)
-                      for alias in node.names]
+            found += [
+                (node.lineno, f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base)
+                for alias in node.names
+            ]
     return [(line, name) for line, name in found if name.split(".")[0] in PACKAGES]
 
 
@@ -79,8 +82,10 @@ def violations(root: Path = ROOT) -> list[str]:
             own = layer(module)
             for line, target in imported(ast.parse(path.read_text(), str(path)), module, root):
                 if layer(target) > own:
-                    out.append(f"{path.relative_to(root)}:{line} imports {target} "
-                               f"({LAYER_NAMES[own]} must not import {LAYER_NAMES[layer(target)]})")
+                    out.append(
+                        f"{path.relative_to(root)}:{line} imports {target} "
+                        f"({LAYER_NAMES[own]} must not import {LAYER_NAMES[layer(target)]})"
+                    )
     return out
 
 
@@ -112,10 +117,13 @@ def test_stage_packages_never_import_one_another():
     assert KNOWN_CROSSINGS - found == set(), "a known crossing is gone: take it off KNOWN_CROSSINGS"
 
 
-@pytest.mark.parametrize("module, target", [
-    ("streams/ingest/planted.py", "streams.postprocess.finalize"),
-    ("streams/scoring/planted.py", "streams.cache.stage"),
-])
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("streams/ingest/planted.py", "streams.postprocess.finalize"),
+        ("streams/scoring/planted.py", "streams.cache.stage"),
+    ],
+)
 def test_stage_check_catches_a_planted_sideways_import(tmp_path, module, target):
     for package in ("streams", *(f"streams/{stage}" for stage in STAGES)):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
@@ -126,13 +134,16 @@ def test_stage_check_catches_a_planted_sideways_import(tmp_path, module, target)
     assert crossings(tmp_path) == {(module.removesuffix(".py").replace("/", "."), target)}
 
 
-@pytest.mark.parametrize("module, target", [
-    ("streams/ingest/planted.py", "workers.harness.pipeline"),
-    ("streams/distill/planted.py", "streams.runtime.sender"),
-    ("streams/core/planted.py", "streams.ingest.decode"),
-    ("streams/text/planted.py", "streams.runtime.app"),
-    ("schemas/planted.py", "streams.text.tokens"),
-])
+@pytest.mark.parametrize(
+    "module, target",
+    [
+        ("streams/ingest/planted.py", "workers.harness.pipeline"),
+        ("streams/distill/planted.py", "streams.runtime.sender"),
+        ("streams/core/planted.py", "streams.ingest.decode"),
+        ("streams/text/planted.py", "streams.runtime.app"),
+        ("schemas/planted.py", "streams.text.tokens"),
+    ],
+)
 def test_layer_check_catches_a_planted_upward_import(tmp_path, module, target):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
@@ -161,7 +172,12 @@ def test_only_the_runtime_imports_kafka():
         if module.startswith("streams.runtime"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{module} imports {n}" for n in names if n.split(".")[0] in ("faust", "aiokafka")]
     assert found == []

@@ -11,6 +11,7 @@ context's KV N times and runs one pass over the B×N candidates; `separate` runs
 own sequence. Prints one JSON object (candidates_per_s and p99 batch latency per mode, speedup, and the
 prefix-cache hit rate = context tokens read from the cache / all tokens the model attended as input).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,16 @@ def main() -> int:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                         tie_word_embeddings=True)  # SmolLM2-135M's shape
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    )  # SmolLM2-135M's shape
     lm = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     B, N, C, K = args.requests, args.candidates, args.context, args.candidate_tokens
     contexts = torch.randint(0, 49152, (B, C), device="cuda")
@@ -65,7 +73,7 @@ def main() -> int:
         with torch.no_grad():
             total = 0.0
             for start in range(0, B * N, 64):
-                logits = lm(full[start:start + 64], logits_to_keep=K + 1).logits
+                logits = lm(full[start : start + 64], logits_to_keep=K + 1).logits
                 total += torch.log_softmax(logits.float(), -1).sum().item()
             return total
 
@@ -80,15 +88,21 @@ def main() -> int:
             fn()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
-        results[name] = {"candidates_per_s": round(B * N * len(times) / sum(times), 1),
-                         "p99_batch_ms": round(1000 * percentile(times, 0.99), 2),
-                         "p50_batch_ms": round(1000 * percentile(times, 0.5), 2)}
+        results[name] = {
+            "candidates_per_s": round(B * N * len(times) / sum(times), 1),
+            "p99_batch_ms": round(1000 * percentile(times, 0.99), 2),
+            "p50_batch_ms": round(1000 * percentile(times, 0.5), 2),
+        }
         print(f"{name}: {results[name]}", file=sys.stderr)
     attended = B * N * (C + K)
     summary = {
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "model": "random-init SmolLM2-135M architecture, bf16", "requests_per_batch": B, "candidates": N,
-        "context_tokens": C, "candidate_tokens": K,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "model": "random-init SmolLM2-135M architecture, bf16",
+        "requests_per_batch": B,
+        "candidates": N,
+        "context_tokens": C,
+        "candidate_tokens": K,
         "candidates_per_s_shared": results["shared"]["candidates_per_s"],
         "candidates_per_s_separate": results["separate"]["candidates_per_s"],
         "p99_batch_ms_shared": results["shared"]["p99_batch_ms"],

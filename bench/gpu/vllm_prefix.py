@@ -11,6 +11,7 @@ candidate; "unshared" puts the candidate first (no common prefix). Reports candi
 latency and the prefix-cache hit rate (cached prompt tokens / prompt tokens) of each, as one JSON object
 (last stdout line, and $OUT/vllm_prefix.json). Without a GPU it prints "skipped: no GPU" and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for streams.scoring
 
-WORDS = ("order stock warehouse customer delivery region price demand supply route late early refund "
-         "transfer risk payment account review priority carrier parcel invoice forecast season").split()
+WORDS = (
+    "order stock warehouse customer delivery region price demand supply route late early refund "
+    "transfer risk payment account review priority carrier parcel invoice forecast season"
+).split()
 
 
 def has_gpu() -> bool:
@@ -57,10 +60,14 @@ def export_smollm2(target: Path) -> str:
 
 def workload(decisions: int, candidates: int, context_words: int, seed: int = 11):
     rng = random.Random(seed)
+
     def sentence(n: int) -> str:
         return " ".join(rng.choice(WORDS) for _ in range(n)) + "."
-    return [(f"Decision {d}. " + sentence(context_words), [sentence(12) for _ in range(candidates)])
-            for d in range(decisions)]
+
+    return [
+        (f"Decision {d}. " + sentence(context_words), [sentence(12) for _ in range(candidates)])
+        for d in range(decisions)
+    ]
 
 
 def run(backend, items, batch_decisions: int, shared: bool) -> dict:
@@ -68,7 +75,7 @@ def run(backend, items, batch_decisions: int, shared: bool) -> dict:
     latencies, prompt_tokens, cached, total = [], 0, 0, 0
     started = time.perf_counter()
     for start in range(0, len(items), batch_decisions):
-        batch = items[start:start + batch_decisions]
+        batch = items[start : start + batch_decisions]
         t0 = time.perf_counter()
         results = backend.score_many(batch, shared_prefix=shared)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -78,11 +85,17 @@ def run(backend, items, batch_decisions: int, shared: bool) -> dict:
             total += len(cands)
     elapsed = time.perf_counter() - started
     latencies.sort()
-    return {"candidates": total, "seconds": round(elapsed, 3), "candidates_per_s": round(total / elapsed, 1),
-            "batch_latency_ms_p50": round(statistics.median(latencies), 2),
-            "batch_latency_ms_p99": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2),
-            "batches": len(latencies), "prompt_tokens": prompt_tokens, "cached_prompt_tokens": cached,
-            "prefix_cache_hit_rate": round(cached / prompt_tokens, 4) if prompt_tokens else None}
+    return {
+        "candidates": total,
+        "seconds": round(elapsed, 3),
+        "candidates_per_s": round(total / elapsed, 1),
+        "batch_latency_ms_p50": round(statistics.median(latencies), 2),
+        "batch_latency_ms_p99": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2),
+        "batches": len(latencies),
+        "prompt_tokens": prompt_tokens,
+        "cached_prompt_tokens": cached,
+        "prefix_cache_hit_rate": round(cached / prompt_tokens, 4) if prompt_tokens else None,
+    }
 
 
 def main() -> int:
@@ -99,8 +112,8 @@ def main() -> int:
         result = {"skipped": "no GPU"}
         print("skipped: no GPU", file=sys.stderr)
     else:
-        import vllm
         import torch
+        import vllm
 
         from streams.models.vllm import VLLMBackend
 
@@ -113,10 +126,16 @@ def main() -> int:
         print(f"unshared: {unshared}", file=sys.stderr)
         shared = run(backend, items, args.batch_decisions, shared=True)
         print(f"shared: {shared}", file=sys.stderr)
-        result = {"date": time.strftime("%Y-%m-%d"), "vllm": vllm.__version__, "gpu": torch.cuda.get_device_name(0),
-                  "model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to fp16)", "shared": shared,
-                  "unshared": unshared, "speedup": round(shared["candidates_per_s"] / unshared["candidates_per_s"], 2),
-                  **{k: getattr(args, k) for k in ("decisions", "candidates", "batch_decisions", "context_words")}}
+        result = {
+            "date": time.strftime("%Y-%m-%d"),
+            "vllm": vllm.__version__,
+            "gpu": torch.cuda.get_device_name(0),
+            "model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to fp16)",
+            "shared": shared,
+            "unshared": unshared,
+            "speedup": round(shared["candidates_per_s"] / unshared["candidates_per_s"], 2),
+            **{k: getattr(args, k) for k in ("decisions", "candidates", "batch_decisions", "context_words")},
+        }
     (out / "vllm_prefix.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
     return 0

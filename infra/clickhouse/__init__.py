@@ -3,6 +3,7 @@
 DDL lives in migrations/NNN_name.sql, applied in order at start-up and recorded in schema_migrations,
 so applying twice is a no-op.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -49,8 +50,10 @@ def connect(dsn: str):
         return clickhouse_connect.get_client(dsn=dsn)
     except Exception:
         if data_dir_locked(dsn):
-            raise DataDirBusy(f"{dsn} is owned by another running process (a `jev demo` or worker): stop it, "
-                              f"or set JEV_CLICKHOUSE_DSN to a ClickHouse server both can reach") from None
+            raise DataDirBusy(
+                f"{dsn} is owned by another running process (a `jev demo` or worker): stop it, "
+                f"or set JEV_CLICKHOUSE_DSN to a ClickHouse server both can reach"
+            ) from None
         raise
 
 
@@ -67,8 +70,10 @@ def migrations() -> list[tuple[str, str]]:
 
 def migrate(client) -> list[str]:
     """Apply the migrations not applied yet; returns their names."""
-    client.command("CREATE TABLE IF NOT EXISTS schema_migrations (name String, applied_at DateTime DEFAULT now()) "
-                   "ENGINE = ReplacingMergeTree ORDER BY name")
+    client.command(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name String, applied_at DateTime DEFAULT now()) "
+        "ENGINE = ReplacingMergeTree ORDER BY name"
+    )
     done = {row[0] for row in client.query("SELECT name FROM schema_migrations").result_rows}
     applied = []
     for name, sql in migrations():
@@ -83,8 +88,12 @@ def migrate(client) -> list[str]:
 
 def set_ttl(client, days: int) -> None:
     """Keep usage rows `days` days (0 = forever); the aggregate tables keep their own history."""
-    has_ttl = " TTL " in client.query("SELECT engine_full FROM system.tables WHERE database = currentDatabase() "
-                                      "AND name = 'usage_events'").result_rows[0][0]
+    has_ttl = (
+        " TTL "
+        in client.query(
+            "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = 'usage_events'"
+        ).result_rows[0][0]
+    )
     if days > 0:
         client.command(f"ALTER TABLE usage_events MODIFY TTL toDateTime(ts) + INTERVAL {int(days)} DAY")
     elif has_ttl:

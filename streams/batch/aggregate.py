@@ -3,16 +3,17 @@
 Members that cannot take part (unknown template, quota too small for their essentials) come back as
 explicit failures, never dropped.
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
 
 from schemas.batch import BatchMember, BatchResult, MemberShare, MergedCall
-from streams.text import tokens
 from streams.batch import render
 from streams.batch.config import BatchConfig, BatchTemplate
 from streams.models.protocol import Generator
+from streams.text import tokens
 
 
 def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember]]:
@@ -20,12 +21,20 @@ def group(members: list[BatchMember], max_members: int) -> list[list[BatchMember
     groups: dict[tuple[str, str], list[BatchMember]] = defaultdict(list)
     for m in members:
         groups[(m.job, m.template)].append(m)
-    return [g[i:i + max_members] for g in groups.values() for i in range(0, len(g), max_members)]
+    return [g[i : i + max_members] for g in groups.values() for i in range(0, len(g), max_members)]
 
 
 def failure(member: BatchMember, error: str, call_id: str = "") -> BatchResult:
-    return BatchResult(job=member.job, member=member.member, kind=member.kind, template=member.template,
-                       status="failed", call_id=call_id, quota_tokens=member.quota_tokens, error=error)
+    return BatchResult(
+        job=member.job,
+        member=member.member,
+        kind=member.kind,
+        template=member.template,
+        status="failed",
+        call_id=call_id,
+        quota_tokens=member.quota_tokens,
+        error=error,
+    )
 
 
 def call_id(members: list[BatchMember]) -> str:
@@ -43,15 +52,16 @@ class RetryRate:
         self.seen: dict[str, list[bool]] = defaultdict(list)
 
     def record(self, template: str, retried: list[bool]) -> None:
-        self.seen[template] = (self.seen[template] + retried)[-self.window:]
+        self.seen[template] = (self.seen[template] + retried)[-self.window :]
 
     def rate(self, template: str) -> float:
         seen = self.seen.get(template)
         return sum(seen) / len(seen) if seen else 0.0
 
 
-def plan(members: list[BatchMember], config: BatchConfig, model: str,
-         retry_rate: float = 0.0) -> tuple[list[MergedCall], list[BatchResult]]:
+def plan(
+    members: list[BatchMember], config: BatchConfig, model: str, retry_rate: float = 0.0
+) -> tuple[list[MergedCall], list[BatchResult]]:
     """The calls for one group (same job and template), and the members that cannot join any.
 
     One merged call when it reserves fewer tokens (prompt plus max output), plus the retries that `retry_rate`
@@ -70,8 +80,17 @@ def plan(members: list[BatchMember], config: BatchConfig, model: str,
             failed.append(failure(m, str(exc)))
             continue
         budget = render.output_budget(template, m.quota_tokens)
-        shares.append(MemberShare(member=m, block=block, block_tokens=size, output_budget=budget, trimmed=trimmed,
-                                  tag=tag, individual_tokens=render.individual_tokens(template, block, budget, model)))
+        shares.append(
+            MemberShare(
+                member=m,
+                block=block,
+                block_tokens=size,
+                output_budget=budget,
+                trimmed=trimmed,
+                tag=tag,
+                individual_tokens=render.individual_tokens(template, block, budget, model),
+            )
+        )
     if not shares:
         return [], failed
     merged = call(shares, template, model)
@@ -79,20 +98,36 @@ def plan(members: list[BatchMember], config: BatchConfig, model: str,
     retries = round(retry_rate * alone)
     if len(shares) > 1 and merged.prompt_tokens + merged.max_tokens + retries < alone:
         return [merged], failed
-    expected = (f" and its likely retries {retries} ({retry_rate:.0%} of the members of recent merged calls "
-                f"needed one)" if retries else "")
-    why = ("the only member of its window" if len(shares) == 1 else
-           f"a merged call would reserve {merged.prompt_tokens + merged.max_tokens} tokens{expected}, "
-           f"its {len(shares)} members alone {alone}")
+    expected = (
+        f" and its likely retries {retries} ({retry_rate:.0%} of the members of recent merged calls needed one)"
+        if retries
+        else ""
+    )
+    why = (
+        "the only member of its window"
+        if len(shares) == 1
+        else f"a merged call would reserve {merged.prompt_tokens + merged.max_tokens} tokens{expected}, "
+        f"its {len(shares)} members alone {alone}"
+    )
     return [call([s], template, model, sent="individual", note=f"sent individually: {why}") for s in shares], failed
 
 
-def call(shares: list[MemberShare], template: BatchTemplate, model: str, sent: str = "merged", note: str = "") -> MergedCall:
+def call(
+    shares: list[MemberShare], template: BatchTemplate, model: str, sent: str = "merged", note: str = ""
+) -> MergedCall:
     prompt = render.merged_prompt(template, [s.block for s in shares])
     max_tokens = render.max_output([s.tag for s in shares], [s.output_budget for s in shares], model)
-    return MergedCall(call_id=call_id([s.member for s in shares]), job=shares[0].member.job, template=template.id,
-                      prompt=prompt, prompt_tokens=tokens.count(prompt, model), max_tokens=max_tokens,
-                      shares=shares, sent=sent, note=note)
+    return MergedCall(
+        call_id=call_id([s.member for s in shares]),
+        job=shares[0].member.job,
+        template=template.id,
+        prompt=prompt,
+        prompt_tokens=tokens.count(prompt, model),
+        max_tokens=max_tokens,
+        shares=shares,
+        sent=sent,
+        note=note,
+    )
 
 
 def generate(call: MergedCall, generator: Generator, model: str) -> MergedCall:

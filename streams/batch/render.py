@@ -4,13 +4,14 @@ A member's quota covers its own block in the prompt plus its answer; the shared 
 per call and reported apart. Over quota, trimming goes: the fields its kind drops first (config), then the
 remaining non-essential fields, biggest first, then the tails of its longest lists, then a token cut.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from schemas.batch import BatchMember
-from streams.text import tokens
 from streams.batch.config import BatchTemplate
+from streams.text import tokens
 
 MIN_BLOCK_TOKENS = 24  # a block smaller than this cannot carry a member's essentials
 
@@ -108,17 +109,22 @@ def output_budget(template: BatchTemplate, quota: int) -> int:
     return min(template.output_tokens, quota // 3)
 
 
-def trim(member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str,
-         tag: str = "m1") -> tuple[str, int, list[str]]:
+def trim(
+    member: BatchMember, template: BatchTemplate, drops: tuple[str, ...], model: str, tag: str = "m1"
+) -> tuple[str, int, list[str]]:
     """(block, block tokens, what was trimmed) with block + output budget within the member's quota."""
     budget_out = output_budget(template, member.quota_tokens)
     if budget_out < (least := min_answer_tokens(template, model)):
-        raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: its answer gets a third, {budget_out} "
-                            f"tokens, and one line per section of {template.id} needs at least {least}")
+        raise QuotaTooSmall(
+            f"quota_tokens {member.quota_tokens} too small: its answer gets a third, {budget_out} "
+            f"tokens, and one line per section of {template.id} needs at least {least}"
+        )
     limit = member.quota_tokens - budget_out
     if limit < MIN_BLOCK_TOKENS:
-        raise QuotaTooSmall(f"quota_tokens {member.quota_tokens} too small: the block needs at least "
-                            f"{MIN_BLOCK_TOKENS} tokens besides a {budget_out}-token answer")
+        raise QuotaTooSmall(
+            f"quota_tokens {member.quota_tokens} too small: the block needs at least "
+            f"{MIN_BLOCK_TOKENS} tokens besides a {budget_out}-token answer"
+        )
     variables, trimmed = dict(member.variables), []
 
     def current() -> tuple[str, int]:
@@ -155,11 +161,16 @@ def shared_header(template: BatchTemplate, several: bool) -> str:
     """The instructions: a merged call asks for an `=== <member tag> ===` line before each answer, a call for
     one member does not (its answer needs no label, and so costs no more than the member's budget)."""
     lines = "\n".join(f"- {name}: {what}" for name, what in template.sections)
-    layout = ("each member below, in the order given. Start each answer with a line \"=== <member tag> ===\", "
-              "then" if several else "the member below:")
-    return (f"{template.instructions}\n\nWrite one answer for {layout} one line per section, "
-            f"\"<Section>: <text>\", in this order:\n"
-            f"Sections:\n{lines}\nKeep each answer within its token budget.\n\n")
+    layout = (
+        'each member below, in the order given. Start each answer with a line "=== <member tag> ===", then'
+        if several
+        else "the member below:"
+    )
+    return (
+        f"{template.instructions}\n\nWrite one answer for {layout} one line per section, "
+        f'"<Section>: <text>", in this order:\n'
+        f"Sections:\n{lines}\nKeep each answer within its token budget.\n\n"
+    )
 
 
 FOOTER = "### end\n"

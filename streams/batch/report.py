@@ -8,6 +8,7 @@ which count too: a merged call whose retries made it cost more says so (`notes`)
 next windows of that template individually while its retry rate stays that high. tokens_merged_actual uses
 the output actually generated.
 """
+
 from __future__ import annotations
 
 from schemas.batch import BatchResult
@@ -21,12 +22,17 @@ def summarize(job: str, results: list[BatchResult], members: int, model: str) ->
     inputs = sum(r.input_tokens for r in results)
     budgets = sum(r.output_budget for r in results)
     return {
-        "job": job, "members": members, "results": len(results), "ok": len(ok),
-        "failed": len(results) - len(ok), "pending": max(0, members - len(results)),
+        "job": job,
+        "members": members,
+        "results": len(results),
+        "ok": len(ok),
+        "failed": len(results) - len(ok),
+        "pending": max(0, members - len(results)),
         "merged_calls": len({r.call_id for r in results if r.call_id and r.sent == "merged"}),
         "individual_calls": len({r.call_id for r in results if r.call_id and r.sent == "individual"}),
         "retries": sum(r.retried for r in results),
-        "tokens_merged": merged, "tokens_individual": individual,
+        "tokens_merged": merged,
+        "tokens_individual": individual,
         "tokens_merged_actual": inputs + sum(r.output_tokens for r in results),
         "saved_ratio": round(1 - merged / individual, 4) if individual else 0.0,
         "cost_merged": round(pricing.cost(model, inputs, 0, merged - inputs), 6),

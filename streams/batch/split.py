@@ -5,16 +5,17 @@ plus answer stay within its quota). A member that fails (missing from the output
 or the merged call itself failed) is retried on its own once; if that fails too it gets an explicit
 `failed` result naming why. Every member of the call gets exactly one result.
 """
+
 from __future__ import annotations
 
 import re
 
 from schemas.batch import BatchResult, MemberShare, MergedCall
-from streams.models import pricing
-from streams.text import tokens
 from streams.batch import render
 from streams.batch.config import BatchTemplate
+from streams.models import pricing
 from streams.models.protocol import Generator
+from streams.text import tokens
 
 ANSWER_HEAD = re.compile(r"^\s*=+\s*(.+?)\s*=+\s*$", re.MULTILINE)
 
@@ -24,7 +25,7 @@ def parse_answers(text: str) -> dict[str, str]:
     heads = list(ANSWER_HEAD.finditer(text))
     answers: dict[str, str] = {}
     for head, nxt in zip(heads, heads[1:] + [None]):
-        answers.setdefault(head.group(1), text[head.end():nxt.start() if nxt else len(text)].strip())
+        answers.setdefault(head.group(1), text[head.end() : nxt.start() if nxt else len(text)].strip())
     return answers
 
 
@@ -66,24 +67,52 @@ def apportion(total: int, weights: list[int]) -> list[int]:
     base = sum(weights)
     raw = [total * w / base for w in weights] if base else [total / len(weights)] * len(weights)
     parts = [int(r) for r in raw]
-    for i in sorted(range(len(raw)), key=lambda i: parts[i] - raw[i])[:total - sum(parts)]:
+    for i in sorted(range(len(raw)), key=lambda i: parts[i] - raw[i])[: total - sum(parts)]:
         parts[i] += 1
     return parts
 
 
-def result(share: MemberShare, call: MergedCall, template: BatchTemplate, answer: str, input_tokens: int,
-           output_tokens: int, reserved: int, model: str, retried: bool, label: str, generator: str,
-           errors: list[str]) -> BatchResult:
+def result(
+    share: MemberShare,
+    call: MergedCall,
+    template: BatchTemplate,
+    answer: str,
+    input_tokens: int,
+    output_tokens: int,
+    reserved: int,
+    model: str,
+    retried: bool,
+    label: str,
+    generator: str,
+    errors: list[str],
+) -> BatchResult:
     m = share.member
     names = [name for name, _ in template.sections]
     return BatchResult(
-        job=m.job, member=m.member, kind=m.kind, template=m.template, status="failed" if errors else "ok",
-        call_id=call.call_id, text=answer, sections=parse_sections(answer, names), label=label, generator=generator,
-        retried=retried, input_tokens=input_tokens, output_tokens=output_tokens, reserved_tokens=reserved,
-        quota_tokens=m.quota_tokens, output_budget=share.output_budget,
-        quota_used=share.block_tokens + tokens.count(answer, model), individual_tokens=share.individual_tokens,
-        trimmed=list(share.trimmed), cost=pricing.cost(model, input_tokens, 0, output_tokens), error="; ".join(errors),
-        sent=call.sent, note=call.note)
+        job=m.job,
+        member=m.member,
+        kind=m.kind,
+        template=m.template,
+        status="failed" if errors else "ok",
+        call_id=call.call_id,
+        text=answer,
+        sections=parse_sections(answer, names),
+        label=label,
+        generator=generator,
+        retried=retried,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        reserved_tokens=reserved,
+        quota_tokens=m.quota_tokens,
+        output_budget=share.output_budget,
+        quota_used=share.block_tokens + tokens.count(answer, model),
+        individual_tokens=share.individual_tokens,
+        trimmed=list(share.trimmed),
+        cost=pricing.cost(model, input_tokens, 0, output_tokens),
+        error="; ".join(errors),
+        sent=call.sent,
+        note=call.note,
+    )
 
 
 def own_answer(text: str, tag: str, alone: bool) -> str | None:
@@ -95,7 +124,9 @@ def own_answer(text: str, tag: str, alone: bool) -> str | None:
     return answers.get(tag)
 
 
-def retry(share: MemberShare, template: BatchTemplate, generator: Generator, model: str) -> tuple[str, int, int, list[str], str]:
+def retry(
+    share: MemberShare, template: BatchTemplate, generator: Generator, model: str
+) -> tuple[str, int, int, list[str], str]:
     """One call for this member alone, with at most its output budget: (answer, prompt tokens, output tokens,
     problems, label)."""
     prompt = render.merged_prompt(template, [share.block])
@@ -118,27 +149,61 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
     shares = call.shares
     alone = len(shares) == 1
     found = [None if call.error else own_answer(call.text, s.tag, alone) for s in shares]
-    inputs = [s.block_tokens + extra for s, extra in zip(shares, apportion(
-        call.prompt_tokens - sum(s.block_tokens for s in shares), [1] * len(shares)))]
+    inputs = [
+        s.block_tokens + extra
+        for s, extra in zip(
+            shares, apportion(call.prompt_tokens - sum(s.block_tokens for s in shares), [1] * len(shares))
+        )
+    ]
     outputs = apportion(call.output_tokens, [tokens.count(a or "", model) for a in found])
-    limits = apportion(call.max_tokens, [s.output_budget + (0 if alone else render.answer_overhead(
-        s.tag, model)) for s in shares])
+    limits = apportion(
+        call.max_tokens, [s.output_budget + (0 if alone else render.answer_overhead(s.tag, model)) for s in shares]
+    )
     results = []
     for share, answer, input_tokens, output_tokens, limit in zip(shares, found, inputs, outputs, limits):
         errors = [call.error] if call.error else problems(answer, template, share.output_budget, model)
         if not errors:
-            results.append(result(share, call, template, answer, input_tokens, output_tokens, input_tokens + limit,
-                                  model, False, call.label, call.generator, []))
+            results.append(
+                result(
+                    share,
+                    call,
+                    template,
+                    answer,
+                    input_tokens,
+                    output_tokens,
+                    input_tokens + limit,
+                    model,
+                    False,
+                    call.label,
+                    call.generator,
+                    [],
+                )
+            )
             continue
         again, prompt_tokens, out_tokens, retry_errors, label = retry(share, template, generator, model)
         errors = [f"merged: {'; '.join(errors)}", f"retry: {'; '.join(retry_errors)}"] if retry_errors else []
-        results.append(result(share, call, template, again, input_tokens + prompt_tokens, output_tokens + out_tokens,
-                              input_tokens + limit + prompt_tokens + share.output_budget, model, True, label,
-                              generator.name, errors))
+        results.append(
+            result(
+                share,
+                call,
+                template,
+                again,
+                input_tokens + prompt_tokens,
+                output_tokens + out_tokens,
+                input_tokens + limit + prompt_tokens + share.output_budget,
+                model,
+                True,
+                label,
+                generator.name,
+                errors,
+            )
+        )
     spent, alone = sum(r.reserved_tokens for r in results), sum(s.individual_tokens for s in shares)
     if len(shares) > 1 and spent > alone:  # said on every result; the planner's retry rate sends the next ones alone
-        note = (f"merged call and its {sum(r.retried for r in results)} retries reserved {spent} tokens, "
-                f"its members alone {alone}")
+        note = (
+            f"merged call and its {sum(r.retried for r in results)} retries reserved {spent} tokens, "
+            f"its members alone {alone}"
+        )
         for r in results:
             r.note = note
     return results

@@ -8,6 +8,7 @@ tasks or threads can never overshoot a hard budget. Budgets arrive as control re
 This book is one process's view: with several stage processes, hard token limits are enforced by leases from each
 budget's owner (streams.budgets, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,8 +79,14 @@ class Refused:
 
 
 def request_scopes(request: Request) -> list[str]:
-    pairs = (("tenant", request.tenant), ("service", request.service), ("decision_type", request.decision_type),
-             ("business_line", request.business_line), ("user", request.user_id), ("session", request.session_id))
+    pairs = (
+        ("tenant", request.tenant),
+        ("service", request.service),
+        ("decision_type", request.decision_type),
+        ("business_line", request.business_line),
+        ("user", request.user_id),
+        ("session", request.session_id),
+    )
     return ["all:*"] + [f"{kind}:{name}" for kind, name in pairs if name]
 
 
@@ -88,8 +95,10 @@ def limit(value, name: str, key: str, cap: float, integer: bool):
         return None
     ok_type = isinstance(value, (int, float)) and (not integer or float(value).is_integer())
     if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value < 0:
-        raise BudgetError(f"budget {key}: {name}={value!r} must be a non-negative "
-                          f"{'integer' if integer else 'number'} (omit it for no limit)")
+        raise BudgetError(
+            f"budget {key}: {name}={value!r} must be a non-negative "
+            f"{'integer' if integer else 'number'} (omit it for no limit)"
+        )
     if value > cap:
         raise BudgetError(f"budget {key}: {name}={value!r} is absurd (over {cap:g} per period); check the units")
     return int(value) if integer else float(value)
@@ -99,8 +108,10 @@ def parse_budget(key: str, value: dict) -> Budget:
     scope, _, period = key.partition("@")
     kind, sep, name = scope.partition(":")
     if kind not in SCOPE_KINDS or not sep or not name:
-        raise BudgetError(f"budget key {key!r}: expected KIND:NAME[@day|@month] with KIND one of "
-                          f"{', '.join(SCOPE_KINDS)} (all:* for a global budget)")
+        raise BudgetError(
+            f"budget key {key!r}: expected KIND:NAME[@day|@month] with KIND one of "
+            f"{', '.join(SCOPE_KINDS)} (all:* for a global budget)"
+        )
     if not isinstance(value, dict) or set(value) - FIELDS:
         raise BudgetError(f"budget {key}: value must be a mapping of {', '.join(sorted(FIELDS))}; got {value!r}")
     period = period or value.get("period", "day")
@@ -110,19 +121,29 @@ def parse_budget(key: str, value: dict) -> Budget:
     ratios = tuple(ratios) if isinstance(ratios, (list, tuple)) else (ratios,)
     if not all(isinstance(r, (int, float)) and 0 < r <= 10 for r in ratios):
         raise BudgetError(f"budget {key}: alert_ratios {ratios!r} must be numbers in (0, 10], e.g. [1.0, 1.2]")
-    b = Budget(scope, period, limit(value.get("hard_tokens"), "hard_tokens", key, MAX_TOKENS, True),
-               limit(value.get("soft_tokens"), "soft_tokens", key, MAX_TOKENS, True),
-               limit(value.get("hard_cost"), "hard_cost", key, MAX_COST, False),
-               limit(value.get("soft_cost"), "soft_cost", key, MAX_COST, False),
-               tuple(sorted(ratios)), value.get("policy", "reject"), str(value.get("degrade_to", "rules")))
+    b = Budget(
+        scope,
+        period,
+        limit(value.get("hard_tokens"), "hard_tokens", key, MAX_TOKENS, True),
+        limit(value.get("soft_tokens"), "soft_tokens", key, MAX_TOKENS, True),
+        limit(value.get("hard_cost"), "hard_cost", key, MAX_COST, False),
+        limit(value.get("soft_cost"), "soft_cost", key, MAX_COST, False),
+        tuple(sorted(ratios)),
+        value.get("policy", "reject"),
+        str(value.get("degrade_to", "rules")),
+    )
     if b.policy not in POLICIES:
         raise BudgetError(f"budget {key}: policy {b.policy!r} must be reject or degrade")
     for soft, hard in (("soft_tokens", "hard_tokens"), ("soft_cost", "hard_cost")):
         if getattr(b, soft) is not None and getattr(b, hard) is not None and getattr(b, soft) > getattr(b, hard):
-            raise BudgetError(f"budget {key}: {soft} {getattr(b, soft)} > {hard} {getattr(b, hard)}; soft must not exceed hard")
+            raise BudgetError(
+                f"budget {key}: {soft} {getattr(b, soft)} > {hard} {getattr(b, hard)}; soft must not exceed hard"
+            )
     if all(getattr(b, f) is None for f in ("hard_tokens", "soft_tokens", "hard_cost", "soft_cost")):
-        raise BudgetError(f"budget {key}: set at least one of hard_tokens, soft_tokens, hard_cost, soft_cost "
-                          f"(send an empty value to remove the budget)")
+        raise BudgetError(
+            f"budget {key}: set at least one of hard_tokens, soft_tokens, hard_cost, soft_cost "
+            f"(send an empty value to remove the budget)"
+        )
     return b
 
 
@@ -160,8 +181,9 @@ class BudgetBook:
             u = self.usage[b.key] = Usage(window)
         return u
 
-    def reserve(self, scopes: list[str], tokens: int, cost: float, *,
-                reservation_id: str | None = None) -> Reservation | Refused:
+    def reserve(
+        self, scopes: list[str], tokens: int, cost: float, *, reservation_id: str | None = None
+    ) -> Reservation | Refused:
         """Hold `tokens` and `cost` against every budget of `scopes`, or refuse without holding anything.
         A request no budget covers holds nothing: its reservation is not kept open."""
         if tokens < 0 or not 0 <= cost < math.inf:
@@ -182,8 +204,15 @@ class BudgetBook:
                 u.reserved_tokens += tokens
                 u.reserved_cost += cost
                 alerts += self._soft_alerts(b, u, now)
-            r = Reservation(reservation_id or uuid.uuid4().hex, tuple(b.key for b, _ in held),
-                            tuple(u.window for _, u in held), tokens, cost, now, tuple(alerts))
+            r = Reservation(
+                reservation_id or uuid.uuid4().hex,
+                tuple(b.key for b, _ in held),
+                tuple(u.window for _, u in held),
+                tokens,
+                cost,
+                now,
+                tuple(alerts),
+            )
             if held:
                 self.open[r.id] = r
                 self.revision += 1
@@ -224,15 +253,24 @@ class BudgetBook:
 
     def _soft_alerts(self, b: Budget, u: Usage, now: float) -> list[Alert]:
         alerts = []
-        for metric, soft, spent in (("tokens", b.soft_tokens, u.used_tokens + u.reserved_tokens),
-                                    ("cost", b.soft_cost, u.used_cost + u.reserved_cost)):
+        for metric, soft, spent in (
+            ("tokens", b.soft_tokens, u.used_tokens + u.reserved_tokens),
+            ("cost", b.soft_cost, u.used_cost + u.reserved_cost),
+        ):
             for ratio in b.alert_ratios if soft else ():
                 if spent >= soft * ratio and (tag := f"{metric}@{ratio:g}") not in u.fired:
                     u.fired.append(tag)
-                    alerts.append(Alert(rule="budget_soft", severity="critical" if ratio > 1 else "warning",
-                                        scope=b.key, message=f"{b.key} {metric} at {spent / soft:.0%} of the soft "
-                                        f"budget {soft:g} ({u.window})", value=float(spent),
-                                        threshold=float(soft * ratio), ts=now))
+                    alerts.append(
+                        Alert(
+                            rule="budget_soft",
+                            severity="critical" if ratio > 1 else "warning",
+                            scope=b.key,
+                            message=f"{b.key} {metric} at {spent / soft:.0%} of the soft budget {soft:g} ({u.window})",
+                            value=float(spent),
+                            threshold=float(soft * ratio),
+                            ts=now,
+                        )
+                    )
         return alerts
 
     def _hard_alert(self, b: Budget, u: Usage, now: float) -> Alert | None:
@@ -240,36 +278,61 @@ class BudgetBook:
         if "hard" in u.fired:
             return None
         u.fired.append("hard")
-        return Alert(rule="budget_hard", severity="critical", scope=b.key,
-                     message=f"{b.key} hard budget reached ({u.window}): requests are now {b.policy}ed", ts=now,
-                     value=float(u.used_tokens + u.reserved_tokens), threshold=float(b.hard_tokens or 0))
+        return Alert(
+            rule="budget_hard",
+            severity="critical",
+            scope=b.key,
+            message=f"{b.key} hard budget reached ({u.window}): requests are now {b.policy}ed",
+            ts=now,
+            value=float(u.used_tokens + u.reserved_tokens),
+            threshold=float(b.hard_tokens or 0),
+        )
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {"budgets": {k: {f: list(v) if isinstance(v, tuple) else v for f, v in asdict(b).items() if f != "scope"}
-                                for k, b in self.budgets.items()},
-                    "usage": {k: asdict(u) for k, u in self.usage.items()},
-                    "open": {k: {"id": r.id, "keys": list(r.keys), "windows": list(r.windows), "tokens": r.tokens,
-                                 "cost": r.cost, "created": r.created} for k, r in self.open.items()}}
+            return {
+                "budgets": {
+                    k: {f: list(v) if isinstance(v, tuple) else v for f, v in asdict(b).items() if f != "scope"}
+                    for k, b in self.budgets.items()
+                },
+                "usage": {k: asdict(u) for k, u in self.usage.items()},
+                "open": {
+                    k: {
+                        "id": r.id,
+                        "keys": list(r.keys),
+                        "windows": list(r.windows),
+                        "tokens": r.tokens,
+                        "cost": r.cost,
+                        "created": r.created,
+                    }
+                    for k, r in self.open.items()
+                },
+            }
 
     @classmethod
-    def restore(cls, state: dict, clock=time.time) -> "BudgetBook":
+    def restore(cls, state: dict, clock=time.time) -> BudgetBook:
         book = cls(clock)
         for key, value in state.get("budgets", {}).items():
             book.apply(Control(kind="budget", key=key, value={k: v for k, v in value.items() if v is not None}))
         book.usage = {k: Usage(**u) for k, u in state.get("usage", {}).items()}
-        book.open = {k: Reservation(**(r | {"keys": tuple(r["keys"]), "windows": tuple(r["windows"])}))
-                     for k, r in state.get("open", {}).items()}
+        book.open = {
+            k: Reservation(**(r | {"keys": tuple(r["keys"]), "windows": tuple(r["windows"])}))
+            for k, r in state.get("open", {}).items()
+        }
         return book
 
 
 def over_hard(b: Budget, u: Usage, tokens: int, cost: float, leased_tokens: bool = False) -> Refused | None:
     if b.hard_tokens is not None and not leased_tokens and u.used_tokens + u.reserved_tokens + tokens > b.hard_tokens:
-        reason = (f"budget {b.key} hard_tokens {b.hard_tokens}: used {u.used_tokens} + reserved "
-                  f"{u.reserved_tokens} + asked {tokens} would exceed it")
+        reason = (
+            f"budget {b.key} hard_tokens {b.hard_tokens}: used {u.used_tokens} + reserved "
+            f"{u.reserved_tokens} + asked {tokens} would exceed it"
+        )
     elif b.hard_cost is not None and u.used_cost + u.reserved_cost + cost > b.hard_cost + 1e-12:
-        reason = (f"budget {b.key} hard_cost ${b.hard_cost:g}: used ${u.used_cost:.6f} + reserved "
-                  f"${u.reserved_cost:.6f} + asked ${cost:.6f} would exceed it")
+        reason = (
+            f"budget {b.key} hard_cost ${b.hard_cost:g}: used ${u.used_cost:.6f} + reserved "
+            f"${u.reserved_cost:.6f} + asked ${cost:.6f} would exceed it"
+        )
     else:
         return None
     return Refused(reason, b.key, b.policy, b.degrade_to)

@@ -6,6 +6,7 @@ all (no await between check and update). When a lease runs low (under half a sli
 names the top-ups to ask for, so a steady flow of requests rarely waits on the owner; a request that finds too
 little waits for the owner's answer (streams.runtime.leases), and is refused if the owner grants too little.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ class Held:
 @dataclass(frozen=True)
 class LeaseHold:
     """What a request holds: budget key -> lease id, `tokens` from each."""
+
     leases: dict[str, str]
     tokens: int
 

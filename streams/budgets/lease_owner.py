@@ -17,6 +17,7 @@ process's leases thus come back `lease_s + grace` after their last grant.
 Stranding: at the end of a period, budget sits unused in leases only up to what each holder was granted and has
 not reserved: at most holders × max(lease_share × hard limit, the largest single request) per budget.
 """
+
 from __future__ import annotations
 
 import logging
@@ -94,8 +95,14 @@ class LeaseOwner:
                 lease.expires = max(lease.expires, event.expires)
         elif event.kind == "settle":
             if event.actual < 0 or event.reserved < 0:
-                log.warning("refusing settle of %s on lease %s: negative tokens (reserved %d, actual %d) would "
-                            "hand spent budget back", event.key, event.lease_id, event.reserved, event.actual)
+                log.warning(
+                    "refusing settle of %s on lease %s: negative tokens (reserved %d, actual %d) would "
+                    "hand spent budget back",
+                    event.key,
+                    event.lease_id,
+                    event.reserved,
+                    event.actual,
+                )
                 return
             acc.used += event.actual
             if lease is not None:  # what a lease frees is at most what it still holds
@@ -117,17 +124,42 @@ class LeaseOwner:
         tokens = max(0, min(request.tokens, room))
         # A top-up adds to the holder's live lease and keeps its expiry; in the last third of its life the holder gets
         # a new lease instead, so leases rotate and what never settles on the old one is reclaimed after its grace.
-        current = next((lease_id for lease_id, lease in acc.leases.items() if lease.holder == request.holder
-                        and lease.expires - now > self.lease_s / 3), "")
+        current = next(
+            (
+                lease_id
+                for lease_id, lease in acc.leases.items()
+                if lease.holder == request.holder and lease.expires - now > self.lease_s / 3
+            ),
+            "",
+        )
         expires = acc.leases[current].expires if current else now + self.lease_s
-        grant = BudgetEvent(kind="grant", key=request.key, holder=request.holder, request=request.request,
-                            lease_id=current or request.request, window=window, tokens=tokens, expires=expires, ts=now)
+        grant = BudgetEvent(
+            kind="grant",
+            key=request.key,
+            holder=request.holder,
+            request=request.request,
+            lease_id=current or request.request,
+            window=window,
+            tokens=tokens,
+            expires=expires,
+            ts=now,
+        )
         self.apply(grant)
         return grant
 
     def reclaims(self, now: float) -> list[BudgetEvent]:
         """Reclaim events for every lease past its expiry and the grace of its last reservations."""
-        return [BudgetEvent(kind="reclaim", key=key, lease_id=lease_id, holder=lease.holder, window=acc.window,
-                            tokens=lease.held, ts=now)
-                for key, acc in self.accounts.items() for lease_id, lease in acc.leases.items()
-                if lease.expires + self.grace_s < now]
+        return [
+            BudgetEvent(
+                kind="reclaim",
+                key=key,
+                lease_id=lease_id,
+                holder=lease.holder,
+                window=acc.window,
+                tokens=lease.held,
+                ts=now,
+            )
+            for key, acc in self.accounts.items()
+            for lease_id, lease in acc.leases.items()
+            if lease.expires + self.grace_s < now
+        ]

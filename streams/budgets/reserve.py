@@ -1,12 +1,13 @@
 """The one reservation a request makes before any model work: its worst case held against the leases of its
 hard token budgets (streams.runtime.leases, when hard budgets are leased), then against the local book (soft
 budgets, alerts, cost). Ingest reserves every request this way; the cache stage its L3 pre-answers."""
+
 from __future__ import annotations
 
 from schemas.records import Work
-from streams.models import pricing
 from streams.budgets.book import Refused, request_scopes
 from streams.idempotency.requests import reservation_key
+from streams.models import pricing
 from streams.output.stream import reserved_output
 
 
@@ -18,9 +19,12 @@ def reserve(book, leases, work: Work, hold, input_tokens: int, output_tokens: in
     if isinstance(hold, Refused):
         return hold
     req = work.request
-    held = book.reserve(request_scopes(req), input_tokens + output_tokens,
-                        pricing.max_cost(work.model, input_tokens, output_tokens),
-                        reservation_id=reservation_key(req.tenant, req.request_id))
+    held = book.reserve(
+        request_scopes(req),
+        input_tokens + output_tokens,
+        pricing.max_cost(work.model, input_tokens, output_tokens),
+        reservation_id=reservation_key(req.tenant, req.request_id),
+    )
     if hold is not None and isinstance(held, Refused):
         leases.release(hold)
     elif hold is not None:
@@ -32,8 +36,14 @@ async def reserve_request(book, leases, work: Work, stream_config=None):
     """A request's hold: its input and its most output (a stream's planned length), waiting for the budgets'
     owners when a lease lacks it."""
     hold = await leases.reserve(work) if leases is not None else None
-    return reserve(book, leases, work, hold, work.context_tokens + sum(work.candidate_tokens),
-                   reserved_output(work.request, stream_config))
+    return reserve(
+        book,
+        leases,
+        work,
+        hold,
+        work.context_tokens + sum(work.candidate_tokens),
+        reserved_output(work.request, stream_config),
+    )
 
 
 def prefetch_reserver(book, leases=None):
@@ -41,8 +51,10 @@ def prefetch_reserver(book, leases=None):
     follows) are reserved for the pre-answer's input + max output, against the leases this process holds now (a
     pre-answer waits for no owner); False = refused, so the pre-answer is not made. Postprocess settles it like
     any request."""
+
     def reserve_prefetch(work: Work, input_tokens: int) -> bool:
         output_tokens = work.request.contracts.max_output_tokens
         hold = leases.hold_now(work, input_tokens + output_tokens) if leases is not None else None
         return not isinstance(reserve(book, leases, work, hold, input_tokens, output_tokens), Refused)
+
     return reserve_prefetch

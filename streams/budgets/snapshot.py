@@ -1,5 +1,6 @@
 """Budget limits come back from the control topic after a restart; spend and open reservations come back
 from the last snapshot this file keeps (written at most once a second while budgets change)."""
+
 from __future__ import annotations
 
 import logging
@@ -36,10 +37,12 @@ def save_book(book: BudgetBook, path: Path) -> None:
 
 def apply_budget_controls(book: BudgetBook):
     """A Controls listener: budget records go to the book; a bad one is logged with its fix, not fatal."""
+
     def listener(control: Control) -> None:
         if control.kind == "budget":
             try:
                 book.apply(control)
             except BudgetError as exc:
                 log.warning("budget control rejected: %s", exc)
+
     return listener

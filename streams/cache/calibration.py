@@ -4,12 +4,13 @@ Pairs files hold one {"text_a", "text_b", "label": 0|1} per line. The threshold 
 (cosines of different models are not comparable) and saved under data_dir/cache_thresholds.json; with a
 model check (modelcheck.py) both thresholds are chosen together and saved under "<embedder>+<check>".
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import orjson
@@ -72,8 +73,14 @@ def cosines(embedder: Embedder, pairs: list[Pair]) -> np.ndarray:
 def metrics(hits: np.ndarray, labels: np.ndarray) -> dict:
     tp = int((hits & (labels == 1)).sum())
     n_hits, positives = int(hits.sum()), int((labels == 1).sum())
-    return {"precision": tp / n_hits if n_hits else 1.0, "recall": tp / positives if positives else 0.0,
-            "hit_rate": n_hits / len(labels), "pairs": len(labels), "hits": n_hits, "false_hits": n_hits - tp}
+    return {
+        "precision": tp / n_hits if n_hits else 1.0,
+        "recall": tp / positives if positives else 0.0,
+        "hit_rate": n_hits / len(labels),
+        "pairs": len(labels),
+        "hits": n_hits,
+        "false_hits": n_hits - tp,
+    }
 
 
 def pick_threshold(scores: np.ndarray, verified: np.ndarray, labels: np.ndarray, target_precision: float) -> dict:
@@ -84,13 +91,16 @@ def pick_threshold(scores: np.ndarray, verified: np.ndarray, labels: np.ndarray,
         if m["hits"] >= MIN_HITS and m["precision"] >= target_precision:
             best = {"threshold": float(t), **m}
     if best is None:
-        raise ValueError(f"no threshold reaches precision {target_precision} over >= {MIN_HITS} hits on these "
-                         f"pairs: lower --target-precision or add pairs")
+        raise ValueError(
+            f"no threshold reaches precision {target_precision} over >= {MIN_HITS} hits on these "
+            f"pairs: lower --target-precision or add pairs"
+        )
     return best
 
 
-def pick_thresholds(scores: np.ndarray, check_scores: np.ndarray, verified: np.ndarray, labels: np.ndarray,
-                    target_precision: float) -> dict:
+def pick_thresholds(
+    scores: np.ndarray, check_scores: np.ndarray, verified: np.ndarray, labels: np.ndarray, target_precision: float
+) -> dict:
     """Both thresholds of a decision with a model check: the most recall whose hits reach `target_precision`
     over at least MIN_HITS hits (ties: the higher precision, then the higher first threshold, so fewer
     candidates reach the costlier check). Both thresholds step by 0.01 and 0.001 on a grid, never sitting
@@ -110,14 +120,22 @@ def pick_thresholds(scores: np.ndarray, check_scores: np.ndarray, verified: np.n
             if best_key is None or (tp[i], tp[i] / hits[i]) >= best_key:  # ties: the higher first threshold
                 best, best_key = (float(t), float(grid[i])), (tp[i], tp[i] / hits[i])
     if best is None:
-        raise ValueError(f"no thresholds reach precision {target_precision} over >= {MIN_HITS} hits on these "
-                         f"pairs: lower --target-precision or add pairs")
+        raise ValueError(
+            f"no thresholds reach precision {target_precision} over >= {MIN_HITS} hits on these "
+            f"pairs: lower --target-precision or add pairs"
+        )
     t, c = best
     return {"threshold": t, "check_threshold": c, **metrics((scores >= t) & verified & (check_scores >= c), labels)}
 
 
-def decide(embedder: Embedder, pairs: list[Pair], threshold: float, use_verify: bool = True,
-           progress: Callable[[Iterable], Iterable] = iter, check: ModelCheck | None = None) -> list[dict]:
+def decide(
+    embedder: Embedder,
+    pairs: list[Pair],
+    threshold: float,
+    use_verify: bool = True,
+    progress: Callable[[Iterable], Iterable] = iter,
+    check: ModelCheck | None = None,
+) -> list[dict]:
     """The full L2 decision per pair, as served: embed the query (the cached side is already embedded),
     cosine, verification, then the model check if any; latency_ms covers them all."""
     texts_b = list(dict.fromkeys(p.text_b for p in pairs))
@@ -143,8 +161,11 @@ def decide(embedder: Embedder, pairs: list[Pair], threshold: float, use_verify: 
 def summarize(rows: list[dict]) -> dict:
     m = metrics(np.array([r["hit"] for r in rows]), np.array([r["label"] for r in rows]))
     latency = np.array([r["latency_ms"] for r in rows])
-    return {**m, "latency_p50_ms": float(np.percentile(latency, 50)),
-            "latency_p99_ms": float(np.percentile(latency, 99))}
+    return {
+        **m,
+        "latency_p50_ms": float(np.percentile(latency, 50)),
+        "latency_p99_ms": float(np.percentile(latency, 99)),
+    }
 
 
 class ThresholdStore:

@@ -10,6 +10,7 @@ are skipped when it reads them back (`origin`). A rebuild from the beginning rat
 changelog, because the local broker's ListOffsets LATEST is wrong (DESIGN.md), and applying a record twice
 at recovery is harmless for fills (the same question replaces its entry) and rare for verdicts.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,10 +23,14 @@ from streams.cache.semantic import Candidate
 
 def filled(partition: tuple, question: str, entry: Entry, vector) -> dict:
     """An L2/L3 entry; its vector as base64 float32 (None: re-embedded from the question at restore)."""
-    encoded = None if vector is None else base64.b64encode(
-        np.asarray(vector, dtype=np.float32).tobytes()).decode()
-    return {"op": "fill", "partition": list(partition), "question": question, "entry": entry.to_dict(),
-            "vector": encoded}
+    encoded = None if vector is None else base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode()
+    return {
+        "op": "fill",
+        "partition": list(partition),
+        "question": question,
+        "entry": entry.to_dict(),
+        "vector": encoded,
+    }
 
 
 def verdict(candidate: Candidate, agreed: bool) -> dict:

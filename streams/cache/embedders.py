@@ -5,6 +5,7 @@ other languages too; also the model check's second opinion, modelcheck.py), the 
 Every embedder returns L2-normalized float32 rows, so a dot product is a cosine. Thresholds differ per
 embedder (cosines of different models are not comparable), so each has a `name` thresholds are saved under.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,9 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from streams.text import language
-
 from streams.models import loaded as models
+from streams.text import language
 
 
 class Embedder(Protocol):
@@ -40,7 +40,7 @@ class HashingEmbedder:
         grams = [f"w:{w}" for w in words]
         for w in words:
             padded = f"<{w}>"
-            grams += [padded[i:i + n] for n in (3, 4, 5) for i in range(max(len(padded) - n + 1, 1))]
+            grams += [padded[i : i + n] for n in (3, 4, 5) for i in range(max(len(padded) - n + 1, 1))]
         return grams
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -100,8 +100,7 @@ class ByLanguageEmbedder:
         return out
 
 
-EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "by-language": ByLanguageEmbedder,
-             "hashing": HashingEmbedder}
+EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "by-language": ByLanguageEmbedder, "hashing": HashingEmbedder}
 
 
 def load_embedder(name: str = "auto") -> Embedder:

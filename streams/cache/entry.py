@@ -4,12 +4,14 @@ Each entry records the template/prompt/model versions it was answered under. A v
 topic) does not expire anything: a stale entry is served once, marked stale, while its key goes on a
 deduplicated refresh queue; after that one serve it is a miss until a fresh answer replaces it.
 """
+
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 
@@ -29,7 +31,7 @@ class Entry:
         return dict(self.__dict__)  # shallow: dataclasses.asdict deep-copied every cached answer on each fill
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Entry":
+    def from_dict(cls, data: Mapping) -> Entry:
         return cls(**data)
 
     def dumps(self) -> bytes:
@@ -39,7 +41,7 @@ class Entry:
         return orjson.dumps(self.__dict__)
 
     @classmethod
-    def loads(cls, raw: bytes) -> "Entry":
+    def loads(cls, raw: bytes) -> Entry:
         return cls.from_dict(orjson.loads(raw))
 
 
@@ -106,8 +108,9 @@ class RefreshQueue:
         return len(self.queued)
 
 
-def serve(key: str, entry: Entry | None, book: VersionBook, refresh: RefreshQueue, payload: Any = None,
-          **hit) -> Hit | None:
+def serve(
+    key: str, entry: Entry | None, book: VersionBook, refresh: RefreshQueue, payload: Any = None, **hit
+) -> Hit | None:
     """Fresh entry: a hit. Stale entry: a stale hit the first time (and its refresh queued), then a miss."""
     if entry is None:
         return None

@@ -20,6 +20,7 @@ Per entry (vCache's per-embedding refinement, the conservative side of it): an e
 drew a disagreement at cosine c is never served again at a cosine <= c, whichever fold the verdict fell in.
 Exploration (learning.py): a share of what the threshold would serve is refused, so verdicts keep coming.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,7 @@ MAX_VETOES = 100_000
 def in_fit_fold(key: str, asked: str) -> bool:
     """Does the verdict on entry `key` for the question `asked` refit the verifier (else it certifies)?"""
     digest = hashlib.blake2b(f"{key}\x00{asked}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2 ** 64 < FIT_SHARE
+    return int.from_bytes(digest, "little") / 2**64 < FIT_SHARE
 
 
 class PooledEvidence:
@@ -102,6 +103,11 @@ class PooledEvidence:
             self.learner.rescore(POOL, self.verifier.probabilities(np.stack(self.certify_rows)).tolist())
 
     def stats(self) -> dict:
-        return {**self.learner.stats(POOL), "fit_verdicts": len(self.fit_rows),
-                "calibration_verdicts": self.calibration_verdicts, "verifier": self.verifier.name,
-                "verifier_fits": self.verifier.fits, "weights": self.verifier.as_dict()}
+        return {
+            **self.learner.stats(POOL),
+            "fit_verdicts": len(self.fit_rows),
+            "calibration_verdicts": self.calibration_verdicts,
+            "verifier": self.verifier.name,
+            "verifier_fits": self.verifier.fits,
+            "weights": self.verifier.as_dict(),
+        }

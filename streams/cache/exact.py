@@ -5,12 +5,14 @@ distill + state), candidates, the context constraints and the template the reque
 template versions stay out of the key: each Entry records them (entry.py `serve`), so a bump makes entries
 stale one by one, each served once while its refresh is queued - no mass expiry, no stampede.
 """
+
 from __future__ import annotations
 
 import hashlib
 import unicodedata
 from collections import OrderedDict
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
@@ -34,9 +36,14 @@ def canonical(work: Work) -> dict:
         "model": work.model,
         "context": normalize(work.context or render_context(request)),
         "candidates": sorted((c.id, normalize(c.text)) for c in request.candidates),
-        "constraints": [request.tenant, request.decision_type, request.kind,
-                        request.contracts.max_output_tokens, request.contracts.min_output_tokens,
-                        *([request.question_type] if request.question_type else [])],  # sets a stream's length
+        "constraints": [
+            request.tenant,
+            request.decision_type,
+            request.kind,
+            request.contracts.max_output_tokens,
+            request.contracts.min_output_tokens,
+            *([request.question_type] if request.question_type else []),
+        ],  # sets a stream's length
         "template": [template.id, template.version, template.variables] if template else None,
     }
 

@@ -12,6 +12,7 @@ at the team's barrier for a thread the scheduler has not run yet (measured: HNSW
 with the default team of 2, the work itself ~0.5 ms). So searches run with one thread, and builds with all
 the process may use (OpenMP's thread count is per calling thread in libgomp, faiss-cpu's runtime).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,9 @@ _REBUILDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hnsw-rebuild"
 
 
 class VectorIndex:
-    def __init__(self, dim: int, max_exact: int = 10_000, hnsw_m: int = 16, ef_construction: int = 40,
-                 ef_search: int = 64):
+    def __init__(
+        self, dim: int, max_exact: int = 10_000, hnsw_m: int = 16, ef_construction: int = 40, ef_search: int = 64
+    ):
         self.dim = dim
         self.max_exact = max_exact
         self.hnsw_m = hnsw_m
@@ -70,8 +72,8 @@ class VectorIndex:
         if self.hnsw is not None:
             self.hnsw.add(vectors)
         else:
-            self.rows[self.size:end] = vectors
-        self.ids[self.size:end] = ids
+            self.rows[self.size : end] = vectors
+        self.ids[self.size : end] = ids
         self.row_of.update(zip(ids.tolist(), range(self.size, end)))
         self.size = end
 
@@ -94,7 +96,7 @@ class VectorIndex:
         """The live rows: exact again at once if they fit, else a new HNSW built in the background."""
         live = np.ones(self.size, dtype=bool)
         live[list(self.dead)] = False
-        vectors, ids = self.hnsw.reconstruct_n(0, self.size)[live], self.ids[:self.size][live]
+        vectors, ids = self.hnsw.reconstruct_n(0, self.size)[live], self.ids[: self.size][live]
         if len(ids) > self.max_exact:
             self.building = (self.size, ids, _REBUILDER.submit(self._new_hnsw, vectors))
             return
@@ -109,7 +111,7 @@ class VectorIndex:
             return
         snapshot, ids, future = self.building
         index, added = future.result(), self.size - snapshot
-        ids = np.concatenate([ids, self.ids[snapshot:self.size]])
+        ids = np.concatenate([ids, self.ids[snapshot : self.size]])
         vectors = self.hnsw.reconstruct_n(snapshot, added) if added else None
         if added > CATCH_UP and not wait:
             self.building = (self.size, ids, _REBUILDER.submit(_extended, index, vectors))
@@ -131,14 +133,16 @@ class VectorIndex:
         self._swap_if_built(wait=True)
 
     def _to_hnsw(self) -> None:
-        self.hnsw, self.rows = self._new_hnsw(self.rows[:self.size]), np.zeros((0, self.dim), dtype=np.float32)
+        self.hnsw, self.rows = self._new_hnsw(self.rows[: self.size]), np.zeros((0, self.dim), dtype=np.float32)
 
     def _new_hnsw(self, vectors: np.ndarray):
         try:
             import faiss
         except ImportError as e:
-            raise RuntimeError(f"more than {self.max_exact} entries in one partition need faiss-cpu: "
-                               f"pip install 'jev[ann]', or raise the exact-index limit ({e})") from e
+            raise RuntimeError(
+                f"more than {self.max_exact} entries in one partition need faiss-cpu: "
+                f"pip install 'jev[ann]', or raise the exact-index limit ({e})"
+            ) from e
         index = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = self.ef_construction
         index.hnsw.efSearch = self.ef_search
@@ -164,7 +168,7 @@ class VectorIndex:
             scores, rows = self.hnsw.search(query, fetch)
             found = [(int(r), float(s)) for r, s in zip(rows[0], scores[0]) if r >= 0 and r not in self.dead]
             return [(int(self.ids[r]), s) for r, s in found[:k]]
-        scores = self.rows[:self.size] @ query[0]
+        scores = self.rows[: self.size] @ query[0]
         top = np.argpartition(-scores, k - 1)[:k] if k < self.size else np.arange(self.size)
         top = top[np.argsort(-scores[top])]
         return [(int(self.ids[r]), float(scores[r])) for r in top]

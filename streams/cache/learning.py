@@ -37,6 +37,7 @@ Per entry: a question that drew a disagreeing verdict at score s is never served
 false hits, reversed meaning and negation, are of this kind when the lexical checks miss them).
 The floor (`cache.l2.min_similarity`, a tune control from the agreement guard) raises every partition.
 """
+
 from __future__ import annotations
 
 import math
@@ -92,8 +93,9 @@ class _Verdicts:
 
 
 class ThresholdLearner:
-    def __init__(self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0,
-                 explore: float = 0.05, seed: int = 0):
+    def __init__(
+        self, max_error: float = 0.05, confidence: float = 0.9, floor: float = 0.0, explore: float = 0.05, seed: int = 0
+    ):
         """`floor`: no threshold below it (the guard's tune control); `explore`: the share of servable
         candidates refused to keep verdicts coming above the threshold."""
         if not 0 < max_error < 1:
@@ -133,8 +135,9 @@ class ThresholdLearner:
         next `threshold` is a new fit."""
         part = self.partitions.get(partition)
         if part is None or len(scores) != len(part.rows):
-            raise ValueError(f"rescore needs one score per verdict kept ({len(part.rows) if part else 0}), "
-                             f"got {len(scores)}")
+            raise ValueError(
+                f"rescore needs one score per verdict kept ({len(part.rows) if part else 0}), got {len(scores)}"
+            )
         part.rows = deque(((float(s), agreed) for s, (_, agreed) in zip(scores, part.rows)), maxlen=MAX_VERDICTS)
         part.pending = len(part.rows) + 1
 
@@ -178,8 +181,11 @@ class ThresholdLearner:
         """(threshold, verdicts at or above it, disagreements among them) for each grid threshold with enough
         verdicts to be tested at level `alpha`, from the top down."""
         ordered = sorted(rows, key=lambda r: -r[0])
-        least = max(MIN_VERDICTS, 2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
-                    math.ceil(FIRST_TEST_SHARE * len(ordered)))
+        least = max(
+            MIN_VERDICTS,
+            2 * math.ceil(math.log(alpha) / math.log1p(-self.max_error)),
+            math.ceil(FIRST_TEST_SHARE * len(ordered)),
+        )
         n = errors = 0
         t = GRID_TOP
         while t >= self.floor - 1e-12:
@@ -206,11 +212,18 @@ class ThresholdLearner:
             while allowed + 1 <= n and error_bounded(allowed + 1, n, self.max_error, level):
                 allowed += 1
             first = {"score": t, "verdicts": n, "disagreements": errors, "allowed": allowed}
-        return {"verdicts": len(rows), "disagreements": sum(not r[1] for r in rows), "level": level,
-                "first_test": first}
+        return {
+            "verdicts": len(rows),
+            "disagreements": sum(not r[1] for r in rows),
+            "level": level,
+            "first_test": first,
+        }
 
     def stats(self, partition: tuple) -> dict:
         part = self.partitions.get(partition)
         rows = list(part.rows) if part else []
-        return {"verdicts": len(rows), "disagreements": sum(not r[1] for r in rows),
-                "threshold": self.threshold(partition)}
+        return {
+            "verdicts": len(rows),
+            "disagreements": sum(not r[1] for r in rows),
+            "threshold": self.threshold(partition),
+        }

@@ -6,6 +6,7 @@ calibrated jointly with the first one (`jev cache calibrate --model-check e5`). 
 rarely agree on a near miss. It costs one second-model embedding per candidate that reached the check; the
 cached side's vector is remembered. Figures: bench/cache_precision.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ class ModelCheck:
         """Embed questions ahead in one batch (the cached side of labeled pairs)."""
         missing = list(dict.fromkeys(t for t in texts if t not in self.vectors))
         for start in range(0, len(missing), REMEMBERED):
-            batch = missing[start:start + REMEMBERED]
+            batch = missing[start : start + REMEMBERED]
             for text, vector in zip(batch, self.embedder.embed(batch)):
                 self.vectors[text] = vector
 

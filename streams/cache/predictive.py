@@ -2,11 +2,12 @@
 pre-answer within a token budget. Pre-answers go into the semantic cache marked predictive, so their hit
 rate and their cost are reported apart from L1/L2 (workers/analytics/levels.py, `pre_answers`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from streams.cache.exact import BoundedLRU, normalize
 
@@ -72,9 +73,16 @@ class TenantFollowups:
         return model
 
 
-def plan(model: FollowupModel, question: str, budget_tokens: int, cost: Callable[[str], int],
-         cached: Callable[[str], bool] = lambda q: False, k: int = 5, min_probability: float = 0.2,
-         min_count: int = 1) -> list[Prefetch]:
+def plan(
+    model: FollowupModel,
+    question: str,
+    budget_tokens: int,
+    cost: Callable[[str], int],
+    cached: Callable[[str], bool] = lambda q: False,
+    k: int = 5,
+    min_probability: float = 0.2,
+    min_count: int = 1,
+) -> list[Prefetch]:
     """Follow-ups worth pre-answering: seen `min_count` times, likely enough, not cached yet, best expected hits
     per token first, within `budget_tokens` in all."""
     wanted = [(q, p) for q, p in model.likely_next(question, k, min_count) if p >= min_probability and not cached(q)]

@@ -34,10 +34,11 @@ its own question, not another pair's).
 latest fit found at the first threshold it tested (ThresholdLearner.explain: why nothing is served, when nothing is).
 The learner starts with the verifier's calibration verdicts only (evidence.py), as a fresh deployment does.
 """
+
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -51,8 +52,14 @@ PARTITION = ("replay", "pairs", "", "latin", "generate:256")
 CURVE_POINTS = 20  # points of the precision / hit-ratio curve over the run
 
 
-def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: int | None = None,
-           explore: bool = True, progress: Callable[[Iterable], Iterable] = iter) -> dict:
+def replay(
+    cache: SemanticCache,
+    pairs: list[Pair],
+    shadow_rate: float,
+    seed: int | None = None,
+    explore: bool = True,
+    progress: Callable[[Iterable], Iterable] = iter,
+) -> dict:
     """Counts of the replay (see the module doc); `cache` must be empty, with a learner."""
     if not 0 <= shadow_rate <= 1:
         raise ValueError(f"shadow rate must be in [0, 1], got {shadow_rate}")
@@ -67,8 +74,11 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
     asked = [pairs[i] for i in order if normalize(pairs[i].text_b) not in cached]
     vectors = cache.embedder.embed([p.text_b for p in asked])
     rng = random.Random(0 if seed is None else seed)
-    threshold_of = (lambda: cache.evidence.threshold()) if cache.evidence is not None else (
-        lambda: cache.learner.threshold(PARTITION))
+    threshold_of = (
+        (lambda: cache.evidence.threshold())
+        if cache.evidence is not None
+        else (lambda: cache.learner.threshold(PARTITION))
+    )
     hits = right = explored = learned = judged = promoted_hits = promoted_right = strict_false = 0
     promoted_by: dict[str, int] = {}  # a promoted question -> the label of the pair whose judgement promoted it
     moves, curve = [], []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
@@ -105,19 +115,32 @@ def replay(cache: SemanticCache, pairs: list[Pair], shadow_rate: float, seed: in
             curve.append([n, round(hits / n, 4), round(right / hits, 4) if hits else None])
     positives = sum(p.label == 1 for p in pairs)
     requests = len(pairs)  # every text_b is a request; L1's exact hits are no L2 hits
-    return {"pairs": len(pairs), "exact_hits": len(pairs) - len(asked), "hits": hits, "false_hits": hits - right,
-            "precision": right / hits if hits else None, "recall": right / positives if positives else 0.0,
-            "hit_ratio": hits / requests if requests else 0.0,
-            "per_request_error": (hits - right) / requests if requests else 0.0,
-            "target_error": cache.learner.max_error, "confidence": cache.learner.confidence,
-            "shadow_verdicts": learned, "explore_verdicts": explored, "explored_servable": cache.learner.explored,
-            "promote_margin": cache.promote_margin, "promotion_judgements": judged, "promoted": cache.promotions,
-            "promoted_hits": promoted_hits, "promoted_false_hits": promoted_hits - promoted_right,
-            "promoted_strict_false_hits": strict_false, "demoted": cache.demotions,
-            "final_threshold": _finite(threshold_of()),
-            "certification": cache.learner.explain(POOL if cache.evidence is not None else PARTITION),
-            "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
-            "curve": curve}
+    return {
+        "pairs": len(pairs),
+        "exact_hits": len(pairs) - len(asked),
+        "hits": hits,
+        "false_hits": hits - right,
+        "precision": right / hits if hits else None,
+        "recall": right / positives if positives else 0.0,
+        "hit_ratio": hits / requests if requests else 0.0,
+        "per_request_error": (hits - right) / requests if requests else 0.0,
+        "target_error": cache.learner.max_error,
+        "confidence": cache.learner.confidence,
+        "shadow_verdicts": learned,
+        "explore_verdicts": explored,
+        "explored_servable": cache.learner.explored,
+        "promote_margin": cache.promote_margin,
+        "promotion_judgements": judged,
+        "promoted": cache.promotions,
+        "promoted_hits": promoted_hits,
+        "promoted_false_hits": promoted_hits - promoted_right,
+        "promoted_strict_false_hits": strict_false,
+        "demoted": cache.demotions,
+        "final_threshold": _finite(threshold_of()),
+        "certification": cache.learner.explain(POOL if cache.evidence is not None else PARTITION),
+        "threshold_moves": [[n, _finite(t)] for n, t in moves[-20:]],
+        "curve": curve,
+    }
 
 
 def _finite(threshold: float) -> float | None:

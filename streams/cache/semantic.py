@@ -25,13 +25,15 @@ judged, so it is served without the learner, like an L3 pre-answer; a nearby que
 and the certified threshold. A fresh alias keeps its key against a plain fill of the same question; a shadow
 verdict that disagrees with an alias served to its very question removes it (demotion).
 """
+
 from __future__ import annotations
 
 import hashlib
 import re
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import orjson
@@ -39,17 +41,21 @@ import orjson
 from schemas.records import Request
 from streams.cache.embedders import Embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
+from streams.cache.evidence import PooledEvidence
 from streams.cache.exact import normalize
 from streams.cache.index import VectorIndex
-from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
 from streams.cache.verifier import features as verifier_features
 from streams.cache.verify import verify as verify_pair
 
-SCRIPTS = [("zh", re.compile(r"[\u4e00-\u9fff]")), ("ja", re.compile(r"[\u3040-\u30ff]")),
-           ("ko", re.compile(r"[\uac00-\ud7af]")), ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
-           ("arabic", re.compile(r"[\u0600-\u06ff]"))]
+SCRIPTS = [
+    ("zh", re.compile(r"[\u4e00-\u9fff]")),
+    ("ja", re.compile(r"[\u3040-\u30ff]")),
+    ("ko", re.compile(r"[\uac00-\ud7af]")),
+    ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
+    ("arabic", re.compile(r"[\u0600-\u06ff]")),
+]
 
 
 def language_of(text: str) -> str:
@@ -65,8 +71,9 @@ def asks_in_words(request: Request) -> bool:
     """A question in words (a text state, or a question/text/query field): what an embedder can match.
     Structured states are matched exactly (L1) only."""
     state = request.state
-    return isinstance(state, str) or (isinstance(state, dict) and any(isinstance(state.get(f), str)
-                                                                      for f in QUESTION_FIELDS))
+    return isinstance(state, str) or (
+        isinstance(state, dict) and any(isinstance(state.get(f), str) for f in QUESTION_FIELDS)
+    )
 
 
 def question_of(request: Request) -> str:
@@ -117,7 +124,7 @@ def answers_agree(cached: Mapping, fresh: Mapping) -> bool:
     return bool(words[0]) and words[0] == words[1]
 
 
-def _answer_of(part: "_Partition", id_: int) -> str:
+def _answer_of(part: _Partition, id_: int) -> str:
     """Which answer an index row serves: a decision's chosen action, or a text answer's words (answers_agree's
     rule), else its question's (for a promoted key its target's). Neighbours serving one answer are not rivals
     that make a neighbourhood ambiguous; neighbours close by that answer otherwise are."""
@@ -140,6 +147,7 @@ class Candidate:
     """The verified nearest neighbour of a question: what a verdict is learned against. `score` is the
     verifier's probability where a verifier scores candidates (with its feature row and the `cosine`), else the
     cosine."""
+
     partition: tuple
     question: str  # the cached question it matched
     score: float
@@ -153,14 +161,26 @@ class Candidate:
         extra = {"cosine": self.cosine, "features": list(self.features), "asked": self.asked} if self.features else {}
         if self.near_miss:
             extra["near_miss"] = True
-        return {"partition": list(self.partition), "question": self.question, "score": self.score,
-                "served": self.served, **extra}
+        return {
+            "partition": list(self.partition),
+            "question": self.question,
+            "score": self.score,
+            "served": self.served,
+            **extra,
+        }
 
     @classmethod
-    def from_dict(cls, data) -> "Candidate":
-        return cls(tuple(data["partition"]), data["question"], float(data["score"]), bool(data["served"]),
-                   data.get("cosine"), tuple(data.get("features") or ()), bool(data.get("near_miss")),
-                   data.get("asked", ""))
+    def from_dict(cls, data) -> Candidate:
+        return cls(
+            tuple(data["partition"]),
+            data["question"],
+            float(data["score"]),
+            bool(data["served"]),
+            data.get("cosine"),
+            tuple(data.get("features") or ()),
+            bool(data.get("near_miss")),
+            data.get("asked", ""),
+        )
 
 
 @dataclass
@@ -178,11 +198,21 @@ class _Partition:
 
 
 class SemanticCache:
-    def __init__(self, embedder: Embedder, threshold: float, verify: bool = True, max_exact: int = 10_000,
-                 k: int = 5, book: VersionBook | None = None, refresh: RefreshQueue | None = None,
-                 max_entries: int = 100_000, check: ModelCheck | None = None,
-                 learner: ThresholdLearner | None = None, evidence: PooledEvidence | None = None,
-                 promote_margin: float = 0.0):
+    def __init__(
+        self,
+        embedder: Embedder,
+        threshold: float,
+        verify: bool = True,
+        max_exact: int = 10_000,
+        k: int = 5,
+        book: VersionBook | None = None,
+        refresh: RefreshQueue | None = None,
+        max_entries: int = 100_000,
+        check: ModelCheck | None = None,
+        learner: ThresholdLearner | None = None,
+        evidence: PooledEvidence | None = None,
+        promote_margin: float = 0.0,
+    ):
         """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first.
         Without a learner every verified neighbour above `threshold` is served (a fixed threshold). With pooled
         `evidence` (evidence.py) its verifier scores the best verified neighbour (the model check's cosine is
@@ -191,8 +221,10 @@ class SemanticCache:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         if not 0 <= promote_margin < 1:
-            raise ValueError(f"promote margin must be in [0, 1), got {promote_margin}: set "
-                             f"JEV_CACHE_PROMOTE_MARGIN (0 turns promotion off)")
+            raise ValueError(
+                f"promote margin must be in [0, 1), got {promote_margin}: set "
+                f"JEV_CACHE_PROMOTE_MARGIN (0 turns promotion off)"
+            )
         self.promote_margin = promote_margin
         self.promotions = 0  # near-misses promoted to keys of the answer they were judged to share
         self.demotions = 0  # promoted keys removed after a disagreeing verdict on their very question
@@ -240,8 +272,9 @@ class SemanticCache:
     def lookup(self, partition: tuple, text: str, vector: np.ndarray | None = None) -> Hit | None:
         return self.probe(partition, text, vector)[0]
 
-    def probe(self, partition: tuple, text: str,
-              vector: np.ndarray | None = None) -> tuple[Hit | None, Candidate | None]:
+    def probe(
+        self, partition: tuple, text: str, vector: np.ndarray | None = None
+    ) -> tuple[Hit | None, Candidate | None]:
         """(the hit served, or None; the verified candidate, served or refused by the learner, or None)."""
         part = self.partitions.get(partition)
         if part is None:
@@ -263,7 +296,7 @@ class SemanticCache:
                     continue
             if self.evidence is not None:
                 answer = _answer_of(part, id_)
-                rival = next((s for other, s in found[rank + 1:] if _answer_of(part, other) != answer), 0.0)
+                rival = next((s for other, s in found[rank + 1 :] if _answer_of(part, other) != answer), 0.0)
                 return self._judge(partition, part, id_, text, score, rival)
             if self.check is not None and not self.check.agrees(text, cached):
                 self.refusals["model"] += 1
@@ -283,19 +316,22 @@ class SemanticCache:
     def _hit(self, partition: tuple, part: _Partition, id_: int, key: str, score: float) -> Hit | None:
         """serve() on the entry at id_; one served stale is kept so (it is served stale once)."""
         cached = part.texts[id_]
-        hit = serve(key, part.entry(id_), self.book, self.refresh, payload=(partition, cached), score=score,
-                    matched=cached)
+        hit = serve(
+            key, part.entry(id_), self.book, self.refresh, payload=(partition, cached), score=score, matched=cached
+        )
         if hit is not None and hit.stale:
             part.keep(id_, hit.entry)
         return hit
 
-    def _judge(self, partition: tuple, part: _Partition, id_: int, text: str, cosine: float,
-               next_cosine: float) -> tuple[Hit | None, Candidate]:
+    def _judge(
+        self, partition: tuple, part: _Partition, id_: int, text: str, cosine: float, next_cosine: float
+    ) -> tuple[Hit | None, Candidate]:
         """The best verified neighbour, scored by the verifier and served where the pooled evidence allows."""
         cached = part.texts[id_]
         second = self.check.score(text, cached) if self.check is not None else None
-        row = verifier_features(text, cached, float(cosine), float(next_cosine), second,
-                                decide=partition_kind(partition) == "decide")
+        row = verifier_features(
+            text, cached, float(cosine), float(next_cosine), second, decide=partition_kind(partition) == "decide"
+        )
         p = self.evidence.score(row)
         key = entry_key(partition, cached)
         if cosine < self.min_cosine or not self.evidence.allows(key, float(cosine), p):
@@ -304,8 +340,7 @@ class SemanticCache:
             return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near, text)
         self.recency.move_to_end((partition, id_))
         hit = self._hit(partition, part, id_, key, p)
-        return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)),
-                              asked=text)
+        return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)), asked=text)
 
     def _near_miss(self, key: str, cosine: float, p: float) -> bool:
         """Refused by the certified threshold (not by exploration, a veto or the tune floor) with p within the
@@ -321,8 +356,9 @@ class SemanticCache:
         entry = self.entry_of(partition, target)
         if entry is None or _same_question(text) == _same_question(target):
             return None
-        alias = Entry(entry.value, dict(entry.versions), tokens=entry.tokens, level="l2",
-                      alias_of=entry.alias_of or target)
+        alias = Entry(
+            entry.value, dict(entry.versions), tokens=entry.tokens, level="l2", alias_of=entry.alias_of or target
+        )
         self.insert_many(partition, [text], [alias], None if vector is None else np.atleast_2d(vector))
         self.promotions += 1
         return alias
@@ -337,8 +373,13 @@ class SemanticCache:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
         disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
         if self.evidence is not None and candidate.features:
-            self.evidence.observe(entry_key(candidate.partition, candidate.question), candidate.features,
-                                  candidate.cosine, agreed, _same_question(candidate.asked))
+            self.evidence.observe(
+                entry_key(candidate.partition, candidate.question),
+                candidate.features,
+                candidate.cosine,
+                agreed,
+                _same_question(candidate.asked),
+            )
             return
         part = self.partitions.get(candidate.partition)
         id_ = part.ids.get(_same_question(candidate.question)) if part else None
@@ -347,24 +388,37 @@ class SemanticCache:
             self._drop(candidate.partition, id_)
             self.demotions += 1
         elif self.learner is not None:
-            self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score,
-                                 agreed)
+            self.learner.observe(candidate.partition, _same_question(candidate.question), candidate.score, agreed)
 
     def value_of(self, partition: tuple, question: str):
         """The cached answer to `question` in `partition`, or None (evicted)."""
         entry = self.entry_of(partition, question)
         return None if entry is None else entry.value
 
-    def insert(self, partition: tuple, text: str, value: Any, versions: Mapping[str, str] | None = None,
-               tokens: int = 0, predictive: bool = False, vector: np.ndarray | None = None) -> Entry:
+    def insert(
+        self,
+        partition: tuple,
+        text: str,
+        value: Any,
+        versions: Mapping[str, str] | None = None,
+        tokens: int = 0,
+        predictive: bool = False,
+        vector: np.ndarray | None = None,
+    ) -> Entry:
         """Add or replace the answer to `text`; replacing also ends a pending refresh of it."""
-        entry = Entry(value, dict(self.book.current if versions is None else versions), tokens=tokens,
-                      level="l3" if predictive else "l2", predictive=predictive)
+        entry = Entry(
+            value,
+            dict(self.book.current if versions is None else versions),
+            tokens=tokens,
+            level="l3" if predictive else "l2",
+            predictive=predictive,
+        )
         self.insert_many(partition, [text], [entry], None if vector is None else np.atleast_2d(vector))
         return entry
 
-    def insert_many(self, partition: tuple, texts: list[str], entries: list[Entry],
-                    vectors: np.ndarray | None = None) -> None:
+    def insert_many(
+        self, partition: tuple, texts: list[str], entries: list[Entry], vectors: np.ndarray | None = None
+    ) -> None:
         """Bulk load (a restart restoring its entries, a benchmark): one embedding batch, one index add."""
         part = self.partitions.get(partition)
         if part is None:

@@ -15,27 +15,36 @@ work by the cache agent, metered as shadow, never as serving spend); when its na
 compares it with the candidate's cached answer and, judged the same, makes the question a key of that answer.
 A promotion is queued for the cache-state topic as the fill of its alias entry, so a restart rebuilds it.
 """
+
 from __future__ import annotations
 
 import math
 import time
 from collections import deque
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from schemas.records import Decision, Request, Work
-from streams.text import tokens
 from streams.cache import changelog
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
-from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.evidence import PooledEvidence
+from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.predictive import TenantFollowups, plan
+from streams.cache.semantic import (
+    QUESTION_FIELDS,
+    Candidate,
+    SemanticCache,
+    answers_agree,
+    asks_in_words,
+    entry_key,
+    partition_of,
+    question_of,
+)
 from streams.cache.verifier import load_verifier
-from streams.cache.semantic import (QUESTION_FIELDS, Candidate, SemanticCache, answers_agree, asks_in_words,
-                                    entry_key, partition_of, question_of)
+from streams.text import tokens
 from streams.text.prompt import render_context
 
 PENDING_VECTORS = 10_000
@@ -59,21 +68,34 @@ class CacheStage:
         self.semantic = None
         self.changes: deque[dict] = deque(maxlen=PENDING_CHANGES)  # changelog records not yet sent
         self.record_changes = bool(settings.cache_state_topic)
-        self.learner = (ThresholdLearner(settings.cache_max_error, settings.cache_error_confidence,
-                                         explore=settings.cache_explore_rate)
-                        if settings.cache_max_error > 0 else None)
+        self.learner = (
+            ThresholdLearner(
+                settings.cache_max_error, settings.cache_error_confidence, explore=settings.cache_explore_rate
+            )
+            if settings.cache_max_error > 0
+            else None
+        )
         if settings.cache_embedder != "none":
             embedder = load_embedder(settings.cache_embedder)
             check = check_name(settings.cache_model_check, embedder.name)
             decision, store = decision_name(embedder.name, check), ThresholdStore(settings.data_dir)
-            evidence = (PooledEvidence(load_verifier(decision, settings.data_dir), self.learner)
-                        if self.learner is not None else None)
-            self.semantic = SemanticCache(embedder, store.threshold(decision, settings.cache_semantic_threshold),
-                                          max_exact=settings.cache_exact_index_max, book=self.versions,
-                                          refresh=self.refresh, max_entries=settings.cache_semantic_max_entries,
-                                          check=load_model_check(check, store.check_threshold(decision)),
-                                          learner=self.learner, evidence=evidence,
-                                          promote_margin=settings.cache_promote_margin if evidence else 0.0)
+            evidence = (
+                PooledEvidence(load_verifier(decision, settings.data_dir), self.learner)
+                if self.learner is not None
+                else None
+            )
+            self.semantic = SemanticCache(
+                embedder,
+                store.threshold(decision, settings.cache_semantic_threshold),
+                max_exact=settings.cache_exact_index_max,
+                book=self.versions,
+                refresh=self.refresh,
+                max_entries=settings.cache_semantic_max_entries,
+                check=load_model_check(check, store.check_threshold(decision)),
+                learner=self.learner,
+                evidence=evidence,
+                promote_margin=settings.cache_promote_margin if evidence else 0.0,
+            )
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions
         self.followups = TenantFollowups()
@@ -171,8 +193,7 @@ class CacheStage:
         partition, question = partition_of(twin.request), question_of(twin.request)
         self.judged.pop(entry_key(partition, question), None)
         candidate = Candidate.from_dict(twin.cache_match)
-        cached = self.semantic.value_of(candidate.partition, candidate.question) \
-            if self.semantic is not None else None
+        cached = self.semantic.value_of(candidate.partition, candidate.question) if self.semantic is not None else None
         if cached is None:
             return "gone"
         if not agrees(cached):
@@ -189,11 +210,18 @@ class CacheStage:
         """The cached decision as this request's, costing nothing (built by the compiled decoder, not Faust's
         __init__, which took most of a hit's time here)."""
         cached, tier = hit.value, f"cache_{hit.level}"
-        work.decision = Decision.from_data({
-            "request_id": work.request.request_id, "tier": tier, "action_id": cached.get("action_id"),
-            "text": cached.get("text"), "ranking": cached.get("ranking"), "confidence": cached.get("confidence"),
-            "chain": [f"{tier}{':stale' if hit.stale else ''}", *cached.get("chain", ())],
-            "nominal_tokens": cached.get("nominal_tokens")})
+        work.decision = Decision.from_data(
+            {
+                "request_id": work.request.request_id,
+                "tier": tier,
+                "action_id": cached.get("action_id"),
+                "text": cached.get("text"),
+                "ranking": cached.get("ranking"),
+                "confidence": cached.get("confidence"),
+                "chain": [f"{tier}{':stale' if hit.stale else ''}", *cached.get("chain", ())],
+                "nominal_tokens": cached.get("nominal_tokens"),
+            }
+        )
         return work
 
     def refreshes(self, n: int = 100) -> list[Work]:
@@ -218,10 +246,14 @@ class CacheStage:
         if self.record_changes:
             self.changes.append(changelog.observed(req.tenant, req.session_id, question))
         partition = partition_of(req)
-        chosen = plan(followups, question, self.prefetch_tokens,
-                      cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
-                      cached=lambda q: self.semantic.holds(partition, q) or entry_key(partition, q) in self.prefetching,
-                      min_count=PREFETCH_MIN_SEEN)
+        chosen = plan(
+            followups,
+            question,
+            self.prefetch_tokens,
+            cost=lambda q: tokens.count(q, work.model) + sum(work.candidate_tokens),
+            cached=lambda q: self.semantic.holds(partition, q) or entry_key(partition, q) in self.prefetching,
+            min_count=PREFETCH_MIN_SEEN,
+        )
         predicted = [(option, predicted_work(work, option.question, n)) for n, option in enumerate(chosen)]
         predicted = [(option, w) for option, w in predicted if self.reserve(w, option.tokens)]  # before model work
         for option, _ in predicted:
@@ -252,8 +284,7 @@ class CacheStage:
             self._insert(partition_of(work.request), question_of(work.request), value, entry.tokens, False, vector)
 
     def _insert(self, partition: tuple, question: str, value, tokens_: int, predictive: bool, vector) -> None:
-        entry = self.semantic.insert(partition, question, value, tokens=tokens_, predictive=predictive,
-                                     vector=vector)
+        entry = self.semantic.insert(partition, question, value, tokens=tokens_, predictive=predictive, vector=vector)
         if self.record_changes:
             self.changes.append(changelog.filled(partition, question, entry, vector))
 
@@ -263,9 +294,16 @@ def judge_twin(work: Work) -> Work:
     the context the miss carries (after distill the request's history is gone), with its candidate in
     `cache_match`, keyed like the miss so its decision returns to this cache partition's process."""
     request = work.request.derive(request_id=f"{work.request.request_id}{JUDGE_SUFFIX}", stream=False)
-    twin = Work(request=request, admitted_at=work.admitted_at, model=work.model, context=work.context,
-                context_tokens=work.context_tokens, candidate_tokens=list(work.candidate_tokens),
-                cache_match=dict(work.cache_match), shadow="promote")
+    twin = Work(
+        request=request,
+        admitted_at=work.admitted_at,
+        model=work.model,
+        context=work.context,
+        context_tokens=work.context_tokens,
+        candidate_tokens=list(work.candidate_tokens),
+        cache_match=dict(work.cache_match),
+        shadow="promote",
+    )
     twin.cache_key = work.cache_key
     return twin
 
@@ -273,13 +311,29 @@ def judge_twin(work: Work) -> Work:
 def predicted_work(work: Work, question: str, n: int) -> Work:
     """The follow-up `question` asked over the same candidates, as a predictive work with its own request id."""
     state = work.request.state
-    state = {**state, next(f for f in QUESTION_FIELDS if isinstance(state.get(f), str)): question} \
-        if isinstance(state, dict) else question
-    request = Request.from_data({**work.request.to_representation(), "state": state, "history": [],
-                                 "request_id": f"{work.request.request_id}~l3~{n}"})
+    state = (
+        {**state, next(f for f in QUESTION_FIELDS if isinstance(state.get(f), str)): question}
+        if isinstance(state, dict)
+        else question
+    )
+    request = Request.from_data(
+        {
+            **work.request.to_representation(),
+            "state": state,
+            "history": [],
+            "request_id": f"{work.request.request_id}~l3~{n}",
+        }
+    )
     context = render_context(request)
-    predicted = Work(request=request, admitted_at=work.admitted_at, model=work.model, context=context,
-                     context_tokens=tokens.count(context, work.model), candidate_tokens=work.candidate_tokens,
-                     refresh=True, predictive=True)
+    predicted = Work(
+        request=request,
+        admitted_at=work.admitted_at,
+        model=work.model,
+        context=context,
+        context_tokens=tokens.count(context, work.model),
+        candidate_tokens=work.candidate_tokens,
+        refresh=True,
+        predictive=True,
+    )
     predicted.cache_key = cache_key(predicted)
     return predicted

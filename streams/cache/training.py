@@ -15,6 +15,7 @@ live serving passes) would serve from the calibration verdicts alone: the candid
 ones among them. Labels that call paraphrases different cap what any ranking can certify: on Quora's pairs
 about one in ten of the most similar verified candidates is labelled different, which no 5% bound passes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ BOUNDS = (0.05, 0.1, 0.2)  # error bounds `certifies` is reported at (besides th
 
 def held_for_calibration(pair: Pair) -> bool:
     digest = hashlib.blake2b(f"{pair.text_a}\x00{pair.text_b}\x01".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2 ** 64 < CALIBRATION_SHARE
+    return int.from_bytes(digest, "little") / 2**64 < CALIBRATION_SHARE
 
 
 def mine(cache: SemanticCache, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
@@ -70,8 +71,9 @@ def certifiable(scores: np.ndarray, agreed: np.ndarray, bounds=BOUNDS, confidenc
     return out
 
 
-def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 1.0, bounds=BOUNDS,
-          confidence: float = 0.9) -> tuple[Verifier, dict]:
+def train(
+    embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 1.0, bounds=BOUNDS, confidence: float = 0.9
+) -> tuple[Verifier, dict]:
     """(the verifier, a summary): logistic regression on the candidates mined from the fitting part of the pairs,
     standardized by their own columns (verifier.standardizer: the scale live refits and scores use too), a weak
     ridge towards zero; the calibration part's candidates are the verifier's calibration verdicts. The summary's
@@ -83,14 +85,22 @@ def train(embedder, pairs: list[Pair], floor: float, check=None, ridge: float = 
         mined.append(mine(cache, part) if part else (np.zeros((0, len(FEATURES))), np.zeros(0)))
     (rows, labels), (held, held_labels) = mined
     if len(rows) < 2 * len(FEATURES) or labels.min(initial=1) == labels.max(initial=0):
-        raise ValueError(f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
-                         "weights: give more labelled pairs, with both labels, or lower --floor")
+        raise ValueError(
+            f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
+            "weights: give more labelled pairs, with both labels, or lower --floor"
+        )
     shift, spread = standardizer(rows)
     weights = fit((rows - shift) / spread, labels, np.zeros(len(FEATURES)), ridge=ridge)
     verifier = Verifier(weights, calibration=(held, held_labels.astype(bool)), shift=shift, spread=spread)
     scores = verifier.probabilities(held)  # what the live test compares
     order = np.argsort(-scores, kind="stable")
     top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (50, 100, 200, 500) if n <= len(held)}
-    return verifier, {"pairs": len(pairs), "candidates": len(rows), "right": int(labels.sum()),
-                      "calibration_candidates": len(held), "calibration_right": int(held_labels.sum()), **top,
-                      "certifies": certifiable(scores, held_labels.astype(bool), bounds, confidence)}
+    return verifier, {
+        "pairs": len(pairs),
+        "candidates": len(rows),
+        "right": int(labels.sum()),
+        "calibration_candidates": len(held),
+        "calibration_right": int(held_labels.sum()),
+        **top,
+        "certifies": certifiable(scores, held_labels.astype(bool), bounds, confidence),
+    }

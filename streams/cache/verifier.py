@@ -28,6 +28,7 @@ verdicts like live ones (exchangeable with traffic like those pairs), so they jo
 threshold can be certified before the first live verdict; live verdicts join the same test and, being newer,
 push them out of its window (learning.MAX_VERDICTS).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,24 +39,52 @@ import numpy as np
 
 from streams.cache.verify import differences
 
-FEATURES = ("bias", "cosine", "second", "margin", "overlap", "extra_words", "extra_key", "length_ratio", "han",
-            "decide", "order", "all_overlap", "asks")
+FEATURES = (
+    "bias",
+    "cosine",
+    "second",
+    "margin",
+    "overlap",
+    "extra_words",
+    "extra_key",
+    "length_ratio",
+    "han",
+    "decide",
+    "order",
+    "all_overlap",
+    "asks",
+)
 SHIPPED = Path(__file__).with_name("verifier.json")
 STORE = "verifier.json"  # in the data dir: weights `jev cache train-verifier` fitted
 RIDGE = 1.0  # pull of the starting weights in an online refit, in verdicts' worth
 MAX_EXTRA = 10.0  # words only one side has, counted up to this
 
 
-def features(query: str, cached: str, cosine: float, next_cosine: float, second: float | None = None,
-             decide: bool = False) -> np.ndarray:
+def features(
+    query: str, cached: str, cosine: float, next_cosine: float, second: float | None = None, decide: bool = False
+) -> np.ndarray:
     """The feature row of a (question, cached question) pair; `second` is the model check's cosine (the primary
     cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none)."""
     diff = differences(query, cached)
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
-    return np.array([1.0, cosine, cosine if second is None else second, cosine - next_cosine, diff["overlap"],
-                     min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA, min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
-                     diff["length_ratio"], float(han), float(decide), diff["order"], diff["all_overlap"],
-                     diff["asks"]], dtype=np.float64)
+    return np.array(
+        [
+            1.0,
+            cosine,
+            cosine if second is None else second,
+            cosine - next_cosine,
+            diff["overlap"],
+            min(diff["extra_words"], MAX_EXTRA) / MAX_EXTRA,
+            min(diff["extra_key"], MAX_EXTRA) / MAX_EXTRA,
+            diff["length_ratio"],
+            float(han),
+            float(decide),
+            diff["order"],
+            diff["all_overlap"],
+            diff["asks"],
+        ],
+        dtype=np.float64,
+    )
 
 
 def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, steps: int = 25) -> np.ndarray:
@@ -87,21 +116,31 @@ def standardizer(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Verifier:
-    def __init__(self, weights: np.ndarray, name: str = "shipped",
-                 calibration: tuple[np.ndarray, np.ndarray] | None = None,
-                 shift: np.ndarray | None = None, spread: np.ndarray | None = None):
+    def __init__(
+        self,
+        weights: np.ndarray,
+        name: str = "shipped",
+        calibration: tuple[np.ndarray, np.ndarray] | None = None,
+        shift: np.ndarray | None = None,
+        spread: np.ndarray | None = None,
+    ):
         """`weights` on standardized features ((row - shift) / spread; no shift and spread: raw features);
         `calibration`: (raw feature rows, agreed) of verdicts the weights were not fitted on."""
         if len(weights) != len(FEATURES):
-            raise ValueError(f"verifier weights need {len(FEATURES)} numbers ({', '.join(FEATURES)}), "
-                             f"got {len(weights)}: refit them with `jev cache train-verifier`")
-        self.calibration = calibration if calibration is not None else (np.zeros((0, len(FEATURES))),
-                                                                         np.zeros(0, dtype=bool))
+            raise ValueError(
+                f"verifier weights need {len(FEATURES)} numbers ({', '.join(FEATURES)}), "
+                f"got {len(weights)}: refit them with `jev cache train-verifier`"
+            )
+        self.calibration = (
+            calibration if calibration is not None else (np.zeros((0, len(FEATURES))), np.zeros(0, dtype=bool))
+        )
         self.shift = np.zeros(len(FEATURES)) if shift is None else np.asarray(shift, dtype=np.float64)
         self.spread = np.ones(len(FEATURES)) if spread is None else np.asarray(spread, dtype=np.float64)
         if self.shift[0] != 0 or self.spread[0] != 1 or (self.spread <= 0).any():
-            raise ValueError("the verifier's scale needs shift 0 and spread 1 for the bias and positive spreads: "
-                             "refit it with `jev cache train-verifier`")
+            raise ValueError(
+                "the verifier's scale needs shift 0 and spread 1 for the bias and positive spreads: "
+                "refit it with `jev cache train-verifier`"
+            )
         self.prior = np.asarray(weights, dtype=np.float64)
         self.weights = self.prior.copy()
         self.name = name
@@ -137,11 +176,18 @@ def load_verifier(decision: str, data_dir: str | Path) -> Verifier:
             if record is not None and set(record["weights"]) == set(FEATURES):
                 held = record.get("calibration") or {"rows": [], "agreed": []}
                 rows = np.array(held["rows"], dtype=np.float64).reshape(-1, len(FEATURES))
-                scale = record.get("scale") or {"shift": dict.fromkeys(FEATURES, 0.0),
-                                                 "spread": dict.fromkeys(FEATURES, 1.0)}
+                scale = record.get("scale") or {
+                    "shift": dict.fromkeys(FEATURES, 0.0),
+                    "spread": dict.fromkeys(FEATURES, 1.0),
+                }
                 shift, spread = (np.array([scale[k][f] for f in FEATURES]) for k in ("shift", "spread"))
-                return Verifier(np.array([record["weights"][f] for f in FEATURES]), f"{source}:{decision}",
-                                (rows, np.array(held["agreed"], dtype=bool)), shift, spread)
+                return Verifier(
+                    np.array([record["weights"][f] for f in FEATURES]),
+                    f"{source}:{decision}",
+                    (rows, np.array(held["agreed"], dtype=bool)),
+                    shift,
+                    spread,
+                )
     cosine_only = np.zeros(len(FEATURES))
     cosine_only[0], cosine_only[1] = -20.0, 25.0  # p = 0.5 at cosine 0.8
     return Verifier(cosine_only, f"cosine:{decision}")
@@ -153,9 +199,14 @@ def save_verifier(data_dir: str | Path, decision: str, verifier: Verifier, recor
     path = Path(data_dir) / STORE
     saved = json.loads(path.read_text()) if path.exists() else {}
     rows, agreed = verifier.calibration
-    saved[decision] = {**record, "weights": dict(zip(FEATURES, map(float, verifier.prior))),
-                       "scale": {"shift": dict(zip(FEATURES, map(float, verifier.shift))),
-                                 "spread": dict(zip(FEATURES, map(float, verifier.spread)))}}
+    saved[decision] = {
+        **record,
+        "weights": dict(zip(FEATURES, map(float, verifier.prior))),
+        "scale": {
+            "shift": dict(zip(FEATURES, map(float, verifier.shift))),
+            "spread": dict(zip(FEATURES, map(float, verifier.spread))),
+        },
+    }
     if len(rows):
         saved[decision]["calibration"] = {"rows": np.round(rows, 4).tolist(), "agreed": [int(a) for a in agreed]}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,13 @@ check on identifiers, quoted terms, Latin names in CJK text and CJK places (stre
 check reads Chinese through its relation words (广州到湛江 / 湛江到广州); the English name and rare-word checks need
 words, so they run on Latin-script text only. The word lists are the languages' own (streams/text/lang/, read through
 streams/text/language.py)."""
+
 from __future__ import annotations
 
 import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-
 
 from streams.text import keyterms, language, tokens
 
@@ -26,7 +26,8 @@ _EN, _ZH = language.lexicon("en").data, language.lexicon("zh").data
 STOPWORDS = frozenset(_EN["stopwords"].split())
 NEGATIONS = frozenset(_EN["negations"].split())
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(_EN["number_words"].split())} | {
-    w: str(n) for w, n in (_EN["tens"] | _EN["big_numbers"]).items()}
+    w: str(n) for w, n in (_EN["tens"] | _EN["big_numbers"]).items()
+}
 ORDINALS = {w: str(i) for i, w in enumerate(_EN["ordinals"].split())} | _EN["ordinal_words"]
 SCOPE = frozenset(_EN["scope"].split())
 SYMMETRIC = frozenset(_EN["symmetric"])
@@ -65,11 +66,15 @@ _stem = language.stem
 
 # English pairs and groups compare stemmed words; Chinese ones are found as substrings (_Chinese.terms).
 ANTONYMS = [(_stem(x), _stem(y)) for x, y in (p.split("/") for p in _EN["antonyms"].split())] + [
-    tuple(p.split("/")) for p in _ZH["antonyms"].split()]
+    tuple(p.split("/")) for p in _ZH["antonyms"].split()
+]
 EXCLUSIVE = [frozenset(map(_stem, group.split())) for group in _EN["exclusive"]] + [
-    frozenset(group.split()) for group in _ZH["exclusive"]]
-_ZH_TERMS = frozenset({w for pair in _ZH["antonyms"].split() for w in pair.split("/")}
-                      | {w for group in _ZH["exclusive"] for w in group.split()})
+    frozenset(group.split()) for group in _ZH["exclusive"]
+]
+_ZH_TERMS = frozenset(
+    {w for pair in _ZH["antonyms"].split() for w in pair.split("/")}
+    | {w for group in _ZH["exclusive"] for w in group.split()}
+)
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -108,14 +113,25 @@ class _Parsed:
         self.words = [t if t.isupper() and len(t) > 1 and t.isalpha() else _stem(t) for t in raw]
         self.numbers = {self._number(t) for t in self.words if t[0].isdigit() and not self._ordinal(t)}
         self.numbers |= {NUMBER_WORDS[w] for w in self.words if w in NUMBER_WORDS}
-        self.ordinals = {ORDINALS.get(w) or re.sub(r"\D", "", w) for w in self.words
-                         if w in ORDINALS or self._ordinal(w)}
+        self.ordinals = {
+            ORDINALS.get(w) or re.sub(r"\D", "", w) for w in self.words if w in ORDINALS or self._ordinal(w)
+        }
         self.negations = sum(w in NEGATIONS or r.lower().endswith("n't") for w, r in zip(self.words, raw))
-        self.content = [w for w in self.words if w not in STOPWORDS and w not in NEGATIONS
-                        and w not in NUMBER_WORDS and w not in ORDINALS and not w[0].isdigit()]
+        self.content = [
+            w
+            for w in self.words
+            if w not in STOPWORDS
+            and w not in NEGATIONS
+            and w not in NUMBER_WORDS
+            and w not in ORDINALS
+            and not w[0].isdigit()
+        ]
         # Names (capitalized, acronyms) are key terms; a rare word is one only when it narrows the other side.
-        self.names = {w for i, (w, t) in enumerate(zip(self.words, raw)) if w in self.content and (
-            t.isupper() and len(t) > 1 or i > 0 and t[0].isupper())}
+        self.names = {
+            w
+            for i, (w, t) in enumerate(zip(self.words, raw))
+            if w in self.content and (t.isupper() and len(t) > 1 or i > 0 and t[0].isupper())
+        }
         self.key = self.names | {w for w in self.content if _rare(w)}
         self.scoped = {w for prev, w in zip(self.words, self.words[1:]) if prev in SCOPE and w in self.content}
         self.terms = set(self.words)  # what the antonym and exclusive-group checks compare
@@ -147,11 +163,11 @@ def _swapped(a: _Parsed, b: _Parsed) -> bool:
     pos_b = {w: i for i, w in enumerate(b.words) if w in common}
     words = sorted(common)
     for i, x in enumerate(words):
-        for y in words[i + 1:]:
+        for y in words[i + 1 :]:
             if (pos_a[x] < pos_a[y]) == (pos_b[x] < pos_b[y]):
                 continue
-            span_a = a.words[min(pos_a[x], pos_a[y]) + 1:max(pos_a[x], pos_a[y])]
-            span_b = b.words[min(pos_b[x], pos_b[y]) + 1:max(pos_b[x], pos_b[y])]
+            span_a = a.words[min(pos_a[x], pos_a[y]) + 1 : max(pos_a[x], pos_a[y])]
+            span_b = b.words[min(pos_b[x], pos_b[y]) + 1 : max(pos_b[x], pos_b[y])]
             if max(len(span_a), len(span_b)) <= MAX_ROLE_SPAN and (set(span_a) & set(span_b)) - SYMMETRIC:
                 return True
     return False
@@ -165,9 +181,9 @@ def _zh_swapped(a: str, b: str) -> bool:
         while start >= 0:
             after = start + len(word)
             for lx in range(1, min(MAX_ZH_ROLE, start) + 1):
-                x = a[start - lx:start]
+                x = a[start - lx : start]
                 for ly in range(1, MAX_ZH_ROLE + 1):
-                    y = a[after:after + ly]
+                    y = a[after : after + ly]
                     if len(y) < ly or not _HAN_ONLY.fullmatch(x + y):
                         break
                     if x != y and f"{y}{word}{x}" in b and f"{x}{word}{y}" not in b:
@@ -179,8 +195,10 @@ def _zh_swapped(a: str, b: str) -> bool:
 def _opposite(a: _Parsed, b: _Parsed) -> bool:
     """An antonym on each side ("gain" vs "lose"), or two different members of an exclusive group (colours)."""
     sa, sb = a.terms, b.terms
-    if any((x in sa and y in sb and y not in sa and x not in sb) or
-           (y in sa and x in sb and x not in sa and y not in sb) for x, y in ANTONYMS):
+    if any(
+        (x in sa and y in sb and y not in sa and x not in sb) or (y in sa and x in sb and x not in sa and y not in sb)
+        for x, y in ANTONYMS
+    ):
         return True
     return any(sa & group and sb & group and sa & group != sb & group for group in EXCLUSIVE)
 
@@ -248,14 +266,18 @@ def differences(query: str, cached: str) -> dict[str, float]:
     units_a, units_b = set(seq_a), set(seq_b)
     union = units_a | units_b
     # Latin-script content words stemmed (verify's), CJK content units (bigrams) as language.units cuts them.
-    words_a, words_b = ({w for w in p.content if w.isascii()} | {u for u in seq if not u.isascii()}
-                        for p, seq in ((a, seq_a), (b, seq_b)))
+    words_a, words_b = (
+        {w for w in p.content if w.isascii()} | {u for u in seq if not u.isascii()}
+        for p, seq in ((a, seq_a), (b, seq_b))
+    )
     extra_a, extra_b = words_a - words_b, words_b - words_a
     sizes = sorted((len(units_a), len(units_b)))
-    return {"overlap": len(units_a & units_b) / len(union) if union else 1.0,
-            "extra_words": float(len(extra_a) + len(extra_b)),
-            "extra_key": float(len(extra_a & a.key) + len(extra_b & b.key)),
-            "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0,
-            "order": _jaccard(set(zip(seq_a, seq_a[1:])), set(zip(seq_b, seq_b[1:]))),
-            "all_overlap": _jaccard(set(language.units(query)), set(language.units(cached))),
-            "asks": float(asks(query) != asks(cached))}
+    return {
+        "overlap": len(units_a & units_b) / len(union) if union else 1.0,
+        "extra_words": float(len(extra_a) + len(extra_b)),
+        "extra_key": float(len(extra_a & a.key) + len(extra_b & b.key)),
+        "length_ratio": sizes[0] / sizes[1] if sizes[1] else 1.0,
+        "order": _jaccard(set(zip(seq_a, seq_a[1:])), set(zip(seq_b, seq_b[1:]))),
+        "all_overlap": _jaccard(set(language.units(query)), set(language.units(cached))),
+        "asks": float(asks(query) != asks(cached)),
+    }

@@ -9,6 +9,7 @@ admission; whatever holds several requests, works or calls serves the nearest de
   (streams/models/http.py: its `max_concurrency`) and what a scoring worker's micro-batches queue for to be decided
   (one at a time), so a checkout screening's batch is not decided after every batch that arrived before it.
   Asyncio only: acquire and release on one event loop."""
+
 from __future__ import annotations
 
 import asyncio

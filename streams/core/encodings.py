@@ -13,15 +13,17 @@ as in OTel GenAI). With the cache off (0 MB) every text of every call is encoded
 One cache per process (`shared()`, sized by `configure`, which the engine's builder calls once); the backends
 that embed ask it in their encode path.
 """
+
 from __future__ import annotations
 
 import hashlib
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from streams.core import metrics
 
@@ -65,8 +67,9 @@ class EncodingCache:
     def hit_ratio(self) -> float:
         return self.hits / (self.hits + self.misses) if self.hits + self.misses else 0.0
 
-    def get_many(self, model: str, texts: list[str], encode: Callable[[list[str]], Any],
-                 count_tokens: Callable[[str], int]) -> list[Encoded]:
+    def get_many(
+        self, model: str, texts: list[str], encode: Callable[[list[str]], Any], count_tokens: Callable[[str], int]
+    ) -> list[Encoded]:
         """Each text's encoding by `model`, in order: the texts not cached (each once, however often it occurs)
         in one `encode` call; a text cached, or met earlier in `texts`, is a cache read."""
         if not self.enabled:
@@ -117,7 +120,7 @@ class EncodingCache:
             self.bytes = 0
 
 
-_shared = EncodingCache(64 * 2 ** 20)
+_shared = EncodingCache(64 * 2**20)
 
 
 def configure(megabytes: float) -> None:
@@ -125,7 +128,7 @@ def configure(megabytes: float) -> None:
     global _shared
     if megabytes < 0:
         raise ValueError(f"JEV_ENCODING_CACHE_MB={megabytes}: give the cache's memory in MB, or 0 to turn it off")
-    _shared = EncodingCache(int(megabytes * 2 ** 20))
+    _shared = EncodingCache(int(megabytes * 2**20))
 
 
 def shared() -> EncodingCache:

@@ -1,6 +1,7 @@
 """Envelopes: internal topics carry micro-batches (one WorkBatch or UsageBatch per message), external ones one
 record per message. Faust's per-message cost, not the broker, bounds a stage's throughput, so fewer, larger
 messages between stages are what keep it off the hot path."""
+
 from __future__ import annotations
 
 import orjson

@@ -5,12 +5,13 @@ heavy query runs only while the pipeline waits on nothing of its own.
 The sender records each request it sends on (`hold`) and each decision or dead letter (`release`). A request
 holds for at most `hold_s` seconds (one lost on the way, or decided by another process, stops holding then), and
 listeners hear `True` when the first request starts holding and `False` when the last stops."""
+
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 WORK_TOPICS = ("distilled", "score")  # hops whose requests end in a decision of this process (not shadow twins)
 

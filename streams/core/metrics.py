@@ -4,6 +4,7 @@ with the rest counted as "other": per-user and per-request detail belongs in Cli
 
 Workers call start_metrics_server(settings) once, then the observe_* helpers.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,68 +20,129 @@ WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repa
 TOKEN_KINDS = ("input", "cache_read", "output", "nominal")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-TOKENS = Counter("jev_tokens", "Tokens metered into ClickHouse (after dedup), by stage and kind.",
-                 ["stage", "kind", "decision_type"])
-EFFECTIVE_TOKENS = Counter("jev_tokens_effective", "Input and output tokens metered (after dedup) that served a "
-                           "decision: not spent on one that fell back, nor on repairing output, nor in shadow. "
-                           "Token efficiency TE = these / jev_tokens_total{kind=~\"input|output\",stage!=\"shadow\"}.",
-                           ["decision_type"])
-MODEL_TOKENS = Counter("jev_model_tokens", "Input and output tokens of model calls metered, by model and count: jev "
-                       "(Jev's own count, which reserved the budget) and billed (the server's count where the server "
-                       "reported one, else Jev's: what settled it).", ["model", "count"])
-COUNT_DRIFT = Gauge("jev_token_count_drift", "Billed over Jev's count of a model's tokens, minus 1, since this "
-                    "process started (+0.05: the server counted 5% more). The alert JevTokenCountDrift reads "
-                    "jev_model_tokens_total over 15 minutes.", ["model"])
+TOKENS = Counter(
+    "jev_tokens", "Tokens metered into ClickHouse (after dedup), by stage and kind.", ["stage", "kind", "decision_type"]
+)
+EFFECTIVE_TOKENS = Counter(
+    "jev_tokens_effective",
+    "Input and output tokens metered (after dedup) that served a "
+    "decision: not spent on one that fell back, nor on repairing output, nor in shadow. "
+    'Token efficiency TE = these / jev_tokens_total{kind=~"input|output",stage!="shadow"}.',
+    ["decision_type"],
+)
+MODEL_TOKENS = Counter(
+    "jev_model_tokens",
+    "Input and output tokens of model calls metered, by model and count: jev "
+    "(Jev's own count, which reserved the budget) and billed (the server's count where the server "
+    "reported one, else Jev's: what settled it).",
+    ["model", "count"],
+)
+COUNT_DRIFT = Gauge(
+    "jev_token_count_drift",
+    "Billed over Jev's count of a model's tokens, minus 1, since this "
+    "process started (+0.05: the server counted 5% more). The alert JevTokenCountDrift reads "
+    "jev_model_tokens_total over 15 minutes.",
+    ["model"],
+)
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
 DECISIONS = Counter("jev_decisions", "Decisions made, by the tier that answered.", ["tier", "decision_type"])
 CACHE = Counter("jev_cache_lookups", "Cache look-ups by level and result.", ["level", "result"])
-PROMOTIONS = Counter("jev_cache_promotions", "L2 near-misses judged against their candidate's cached answer (the "
-                     "naive twin, shadow work), by outcome: promoted (a key of that answer now), different, gone "
-                     "(the answer was evicted meanwhile).", ["outcome"])
-PROMOTED_HITS = Counter("jev_cache_promoted_hits", "L2 hits served through a promoted key (an alias of a judged "
-                        "near-miss; also counted in jev_cache_lookups).")
-STAGE_LATENCY = Histogram("jev_stage_latency_seconds",
-                          "Seconds from a request's arrival (admission) until each stage was done with it.",
-                          ["stage"], buckets=LATENCY_BUCKETS)
+PROMOTIONS = Counter(
+    "jev_cache_promotions",
+    "L2 near-misses judged against their candidate's cached answer (the "
+    "naive twin, shadow work), by outcome: promoted (a key of that answer now), different, gone "
+    "(the answer was evicted meanwhile).",
+    ["outcome"],
+)
+PROMOTED_HITS = Counter(
+    "jev_cache_promoted_hits",
+    "L2 hits served through a promoted key (an alias of a judged near-miss; also counted in jev_cache_lookups).",
+)
+STAGE_LATENCY = Histogram(
+    "jev_stage_latency_seconds",
+    "Seconds from a request's arrival (admission) until each stage was done with it.",
+    ["stage"],
+    buckets=LATENCY_BUCKETS,
+)
 FALLBACKS = Counter("jev_fallbacks", "Decisions that fell back to rules, by reason.", ["reason"])
 BREAKERS = Counter("jev_breaker_trips", "Circuit breakers tripped, by breaker.", ["breaker"])
-CONSUMER_LAG = Gauge("jev_consumer_lag_messages", "Messages behind the end of the topic, per consumer group.",
-                     ["group", "topic"])
-PROTOCOL_BYTES = Counter("jev_protocol_bytes", "Bytes of admitted requests' prompts: as rendered for the model "
-                         "(sent) and in a compact encoding (compact); their ratio is protocol expansion (PE).",
-                         ["encoding"])
-GPU_MEMORY = Gauge("jev_gpu_memory_utilization", "Share of the GPU's memory in use, per scoring worker on a GPU "
-                   "backend (MU).", ["device"])
-SWITCH_ON = Gauge("jev_switch_on", "1 while a kill switch is on, 0 while an operator has it off (per process).",
-                  ["switch"])
-SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or dropped as redelivered.",
-                    ["result"])
-SINK_SECONDS = Histogram("jev_usage_insert_seconds", "Time of one usage-sink insert (dedup look-up included).",
-                         buckets=LATENCY_BUCKETS)
-STREAM_FIRST_CHUNK = Histogram("jev_stream_first_chunk_seconds", "Streamed answers: admission to the first chunk.",
-                               ["client", "question_type"], buckets=LATENCY_BUCKETS)
-STREAM_RATE = Histogram("jev_stream_tokens_per_second", "Streamed answers: output tokens per second streamed.",
-                        ["client", "question_type"], buckets=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+CONSUMER_LAG = Gauge(
+    "jev_consumer_lag_messages", "Messages behind the end of the topic, per consumer group.", ["group", "topic"]
+)
+PROTOCOL_BYTES = Counter(
+    "jev_protocol_bytes",
+    "Bytes of admitted requests' prompts: as rendered for the model "
+    "(sent) and in a compact encoding (compact); their ratio is protocol expansion (PE).",
+    ["encoding"],
+)
+GPU_MEMORY = Gauge(
+    "jev_gpu_memory_utilization",
+    "Share of the GPU's memory in use, per scoring worker on a GPU backend (MU).",
+    ["device"],
+)
+SWITCH_ON = Gauge(
+    "jev_switch_on", "1 while a kill switch is on, 0 while an operator has it off (per process).", ["switch"]
+)
+SINK_ROWS = Counter("jev_usage_rows", "Usage rows the sink handled: inserted, or dropped as redelivered.", ["result"])
+SINK_SECONDS = Histogram(
+    "jev_usage_insert_seconds", "Time of one usage-sink insert (dedup look-up included).", buckets=LATENCY_BUCKETS
+)
+STREAM_FIRST_CHUNK = Histogram(
+    "jev_stream_first_chunk_seconds",
+    "Streamed answers: admission to the first chunk.",
+    ["client", "question_type"],
+    buckets=LATENCY_BUCKETS,
+)
+STREAM_RATE = Histogram(
+    "jev_stream_tokens_per_second",
+    "Streamed answers: output tokens per second streamed.",
+    ["client", "question_type"],
+    buckets=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+)
 STREAM_CHUNKS = Counter("jev_stream_chunks", "Chunks of streamed answers released.", ["client"])
-SHADOW_VERDICTS = Counter("jev_shadow_verdicts", "Shadow verdicts by saving mechanism ('all': every verdict) and "
-                          "result (kept: agreed with the naive path, or no less accurate where labelled).",
-                          ["mechanism", "result"])
-SHADOW_AGREEMENT = Gauge("jev_shadow_agreement", "Share of shadow verdicts each saving mechanism kept, over the "
-                         "guard's current window ('all': every verdict this process judged).", ["mechanism"])
-ENCODING_LOOKUPS = Counter("jev_encoding_cache_lookups", "Texts the scoring backends looked up in the encoding "
-                           "cache (streams/core/encodings.py), by model and result (hit: no model input).",
-                           ["model", "result"])
-ENCODING_HIT_RATIO = Gauge("jev_encoding_cache_hit_ratio", "Share of encoding-cache look-ups that were hits since "
-                           "the process started, by model.", ["model"])
-ENCODING_EVICTIONS = Counter("jev_encoding_cache_evictions", "Encodings evicted to keep the cache within "
-                             "JEV_ENCODING_CACHE_MB, by the model of the call that evicted them.", ["model"])
+SHADOW_VERDICTS = Counter(
+    "jev_shadow_verdicts",
+    "Shadow verdicts by saving mechanism ('all': every verdict) and "
+    "result (kept: agreed with the naive path, or no less accurate where labelled).",
+    ["mechanism", "result"],
+)
+SHADOW_AGREEMENT = Gauge(
+    "jev_shadow_agreement",
+    "Share of shadow verdicts each saving mechanism kept, over the "
+    "guard's current window ('all': every verdict this process judged).",
+    ["mechanism"],
+)
+ENCODING_LOOKUPS = Counter(
+    "jev_encoding_cache_lookups",
+    "Texts the scoring backends looked up in the encoding "
+    "cache (streams/core/encodings.py), by model and result (hit: no model input).",
+    ["model", "result"],
+)
+ENCODING_HIT_RATIO = Gauge(
+    "jev_encoding_cache_hit_ratio",
+    "Share of encoding-cache look-ups that were hits since the process started, by model.",
+    ["model"],
+)
+ENCODING_EVICTIONS = Counter(
+    "jev_encoding_cache_evictions",
+    "Encodings evicted to keep the cache within JEV_ENCODING_CACHE_MB, by the model of the call that evicted them.",
+    ["model"],
+)
 ENCODING_BYTES = Gauge("jev_encoding_cache_bytes", "Bytes the encoding cache holds (encodings and entry overhead).")
 
-FORGED = Counter("jev_forged_records", "Internal records refused because Jev did not write them: unsigned, badly "
-                 "signed, or a control record stamped in the future (streams/security/signing.py), by topic.", ["topic"])
+FORGED = Counter(
+    "jev_forged_records",
+    "Internal records refused because Jev did not write them: unsigned, badly "
+    "signed, or a control record stamped in the future (streams/security/signing.py), by topic.",
+    ["topic"],
+)
 
-LOG_RESTARTS = Counter("jev_log_restarts", "Partitions whose log came back shorter than this process had read "
-                       "(a broker restarted without its data): read again from the beginning, by topic.", ["topic"])
+LOG_RESTARTS = Counter(
+    "jev_log_restarts",
+    "Partitions whose log came back shorter than this process had read "
+    "(a broker restarted without its data): read again from the beginning, by topic.",
+    ["topic"],
+)
 
 _seen: dict[str, set[str]] = {}
 
@@ -98,11 +160,19 @@ def bounded(label: str, value: str) -> str:
 
 # Series that alert rules read with rate()/increase(): present at 0 from a process's start, so a rule sees "none
 # yet" rather than no series at all (JevUsageSinkStalled could not fire before the sink's first insert).
-KNOWN_SERIES = ((SINK_ROWS, ("inserted",)), (SINK_ROWS, ("duplicate",)), (BREAKERS, ("token_cap",)),
-                (BREAKERS, ("timeout",)), (BREAKERS, ("deadline",)), (FALLBACKS, ("token_cap",)),
-                (FALLBACKS, ("timeout",)), (FALLBACKS, ("deadline",)), (FALLBACKS, ("budget",)),
-                *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")),
-                *((FORGED, (topic,)) for topic in sorted(SIGNED)))
+KNOWN_SERIES = (
+    (SINK_ROWS, ("inserted",)),
+    (SINK_ROWS, ("duplicate",)),
+    (BREAKERS, ("token_cap",)),
+    (BREAKERS, ("timeout",)),
+    (BREAKERS, ("deadline",)),
+    (FALLBACKS, ("token_cap",)),
+    (FALLBACKS, ("timeout",)),
+    (FALLBACKS, ("deadline",)),
+    (FALLBACKS, ("budget",)),
+    *((CACHE, (level, result)) for level in ("l1", "l2") for result in ("hit", "miss")),
+    *((FORGED, (topic,)) for topic in sorted(SIGNED)),
+)
 
 
 def declare_known_series() -> None:
@@ -286,6 +356,8 @@ def observe_stream(client: str, question_type: str, first_chunk_ms: float, token
     STREAM_FIRST_CHUNK.labels(client, qtype).observe(first_chunk_ms / 1000)
     STREAM_RATE.labels(client, qtype).observe(tokens_per_s)
     STREAM_CHUNKS.labels(client).inc(chunks)
+
+
 def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
     PROTOCOL_BYTES.labels("sent").inc(sent_bytes)
     PROTOCOL_BYTES.labels("compact").inc(compact_bytes)

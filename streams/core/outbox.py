@@ -1,6 +1,7 @@
 """What a stage wants sent for one micro-batch. Stages return an Outbox instead of sending: the runtime's one
 Sender (streams/runtime/sender.py) delivers it, and only then is the input committed, so a stage is a function of its
 input that tests read directly."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields

@@ -1,5 +1,6 @@
 """Process tuning for the long-running workers: the garbage collector's view of the start-up heap and of the
 objects a busy stage allocates. (Model threads are set by the model registry, streams/models/loaded.py.)"""
+
 from __future__ import annotations
 
 import gc

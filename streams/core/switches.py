@@ -1,10 +1,11 @@
 """Kill switches and the process-local view of the control plane (switches, versions, budgets): the state,
 no Kafka. streams.runtime.control follows the control topic into a Controls."""
+
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from schemas.records import Control
 
@@ -67,8 +68,13 @@ class Controls:
                 listener(control)
             except Exception as exc:  # one bad record never stops a worker: it is refused, the rest applies
                 self.refused += 1
-                log.warning("refusing control record %s:%s=%r: %s; publish a corrected record for this key",
-                            control.kind, control.key, control.value, exc)
+                log.warning(
+                    "refusing control record %s:%s=%r: %s; publish a corrected record for this key",
+                    control.kind,
+                    control.key,
+                    control.value,
+                    exc,
+                )
         self.applied += 1
 
 

@@ -27,6 +27,7 @@ name, which is what `make demo` and a single trusted producer need; a deployment
 its tenants (JEV_TENANTS) and binds them (JEV_TENANT_KEYS), or gives each producer a requests topic of its own
 through Kafka ACLs (a record's content cannot be tied to a Kafka principal by the broker).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,14 @@ from pathlib import Path
 
 MAX_LENGTH = 64
 ALLOWED = re.compile(r"[a-z0-9\u3400-\u4dbf\u4e00-\u9fff][a-z0-9._\-\u3400-\u4dbf\u4e00-\u9fff]*")
-HIDDEN = {"Cc": "a control character", "Cf": "an invisible format character (zero-width or bidi control)",
-          "Zl": "a line separator", "Zp": "a paragraph separator", "Mn": "a combining mark", "Me": "a combining mark"}
+HIDDEN = {
+    "Cc": "a control character",
+    "Cf": "an invisible format character (zero-width or bidi control)",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Mn": "a combining mark",
+    "Me": "a combining mark",
+}
 CHARSET = "ASCII letters and digits, '.', '_', '-' and CJK ideographs, starting with a letter, digit or ideograph"
 
 
@@ -61,8 +68,10 @@ def canonical(name: str) -> str:
         raise BadTenant(f"tenant {folded[:MAX_LENGTH]!r}… is {len(folded)} characters long; the most is {MAX_LENGTH}")
     if not ALLOWED.fullmatch(folded):
         bad = next((c for c in folded if not ALLOWED.fullmatch("a" + c)), folded[0])
-        raise BadTenant(f"tenant {name!r} holds {described(bad)}, outside the tenant character set ({CHARSET}): "
-                        f"use the tenant's plain name")
+        raise BadTenant(
+            f"tenant {name!r} holds {described(bad)}, outside the tenant character set ({CHARSET}): "
+            f"use the tenant's plain name"
+        )
     return folded
 
 
@@ -109,8 +118,10 @@ def load_keys(path: str) -> dict[str, bytes] | None:
         raise SystemExit(f"JEV_TENANT_KEYS={path}: {exc}") from None
     short = sorted(t for t, k in keys.items() if len(k) < MIN_KEY_BYTES)
     if short:
-        raise SystemExit(f"JEV_TENANT_KEYS={path}: the keys of {', '.join(short)} are shorter than {MIN_KEY_BYTES} "
-                         f"bytes: give each tenant a random key (e.g. `openssl rand -hex 32`)")
+        raise SystemExit(
+            f"JEV_TENANT_KEYS={path}: the keys of {', '.join(short)} are shorter than {MIN_KEY_BYTES} "
+            f"bytes: give each tenant a random key (e.g. `openssl rand -hex 32`)"
+        )
     return keys
 
 
@@ -123,9 +134,13 @@ def unbound(keys: dict[str, bytes] | None, tenant: str, raw: bytes, headers) -> 
         return f"tenant {tenant!r} has no producer key in JEV_TENANT_KEYS: add one, and give it to its producers"
     sent = [bytes(v or b"") for k, v in headers or () if k == SIGNATURE_HEADER]
     if not sent:
-        return (f"the request has no {SIGNATURE_HEADER} header: its producer must sign each request with tenant "
-                f"{tenant!r}'s key (hex HMAC-SHA256 of b'jev-tenant-v1\\0' + the message value)")
+        return (
+            f"the request has no {SIGNATURE_HEADER} header: its producer must sign each request with tenant "
+            f"{tenant!r}'s key (hex HMAC-SHA256 of b'jev-tenant-v1\\0' + the message value)"
+        )
     if not hmac.compare_digest(sent[-1], signature(key, raw).encode()):
-        return (f"the {SIGNATURE_HEADER} header does not match this request under tenant {tenant!r}'s key: this "
-                f"producer may not write for {tenant!r} (or the value changed after it was signed)")
+        return (
+            f"the {SIGNATURE_HEADER} header does not match this request under tenant {tenant!r}'s key: this "
+            f"producer may not write for {tenant!r} (or the value changed after it was signed)"
+        )
     return ""

@@ -1,4 +1,5 @@
 """The distill stage: shrink history under a token budget (semantic, time, domain and dedup layers)."""
+
 from streams.distill.core import Distilled, distill
 from streams.distill.policy import Policy, load_policy
 from streams.distill.work import distill_work

@@ -5,6 +5,7 @@ The semantic layer never folds a short user turn whose constraints no later user
 leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come from streams.text.language (digits, number words, Chinese numerals); place
 suffixes from the language's word lists.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,7 +16,9 @@ from streams.text.keyterms import IDENTIFIER, place
 
 MAX_CHARS = 300  # a longer user turn is pasted material, not a stated constraint
 RESTATED_CHARS = 4
-TIME_OR_TITLE = re.compile(r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}[年月日号]|[一二三四五六七八九十]{1,3}[月日号]")
+TIME_OR_TITLE = re.compile(
+    r"《[^》\n]{1,40}》|\b\d{1,2}[:：]\d{2}\b|\d{1,4}[年月日号]|[一二三四五六七八九十]{1,3}[月日号]"
+)
 LATIN_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 
 

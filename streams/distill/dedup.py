@@ -1,5 +1,6 @@
 """Dedup layer: a turn repeated verbatim (up to surrounding whitespace) is sent once (the latest copy),
 and template paragraphs repeated across kept turns are sent once (in the latest turn carrying them)."""
+
 from __future__ import annotations
 
 MIN_PARAGRAPH = 80
@@ -20,8 +21,7 @@ def duplicate_turns(contents: list[str], protected: set[int]) -> dict[int, int]:
     return dropped
 
 
-def strip_repeated_paragraphs(kept: list[int], contents: dict[int, str], protected: set[int],
-                              label) -> dict[int, str]:
+def strip_repeated_paragraphs(kept: list[int], contents: dict[int, str], protected: set[int], label) -> dict[int, str]:
     """{index: new content} for kept turns that repeat a paragraph a later kept turn also carries;
     the repeat becomes a pointer `[same text as S-…]` built by `label(index)`."""
     owner: dict[str, int] = {}

@@ -4,6 +4,7 @@ A turn is off-domain when an exclusion term (business dictionary of the decision
 turn's top TF-IDF keywords (IDF over the turns of this history, so a term in passing does not count)
 and the turn mentions in-domain terms less often than exclusion terms.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 STOPWORDS = frozenset(
     "the and for are but not you your with this that have from they will would there their what about "
     "which when make can like just know how some could them than then into only also its was were been "
-    "has had our out all any may more most other such very should here where who why".split())
+    "has had our out all any may more most other such very should here where who why".split()
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -34,8 +36,9 @@ def _hits(terms: tuple[str, ...], text: str) -> Counter:
     return Counter(term for _, term in automaton(terms).iter(text)) if terms else Counter()
 
 
-def off_domain(contents: list[str], candidates: list[int], exclude: tuple[str, ...], include: tuple[str, ...],
-               top_k: int) -> dict[int, str]:
+def off_domain(
+    contents: list[str], candidates: list[int], exclude: tuple[str, ...], include: tuple[str, ...], top_k: int
+) -> dict[int, str]:
     """{index: the exclusion term that leads it} for the candidate turns that are off-domain."""
     if not exclude:
         return {}

@@ -1,4 +1,5 @@
 """Distill policies per decision type, from streams/distill/policies.yaml (or a user's YAML file)."""
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,10 @@ def _coerce(name: str, raw: dict, decision_type: str) -> dict:
     known = {f.name for f in fields(Policy)}
     unknown = set(raw) - known
     if unknown:
-        raise ValueError(f"distill policy {decision_type!r}: unknown keys {sorted(unknown)}; "
-                         f"known keys are {sorted(known - {'decision_type'})}")
+        raise ValueError(
+            f"distill policy {decision_type!r}: unknown keys {sorted(unknown)}; "
+            f"known keys are {sorted(known - {'decision_type'})}"
+        )
     out = dict(raw)
     if "ttl" in out:
         out["ttl"] = tuple(sorted((float(h), float(w)) for h, w in out["ttl"]))
@@ -59,8 +62,7 @@ def _coerce(name: str, raw: dict, decision_type: str) -> dict:
 @functools.lru_cache(maxsize=256)
 def load_policy(decision_type: str, path: str = "") -> Policy:
     """The policy of `decision_type`: `default` overlaid with the type's own entry (if any)."""
-    text = Path(path).read_text() if path else \
-        resources.files("streams.distill").joinpath("policies.yaml").read_text()
+    text = Path(path).read_text() if path else resources.files("streams.distill").joinpath("policies.yaml").read_text()
     table = yaml.safe_load(text) or {}
     source = path or "bundled policies.yaml"
     merged = _coerce(source, table.get("default") or {}, "default")

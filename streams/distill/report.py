@@ -1,9 +1,10 @@
 """Distill many conversations and summarize: shared by `jev distill` and bench/distill.py."""
+
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
 
 from streams.distill.core import Distilled, distill, last_user_index, normalize
 from streams.distill.policy import Policy
@@ -49,17 +50,28 @@ class Summary:
             self.saved_by_layer[layer] = self.saved_by_layer.get(layer, 0) + saved
 
     def as_json(self) -> dict:
-        return {"conversations": self.conversations,
-                "median_reduction": round(statistics.median(self.reductions), 4) if self.reductions else 0.0,
-                "last_user_kept": round(self.kept_last_user / self.conversations, 4) if self.conversations else 1.0,
-                "grew": self.grew, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
-                "reduction_p10": round(quantile(self.reductions, 0.1), 4),
-                "reduction_p50": round(quantile(self.reductions, 0.5), 4),
-                "reduction_p90": round(quantile(self.reductions, 0.9), 4),
-                "saved_by_layer": self.saved_by_layer}
+        return {
+            "conversations": self.conversations,
+            "median_reduction": round(statistics.median(self.reductions), 4) if self.reductions else 0.0,
+            "last_user_kept": round(self.kept_last_user / self.conversations, 4) if self.conversations else 1.0,
+            "grew": self.grew,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "reduction_p10": round(quantile(self.reductions, 0.1), 4),
+            "reduction_p50": round(quantile(self.reductions, 0.5), 4),
+            "reduction_p90": round(quantile(self.reductions, 0.9), 4),
+            "saved_by_layer": self.saved_by_layer,
+        }
 
 
-def distill_all(conversations: Iterable[list[dict]], *, model: str, budget: int | None, policy: Policy,
-                switches: Mapping[str, bool], now: float) -> Iterator[tuple[list[dict], Distilled]]:
+def distill_all(
+    conversations: Iterable[list[dict]],
+    *,
+    model: str,
+    budget: int | None,
+    policy: Policy,
+    switches: Mapping[str, bool],
+    now: float,
+) -> Iterator[tuple[list[dict], Distilled]]:
     for messages in conversations:
         yield messages, distill(messages, model=model, budget=budget, policy=policy, switches=switches, now=now)

@@ -1,5 +1,6 @@
 """Semantic layer: group turns into exchanges, keep the most recent answered questions and information,
 fold the rest (venting, small talk, boilerplate, older exchanges) into short placeholders."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,8 +40,15 @@ def exchange_tag(unit: list[int], roles: list[str], tags: list[str]) -> str:
     return tags[head]
 
 
-def fold(units: list[list[int]], unit_tags: list[str], tags: list[str], protected: set[int],
-         skip: set[int], keep_resolved: int, keep_informational: int) -> dict[int, str]:
+def fold(
+    units: list[list[int]],
+    unit_tags: list[str],
+    tags: list[str],
+    protected: set[int],
+    skip: set[int],
+    keep_resolved: int,
+    keep_informational: int,
+) -> dict[int, str]:
     """{index: tag} of the turns folded away. Exchanges holding a protected turn are kept (and count
     towards the quotas); within kept exchanges, boilerplate replies are folded alone."""
     folded: dict[int, str] = {}

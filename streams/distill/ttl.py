@@ -1,4 +1,5 @@
 """Time layer: TTL weights by age and weighted selection of exchanges under the token budget."""
+
 from __future__ import annotations
 
 MARKER_TOKENS = 8  # what a provenance marker adds to a kept line, reserved when selecting
@@ -11,9 +12,18 @@ def weight(unit: list[int], ts: list[float | None], policy, now: float) -> float
     return policy.ttl_weight(now - max(stamps) if stamps else None)
 
 
-def select(units: list[list[int]], unit_tags: list[str], costs: list[int], ts: list[float | None],
-           protected: set[int], skip: set[int], budget: int | None, reserved: int, policy,
-           now: float) -> dict[int, str]:
+def select(
+    units: list[list[int]],
+    unit_tags: list[str],
+    costs: list[int],
+    ts: list[float | None],
+    protected: set[int],
+    skip: set[int],
+    budget: int | None,
+    reserved: int,
+    policy,
+    now: float,
+) -> dict[int, str]:
     """{index: reason} of the turns the time layer drops: `expired` (TTL weight 0) or `budget`
     (lower weight × priority lost the competition for the `budget - reserved` tokens left)."""
     dropped: dict[int, str] = {}

@@ -1,19 +1,20 @@
 """The distill stage: distill_work() on one Work item (kept history as context, savings as UsageEvents), and
 Distiller, the stage as a step of the ingest agent."""
+
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 from schemas.records import UsageEvent, Work
-from streams.text import tokens
 from streams.cache.exact import cache_key
+from streams.core.switches import DISTILL_KEY
 from streams.distill.core import distill
 from streams.distill.policy import Policy, load_policy
+from streams.text import tokens
 from streams.text.prompt import render_context
-from streams.core.switches import DISTILL_KEY
 from streams.usage.events import usage_event
 
 log = logging.getLogger("jev.distill")
@@ -29,8 +30,7 @@ def history_budget(work: Work, policy: Policy) -> int | None:
     return min(limits) if limits else None
 
 
-def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool],
-                 now: float) -> tuple[Work, list[UsageEvent]]:
+def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool], now: float) -> tuple[Work, list[UsageEvent]]:
     """A copy of `work` with context (kept turns with provenance markers, then the state),
     context_tokens (exact, for work.model) and dropped_turns (audit) set; one UsageEvent per layer
     that saved tokens, whose nominal_tokens count the saving once per candidate (a naive system
@@ -39,15 +39,29 @@ def distill_work(work: Work, policy: Policy, switches: Mapping[str, bool],
     if not switches.get(SWITCH, True) or not request.history:
         return work, []  # ingest rendered and counted this context (template and contract truncation included)
     messages = [{"role": t.role, "content": t.content, "ts": t.ts} for t in request.history]
-    distilled = distill(messages, model=work.model, budget=history_budget(work, policy), policy=policy,
-                        switches=switches, now=now)
+    distilled = distill(
+        messages, model=work.model, budget=history_budget(work, policy), policy=policy, switches=switches, now=now
+    )
     context = render_context(request, distilled.lines)
-    result = work.derive(context=context, context_tokens=tokens.count(context, work.model),
-                         dropped_turns=[f"{index}:{reason}" for index, reason in distilled.dropped])
+    result = work.derive(
+        context=context,
+        context_tokens=tokens.count(context, work.model),
+        dropped_turns=[f"{index}:{reason}" for index, reason in distilled.dropped],
+    )
     copies = max(1, len(request.candidates))
-    events = [usage_event(request, "distill", section=layer, model=work.model, input_tokens=0,
-                          nominal_tokens=saved * copies, candidates=len(request.candidates))
-              for layer, saved in distilled.saved_by_layer.items() if saved > 0]
+    events = [
+        usage_event(
+            request,
+            "distill",
+            section=layer,
+            model=work.model,
+            input_tokens=0,
+            nominal_tokens=saved * copies,
+            candidates=len(request.candidates),
+        )
+        for layer, saved in distilled.saved_by_layer.items()
+        if saved > 0
+    ]
     return result, events
 
 
@@ -74,8 +88,9 @@ class Distiller:
             except (TypeError, ValueError):
                 log.warning("ignoring %s=%r: expected a number >= 1", DISTILL_KEY, control.value)
 
-    def __call__(self, works: list[Work], switches: Mapping[str, bool],
-                 now: float) -> tuple[list[Work], list[UsageEvent]]:
+    def __call__(
+        self, works: list[Work], switches: Mapping[str, bool], now: float
+    ) -> tuple[list[Work], list[UsageEvent]]:
         out, usage = [], []
         for work in works:
             try:

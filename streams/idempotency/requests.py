@@ -21,6 +21,7 @@ A request admitted but not yet decided when its process stopped is admitted agai
 redelivery (its work may have died with the first process; at-least-once); one whose first admission is still
 in flight in another live process is too.
 """
+
 from __future__ import annotations
 
 import collections
@@ -64,8 +65,9 @@ class Requests:
 
     def __init__(self, max_entries: int = 50_000):
         self.max_entries = max(1, max_entries)
-        self.seen: collections.OrderedDict[tuple[str, str], tuple[bytes | None, bytes | None, bool]] = \
+        self.seen: collections.OrderedDict[tuple[str, str], tuple[bytes | None, bytes | None, bool]] = (
             collections.OrderedDict()
+        )
         self.lock = threading.Lock()
 
     def _put(self, key: tuple[str, str], entry: tuple[bytes | None, bytes | None, bool]) -> None:
@@ -74,8 +76,9 @@ class Requests:
         while len(self.seen) > self.max_entries:
             self.seen.popitem(last=False)
 
-    def check(self, tenant: str, request_id: str, raw: bytes,
-              print_: bytes | None = None) -> tuple[str, Decision | None]:
+    def check(
+        self, tenant: str, request_id: str, raw: bytes, print_: bytes | None = None
+    ) -> tuple[str, Decision | None]:
         """(NEW, None) the first time (and remember it), (REDELIVERY, first decision or None) for the same
         content again, (CONFLICT, None) for other content under the same (tenant, request_id). A request known
         only from the log and undecided is NEW again here. `print_`: fingerprint(raw), where the caller has it."""
@@ -157,12 +160,14 @@ def log_key(tenant: str, request_id: str) -> bytes:
     return request_key(tenant, request_id).encode()
 
 
-def admitted_record(tenant: str, request_id: str, raw: bytes,
-                    print_: bytes | None = None) -> tuple[str, bytes, bytes]:
+def admitted_record(tenant: str, request_id: str, raw: bytes, print_: bytes | None = None) -> tuple[str, bytes, bytes]:
     """The requests-seen record of an admitted request, as an Outbox record: its content fingerprint
     (`print_`: fingerprint(raw), where the caller has it)."""
-    return LOG_TOPIC, log_key(tenant, request_id), orjson.dumps(
-        {"tenant": tenant, "request_id": request_id, "fingerprint": (print_ or fingerprint(raw)).hex()})
+    return (
+        LOG_TOPIC,
+        log_key(tenant, request_id),
+        orjson.dumps({"tenant": tenant, "request_id": request_id, "fingerprint": (print_ or fingerprint(raw)).hex()}),
+    )
 
 
 def decided_record(tenant: str, decision: Decision, print_: bytes | None = None) -> tuple[str, bytes, bytes]:
@@ -185,10 +190,13 @@ def decided_here(admitted: list, answered: list) -> list:
     the same partition (one key), so the pair guarded nothing the decided record alone does not; each costs a
     signed produce here and a read and a check in every stage process's follower."""
     decided = {key for topic, key, _ in answered if topic == LOG_TOPIC}
-    return [record for record in admitted if record[0] != LOG_TOPIC or record[1] not in decided] \
-        if decided else admitted
+    return (
+        [record for record in admitted if record[0] != LOG_TOPIC or record[1] not in decided] if decided else admitted
+    )
 
 
 def conflict_detail(tenant: str, request_id: str) -> str:
-    return (f"request_id {request_id!r} of tenant {tenant!r} was already used for a request with different "
-            f"content: give every new request its own request_id (a retry must resend the same content)")
+    return (
+        f"request_id {request_id!r} of tenant {tenant!r} was already used for a request with different "
+        f"content: give every new request its own request_id (a retry must resend the same content)"
+    )

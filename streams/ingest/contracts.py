@@ -3,6 +3,7 @@
 Every violation is a ContractError with a reason code (for the dead-letter record) and a message that
 names the fix.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,12 @@ class OutputContract:
 
 
 def token_limit(value: Any, what: str, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1) \
-            or value > MAX_CONTRACT_TOKENS:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < (0 if allow_zero else 1)
+        or value > MAX_CONTRACT_TOKENS
+    ):
         low = 0 if allow_zero else 1
         raise ContractError("bad_contract", f"{what}: {value!r} must be an integer from {low} to {MAX_CONTRACT_TOKENS}")
     return value
@@ -47,20 +52,28 @@ def token_limit(value: Any, what: str, *, allow_zero: bool = False) -> int:
 def parse_variable(name: str, spec: Any) -> VariableContract:
     spec = spec or {}
     if not isinstance(spec, dict) or set(spec) - {"max_tokens", "required", "key_fields"}:
-        raise ContractError("bad_contract", f"variable {name!r}: expected a mapping with max_tokens, required, "
-                                            f"key_fields; got {spec!r}")
+        raise ContractError(
+            "bad_contract", f"variable {name!r}: expected a mapping with max_tokens, required, key_fields; got {spec!r}"
+        )
     limit = spec.get("max_tokens")
-    return VariableContract(max_tokens=None if limit is None else token_limit(limit, f"variable {name!r} max_tokens"),
-                            required=bool(spec.get("required", True)), key_fields=tuple(spec.get("key_fields", ())))
+    return VariableContract(
+        max_tokens=None if limit is None else token_limit(limit, f"variable {name!r} max_tokens"),
+        required=bool(spec.get("required", True)),
+        key_fields=tuple(spec.get("key_fields", ())),
+    )
 
 
 def parse_output(spec: Any) -> OutputContract:
     if not isinstance(spec, dict) or "max_tokens" not in spec:
         raise ContractError("bad_contract", f"output contract: expected {{max_tokens: N, min_tokens: M}}, got {spec!r}")
-    out = OutputContract(token_limit(spec["max_tokens"], "output max_tokens"),
-                         token_limit(spec.get("min_tokens", 0), "output min_tokens", allow_zero=True))
+    out = OutputContract(
+        token_limit(spec["max_tokens"], "output max_tokens"),
+        token_limit(spec.get("min_tokens", 0), "output min_tokens", allow_zero=True),
+    )
     if out.min_tokens > out.max_tokens:
-        raise ContractError("bad_contract", f"output contract: min_tokens {out.min_tokens} > max_tokens {out.max_tokens}")
+        raise ContractError(
+            "bad_contract", f"output contract: min_tokens {out.min_tokens} > max_tokens {out.max_tokens}"
+        )
     return out
 
 
@@ -79,14 +92,20 @@ def check_variables(contracts: dict[str, VariableContract], values: dict[str, An
     for name, contract in contracts.items():
         if values.get(name) in (None, "", [], {}):
             if contract.required:
-                raise ContractError("missing_variable", f"template variable {name!r} is required but missing: "
-                                                        f"pass it in template.variables (or the request field)")
+                raise ContractError(
+                    "missing_variable",
+                    f"template variable {name!r} is required but missing: "
+                    f"pass it in template.variables (or the request field)",
+                )
             counts[name] = 0
             continue
         counts[name] = tokens.count(variable_text(values[name]), model)
         if contract.max_tokens is not None and counts[name] > contract.max_tokens:
-            raise ContractError("over_contract", f"template variable {name!r} is {counts[name]} tokens, over its "
-                                                 f"contract of {contract.max_tokens}: shorten it or raise max_tokens")
+            raise ContractError(
+                "over_contract",
+                f"template variable {name!r} is {counts[name]} tokens, over its "
+                f"contract of {contract.max_tokens}: shorten it or raise max_tokens",
+            )
     return counts
 
 
@@ -97,11 +116,16 @@ def check_request(request: Request) -> None:
     token_limit(c.max_output_tokens, "contracts.max_output_tokens")
     token_limit(c.min_output_tokens, "contracts.min_output_tokens", allow_zero=True)
     if c.min_output_tokens > c.max_output_tokens:
-        raise ContractError("bad_contract", f"contracts.min_output_tokens {c.min_output_tokens} > "
-                                            f"max_output_tokens {c.max_output_tokens}")
+        raise ContractError(
+            "bad_contract",
+            f"contracts.min_output_tokens {c.min_output_tokens} > max_output_tokens {c.max_output_tokens}",
+        )
     if request.deadline_ms < 0:
-        raise ContractError("bad_contract", f"deadline_ms {request.deadline_ms} is negative: send the milliseconds "
-                                            f"the caller waits from admission, or 0 for no deadline")
+        raise ContractError(
+            "bad_contract",
+            f"deadline_ms {request.deadline_ms} is negative: send the milliseconds "
+            f"the caller waits from admission, or 0 for no deadline",
+        )
 
 
 def fit_history(context: MeasuredContext) -> int:
@@ -110,8 +134,11 @@ def fit_history(context: MeasuredContext) -> int:
     limit = context.request.contracts.max_input_tokens
     first = len(context.lines)
     if (used := context.tokens(first)) > limit:
-        raise ContractError("over_contract", f"state alone is {used} tokens; contracts.max_input_tokens is {limit}: "
-                                             f"shorten the state or raise the contract")
+        raise ContractError(
+            "over_contract",
+            f"state alone is {used} tokens; contracts.max_input_tokens is {limit}: "
+            f"shorten the state or raise the contract",
+        )
     while first > 0 and context.estimate(first - 1) <= limit:
         first -= 1
     while first < len(context.lines) and context.tokens(first) > limit:  # only where a join is not derived

@@ -1,4 +1,5 @@
 """Ingest as a pure function: bytes → admitted Work, or a Rejection with a reason code."""
+
 from __future__ import annotations
 
 import time
@@ -6,20 +7,21 @@ from dataclasses import dataclass
 
 from schemas.records import Rejection, Request, Work
 from schemas.validate import Invalid, decode
-from streams.text import tokens
+from streams.core import tenants
 from streams.core.deadletter import dead_letter
+from streams.core.tenants import BadTenant, canonical
 from streams.ingest.contracts import ContractError, check_request, fit_history
-from streams.text.prompt import count_sections, measure_context
 from streams.ingest.templates import Templates
 from streams.output import stream as stream_mod
 from streams.output.stream import StreamConfig
-from streams.core import tenants
-from streams.core.tenants import BadTenant, canonical
+from streams.text import tokens
+from streams.text.prompt import count_sections, measure_context
 
 
 @dataclass(frozen=True)
 class Admission:
     """What ingest checks a request against."""
+
     max_bytes: int
     default_model: str
     known_types: frozenset[str]
@@ -30,21 +32,31 @@ class Admission:
     tenant_keys: dict[str, bytes] | None = None  # producers' keys per tenant (JEV_TENANT_KEYS); None = unbound
 
 
-METADATA = ("request_id", "service", "decision_type", "kind", "business_line", "session_id", "user_id",
-            "model", "business_event", "human_decision")  # stripped of control characters on the way in
+METADATA = (
+    "request_id",
+    "service",
+    "decision_type",
+    "kind",
+    "business_line",
+    "session_id",
+    "user_id",
+    "model",
+    "business_event",
+    "human_decision",
+)  # stripped of control characters on the way in
 # (the tenant is not: a control character in it is refused, streams.core.tenants)
 
 
-def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None,
-          headers=()) -> Work | Rejection:
+def admit(
+    raw: bytes, policy: Admission, *, truncate: bool = True, now: float | None = None, headers=()
+) -> Work | Rejection:
     """Decode, validate, check the producer may write for its tenant (`headers`: the message's, streams.core.tenants),
     render the template, count every section exactly, enforce the input contract (truncate the oldest history by
     tokens when `truncate`, else reject)."""
     now = time.time() if now is None else now
     request_id = ""
     try:
-        request = decode(raw, Request, policy.max_bytes, clean=METADATA,
-                         max_field_bytes=policy.max_field_bytes)
+        request = decode(raw, Request, policy.max_bytes, clean=METADATA, max_field_bytes=policy.max_field_bytes)
         request_id = request.request_id
         request = with_canonical_tenant(request)
         model = request.model or policy.default_model
@@ -65,16 +77,31 @@ def admit(raw: bytes, policy: Admission, *, truncate: bool = True, now: float | 
             context_tokens = tokens.count(context, model)
         if context_tokens > request.contracts.max_input_tokens:
             if not truncate or request.template:
-                raise ContractError("over_contract", f"context is {context_tokens} tokens; contracts.max_input_tokens "
-                                                     f"is {request.contracts.max_input_tokens}: shorten history/state "
-                                                     f"or raise the contract")
+                raise ContractError(
+                    "over_contract",
+                    f"context is {context_tokens} tokens; contracts.max_input_tokens "
+                    f"is {request.contracts.max_input_tokens}: shorten history/state "
+                    f"or raise the contract",
+                )
             first = fit_history(measured)
             context, context_tokens = measured.text(first), measured.tokens(first)
         candidate_tokens = [tokens.count(c.text, model) for c in request.candidates]
-        sections = count_sections(request, model, template=instruction, candidate_tokens=candidate_tokens,
-                                  history_tokens=measured.history_tokens())
-        return Work(request=request, admitted_at=now, model=model, context=context, context_tokens=context_tokens,
-                    sections=sections, candidate_tokens=candidate_tokens)
+        sections = count_sections(
+            request,
+            model,
+            template=instruction,
+            candidate_tokens=candidate_tokens,
+            history_tokens=measured.history_tokens(),
+        )
+        return Work(
+            request=request,
+            admitted_at=now,
+            model=model,
+            context=context,
+            context_tokens=context_tokens,
+            sections=sections,
+            candidate_tokens=candidate_tokens,
+        )
     except Invalid as exc:
         return dead_letter(exc.reason, str(exc), "ingest", raw, request_id or exc.request_id, now)
     except ContractError as exc:
@@ -100,11 +127,16 @@ def check(request: Request, model: str, known_types: frozenset[str], tenants: fr
     if not request.tenant.strip():
         raise Invalid("missing_field", "tenant: must be a non-empty string naming the tenant the request spends for")
     if tenants is not None and request.tenant not in tenants:
-        raise Invalid("unknown_tenant", f"tenant {request.tenant!r} is not admitted: add it to JEV_TENANTS "
-                                        f"(comma-separated), or set JEV_TENANTS=* to admit any tenant")
+        raise Invalid(
+            "unknown_tenant",
+            f"tenant {request.tenant!r} is not admitted: add it to JEV_TENANTS "
+            f"(comma-separated), or set JEV_TENANTS=* to admit any tenant",
+        )
     if known_types and request.decision_type not in known_types:
-        raise Invalid("unknown_decision_type", f"decision_type {request.decision_type!r} is not configured; "
-                                               f"known: {', '.join(sorted(known_types))}")
+        raise Invalid(
+            "unknown_decision_type",
+            f"decision_type {request.decision_type!r} is not configured; known: {', '.join(sorted(known_types))}",
+        )
     if request.kind not in ("decide", "generate"):
         raise Invalid("wrong_value", f"kind: {request.kind!r} must be 'decide' or 'generate'")
     ids = [c.id for c in request.candidates]
@@ -116,8 +148,10 @@ def check(request: Request, model: str, known_types: frozenset[str], tenants: fr
 def check_stream(request: Request, config: StreamConfig) -> None:
     """A stream is asked by a generate request, of a configured client and question type."""
     if request.stream and (request.kind != "generate" or request.candidates):
-        raise Invalid("wrong_value", "stream: true needs kind 'generate' and no candidates (a ranking decision is "
-                                     "one record, not a stream)")
+        raise Invalid(
+            "wrong_value",
+            "stream: true needs kind 'generate' and no candidates (a ranking decision is one record, not a stream)",
+        )
     try:
         if request.client:
             config.client(request.client)
@@ -125,4 +159,3 @@ def check_stream(request: Request, config: StreamConfig) -> None:
             config.canonical(request.question_type)
     except ValueError as exc:
         raise Invalid("wrong_value", str(exc)) from None
-

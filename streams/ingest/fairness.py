@@ -15,12 +15,13 @@ Fair order: the requests of a micro-batch are taken in deficit round-robin over 
 scoring workers take in order) interleaves tenants: a flood queues behind its own tenant, and a tenant's large
 records behind its small ones.
 """
+
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import orjson
 
@@ -49,8 +50,10 @@ def parse_rates(text: str) -> dict[str, Rate]:
             if rate.requests_s < 0 or rate.tokens_s < 0:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"JEV_TENANT_RATES entry {entry!r}: expected TENANT=REQUESTS_PER_S:TOKENS_PER_S "
-                             f"(numbers >= 0, 0 = no limit), e.g. acme=50:20000,*=200:100000") from None
+            raise ValueError(
+                f"JEV_TENANT_RATES entry {entry!r}: expected TENANT=REQUESTS_PER_S:TOKENS_PER_S "
+                f"(numbers >= 0, 0 = no limit), e.g. acme=50:20000,*=200:100000"
+            ) from None
         rates[tenant.strip()] = rate
     return rates
 
@@ -75,15 +78,17 @@ class TenantLimiter:
         self.limited = 0
 
     @classmethod
-    def of(cls, settings) -> "TenantLimiter":
+    def of(cls, settings) -> TenantLimiter:
         return cls(parse_rates(settings.tenant_rates))
 
     def _buckets(self, tenant: str, now: float) -> tuple[Bucket | None, Bucket | None]:
         found = self.buckets.get(tenant)
         if found is None:
             rate = self.rates.get(tenant) or self.rates.get("*") or Rate(0, 0)
-            found = (Bucket(rate.requests_s, now) if rate.requests_s else None,
-                     Bucket(rate.tokens_s, now) if rate.tokens_s else None)
+            found = (
+                Bucket(rate.requests_s, now) if rate.requests_s else None,
+                Bucket(rate.tokens_s, now) if rate.tokens_s else None,
+            )
             self.buckets[tenant] = found
             if len(self.buckets) > self.max_tenants:  # a full bucket again for the tenant idle longest
                 self.buckets.popitem(last=False)

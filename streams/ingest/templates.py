@@ -7,6 +7,7 @@ A template is a YAML file (see streams/ingest/templates/*.yaml):
 Rendering counts tokens exactly; over budget, `reject` raises and `degrade` goes full → drop the
 lowest-priority optional sections → keep only the key fields of structured variables, recording each cut.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,9 +22,16 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from schemas.records import Request
+from streams.ingest.contracts import (
+    ContractError,
+    OutputContract,
+    VariableContract,
+    check_variables,
+    parse_output,
+    parse_variable,
+    token_limit,
+)
 from streams.text import tokens
-from streams.ingest.contracts import (ContractError, OutputContract, VariableContract, check_variables,
-                                      parse_output, parse_variable, token_limit)
 from streams.text.prompt import history_lines
 
 BUNDLED = Path(__file__).with_name("templates")
@@ -96,17 +104,30 @@ def parse(doc: dict, path: str = "") -> Template:
         raise ContractError("bad_template", "a template needs id, budget, policy, output, variables and sections")
     if doc.get("policy", "reject") not in POLICIES:
         raise ContractError("bad_template", f"policy {doc['policy']!r}: expected one of {', '.join(POLICIES)}")
-    sections = tuple(Section(s["name"], s["text"], int(s.get("priority", 50)), bool(s.get("required", False)),
-                             bool(s.get("instruction", False))) for s in doc["sections"])
+    sections = tuple(
+        Section(
+            s["name"],
+            s["text"],
+            int(s.get("priority", 50)),
+            bool(s.get("required", False)),
+            bool(s.get("instruction", False)),
+        )
+        for s in doc["sections"]
+    )
     if len({s.name for s in sections}) != len(sections):
         raise ContractError("bad_template", "section names must be unique")
     for s in sections:
         ENV.parse(s.source)  # syntax errors surface at load, not at the first request
-    return Template(id=str(doc["id"]), version=str(doc.get("version", "1")),
-                    budget=token_limit(doc.get("budget"), "budget"), policy=doc.get("policy", "reject"),
-                    output=parse_output(doc.get("output")),
-                    variables={n: parse_variable(n, v) for n, v in (doc.get("variables") or {}).items()},
-                    sections=sections, path=path)
+    return Template(
+        id=str(doc["id"]),
+        version=str(doc.get("version", "1")),
+        budget=token_limit(doc.get("budget"), "budget"),
+        policy=doc.get("policy", "reject"),
+        output=parse_output(doc.get("output")),
+        variables={n: parse_variable(n, v) for n, v in (doc.get("variables") or {}).items()},
+        sections=sections,
+        path=path,
+    )
 
 
 def referenced_variables(template: Template) -> set[str]:
@@ -122,9 +143,11 @@ def render(template: Template, variables: dict[str, Any], model: str) -> Rendere
     if result.tokens <= template.budget:
         return result
     if template.policy == "reject":
-        raise OverBudget(f"template {template.id} v{template.version} renders to {result.tokens} tokens, over its "
-                         f"budget of {template.budget} (sections: {result.sections}); shorten the inputs or use "
-                         f"policy: degrade")
+        raise OverBudget(
+            f"template {template.id} v{template.version} renders to {result.tokens} tokens, over its "
+            f"budget of {template.budget} (sections: {result.sections}); shorten the inputs or use "
+            f"policy: degrade"
+        )
     cut = []
     for section in sorted((s for s in kept if not s.required), key=lambda s: s.priority):
         kept.remove(section)
@@ -143,30 +166,46 @@ def render(template: Template, variables: dict[str, Any], model: str) -> Rendere
             cut.append(f"kept key fields of {name}: {', '.join(contract.key_fields)}")
     result = attempt(template, kept, values, model, "key_fields", cut)
     if result.tokens > template.budget:
-        raise OverBudget(f"template {template.id} v{template.version} is {result.tokens} tokens after degrading "
-                         f"({'; '.join(cut)}), still over its budget of {template.budget}: raise the budget or "
-                         f"lower the variables' contracts")
+        raise OverBudget(
+            f"template {template.id} v{template.version} is {result.tokens} tokens after degrading "
+            f"({'; '.join(cut)}), still over its budget of {template.budget}: raise the budget or "
+            f"lower the variables' contracts"
+        )
     return result
 
 
-def attempt(template: Template, sections: list[Section], values: dict, model: str, level: str,
-            cut: list[str]) -> Rendered:
+def attempt(
+    template: Template, sections: list[Section], values: dict, model: str, level: str, cut: list[str]
+) -> Rendered:
     enc = tokens.for_model(model)
     parts, counts, instruction = [], {}, []
     for section in sections:
         try:
             text = compiled(section.source).render(values).strip()
         except jinja2.UndefinedError as exc:
-            raise ContractError("missing_variable", f"template {template.id} section {section.name}: {exc.message}; "
-                                                    f"declare the variable with a contract and pass it") from None
+            raise ContractError(
+                "missing_variable",
+                f"template {template.id} section {section.name}: {exc.message}; "
+                f"declare the variable with a contract and pass it",
+            ) from None
         if text:
             parts.append(text)
             counts[section.name] = len(enc.encode_ordinary(text))
             if section.instruction:
                 instruction.append(text)
     text = "\n\n".join(parts)
-    return Rendered(template.id, template.version, text, len(enc.encode_ordinary(text)), counts, level, list(cut),
-                    "\n\n".join(instruction), template.output.max_tokens, template.output.min_tokens)
+    return Rendered(
+        template.id,
+        template.version,
+        text,
+        len(enc.encode_ordinary(text)),
+        counts,
+        level,
+        list(cut),
+        "\n\n".join(instruction),
+        template.output.max_tokens,
+        template.output.min_tokens,
+    )
 
 
 def key_fields(value: Any, fields: tuple[str, ...]) -> Any:
@@ -180,8 +219,11 @@ def key_fields(value: Any, fields: tuple[str, ...]) -> Any:
 
 def request_variables(request: Request) -> dict[str, Any]:
     """What a template sees: the request's state, history lines and candidates, then template.variables."""
-    base = {"state": request.state, "history": history_lines(request),
-            "candidates": [{"id": c.id, "text": c.text} for c in request.candidates]}
+    base = {
+        "state": request.state,
+        "history": history_lines(request),
+        "candidates": [{"id": c.id, "text": c.text} for c in request.candidates],
+    }
     return base | (dict(request.template.variables) if request.template else {})
 
 
@@ -192,7 +234,7 @@ class Templates:
         self.by_key = {(t.id, t.version): t for t in templates}
 
     @classmethod
-    def from_dir(cls, directory: str | Path | None = None) -> "Templates":
+    def from_dir(cls, directory: str | Path | None = None) -> Templates:
         return cls([load(p) for p in sorted(Path(directory or BUNDLED).glob("*.yaml"))])
 
     def get(self, template_id: str, version: str | None = None) -> Template:
@@ -203,7 +245,9 @@ class Templates:
             found = self.by_key.get((template_id, version))
         if found is None:
             known = ", ".join(f"{i} v{v}" for i, v in sorted(self.by_key))
-            raise ContractError("unknown_template", f"template {template_id!r} v{version} is not loaded; known: {known}")
+            raise ContractError(
+                "unknown_template", f"template {template_id!r} v{version} is not loaded; known: {known}"
+            )
         return found
 
     def render_request(self, request: Request, model: str) -> Rendered:

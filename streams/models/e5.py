@@ -5,6 +5,7 @@ model was trained); the score is their cosine. Embeddings go through the process
 (streams/core/encodings.py) like MiniLM's, so a repeated state or candidate is a cache read, and `score_many` embeds a
 whole micro-batch in one call per prefix.
 """
+
 from __future__ import annotations
 
 from streams.models import loaded as models
@@ -44,6 +45,7 @@ class E5Backend:
 
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
         return cosine_scored(self, items, QUERY, PASSAGE)
+
 
 def scorer(spec) -> E5Backend:
     return E5Backend()

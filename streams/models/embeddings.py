@@ -4,10 +4,10 @@ Embeddings go through the process's encoding cache (streams/core/encodings.py): 
 and a repeated one is a cache read, not new model input. `score_many` encodes every context and
 candidate of a micro-batch of decisions in one model call.
 """
+
 from __future__ import annotations
 
 from streams.core import encodings
-
 from streams.models import loaded as models
 from streams.models.protocol import Scored
 
@@ -34,6 +34,7 @@ class MiniLMBackend:
     def score_many(self, items: list[tuple[str, list[str]]]) -> list[Scored]:
         return cosine_scored(self, items)
 
+
 def cosine_scored(encoder, items: list[tuple[str, list[str]]], query: str = "", passage: str = "") -> list[Scored]:
     """Each decision's candidates scored by cosine to its context, for a bi-encoder with `model`, `embed` and
     `tokens` (texts prefixed with `query` / `passage` where the model was trained so). Every text of every
@@ -43,11 +44,15 @@ def cosine_scored(encoder, items: list[tuple[str, list[str]]], query: str = "", 
     encoded = encodings.shared().get_many(encoder.model, texts, encoder.embed, encoder.tokens)
     results, at = [], 0
     for _, candidates in items:
-        state, *cands = everything = encoded[at:at + 1 + len(candidates)]
+        state, *cands = everything = encoded[at : at + 1 + len(candidates)]
         at += len(everything)
-        results.append(Scored([float(e.value @ state.value) for e in cands],
-                              input_tokens=sum(e.input_tokens for e in everything),
-                              cache_read_tokens=sum(e.cache_read_tokens for e in everything)))
+        results.append(
+            Scored(
+                [float(e.value @ state.value) for e in cands],
+                input_tokens=sum(e.input_tokens for e in everything),
+                cache_read_tokens=sum(e.cache_read_tokens for e in everything),
+            )
+        )
     return results
 
 

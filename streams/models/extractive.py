@@ -13,14 +13,15 @@ streams/batch/render.py lays them out) each go to the section whose name and des
 field names weighing most, within N tokens; a section no fact fits reads "none reported".
 A prompt without member blocks gets its leading lines, within max_tokens.
 """
+
 from __future__ import annotations
 
 import re
 import time
 from dataclasses import dataclass
 
-from streams.text import tokens
 from streams.models.protocol import Generated, Streaming
+from streams.text import tokens
 
 WORD = re.compile(r"[a-z0-9]+")
 SECTION_SPEC = re.compile(r"^- ([A-Z][\w ]*?): (.+)$", re.MULTILINE)
@@ -36,14 +37,20 @@ NO_FACTS = "none reported"
 # also wants the rest of that group, so `blockers`, `concerns` or `escalations` land under a section
 # described as "open issues, incidents and their severity" whatever the member calls its fields.
 THESAURUS_WORDS = (
-    ("progress status state milestone done complete completed shipped delivered deliverable highlights achieved "
-     "launched live closed result metrics kpi health phase percent pct project workstream program portfolio "
-     "summary update reached released renewed passed saved throughput accomplished wins"),
-    ("risk issues blocker blocked incident severity sev critical concern problem escalation findings failed "
-     "failure broken late delayed behind slipping overdue missing outage bug drift rejected disputed threat "
-     "watchlist churn breach exhausted stuck paused vulnerability alert warning amber red impact"),
-    ("next plan planned upcoming todo due deadline eta target owner decision decide asks approve approval "
-     "scheduled will goal roadmap action hire order needed request"),
+    (
+        "progress status state milestone done complete completed shipped delivered deliverable highlights achieved "
+        "launched live closed result metrics kpi health phase percent pct project workstream program portfolio "
+        "summary update reached released renewed passed saved throughput accomplished wins"
+    ),
+    (
+        "risk issues blocker blocked incident severity sev critical concern problem escalation findings failed "
+        "failure broken late delayed behind slipping overdue missing outage bug drift rejected disputed threat "
+        "watchlist churn breach exhausted stuck paused vulnerability alert warning amber red impact"
+    ),
+    (
+        "next plan planned upcoming todo due deadline eta target owner decision decide asks approve approval "
+        "scheduled will goal roadmap action hire order needed request"
+    ),
 )
 
 
@@ -51,7 +58,7 @@ def stem(word: str) -> str:
     """Crude English stem, the same for a field name and a description: blockers, blocked → block."""
     for suffix in ("ings", "ing", "ed", "es", "s", "er"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[:-len(suffix)]
+            word = word[: -len(suffix)]
             break
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou":
         word = word[:-1]
@@ -63,13 +70,17 @@ THESAURUS = tuple(frozenset(stem(w) for w in group.split()) for group in THESAUR
 
 def words(text: str) -> set[str]:
     """Stems of the lower-case words of `text`, stop words left out (owners ~ owner, blocked ~ blockers)."""
-    return {stem(w) for w in WORD.findall(re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower().replace("_", " "))
-            if w not in STOP_WORDS}
+    return {
+        stem(w)
+        for w in WORD.findall(re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower().replace("_", " "))
+        if w not in STOP_WORDS
+    }
 
 
 @dataclass
 class Fact:
     """One fact of a member block: the field path it sits under and its text, as the prompt gives them."""
+
     key: str
     text: str
     order: int
@@ -138,23 +149,38 @@ class ExtractiveGenerator:
         sections = SECTION_SPEC.findall(prompt.split("### member", 1)[0])
         blocks = MEMBER_BLOCK.findall(prompt)
         if blocks and sections:
-            text = "\n".join(self.answer(member, header, body, sections, max_tokens, len(blocks) > 1)
-                             for member, header, body in blocks)
+            text = "\n".join(
+                self.answer(member, header, body, sections, max_tokens, len(blocks) > 1)
+                for member, header, body in blocks
+            )
         else:
             text = self.fit(" ".join(line.strip() for line in prompt.splitlines() if line.strip()), max_tokens)
         text = tokens.truncate(text, max_tokens, self.count_model)
-        return Generated(text, tokens.count(prompt, self.count_model), tokens.count(text, self.count_model),
-                         self.model, self.label, (time.perf_counter() - started) * 1000)
+        return Generated(
+            text,
+            tokens.count(prompt, self.count_model),
+            tokens.count(text, self.count_model),
+            self.model,
+            self.label,
+            (time.perf_counter() - started) * 1000,
+        )
 
     def stream(self, prompt: str, max_tokens: int, piece_words: int = 8) -> Streaming:
         """The extractive answer in pieces of `piece_words` words (it exists at once: no model)."""
         out = self.generate(prompt, max_tokens)
         words_and_spaces = re.findall(r"\S+\s*|\s+", out.text)
-        pieces = ("".join(words_and_spaces[i:i + piece_words]) for i in range(0, len(words_and_spaces), piece_words))
+        pieces = ("".join(words_and_spaces[i : i + piece_words]) for i in range(0, len(words_and_spaces), piece_words))
         return Streaming(pieces, out.input_tokens, self.model, self.label, output_tokens=out.output_tokens)
 
-    def answer(self, member: str, header: str, body: str, sections: list[tuple[str, str]], max_tokens: int,
-               several: bool = True) -> str:
+    def answer(
+        self,
+        member: str,
+        header: str,
+        body: str,
+        sections: list[tuple[str, str]],
+        max_tokens: int,
+        several: bool = True,
+    ) -> str:
         """One member's answer: each fact of its block goes to the section it fits best (field names weigh
         most); facts that fit none go to the first section. A section no fact fits says so. Whole facts are
         kept while they fit the member's budget; the first of a section is cut at a word when it alone is
@@ -181,8 +207,9 @@ class ExtractiveGenerator:
         fixed = tokens.count("\n".join(names), self.count_model) + 1
 
         def size(texts: list[str]) -> int:  # the section lines: the member line is the call's overhead
-            return tokens.count("\n".join(name + (text or NO_FACTS) for name, text in zip(names, texts)),
-                                self.count_model)
+            return tokens.count(
+                "\n".join(name + (text or NO_FACTS) for name, text in zip(names, texts)), self.count_model
+            )
 
         texts = self.fill(picks, budget - fixed)
         while size(texts) > budget and any(len(p) > 1 for p in picks):
@@ -204,6 +231,7 @@ class ExtractiveGenerator:
     def fill(self, picks: list[list[Fact]], room: int) -> list[str]:
         """Per section, its facts that fit `room` tokens in all (in source order, "; "-joined): first each
         section's best fact (cut to an even share if longer), then further facts round-robin while they fit."""
+
         def size(fact: Fact) -> int:
             return tokens.count(fact.render(), self.count_model) + 1  # +1: the "; " joint
 
@@ -237,7 +265,7 @@ class ExtractiveGenerator:
         """Facts in source order, "; "-joined; a fact under the same field as the one before drops the field name."""
         out, last = "", None
         for fact, text in pairs:
-            text = text[len(fact.key) + 2:] if fact.key and fact.key == last else text
+            text = text[len(fact.key) + 2 :] if fact.key and fact.key == last else text
             out += text if not out else (" " if out.endswith((".", "!", "?")) else "; ") + text
             last = fact.key
         return out

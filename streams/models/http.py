@@ -14,6 +14,7 @@ backoff (`backoff_s`, doubling; a Retry-After header is honoured) while the dead
 any other 4xx is final. Then ModelUnavailable (`model_unavailable`). `breaker_failures` such failures in a row open
 the server's circuit for `breaker_cooldown_s`: calls fail at once, then one trial call at a time decides.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from streams.models.protocol import ModelUnavailable, Usage
 from streams.core.deadlines import Slots
+from streams.models.protocol import ModelUnavailable, Usage
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -59,6 +60,7 @@ def loop() -> Loop:
 class Breaker:
     """The circuit of one server: open after `failures` failures in a row, for `cooldown_s`; then half-open, one
     trial call at a time, closed again by a success."""
+
     failures: int
     cooldown_s: float
     streak: int = 0
@@ -99,6 +101,7 @@ def time_left(deadline: float) -> float:
 @dataclass
 class Server:
     """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
+
     client: httpx.AsyncClient
     slots: Slots
     breaker: Breaker
@@ -118,8 +121,9 @@ class Server:
             async with asyncio.timeout(None if math.isinf(left) else left):
                 await self.slots.acquire(deadline)
         except TimeoutError:
-            raise ModelUnavailable(f"{where}: the deadline passed while queued for one of the server's "
-                                   f"{self.slots.size} slots", "deadline") from None
+            raise ModelUnavailable(
+                f"{where}: the deadline passed while queued for one of the server's {self.slots.size} slots", "deadline"
+            ) from None
         try:
             yield
         finally:
@@ -133,10 +137,14 @@ def server(base_url: str, options: dict) -> Server:
     """The Server of `base_url` (called on the engine loop)."""
     if base_url not in _servers:
         _servers[base_url] = Server(
-            httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", timeout=options["timeout_s"],
-                              limits=httpx.Limits(max_connections=options["max_concurrency"] * 2)),
+            httpx.AsyncClient(
+                base_url=base_url.rstrip("/") + "/",
+                timeout=options["timeout_s"],
+                limits=httpx.Limits(max_connections=options["max_concurrency"] * 2),
+            ),
             Slots(options["max_concurrency"]),
-            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]))
+            Breaker(options["breaker_failures"], options["breaker_cooldown_s"]),
+        )
     return _servers[base_url]
 
 
@@ -153,21 +161,32 @@ def usage_of(body: dict) -> Usage | None:
     details = raw.get("prompt_tokens_details") or {}
     try:
         prompt = int(raw.get("prompt_tokens", raw.get("total_tokens", 0)) or 0)
-        return Usage(prompt, int(raw.get("completion_tokens") or 0),
-                     int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0))
+        return Usage(
+            prompt,
+            int(raw.get("completion_tokens") or 0),
+            int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0),
+        )
     except (TypeError, ValueError):
         return None
 
 
-async def send(srv: Server, method: str, path: str, payload: dict | None, headers: dict, deadline: float,
-               options: dict, stream: bool = False) -> httpx.Response:
+async def send(
+    srv: Server,
+    method: str,
+    path: str,
+    payload: dict | None,
+    headers: dict,
+    deadline: float,
+    options: dict,
+    stream: bool = False,
+) -> httpx.Response:
     """The server's 2xx response to one call, with retries inside `deadline` (epoch seconds; 0 = none) and the
     circuit. A plain call takes one of the server's slots for each attempt; a streamed one (`stream`: its body left
     unread) is sent inside the slot its caller holds for the whole stream (Server.slot)."""
     where = f"{srv.client.base_url}{path}"
     attempt = 0
     while True:
-        async with (contextlib.nullcontext() if stream else srv.slot(deadline, where)):
+        async with contextlib.nullcontext() if stream else srv.slot(deadline, where):
             left = time_left(deadline)
             if left <= 0:
                 raise ModelUnavailable(f"{where}: the deadline passed before the call was sent", "deadline")
@@ -176,8 +195,9 @@ async def send(srv: Server, method: str, path: str, payload: dict | None, header
             cut = left < options["timeout_s"]  # the caller's time ends before the call's own timeout
             retry_after = None
             try:
-                request = srv.client.build_request(method, path, json=payload, headers=headers,
-                                                   timeout=min(left, options["timeout_s"]))
+                request = srv.client.build_request(
+                    method, path, json=payload, headers=headers, timeout=min(left, options["timeout_s"])
+                )
                 srv.calls += 1
                 response = await srv.client.send(request, stream=stream)
                 if response.status_code < 400:
@@ -193,8 +213,10 @@ async def send(srv: Server, method: str, path: str, payload: dict | None, header
             except httpx.TimeoutException as exc:
                 if cut:  # the caller's deadline ended it: the server was busy, not failing
                     srv.breaker.undecided()
-                    raise ModelUnavailable(f"{where}: {type(exc).__name__}: the deadline passed during the call "
-                                           f"(attempt {attempt + 1})", "deadline") from None
+                    raise ModelUnavailable(
+                        f"{where}: {type(exc).__name__}: the deadline passed during the call (attempt {attempt + 1})",
+                        "deadline",
+                    ) from None
                 problem = type(exc).__name__
             except httpx.TransportError as exc:  # connect errors, dropped connections
                 problem = type(exc).__name__

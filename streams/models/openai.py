@@ -23,6 +23,7 @@ the server sent with it (OpenAI's final `usage` chunk, or usage repeated in ever
 `continuous_usage_stats` sends it), Jev's count of the text only where it sent none (count_output).
 The API key comes from the pool entry's source at call time; it goes only into the Authorization header.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,14 +36,23 @@ import time
 
 import httpx
 
-from streams.text import tokens
 from streams.models.http import Server, loop, send, server, usage_of
 from streams.models.protocol import Generated, ModelUnavailable, Scored, Streaming, Usage
+from streams.text import tokens
 
 LETTERS = [chr(ord("A") + i) for i in range(26)]
 FLOOR = -30.0  # log-probability of a label the server did not list among its top logprobs
-DEFAULTS = {"timeout_s": 30.0, "retries": 4, "backoff_s": 0.1, "max_concurrency": 8, "breaker_failures": 5,
-            "breaker_cooldown_s": 5.0, "decide": "completions", "top_logprobs": 20, "label_token_ids": []}
+DEFAULTS = {
+    "timeout_s": 30.0,
+    "retries": 4,
+    "backoff_s": 0.1,
+    "max_concurrency": 8,
+    "breaker_failures": 5,
+    "breaker_cooldown_s": 5.0,
+    "decide": "completions",
+    "top_logprobs": 20,
+    "label_token_ids": [],
+}
 JEV_STANDARD = "cl100k_base"  # Jev's count where the pool names no tokenizer for a model
 
 
@@ -59,8 +69,13 @@ def label_scores(top: object, labels: list[str]) -> list[float]:
     """Each label's log-probability from a top-logprobs entry: the legacy completions form {token: logprob} or the
     chat form [{token, logprob}]. A token counts for a label when it is the label with spaces, dots or
     parentheses around it; a label not listed gets FLOOR."""
-    pairs = top.items() if isinstance(top, dict) else (
-        (t.get("token", ""), t.get("logprob")) for t in top if isinstance(t, dict)) if isinstance(top, list) else ()
+    pairs = (
+        top.items()
+        if isinstance(top, dict)
+        else ((t.get("token", ""), t.get("logprob")) for t in top if isinstance(t, dict))
+        if isinstance(top, list)
+        else ()
+    )
     best = dict.fromkeys(labels, FLOOR)
     for token, logprob in pairs:
         label = str(token).strip().strip(".():").upper()
@@ -89,12 +104,16 @@ class OpenAIEngine:
         self.served_name = spec.model  # the server's name for it; empty: the first model the server lists
         self.base_url = spec.base_url.rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"model {spec.name!r} (engine openai): base_url must be an http(s) URL ending in /v1, "
-                             f"e.g. http://127.0.0.1:8000/v1; got {spec.base_url!r}")
+            raise ValueError(
+                f"model {spec.name!r} (engine openai): base_url must be an http(s) URL ending in /v1, "
+                f"e.g. http://127.0.0.1:8000/v1; got {spec.base_url!r}"
+            )
         self.options = {**DEFAULTS, **(spec.options or {})}
         if self.options["decide"] not in ("completions", "chat", "rerank", "generative_scoring"):
-            raise ValueError(f"model {spec.name!r}: options.decide must be completions, chat, rerank or "
-                             f"generative_scoring, not {self.options['decide']!r}")
+            raise ValueError(
+                f"model {spec.name!r}: options.decide must be completions, chat, rerank or "
+                f"generative_scoring, not {self.options['decide']!r}"
+            )
         self.counting = spec.tokenizer or self.known_tokenizer()
         self.loop = loop()
 
@@ -153,7 +172,6 @@ class OpenAIEngine:
             raise ModelUnavailable(f"{self.base_url}/{path}: malformed response (not a JSON object)")
         return body
 
-
     # --- decide -------------------------------------------------------------------------------------------
 
     def score(self, context: str, candidates: list[str]) -> Scored:
@@ -162,17 +180,22 @@ class OpenAIEngine:
             raise result
         return result
 
-    def score_many(self, items: list[tuple[str, list[str]]],
-                   deadlines: list[float] | None = None) -> list[Scored | ModelUnavailable]:
+    def score_many(
+        self, items: list[tuple[str, list[str]]], deadlines: list[float] | None = None
+    ) -> list[Scored | ModelUnavailable]:
         """Each decision in one call (more than 26 candidates: one call per 26), all of them concurrently; a
         decision whose call failed gets its ModelUnavailable in place of a Scored."""
         deadlines = deadlines or [0.0] * len(items)
 
         async def all_of():
             srv = server(self.base_url, self.options)
-            return await asyncio.gather(*(self.decide(srv, context, candidates, until)
-                                          for (context, candidates), until in zip(items, deadlines)),
-                                        return_exceptions=True)
+            return await asyncio.gather(
+                *(
+                    self.decide(srv, context, candidates, until)
+                    for (context, candidates), until in zip(items, deadlines)
+                ),
+                return_exceptions=True,
+            )
 
         results = self.loop.run(all_of())
         for result in results:
@@ -184,8 +207,9 @@ class OpenAIEngine:
         model = await self.served(srv, deadline)
         total = Scored([])
         for start in range(0, len(candidates), len(LETTERS)):
-            part = await getattr(self, self.options["decide"])(srv, model, context,
-                                                                candidates[start:start + len(LETTERS)], deadline)
+            part = await getattr(self, self.options["decide"])(
+                srv, model, context, candidates[start : start + len(LETTERS)], deadline
+            )
             total.scores += part.scores
             total.input_tokens += part.input_tokens
             total.output_tokens += part.output_tokens
@@ -196,31 +220,53 @@ class OpenAIEngine:
 
     async def completions(self, srv, model, context, candidates, deadline) -> Scored:
         prompt = choice_prompt(context, candidates)
-        body = await self.request(srv, "POST", "completions", {
-            "model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
-            "logprobs": self.options["top_logprobs"]}, deadline)
+        body = await self.request(
+            srv,
+            "POST",
+            "completions",
+            {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": self.options["top_logprobs"],
+            },
+            deadline,
+        )
         try:  # the legacy form (vLLM, llama-cpp-python) or the per-token form (llama.cpp's own llama-server)
             logprobs = body["choices"][0]["logprobs"]
             top = logprobs["top_logprobs"][0] if "top_logprobs" in logprobs else logprobs["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/completions: malformed response (no top_logprobs)") from None
-        labels = LETTERS[:len(candidates)]
+        labels = LETTERS[: len(candidates)]
         return Scored(label_scores(top, labels), self.count(prompt), 0, 1, usage_of(body))
 
     async def chat(self, srv, model, context, candidates, deadline) -> Scored:
         prompt = choice_prompt(context, candidates) + " (answer with the letter only)."
-        body = await self.request(srv, "POST", "chat/completions", {
-            "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 1,
-            "temperature": 0.0, "logprobs": True, "top_logprobs": self.options["top_logprobs"]}, deadline)
+        body = await self.request(
+            srv,
+            "POST",
+            "chat/completions",
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": True,
+                "top_logprobs": self.options["top_logprobs"],
+            },
+            deadline,
+        )
         try:
             top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no logprobs)") from None
-        return Scored(label_scores(top, LETTERS[:len(candidates)]), self.count_chat(prompt), 0, 1, usage_of(body))
+        return Scored(label_scores(top, LETTERS[: len(candidates)]), self.count_chat(prompt), 0, 1, usage_of(body))
 
     async def rerank(self, srv, model, context, candidates, deadline) -> Scored:
-        body = await self.request(srv, "POST", "rerank", {"model": model, "query": context,
-                                                          "documents": candidates}, deadline)
+        body = await self.request(
+            srv, "POST", "rerank", {"model": model, "query": context, "documents": candidates}, deadline
+        )
         scores = [FLOOR] * len(candidates)
         try:
             for row in body["results"]:
@@ -232,22 +278,34 @@ class OpenAIEngine:
     async def generative_scoring(self, srv, model, context, candidates, deadline) -> Scored:
         yes, no = (self.options["label_token_ids"] + [None, None])[:2]
         if yes is None or no is None:
-            raise ModelUnavailable(f"model {self.name!r}: generative_scoring needs options.label_token_ids "
-                                   "[yes_id, no_id] in the model's tokenizer")
+            raise ModelUnavailable(
+                f"model {self.name!r}: generative_scoring needs options.label_token_ids "
+                "[yes_id, no_id] in the model's tokenizer"
+            )
         query = f"{context}\nDoes this candidate fit? "
-        body = await self.request(srv, "POST", "generative-scores", {
-            "model": model, "query": query, "items": candidates, "label_token_ids": [yes, no],
-            "apply_softmax": False}, deadline)
+        body = await self.request(
+            srv,
+            "POST",
+            "generative-scores",
+            {"model": model, "query": query, "items": candidates, "label_token_ids": [yes, no], "apply_softmax": False},
+            deadline,
+        )
         scores = [FLOOR] * len(candidates)
         try:
             for row in body["results"]:
                 probs = row["token_probs"]
-                scores[int(row["index"])] = (math.log(max(float(probs[str(yes)]), 1e-12))
-                                             - math.log(max(float(probs[str(no)]), 1e-12)))
+                scores[int(row["index"])] = math.log(max(float(probs[str(yes)]), 1e-12)) - math.log(
+                    max(float(probs[str(no)]), 1e-12)
+                )
         except (KeyError, IndexError, TypeError, ValueError):
             raise ModelUnavailable(f"{self.base_url}/generative-scores: malformed response") from None
-        return Scored(scores, self.count(query) * len(candidates) + sum(map(self.count, candidates)), 0,
-                      len(candidates), usage_of(body))
+        return Scored(
+            scores,
+            self.count(query) * len(candidates) + sum(map(self.count, candidates)),
+            0,
+            len(candidates),
+            usage_of(body),
+        )
 
     # --- generate -----------------------------------------------------------------------------------------
 
@@ -260,9 +318,19 @@ class OpenAIEngine:
         async def call():
             srv = server(self.base_url, self.options)
             model = await self.served(srv, deadline)
-            return await self.request(srv, "POST", "chat/completions", {
-                "model": model, "messages": self.messages(prompt), "max_tokens": max_tokens,
-                "temperature": 0.0, "logprobs": True}, deadline)
+            return await self.request(
+                srv,
+                "POST",
+                "chat/completions",
+                {
+                    "model": model,
+                    "messages": self.messages(prompt),
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                    "logprobs": True,
+                },
+                deadline,
+            )
 
         body = self.loop.run(call())
         try:
@@ -271,9 +339,16 @@ class OpenAIEngine:
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/chat/completions: malformed response (no message)") from None
         usage = usage_of(body)
-        return Generated(text.strip(), self.count_chat(prompt),
-                         self.count_output(text, choice.get("finish_reason"), usage), self.model, self.label,
-                         (time.perf_counter() - started) * 1000, usage, answer_confidence(body))
+        return Generated(
+            text.strip(),
+            self.count_chat(prompt),
+            self.count_output(text, choice.get("finish_reason"), usage),
+            self.model,
+            self.label,
+            (time.perf_counter() - started) * 1000,
+            usage,
+            answer_confidence(body),
+        )
 
     def stream(self, prompt: str, max_tokens: int, deadline: float = 0.0) -> Streaming:
         """The answer's pieces as the server sends them. Connecting (with retries) happens here, so a server that
@@ -305,11 +380,25 @@ class SSEFeed:
             srv = server(engine.base_url, engine.options)
             try:
                 model = await engine.served(srv, self.deadline)
-                payload = {"model": model, "messages": engine.messages(self.prompt), "max_tokens": self.max_tokens,
-                           "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+                payload = {
+                    "model": model,
+                    "messages": engine.messages(self.prompt),
+                    "max_tokens": self.max_tokens,
+                    "temperature": 0.0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 async with srv.slot(self.deadline, f"{engine.base_url}/chat/completions"):  # until read through
-                    response = await send(srv, "POST", "chat/completions", payload, engine.headers(),
-                                          self.deadline, engine.options, stream=True)
+                    response = await send(
+                        srv,
+                        "POST",
+                        "chat/completions",
+                        payload,
+                        engine.headers(),
+                        self.deadline,
+                        engine.options,
+                        stream=True,
+                    )
                     ready.set()
                     try:
                         await self.read(response)

@@ -8,6 +8,7 @@ tiktoken encoding, hf:<dir> or gguf:<model file>), price_per_million (input, cac
 (fast / balanced / precise) and engine options. Loading a pool registers each model's tokenizer and prices, so
 usage rows of that model are counted and priced as configured.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,6 @@ from pathlib import Path
 import yaml
 
 from streams.models import pricing
-
 from streams.text import tokens
 
 CHANNELS = ("fast", "balanced", "precise")
@@ -44,8 +44,10 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: channel {self.channel!r} is not one of {', '.join(CHANNELS)}")
         unknown = set(self.price_per_million) - {"input", "cached_input", "output"}
         if unknown:
-            raise ValueError(f"model {self.name!r}: price_per_million takes input, cached_input and output "
-                             f"(USD per million tokens), not {sorted(unknown)}")
+            raise ValueError(
+                f"model {self.name!r}: price_per_million takes input, cached_input and output "
+                f"(USD per million tokens), not {sorted(unknown)}"
+            )
         if self.api_key_env and self.api_key_file:
             raise ValueError(f"model {self.name!r}: give api_key_env or api_key_file, not both")
 
@@ -59,8 +61,9 @@ class ModelSpec:
         if self.api_key_env:
             key = os.environ.get(self.api_key_env, "")
             if not key:
-                raise RuntimeError(f"model {self.name!r}: environment variable {self.api_key_env} is empty; "
-                                   "export the API key there")
+                raise RuntimeError(
+                    f"model {self.name!r}: environment variable {self.api_key_env} is empty; export the API key there"
+                )
             return key
         if self.api_key_file:
             try:
@@ -70,8 +73,10 @@ class ModelSpec:
         return ""
 
     def __repr__(self) -> str:  # never the key; only where it comes from
-        return (f"ModelSpec(name={self.name!r}, engine={self.engine!r}, model={self.served_model!r}, "
-                f"base_url={self.base_url!r}, channel={self.channel!r})")
+        return (
+            f"ModelSpec(name={self.name!r}, engine={self.engine!r}, model={self.served_model!r}, "
+            f"base_url={self.base_url!r}, channel={self.channel!r})"
+        )
 
 
 FIELDS = {f.name for f in fields(ModelSpec)}
@@ -98,7 +103,7 @@ class Pool:
     def __contains__(self, name: str) -> bool:
         return name in self.models
 
-    def with_model(self, entry: ModelSpec) -> "Pool":
+    def with_model(self, entry: ModelSpec) -> Pool:
         return Pool({**self.models, entry.name: register(entry)})
 
 
@@ -111,8 +116,9 @@ def register(entry: ModelSpec) -> ModelSpec:
             tokens.register(name, entry.tokenizer)
         if entry.price_per_million:
             p = entry.price_per_million
-            pricing.register(name, p.get("input", 0.0), p.get("cached_input", p.get("input", 0.0)),
-                             p.get("output", 0.0))
+            pricing.register(
+                name, p.get("input", 0.0), p.get("cached_input", p.get("input", 0.0)), p.get("output", 0.0)
+            )
     return entry
 
 

@@ -3,6 +3,7 @@
 The longest matching name prefix wins; models not in the table (rules, caches) cost nothing.
 Self-hosted models get a price with `register` (e.g. the amortised GPU cost per million tokens).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -54,8 +55,10 @@ def price(model: str) -> Price | None:
 def cost(model: str, input_tokens: int, cache_read_tokens: int = 0, output_tokens: int = 0) -> float:
     """USD for one call; cache reads are a subset of input tokens, billed at the cached rate."""
     if min(input_tokens, cache_read_tokens, output_tokens) < 0 or cache_read_tokens > input_tokens:
-        raise ValueError(f"cost({model!r}): token counts must be >= 0 and cache_read_tokens ({cache_read_tokens}) "
-                         f"<= input_tokens ({input_tokens}), which include cache reads")
+        raise ValueError(
+            f"cost({model!r}): token counts must be >= 0 and cache_read_tokens ({cache_read_tokens}) "
+            f"<= input_tokens ({input_tokens}), which include cache reads"
+        )
     p = price(model)
     if p is None:
         return 0.0

@@ -10,10 +10,12 @@ tokenizer where Jev has it) and, where a model server reported one, the server's
 settles the bill. An engine that cannot reach its model raises `ModelUnavailable`; the scoring engine falls back
 with reason `model_unavailable`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Protocol
 
 
 class ModelUnavailable(Exception):
@@ -29,13 +31,17 @@ class ModelUnavailable(Exception):
 @dataclass(frozen=True)
 class Usage:
     """A server's own count of one call (its OpenAI-style `usage`): what it bills."""
+
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt_tokens_details.cached_tokens: a subset of prompt_tokens
 
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
-                     self.cached_tokens + other.cached_tokens)
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
 
 
 @dataclass
@@ -66,6 +72,7 @@ class Streaming:
     early (the stream reached its length). Once the stream has ended, `output_tokens` holds the count of every
     token it generated, pieces the caller never read included: a model server's own count where the stream carried
     one (what it bills), else the engine's in its own tokenizer; `server` is the server's usage, where it sent one."""
+
     pieces: Iterator[str]
     input_tokens: int  # in the backend's own tokenizer
     model: str

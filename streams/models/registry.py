@@ -5,6 +5,7 @@ base install runs with the lexical and extractive engines alone. Adding an engin
 `scorer(name)` and `generator(name)` take a pool entry's name, `auto` (the best one installed), or
 `ENGINE:MODEL` for an entry made on the spot (`vllm:/path/to/model`, `openai:http://host:8000/v1`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,11 +33,14 @@ def resolve(name: str, pool: pool_mod.Pool | None, role: str) -> pool_mod.ModelS
     engine, sep, model = name.partition(":")
     if sep and engine in ENGINES:
         if engine == "openai":
-            return pool_mod.ModelSpec(name="openai@" + model.split("://", 1)[-1].split("/", 1)[0], engine="openai",
-                                      base_url=model)
+            return pool_mod.ModelSpec(
+                name="openai@" + model.split("://", 1)[-1].split("/", 1)[0], engine="openai", base_url=model
+            )
         return pool_mod.ModelSpec(name=name, engine=engine, model=model)
-    raise ValueError(f"unknown {role} {name!r}: choose auto, a model of the pool ({', '.join(pool.models)}), "
-                     f"vllm:/path/to/model or openai:http://host:port/v1")
+    raise ValueError(
+        f"unknown {role} {name!r}: choose auto, a model of the pool ({', '.join(pool.models)}), "
+        f"vllm:/path/to/model or openai:http://host:port/v1"
+    )
 
 
 def build(entry: pool_mod.ModelSpec, role: str):

@@ -10,6 +10,7 @@ The validator escalates when the answer's confidence (the mean probability of it
 one) is under the decision type's `escalate_below`. A channel with no model takes the nearest one above, else
 below. JEV_GENERATOR with several pool names builds the router; one name is a single generator.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

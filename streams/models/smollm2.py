@@ -11,6 +11,7 @@ Tokens (SmolLM2's own tokenizer): input = context once + every candidate in the 
 candidate in the context-free pass; cache_read = the part of that served from caches (a cached context
 KV, cached context-free terms). Output = 0: nothing is generated.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,14 @@ class CausalLMBackend:
     model = "SmolLM2-135M"
     temperature = 1.0  # PMI is in nats
 
-    def __init__(self, path: str = "", gguf_file: str = models.SMOLLM2_GGUF, batch_size: int = 16,
-                 state_cache_size: int = 64, prior_cache_size: int = 50_000):
+    def __init__(
+        self,
+        path: str = "",
+        gguf_file: str = models.SMOLLM2_GGUF,
+        batch_size: int = 16,
+        state_cache_size: int = 64,
+        prior_cache_size: int = 50_000,
+    ):
         self.tokenizer, self.lm = models.smollm2(path, gguf_file)
         import torch
 
@@ -55,9 +62,13 @@ class CausalLMBackend:
         with torch.no_grad():
             out = self.lm(ids, attention_mask=mask, use_cache=True)
         layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        return [([(k[row:row + 1, :, :len(p)], v[row:row + 1, :, :len(p)]) for k, v in layers],
-                 torch.log_softmax(out.logits[row, len(p) - 1].float(), -1))
-                for row, p in enumerate(prefixes)]
+        return [
+            (
+                [(k[row : row + 1, :, : len(p)], v[row : row + 1, :, : len(p)]) for k, v in layers],
+                torch.log_softmax(out.logits[row, len(p) - 1].float(), -1),
+            )
+            for row, p in enumerate(prefixes)
+        ]
 
     def continuation_logprobs(self, rows: list[tuple[tuple, list[int]]]) -> list[float]:
         """Sum of log P(candidate tokens | prefix) for each (prefix state, candidate ids) row, in padded chunks of
@@ -68,7 +79,7 @@ class CausalLMBackend:
 
         totals = []
         for start in range(0, len(rows), self.batch_size):
-            chunk = [(state, c or [self.tokenizer.eos_token_id]) for state, c in rows[start:start + self.batch_size]]
+            chunk = [(state, c or [self.tokenizer.eos_token_id]) for state, c in rows[start : start + self.batch_size]]
             lengths = [state[0][0][0].shape[2] for state, _ in chunk]
             longest, width = max(lengths), max(len(c) for _, c in chunk)
             cache = DynamicCache()
@@ -76,12 +87,17 @@ class CausalLMBackend:
                 keys, values = zip(*(pad_kv(state[0][layer], longest, torch) for state, _ in chunk))
                 cache.update(torch.cat(keys), torch.cat(values), layer)
             ids = torch.tensor([c + [0] * (width - len(c)) for _, c in chunk])
-            mask = torch.tensor([[1] * n + [0] * (longest - n) + [1] * len(c) + [0] * (width - len(c))
-                                 for n, (_, c) in zip(lengths, chunk)])
+            mask = torch.tensor(
+                [
+                    [1] * n + [0] * (longest - n) + [1] * len(c) + [0] * (width - len(c))
+                    for n, (_, c) in zip(lengths, chunk)
+                ]
+            )
             positions = torch.tensor([[n + j for j in range(width)] for n in lengths])
             with torch.no_grad():
-                logits = self.lm(ids, past_key_values=cache, attention_mask=mask, position_ids=positions,
-                                 use_cache=True).logits
+                logits = self.lm(
+                    ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True
+                ).logits
             logp = torch.log_softmax(logits.float(), -1)
             for row, (state, c) in enumerate(chunk):
                 total = float(state[1][c[0]])
@@ -124,9 +140,9 @@ class CausalLMBackend:
         prior_texts = [c for c in prior_rows if c not in self.priors]
         rows = [(states[context], e) for (context, _), enc in zip(items, encoded) for e in enc]
         values = self.continuation_logprobs(rows + [(states[""], prior_rows[c]) for c in prior_texts])
-        for c, value in zip(prior_texts, values[len(rows):]):
+        for c, value in zip(prior_texts, values[len(rows) :]):
             self.priors[c] = value
-        conditional = iter(values[:len(rows)])
+        conditional = iter(values[: len(rows)])
         for (context, candidates), result in zip(items, results):
             result.scores = [next(conditional) - self.priors[c] for c in candidates]
         self.remember(items, states)
@@ -186,17 +202,31 @@ class SmolLM2Generator:
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
         started = time.perf_counter()
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                 return_tensors="pt")
+        ids = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt"
+        )
         with self.torch.no_grad():
-            out = self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
-                                   do_sample=False, pad_token_id=self.tokenizer.eos_token_id,
-                                   output_scores=True, return_dict_in_generate=True)
-        new = out.sequences[0, ids.shape[1]:]
+            out = self.lm.generate(
+                ids,
+                attention_mask=self.torch.ones_like(ids),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=self.tokenizer.eos_token_id,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        new = out.sequences[0, ids.shape[1] :]
         chosen = [float(self.torch.log_softmax(step[0].float(), -1)[token]) for step, token in zip(out.scores, new)]
         confidence = round(math.exp(sum(chosen) / len(chosen)), 4) if chosen else None
-        return Generated(self.tokenizer.decode(new, skip_special_tokens=True).strip(), int(ids.shape[1]), int(len(new)),
-                         self.model, self.label, (time.perf_counter() - started) * 1000, confidence=confidence)
+        return Generated(
+            self.tokenizer.decode(new, skip_special_tokens=True).strip(),
+            int(ids.shape[1]),
+            int(len(new)),
+            self.model,
+            self.label,
+            (time.perf_counter() - started) * 1000,
+            confidence=confidence,
+        )
 
     def stream(self, prompt: str, max_tokens: int) -> Streaming:
         """Greedy generation in a thread, its text read through transformers' TextIteratorStreamer as
@@ -210,15 +240,22 @@ class SmolLM2Generator:
             def __call__(self, input_ids, scores, **kwargs) -> bool:
                 return stop.is_set()
 
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                 return_tensors="pt")
+        ids = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt"
+        )
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
 
         def run():
             with self.torch.no_grad():
-                out = self.lm.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_tokens,
-                                       do_sample=False, pad_token_id=self.tokenizer.eos_token_id, streamer=streamer,
-                                       stopping_criteria=StoppingCriteriaList([Stopped()]))
+                out = self.lm.generate(
+                    ids,
+                    attention_mask=self.torch.ones_like(ids),
+                    max_new_tokens=max_tokens,
+                    do_sample=False,
+                    pad_token_id=self.tokenizer.eos_token_id,
+                    streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([Stopped()]),
+                )
             streaming.output_tokens = int(out.shape[1] - ids.shape[1])
 
         def pieces():

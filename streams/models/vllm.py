@@ -10,6 +10,7 @@ Measure it on your own labeled decisions before ordering tiers: small models sco
 Tokens: input = prompt tokens of every candidate; cache_read = the prompt tokens vLLM reports as served
 from its prefix cache (RequestOutput.num_cached_tokens); output = 1 generated token per candidate.
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,14 +35,26 @@ class VLLMBackend:
     name = "vllm"
     temperature = 1.0
 
-    def __init__(self, model: str, tokenizer: str = "", gpu_memory_utilization: float = 0.5,
-                 max_model_len: int = 2048, enable_prefix_caching: bool = True, enforce_eager: bool = False):
+    def __init__(
+        self,
+        model: str,
+        tokenizer: str = "",
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int = 2048,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = False,
+    ):
         from vllm import SamplingParams
 
         self.model = model
-        self.llm = models.vllm(model, tokenizer=tokenizer or model, enable_prefix_caching=enable_prefix_caching,
-                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                               enforce_eager=enforce_eager)
+        self.llm = models.vllm(
+            model,
+            tokenizer=tokenizer or model,
+            enable_prefix_caching=enable_prefix_caching,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+        )
         tok = self.llm.get_tokenizer()
         self.label_ids = [tok.encode(label, add_special_tokens=False)[0] for label in LABELS]
         self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=20)
@@ -86,8 +99,14 @@ class VLLMGenerator:
         started = time.perf_counter()
         params = self.params(max_tokens=max_tokens, temperature=0.0)
         out = self.llm.chat([{"role": "user", "content": prompt}], params, use_tqdm=False)[0]
-        return Generated(out.outputs[0].text.strip(), len(out.prompt_token_ids), len(out.outputs[0].token_ids),
-                         self.model, self.label, (time.perf_counter() - started) * 1000)
+        return Generated(
+            out.outputs[0].text.strip(),
+            len(out.prompt_token_ids),
+            len(out.outputs[0].token_ids),
+            self.model,
+            self.label,
+            (time.perf_counter() - started) * 1000,
+        )
 
     def stream(self, prompt: str, max_tokens: int) -> Streaming:
         """vLLM's engine stepped one iteration at a time, each step giving this request's text so far (and its
@@ -95,8 +114,9 @@ class VLLMGenerator:
         for other requests are kept for them."""
         engine = self.llm.llm_engine
         tokenizer = self.llm.get_tokenizer()
-        text_prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                    add_generation_prompt=True, tokenize=False)
+        text_prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
         request_id = f"jev-stream-{time.monotonic_ns()}-{threading.get_ident()}"
         with self.lock:
             engine.add_request(request_id, text_prompt, self.params(max_tokens=max_tokens, temperature=0.0))
@@ -128,8 +148,10 @@ class VLLMGenerator:
 
 def require_dir(spec) -> str:
     if not spec.model:
-        raise RuntimeError(f"model {spec.name!r} (engine vllm) needs a local model directory: name it as "
-                           "vllm:/path/to/model or set `model:` in the pool")
+        raise RuntimeError(
+            f"model {spec.name!r} (engine vllm) needs a local model directory: name it as "
+            "vllm:/path/to/model or set `model:` in the pool"
+        )
     return spec.model
 
 

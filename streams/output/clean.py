@@ -8,6 +8,7 @@ stays; a Chinese closing sentence loses the filler clauses among its clauses and
 ("希望对您有帮助，记得三天内付款！" → "记得三天内付款！"). Numbers are digits, and Chinese numerals too
 (streams.text.language). Patterns: patterns.yaml.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,12 +18,15 @@ from dataclasses import dataclass, field
 
 import tiktoken
 
-from streams.text import language, tokens
 from streams.output import truncate as truncation
 from streams.output.patterns import Patterns, resolve
+from streams.text import language, tokens
 
-FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)"
-                   r"(?:\n[ \t]*(?P=fence)[`~]*[ \t]*(?=\n|\Z)|\Z)", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)\n(?P<body>.*?)"
+    r"(?:\n[ \t]*(?P=fence)[`~]*[ \t]*(?=\n|\Z)|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
 BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
 CLOSER_WINDOW = 600  # characters from the end in which closing sentences are looked for
@@ -33,8 +37,9 @@ OPENING_WINDOW = 400  # characters of a cleaned answer in which its rewritten op
 # a sentence (Sure, Here, Let); "I" and its contractions are no names.
 CONTENT_TOKEN = re.compile(r"\d+(?:[.,:/]\d+)*|[A-Za-z][A-Za-z0-9'’_-]*")
 SENTENCE_OPENING = re.compile(r"(?:\A|[.!?:。！？：]\s+|\n[ \t>#*+\-\d.)]*|[(\"'“‘*_`]+)\Z")
-NOT_NAMES = frozenset({"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK",
-                       "AI"})  # how assistants name themselves in filler: "As an AI", "作为一个AI助手"
+NOT_NAMES = frozenset(
+    {"I", "I'm", "I'd", "I'll", "I've", "I’m", "I’d", "I’ll", "I’ve", "OK", "AI"}
+)  # how assistants name themselves in filler: "As an AI", "作为一个AI助手"
 MAX_INTERJECTIONS = 4  # filler openings removed one after another ("好的！作为一个AI助手，很高兴为您解答。")
 CLAUSE = re.compile(r"[^，,；;]+[，,；;]?")  # a clause of a sentence, with the comma that ends it
 
@@ -54,9 +59,16 @@ def content_tokens(text: str, openers: bool = False) -> Counter:
 
 def _is_name(word: str, text: str, at: int, openers: bool) -> bool:
     """A capitalised word counts as a name unless it only opens a sentence (mixed case or digits always do)."""
-    return word[0].isupper() and word not in NOT_NAMES and (
-        openers or word[1:] != word[1:].lower() or any(c.isdigit() for c in word)
-        or not SENTENCE_OPENING.search(text, max(0, at - 12), at))
+    return (
+        word[0].isupper()
+        and word not in NOT_NAMES
+        and (
+            openers
+            or word[1:] != word[1:].lower()
+            or any(c.isdigit() for c in word)
+            or not SENTENCE_OPENING.search(text, max(0, at - 12), at)
+        )
+    )
 
 
 def dropped_content(original: str, cleaned: str) -> Counter:
@@ -138,7 +150,7 @@ def _filler_opening(text: str, p: Patterns, followed: bool) -> re.Match | None:
     if m := p.interjection.match(text):
         return m
     m = p.greeting.match(text)
-    return m if m and (followed or _last_sentence_start(text[m.end():].rstrip(), 0)) else None
+    return m if m and (followed or _last_sentence_start(text[m.end() :].rstrip(), 0)) else None
 
 
 def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
@@ -146,26 +158,26 @@ def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
     A preamble that carries content (a number, a name) loses only its filler words: "Sure! Here is a
     Python function that …:" → "A Python function that …:"."""
     m = p.restated_request.match(prose)
-    if m and content_tokens(prose[:m.end()]):
+    if m and content_tokens(prose[: m.end()]):
         m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
     m = m or _filler_opening(prose, p, followed)
-    rest = prose[m.end():] if m else prose
+    rest = prose[m.end() :] if m else prose
     for _ in range(MAX_INTERJECTIONS - 1):
         more = _filler_opening(rest, p, followed) if m else None
         if not more or not more.group().strip():
             break
-        rest = rest[more.end():]
+        rest = rest[more.end() :]
     lead = p.lead_in.match(rest)
     capitalise = bool(m)
-    if lead and (followed or rest[lead.end():].strip()):
-        if not content_tokens(rest[:lead.end()]):
-            rest = rest[lead.end():]
+    if lead and (followed or rest[lead.end() :].strip()):
+        if not content_tokens(rest[: lead.end()]):
+            rest = rest[lead.end() :]
         elif filler := p.filler.match(rest):
-            rest, capitalise = rest[filler.end():], True
+            rest, capitalise = rest[filler.end() :], True
     if rest is not prose:
         rest = LEADING_BLANK.sub("", rest.lstrip(" \t"))
     if capitalise and (word := LOWER_WORD.match(rest)):
-        rest = word.group(0).capitalize() + rest[word.end():]
+        rest = word.group(0).capitalize() + rest[word.end() :]
     return rest
 
 
@@ -209,8 +221,9 @@ def closer_rest(sentence: str, p: Patterns) -> str | None:
         return None
     end = stripped[-1] if stripped[-1] in "。！？!?.~" else ""
     clauses = CLAUSE.findall(stripped.removesuffix(end) if end else stripped)
-    kept = [c for c in clauses if not (p.closer.fullmatch(c.rstrip("，,；;") + (end or "。"))
-                                       and not content_tokens(c))]
+    kept = [
+        c for c in clauses if not (p.closer.fullmatch(c.rstrip("，,；;") + (end or "。")) and not content_tokens(c))
+    ]
     if len(kept) == len(clauses):
         return None
     return "".join(kept).rstrip("，,；;") + end if kept else ""
@@ -280,21 +293,25 @@ def _kept_ids(enc, ids: list[int], text: str, out: str) -> list[int]:
     opening, start = "", text.find(out)
     if start < 0:
         cut = OPENING_END.search(out, 0, OPENING_WINDOW)
-        start = text.find(out[cut.end():]) if cut else -1
+        start = text.find(out[cut.end() :]) if cut else -1
         if start < 0:
             return enc.encode_ordinary(out)
-        opening, out = out[:cut.end()], out[cut.end():]
-    head, tail = text[:start], text[start + len(out):]
+        opening, out = out[: cut.end()], out[cut.end() :]
+    head, tail = text[:start], text[start + len(out) :]
     head_ids = enc.encode_ordinary(head) if head else []
     tail_ids = enc.encode_ordinary(tail) if tail else []
-    if len(head_ids) + len(tail_ids) <= len(ids) and ids[:len(head_ids)] == head_ids \
-            and ids[len(ids) - len(tail_ids):] == tail_ids:
-        return enc.encode_ordinary(opening) + ids[len(head_ids):len(ids) - len(tail_ids)]
+    if (
+        len(head_ids) + len(tail_ids) <= len(ids)
+        and ids[: len(head_ids)] == head_ids
+        and ids[len(ids) - len(tail_ids) :] == tail_ids
+    ):
+        return enc.encode_ordinary(opening) + ids[len(head_ids) : len(ids) - len(tail_ids)]
     return enc.encode_ordinary(opening + out)
 
 
-def clean(text: str, *, model: str, max_tokens: int | None = None, min_tokens: int = 0,
-          config: Patterns | str | None = None) -> Cleaned:
+def clean(
+    text: str, *, model: str, max_tokens: int | None = None, min_tokens: int = 0, config: Patterns | str | None = None
+) -> Cleaned:
     """Clean `text`, cut it to `max_tokens` tokens of `model`'s encoding, and scan it for sensitive words.
     The text is encoded once; the counts and the cut of what cleanup kept are derived from that encoding.
 
@@ -314,6 +331,14 @@ def clean(text: str, *, model: str, max_tokens: int | None = None, min_tokens: i
     if max_tokens is not None and tokens_after > max_tokens:
         out, truncated, tokens_after = truncation.cut(out, kept, max_tokens, enc, p.truncation_marker)
     scanned = out if p.fences == "keep" else "\n".join([out, *code_blocks])
-    return Cleaned(text=out, tokens_before=tokens_before, tokens_after=tokens_after, removed=removed,
-                   flagged=p.scanner.scan(scanned), code_blocks=code_blocks, truncated=truncated,
-                   short=tokens_after < min_tokens, version=p.version)
+    return Cleaned(
+        text=out,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        removed=removed,
+        flagged=p.scanner.scan(scanned),
+        code_blocks=code_blocks,
+        truncated=truncated,
+        short=tokens_after < min_tokens,
+        version=p.version,
+    )

@@ -1,4 +1,5 @@
 """The Decision as HTTP callers see it: token and cost headers beside the record's JSON."""
+
 from __future__ import annotations
 
 from schemas.records import Decision

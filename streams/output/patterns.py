@@ -1,4 +1,5 @@
 """The versioned cleanup config (patterns.yaml), compiled once per file."""
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,9 @@ class Patterns:
     scanner: SensitiveScanner
 
 
-def _alternation(regexes: list[str], where: str, path: Path, *, before: str = "", after: str = "",
-                 flags: int = 0) -> re.Pattern:
+def _alternation(
+    regexes: list[str], where: str, path: Path, *, before: str = "", after: str = "", flags: int = 0
+) -> re.Pattern:
     if not regexes:
         return re.compile(r"(?!)")  # matches nothing
     for regex in regexes:
@@ -45,8 +47,10 @@ def _alternation(regexes: list[str], where: str, path: Path, *, before: str = ""
 
 def _dictionary_words(path: Path) -> list[str]:
     if not path.exists():
-        raise FileNotFoundError(f"sensitive-word dictionary {path} not found; fix `sensitive.dictionaries` "
-                                f"in the patterns file (paths are relative to it)")
+        raise FileNotFoundError(
+            f"sensitive-word dictionary {path} not found; fix `sensitive.dictionaries` "
+            f"in the patterns file (paths are relative to it)"
+        )
     if path.suffix in (".yaml", ".yml"):
         return [str(w) for w in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("words", [])]
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -67,18 +71,21 @@ def load(path: str = "") -> Patterns:
     words = [w for d in raw.get("sensitive", {}).get("dictionaries", []) for w in _dictionary_words(file.parent / d)]
     return Patterns(
         version=str(raw["version"]),
-        interjection=_alternation(preamble.get("interjections", []), "preamble.interjections", file,
-                                  before=r"\s*", after=r"[ \t]*"),
-        greeting=_alternation(preamble.get("greetings", []), "preamble.greetings", file,
-                              before=r"\s*", after=r"[ \t]*"),
-        lead_in=_alternation(preamble.get("lead_ins", []), "preamble.lead_ins", file,
-                             before=r"\s*", after=r"[ \t]*\n"),
-        restated_request=_alternation(preamble.get("restated_requests", []), "preamble.restated_requests", file,
-                                      before=r"\s*", after=r"[ \t]*"),
+        interjection=_alternation(
+            preamble.get("interjections", []), "preamble.interjections", file, before=r"\s*", after=r"[ \t]*"
+        ),
+        greeting=_alternation(
+            preamble.get("greetings", []), "preamble.greetings", file, before=r"\s*", after=r"[ \t]*"
+        ),
+        lead_in=_alternation(preamble.get("lead_ins", []), "preamble.lead_ins", file, before=r"\s*", after=r"[ \t]*\n"),
+        restated_request=_alternation(
+            preamble.get("restated_requests", []), "preamble.restated_requests", file, before=r"\s*", after=r"[ \t]*"
+        ),
         filler=_alternation(preamble.get("fillers", []), "preamble.fillers", file, before=r"\s*", after=r"[ \t]*"),
         closer=_alternation(raw.get("closers", []), "closers", file, after=r"\s*"),
-        debug_line=_alternation(debug.get("lines", []), "debug.lines", file, before="^",
-                                after=r"[ \t]*(?:\n|\Z)", flags=re.MULTILINE),
+        debug_line=_alternation(
+            debug.get("lines", []), "debug.lines", file, before="^", after=r"[ \t]*(?:\n|\Z)", flags=re.MULTILINE
+        ),
         debug_block=_alternation(debug.get("blocks", []), "debug.blocks", file),
         fences=fences,
         unwrap_languages=frozenset(str(x).lower() for x in raw.get("unwrap_languages", [])),
@@ -87,6 +94,6 @@ def load(path: str = "") -> Patterns:
     )
 
 
-def resolve(config: "Patterns | str | None") -> Patterns:
+def resolve(config: Patterns | str | None) -> Patterns:
     """A Patterns object, a path to a patterns file, or None for the bundled file."""
     return config if isinstance(config, Patterns) else load(config or "")

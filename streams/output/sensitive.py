@@ -1,4 +1,5 @@
 """Sensitive-word scan: one Aho-Corasick automaton over all dictionaries, linear in the text."""
+
 from __future__ import annotations
 
 import ahocorasick

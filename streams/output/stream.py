@@ -9,6 +9,7 @@ text is released at sentence ends; the start of the answer goes through clean() 
 lines and blocks are removed as they complete, and closing sentences ("I hope this helps!") are held back
 and dropped only if nothing but closers follows them. Code inside fences is released untouched.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,10 +20,10 @@ from pathlib import Path
 import yaml
 
 from schemas.records import Chunk, Decision, Request
-from streams.text import tokens
 from streams.output.clean import clean, closer_rest
 from streams.output.patterns import Patterns, resolve
 from streams.output.throttle import TokenBucket
+from streams.text import tokens
 
 BUNDLED = Path(__file__).with_name("stream.yaml")
 SENTENCE_END = re.compile(r"[.!?:](?=\s)|[。！？：]|\n")
@@ -59,8 +60,10 @@ class StreamConfig:
     def canonical(self, qtype: str) -> str:
         name = self.aliases.get(qtype, qtype)
         if name not in self.lengths:
-            raise ValueError(f"question_type {qtype!r} is not configured; use one of "
-                             f"{', '.join(sorted([*self.lengths, *self.aliases]))}")
+            raise ValueError(
+                f"question_type {qtype!r} is not configured; use one of "
+                f"{', '.join(sorted([*self.lengths, *self.aliases]))}"
+            )
         return name
 
     def client(self, name: str) -> ClientSpec:
@@ -69,7 +72,7 @@ class StreamConfig:
             raise ValueError(f"client {name!r} is not configured; use one of {', '.join(sorted(self.clients))}")
         return spec
 
-    def plan(self, request: Request) -> "Plan":
+    def plan(self, request: Request) -> Plan:
         qtype = self.question_type(request)
         client = request.client or self.default_client
         spec = self.client(client)
@@ -80,6 +83,7 @@ class StreamConfig:
 @dataclass(frozen=True)
 class Plan:
     """How one request streams."""
+
     question_type: str
     client: str
     length: int  # output tokens at most
@@ -110,21 +114,37 @@ def load(path: str = "") -> StreamConfig:
     types = raw.get("types") or {}
     if not types:
         raise ValueError(f"{file}: `types` must name at least one question type with its max_output_tokens")
-    lengths = {name: _positive((spec or {}).get("max_output_tokens"), f"types.{name}.max_output_tokens", file)
-               for name, spec in types.items()}
-    rules = {name: re.compile("|".join(f"(?:{r})" for r in spec["rules"]), re.IGNORECASE)
-             for name, spec in types.items() if (spec or {}).get("rules")}
-    clients = {name: ClientSpec(_positive((spec or {}).get("chunk_tokens"), f"clients.{name}.chunk_tokens", file),
-                                float(_positive((spec or {}).get("tokens_per_s"), f"clients.{name}.tokens_per_s",
-                                                file)))
-               for name, spec in (raw.get("clients") or {}).items()}
-    config = StreamConfig(lengths, rules, dict(raw.get("aliases") or {}), str(raw.get("default_type", "")),
-                          clients, str(raw.get("default_client", "")))
+    lengths = {
+        name: _positive((spec or {}).get("max_output_tokens"), f"types.{name}.max_output_tokens", file)
+        for name, spec in types.items()
+    }
+    rules = {
+        name: re.compile("|".join(f"(?:{r})" for r in spec["rules"]), re.IGNORECASE)
+        for name, spec in types.items()
+        if (spec or {}).get("rules")
+    }
+    clients = {
+        name: ClientSpec(
+            _positive((spec or {}).get("chunk_tokens"), f"clients.{name}.chunk_tokens", file),
+            float(_positive((spec or {}).get("tokens_per_s"), f"clients.{name}.tokens_per_s", file)),
+        )
+        for name, spec in (raw.get("clients") or {}).items()
+    }
+    config = StreamConfig(
+        lengths,
+        rules,
+        dict(raw.get("aliases") or {}),
+        str(raw.get("default_type", "")),
+        clients,
+        str(raw.get("default_client", "")),
+    )
     if config.default_type not in lengths:
         raise ValueError(f"{file}: default_type {config.default_type!r} must be one of {', '.join(lengths)}")
     if config.default_client not in clients:
-        raise ValueError(f"{file}: default_client {config.default_client!r} must be one of "
-                         f"{', '.join(clients) or '(no clients configured)'}")
+        raise ValueError(
+            f"{file}: default_client {config.default_client!r} must be one of "
+            f"{', '.join(clients) or '(no clients configured)'}"
+        )
     for alias, target in config.aliases.items():
         if target not in lengths:
             raise ValueError(f"{file}: alias {alias!r} points to {target!r}, not one of {', '.join(lengths)}")
@@ -153,8 +173,14 @@ class StreamCleaner:
             complete = [p for p in _pieces(self.pending)[:-1] if p.strip()]
             if len(complete) < FIRST_RELEASE_SENTENCES or _opens_block(self.pending):
                 return ""
-        cut = next((end for end in reversed([m.end() for m in SENTENCE_END.finditer(self.pending)])
-                    if not _opens_block(self.pending[:end])), None)
+        cut = next(
+            (
+                end
+                for end in reversed([m.end() for m in SENTENCE_END.finditer(self.pending)])
+                if not _opens_block(self.pending[:end])
+            ),
+            None,
+        )
         if cut is None:
             return ""
         ready, self.pending = self.pending[:cut], self.pending[cut:]
@@ -208,7 +234,7 @@ def _opens_block(text: str) -> bool:
 
 
 def _trailing_space(text: str) -> str:
-    return text[len(text.rstrip()):] if text.strip() else ""
+    return text[len(text.rstrip()) :] if text.strip() else ""
 
 
 def _pieces(text: str) -> list[str]:
@@ -272,7 +298,7 @@ class Chunker:
                     head = self._prefix(self.enc.encode_ordinary(head), room - 1, at_word=False)
                     room -= 1
                 self.full = True
-            self.buffer = self.buffer[len(head):]
+            self.buffer = self.buffer[len(head) :]
             out.append(self._chunk(head, tokens.count(head, self.model), final=self.full))
             if self.full:  # the answer's last chunk: what follows is cut
                 self.buffer, self.closed = "", True
@@ -296,18 +322,25 @@ class Chunker:
             k -= 1
             head = self.enc.decode(ids[:k])
         if not self.buffer.startswith(head) or not head:
-            return self.buffer[:max(1, len(head))]
+            return self.buffer[: max(1, len(head))]
         if at_word:
             space = max(head.rfind(" "), head.rfind("\n"))
             if space > len(head) // 2:
-                head = head[:space + 1]
+                head = head[: space + 1]
         return head
 
     def _chunk(self, text: str, n: int, final: bool) -> Chunk:
         self.tokens_so_far += n
         progress = 100 if final else min(100, round(100 * self.tokens_so_far / self.length))
-        chunk = Chunk(request_id=self.request_id, seq=self.seq, text=text, tokens=n,
-                      tokens_so_far=self.tokens_so_far, progress=progress, final=final)
+        chunk = Chunk(
+            request_id=self.request_id,
+            seq=self.seq,
+            text=text,
+            tokens=n,
+            tokens_so_far=self.tokens_so_far,
+            progress=progress,
+            final=final,
+        )
         self.seq += 1
         return chunk
 
@@ -335,8 +368,9 @@ def reserved_output(request: Request, config: StreamConfig | None = None) -> int
 
 def chunk_text(request_id: str, text: str, plan: Plan, model: str, now: float = 0.0) -> list[Chunk]:
     """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream, whole."""
-    chunker = Chunker(request_id, length=max(tokens.count(text, model), 1), chunk_tokens=plan.chunk_tokens,
-                      model=model, cut=False)
+    chunker = Chunker(
+        request_id, length=max(tokens.count(text, model), 1), chunk_tokens=plan.chunk_tokens, model=model, cut=False
+    )
     return [c.derive(ts=now) for c in chunker.feed(text) + chunker.finish()]
 
 

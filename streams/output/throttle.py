@@ -1,5 +1,6 @@
 """The token bucket that paces a streamed answer (streams.output.stream's Pacer): `rate` tokens per second per
 client class (stream.yaml). Pure: the caller passes the clock (`now`, seconds) and sleeps the wait itself."""
+
 from __future__ import annotations
 
 

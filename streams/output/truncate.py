@@ -1,4 +1,5 @@
 """Token-exact truncation with the request's encoding: never above max_tokens, cut at a sentence end."""
+
 from __future__ import annotations
 
 import functools
@@ -77,7 +78,7 @@ def cut(text: str, ids: list[int], max_tokens: int, enc, marker: str = "[…]") 
     budget = max_tokens - _marker_tokens(enc, marker)
     while budget > 0:
         head = _decode(enc, ids[:budget])
-        out = _mark(head[:_cut_point(head)].rstrip(), marker)
+        out = _mark(head[: _cut_point(head)].rstrip(), marker)
         size = len(enc.encode_ordinary(out))
         if size <= max_tokens:
             return out, True, size

@@ -1,6 +1,7 @@
 """The one step that answers a request without a model: an L1 exact hit, else a rule match (zero tokens, the
 scoring engine's first tier, the same function). Whichever stage holds the work calls it: ingest for the
 cache-key partitions its worker holds (streams.runtime.local), the cache agent for the rest, before L2."""
+
 from __future__ import annotations
 
 import time

@@ -1,46 +1,44 @@
 """create_app(settings): the Faust application with every stage agent. No side effects at import."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import faust
 
-from streams.runtime import kafka_tuning
-
-from streams.security import signing
-
-from streams.core import tenants
-
-from streams.text import tokens
-from streams.runtime.agents import batch as batch_agent
-from streams.runtime.agents import cache as cache_agent
-from streams.cache.stage import CacheStage
-from streams.distill.work import Distiller
-from streams.runtime.agents import ingest as ingest_agent
-from streams.idempotency.requests import Requests
+from streams.budgets.reserve import prefetch_reserver
 from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
+from streams.cache.stage import CacheStage
+from streams.core import tenants
+from streams.core.envelopes import MAX_MESSAGE_BYTES
+from streams.core.metrics import observe_switches
+from streams.core.outbox import Outbox
+from streams.core.switches import Controls
+from streams.distill.work import Distiller
+from streams.idempotency.requests import Requests
 from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
-from streams.runtime.local import LocalAnswers
-from streams.runtime.agents import postprocess as postprocess_agent
-from streams.runtime.agents.postprocess import Postprocess
+from streams.models import loaded as models
 from streams.output import stream as stream_config
+from streams.runtime import kafka_tuning
 from streams.runtime import usage_sink as usage_sink
-from streams.runtime.usage_spill import durable_sink
-from streams.usage.texts import request_texts
+from streams.runtime.agents import batch as batch_agent
+from streams.runtime.agents import cache as cache_agent
+from streams.runtime.agents import ingest as ingest_agent
+from streams.runtime.agents import postprocess as postprocess_agent
+from streams.runtime.agents import shadow as shadow_agent
+from streams.runtime.agents.postprocess import Postprocess
 from streams.runtime.control import ControlReader
 from streams.runtime.leases import BudgetOwner, LeaseClient
-from streams.budgets.reserve import prefetch_reserver
-from streams.core.switches import Controls
-from streams.core.metrics import observe_switches
-from streams.models import loaded as models
-from streams.core.envelopes import MAX_MESSAGE_BYTES
-from streams.core.outbox import Outbox
+from streams.runtime.local import LocalAnswers
 from streams.runtime.sender import Sender
 from streams.runtime.topics import KeyPartitionedTable, Topics
+from streams.runtime.usage_spill import durable_sink
 from streams.scoring import rules
-from streams.runtime.agents import shadow as shadow_agent
+from streams.security import signing
 from streams.shadow.sample import Sampler
+from streams.text import tokens
+from streams.usage.texts import request_texts
 
 
 def create_app(settings, known_types: set[str] | None = None, sink=None, sender=None) -> faust.App:
@@ -52,17 +50,33 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     tokens.configure(settings.tokenizers)
     models.configure(settings.model_threads)
     app = faust.App(
-        settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
-        datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
-        broker_session_timeout=6, broker_heartbeat_interval=1, producer_max_batch_size=1,
+        settings.app_id,
+        broker=settings.broker,
+        store="memory://",
+        web_enabled=False,
+        datadir=str(Path(settings.data_dir) / "faust"),
+        topic_partitions=settings.partitions,
+        broker_session_timeout=6,
+        broker_heartbeat_interval=1,
+        producer_max_batch_size=1,
         producer_max_request_size=MAX_MESSAGE_BYTES,
-        consumer_auto_offset_reset="earliest", topic_allow_declare=True)
+        consumer_auto_offset_reset="earliest",
+        topic_allow_declare=True,
+    )
     topics = Topics(app, settings.partitions)
     app.jev_sender = sender = sender or app.service(Sender(settings.bootstrap, settings.partitions))
     # The L1 exact cache, keyed by cache_key as scored is. Its values are Entry.dumps(), kept as bytes (a changelog
     # written before, as JSON dicts, reads back the same).
-    l1 = app.tables.add(KeyPartitionedTable(app, name="l1_cache", default=None, beacon=app.tables.beacon,
-                                            partitions=settings.partitions, value_type=bytes))
+    l1 = app.tables.add(
+        KeyPartitionedTable(
+            app,
+            name="l1_cache",
+            default=None,
+            beacon=app.tables.beacon,
+            partitions=settings.partitions,
+            value_type=bytes,
+        )
+    )
     state = {"sink": sink}
     controls = Controls()
     budget_file = Path(settings.data_dir) / "budgets.json"
@@ -70,10 +84,16 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     controls.listeners.append(apply_budget_controls(book))
     controls.listeners.append(lambda _: observe_switches(controls.switches))
     observe_switches(controls.switches)
-    admission = Admission(settings.max_record_bytes, settings.default_model, frozenset(known_types or ()),
-                          Templates.from_dir(), stream_config.load(settings.stream_config),
-                          tenants.admitted(settings.tenants), settings.max_field_bytes,
-                          tenants.load_keys(settings.tenant_keys))
+    admission = Admission(
+        settings.max_record_bytes,
+        settings.default_model,
+        frozenset(known_types or ()),
+        Templates.from_dir(),
+        stream_config.load(settings.stream_config),
+        tenants.admitted(settings.tenants),
+        settings.max_field_bytes,
+        tenants.load_keys(settings.tenant_keys),
+    )
     saved = {"revision": book.revision}
 
     @app.timer(interval=1.0)
@@ -85,8 +105,13 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
 
     @app.task
     async def follow_control():
-        await ControlReader(settings.bootstrap, controls, keep=Path(settings.data_dir) / "control.json",
-                            check_s=settings.control_check_s, max_skew_s=settings.control_max_skew_s).run()
+        await ControlReader(
+            settings.bootstrap,
+            controls,
+            keep=Path(settings.data_dir) / "control.json",
+            check_s=settings.control_check_s,
+            max_skew_s=settings.control_max_skew_s,
+        ).run()
 
     def get_sink():
         if state["sink"] is None:
@@ -105,15 +130,24 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
 
     leases = None
     if settings.budget_leases:
+
         async def send(topic, values):  # the lease agents' events (topic by full name), each to its partition
             short = topic.split(".")[1]
             await sender.deliver(Outbox(placed=[(short, partition, value) for partition, value in values]))
 
         book.leased_tokens = True
-        leases = LeaseClient(settings.bootstrap, settings.app_id, settings.partitions, book, send,
-                             settings.budget_lease_share, settings.budget_lease_s)
-        owner = BudgetOwner(settings.bootstrap, settings.app_id, book, send, settings.budget_lease_s,
-                            settings.budget_reservation_ttl_s)
+        leases = LeaseClient(
+            settings.bootstrap,
+            settings.app_id,
+            settings.partitions,
+            book,
+            send,
+            settings.budget_lease_share,
+            settings.budget_lease_s,
+        )
+        owner = BudgetOwner(
+            settings.bootstrap, settings.app_id, book, send, settings.budget_lease_s, settings.budget_reservation_ttl_s
+        )
 
         @app.task
         async def own_budgets():
@@ -133,18 +167,33 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     distiller = Distiller(settings.distill_policies)
     controls.listeners.append(distiller.on_control)
     app.jev_ingest = ingest_agent.register(
-        app, topics, settings, admission, book, controls, get_texts, distiller,
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list), sender,
-        shadow=Sampler(settings.shadow_rate, admission.stream_config), leases=leases, requests=requests)
+        app,
+        topics,
+        settings,
+        admission,
+        book,
+        controls,
+        get_texts,
+        distiller,
+        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list),
+        sender,
+        shadow=Sampler(settings.shadow_rate, admission.stream_config),
+        leases=leases,
+        requests=requests,
+    )
     cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
     postprocess_agent.register(app, topics, settings, postprocess, sender)
     app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None
     batch_agent.register(app, topics, settings, sender)
     guard = shadow_agent.build_guard(settings, cache, distiller)
     controls.listeners.append(guard.on_control)
-    app.jev_verdicts = shadow_agent.register(  # where ClickHouse is: the verdicts are stored and judged there
-        app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender) \
-        if settings.usage_sink else None
+    app.jev_verdicts = (
+        shadow_agent.register(  # where ClickHouse is: the verdicts are stored and judged there
+            app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender
+        )
+        if settings.usage_sink
+        else None
+    )
     app.jev_guard = guard
     app.jev_topics = topics
     app.jev_controls = controls

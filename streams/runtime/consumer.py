@@ -2,6 +2,7 @@
 input is committed: `BatchConsumer` (plain aiokafka, explicit commits) for ingest, the usage sink and the
 scoring workers; `run_agent` for the Faust agents that own a table's partitions (the cache and postprocess),
 whose offsets Faust acknowledges once the loop body returns."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,14 +12,14 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from streams.security import signing
 from streams.runtime.kafka_tuning import tune
+from streams.security import signing
 
 log = logging.getLogger("jev.consumer")
 STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to hand over what it polled
@@ -27,10 +28,17 @@ STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to ha
 IDLE_POLL_MS = 200
 
 
-async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes], None], stopping: asyncio.Event,
-                            poll_ms: int, what: str, caught_up: Callable[[], None] | None = None,
-                            trusted: Callable[[object], bool] = signing.trusted,
-                            on_restart: Callable[[], None] | None = None) -> None:
+async def follow_from_start(
+    bootstrap: str,
+    topic: str,
+    apply: Callable[[bytes], None],
+    stopping: asyncio.Event,
+    poll_ms: int,
+    what: str,
+    caught_up: Callable[[], None] | None = None,
+    trusted: Callable[[object], bool] = signing.trusted,
+    on_restart: Callable[[], None] | None = None,
+) -> None:
     """Read `topic` from its beginning with a group-less consumer and keep following it until `stopping` is set,
     calling `apply` on each message: how every process rebuilds state a topic holds (controls, the cache's state).
     On a signed topic (streams.security.signing) a message Jev did not write is refused, counted and logged (`trusted`),
@@ -40,8 +48,14 @@ async def follow_from_start(bootstrap: str, topic: str, apply: Callable[[bytes],
     reported (CaughtUp), so while the topic is being written too. `on_restart()` is called when a partition's log
     came back shorter than what was read (a broker restarted without its data;
     streams.runtime.kafka_tuning.follow_log_restarts)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                enable_auto_commit=False, fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=50,
+    )
     await consumer.start()
     tune(consumer, None if on_restart is None else lambda tp: on_restart())
     ends = CaughtUp(consumer)
@@ -116,6 +130,7 @@ class OwnLoop:
 
     async def call(self, fn: Callable, *args, **kwargs):
         """fn(*args, **kwargs) run on this loop (awaited there when it returns an awaitable); its result here."""
+
         async def run():
             result = fn(*args, **kwargs)
             return await result if inspect.isawaitable(result) else result
@@ -124,6 +139,7 @@ class OwnLoop:
 
     def close(self) -> None:
         """Stop the loop once what still runs on it has finished (at most STOP_WAIT_S), and end the thread."""
+
         async def finish() -> None:
             if pending := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
                 await asyncio.wait(pending, timeout=STOP_WAIT_S)
@@ -145,9 +161,21 @@ class BatchConsumer(mode.Service):
     ConsumerRecords) returns the Outbox of the batch, which `sender` delivers; then exactly that batch's offsets
     are committed: at-least-once."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, handle: Callable, max_records: int, wait_ms: int,
-                 linger_ms: int = 0, depth: int = 1, sender=None, before: Callable | None = None,
-                 on_restart: Callable[[TopicPartition], None] | None = None, **kwargs):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        handle: Callable,
+        max_records: int,
+        wait_ms: int,
+        linger_ms: int = 0,
+        depth: int = 1,
+        sender=None,
+        before: Callable | None = None,
+        on_restart: Callable[[TopicPartition], None] | None = None,
+        **kwargs,
+    ):
         """`linger_ms`: once a poll returned something, keep polling for up to this long (or until max_records)
         before handling, so a consumer whose every handle() has a fixed cost (a ClickHouse insert) takes
         fewer, larger batches, as Faust's take(max, within) did. `depth`: micro-batches handled at once; with 2,
@@ -171,9 +199,16 @@ class BatchConsumer(mode.Service):
 
     async def start_consumer(self) -> AIOKafkaConsumer:
         """The started aiokafka consumer (on its own loop, which it binds to)."""
-        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
-                                    enable_auto_commit=False, auto_offset_reset="earliest",
-                                    session_timeout_ms=6000, heartbeat_interval_ms=1000, fetch_max_wait_ms=self.wait_ms)
+        consumer = AIOKafkaConsumer(
+            self.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+            fetch_max_wait_ms=self.wait_ms,
+        )
         await consumer.start()
         tune(consumer, self.on_restart)
         return consumer
@@ -207,14 +242,17 @@ class BatchConsumer(mode.Service):
         while not self.should_stop or handling or polling is not None:
             if polling is None and len(handling) < self.depth and not self.should_stop:
                 polling = asyncio.ensure_future(self.poll(wait_ms))
-            await asyncio.wait([f for f in (polling, handling[0][0] if handling else None) if f is not None],
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [f for f in (polling, handling[0][0] if handling else None) if f is not None],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             if polling is not None and polling.done():
                 polled, polling = polling.result(), None
                 wait_ms = self.wait_ms if polled else min(max(IDLE_POLL_MS, self.wait_ms), 2 * wait_ms)
                 if polled:  # handed over even while stopping: what was polled is handled and committed
-                    handling.append((asyncio.ensure_future(self.hand_over([m for ms in polled.values() for m in ms])),
-                                     polled))
+                    handling.append(
+                        (asyncio.ensure_future(self.hand_over([m for ms in polled.values() for m in ms])), polled)
+                    )
             if not handling or not handling[0][0].done():
                 continue
             task, polled = handling.popleft()
@@ -258,10 +296,14 @@ class BatchConsumer(mode.Service):
         polled = await self.own.call(self.consumer.getmany, timeout_ms=wait_ms, max_records=self.max_records)
         count = sum(len(msgs) for msgs in polled.values())
         deadline = time.monotonic() + self.linger_ms / 1000
-        while polled and count < self.max_records and not self.should_stop \
-                and (left := deadline - time.monotonic()) > 0:  # a stopping consumer lingers no more
-            for tp, msgs in (await self.own.call(self.consumer.getmany, timeout_ms=int(left * 1000) or 1,
-                                                 max_records=self.max_records - count)).items():
+        while (
+            polled and count < self.max_records and not self.should_stop and (left := deadline - time.monotonic()) > 0
+        ):  # a stopping consumer lingers no more
+            for tp, msgs in (
+                await self.own.call(
+                    self.consumer.getmany, timeout_ms=int(left * 1000) or 1, max_records=self.max_records - count
+                )
+            ).items():
                 polled.setdefault(tp, []).extend(msgs)
                 count += len(msgs)
         return polled

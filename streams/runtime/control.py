@@ -10,6 +10,7 @@ broker has lost every record, and processes started after that would see every s
 the topic lacks, or holds only in an older version, is published again, so they start with the state the
 old processes had.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,9 +23,9 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.records import Control
 from schemas.topics import name
-from streams.security import signing
-from streams.runtime.consumer import follow_from_start
 from streams.core.switches import Controls
+from streams.runtime.consumer import follow_from_start
+from streams.security import signing
 
 log = logging.getLogger("jev.control")
 
@@ -35,8 +36,12 @@ async def publish(bootstrap: str, controls: list[Control]) -> None:
     try:
         for control in controls:
             value = control.dumps()
-            await producer.send_and_wait(name("control"), value, key=f"{control.kind}:{control.key}".encode(),
-                                         headers=signing.headers(name("control"), value))
+            await producer.send_and_wait(
+                name("control"),
+                value,
+                key=f"{control.kind}:{control.key}".encode(),
+                headers=signing.headers(name("control"), value),
+            )
     finally:
         await producer.stop()
 
@@ -45,8 +50,15 @@ class ControlReader:
     """Follows the control topic from the start; applies each record to `controls`. With `keep` (a file), also
     remembers the newest record per kind and key there and republishes what the topic lost (every `check_s`)."""
 
-    def __init__(self, bootstrap: str, controls: Controls, poll_ms: int = 200, keep: Path | None = None,
-                 check_s: float = 30.0, max_skew_s: float = 60.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        controls: Controls,
+        poll_ms: int = 200,
+        keep: Path | None = None,
+        check_s: float = 30.0,
+        max_skew_s: float = 60.0,
+    ):
         self.bootstrap, self.controls, self.poll_ms = bootstrap, controls, poll_ms
         self.keep, self.check_s, self.max_skew_s = keep, check_s, max_skew_s
         self.stopping, self.caught_up = asyncio.Event(), asyncio.Event()
@@ -58,8 +70,15 @@ class ControlReader:
     async def run(self) -> None:
         keeping = asyncio.ensure_future(self.keep_published()) if self.keep is not None else None
         try:
-            await follow_from_start(self.bootstrap, name("control"), self.apply, self.stopping, self.poll_ms,
-                                    "control record", caught_up=self.caught_up.set)
+            await follow_from_start(
+                self.bootstrap,
+                name("control"),
+                self.apply,
+                self.stopping,
+                self.poll_ms,
+                "control record",
+                caught_up=self.caught_up.set,
+            )
         finally:
             if keeping is not None:
                 keeping.cancel()
@@ -72,8 +91,7 @@ class ControlReader:
             return
         key = record_key(control)
         if key in self.known and control.ts < self.known[key].ts:
-            log.info("skipping control record %s stamped %.0f: %.0f is in effect", key, control.ts,
-                     self.known[key].ts)
+            log.info("skipping control record %s stamped %.0f: %.0f is in effect", key, control.ts, self.known[key].ts)
             return
         self.controls.apply(control)
         self.known[key] = control
@@ -98,8 +116,12 @@ class ControlReader:
         on_topic = await latest_on_topic(self.bootstrap, self.poll_ms, self.max_skew_s)
         lost = [c for key, c in self.known.items() if key not in on_topic or on_topic[key] < c.ts]
         if lost:
-            log.warning("the control topic lacked %d control record(s) this process knows (a restarted broker?): "
-                        "publishing them again: %s", len(lost), ", ".join(sorted(record_key(c) for c in lost)))
+            log.warning(
+                "the control topic lacked %d control record(s) this process knows (a restarted broker?): "
+                "publishing them again: %s",
+                len(lost),
+                ", ".join(sorted(record_key(c) for c in lost)),
+            )
             await publish(self.bootstrap, lost)
         return lost
 
@@ -113,8 +135,10 @@ def from_future(control: Control, max_skew_s: float, count: bool = True) -> bool
     if control.ts <= time.time() + max_skew_s:
         return False
     if count:
-        signing.refuse(name("control"), f"{record_key(control)} stamped {control.ts:.0f}, "
-                                    f"{control.ts - time.time():.0f} s in the future")
+        signing.refuse(
+            name("control"),
+            f"{record_key(control)} stamped {control.ts:.0f}, {control.ts - time.time():.0f} s in the future",
+        )
     return True
 
 
@@ -131,8 +155,16 @@ async def latest_on_topic(bootstrap: str, poll_ms: int = 200, max_skew_s: float 
         key = record_key(control)
         found[key] = max(found.get(key, control.ts), control.ts)
 
-    await follow_from_start(bootstrap, name("control"), note, stopping, poll_ms, "control record",
-                            caught_up=stopping.set, trusted=signing.quietly_trusted)
+    await follow_from_start(
+        bootstrap,
+        name("control"),
+        note,
+        stopping,
+        poll_ms,
+        "control record",
+        caught_up=stopping.set,
+        trusted=signing.quietly_trusted,
+    )
     return found
 
 

@@ -28,11 +28,12 @@ or where it was sought to; and the fetch loop delivers every message it fetches 
 seek is handled twice: at-least-once, idempotent by request and event id). Faust's gap intervals (offsets it
 infers were compacted away) are not counted as acknowledged: the stage topics are not compacted.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from aiokafka import TopicPartition
 from aiokafka.client import ConnectionGroup
@@ -96,8 +97,12 @@ def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] |
         if known is not None and cluster_id not in (None, known) and assignment is not None:
             for tp in assignment.tps:
                 if (state := assignment.state_value(tp)) is not None and state.has_valid_position and state.position:
-                    restart(tp, state, f"the broker is now cluster {cluster_id}, was {known}: a restarted broker "
-                                       f"without its data (this consumer was at offset {state.position})")
+                    restart(
+                        tp,
+                        state,
+                        f"the broker is now cluster {cluster_id}, was {known}: a restarted broker "
+                        f"without its data (this consumer was at offset {state.position})",
+                    )
         update(metadata)
 
     async def fetch_and_check(assignment, node_id, request) -> bool:
@@ -115,11 +120,21 @@ def follow_log_restarts(consumer, on_restart: Callable[[TopicPartition], None] |
             for partition, offset, *_ in partitions:
                 tp = TopicPartition(topic, partition)
                 state = assignment.state_value(tp)
-                if (state is None or tp in fetcher._records or not state.has_valid_position
-                        or state.position != offset or state.highwater is None or state.highwater >= offset):
+                if (
+                    state is None
+                    or tp in fetcher._records
+                    or not state.has_valid_position
+                    or state.position != offset
+                    or state.highwater is None
+                    or state.highwater >= offset
+                ):
                     continue
-                restart(tp, state, f"the log ends at offset {state.highwater}, before this consumer's position "
-                                   f"{offset}: the broker restarted without its data")
+                restart(
+                    tp,
+                    state,
+                    f"the log ends at offset {state.highwater}, before this consumer's position "
+                    f"{offset}: the broker restarted without its data",
+                )
         return got
 
     client.cluster.update_metadata = update_and_check
@@ -187,7 +202,7 @@ def committable(acked: list[int], start: int | None) -> int | None:
     while end + 1 < len(acked) and acked[end + 1] == acked[end] + 1:
         end += 1
     last = acked[end]
-    del acked[:end + 1]
+    del acked[: end + 1]
     return last + 1
 
 
@@ -216,7 +231,6 @@ def _reset_state(self):
 
 
 def install() -> None:
-    driver.Consumer._new_consumer_thread = lambda self: JevConsumerThread(
-        self, loop=self.loop, beacon=self.beacon)
+    driver.Consumer._new_consumer_thread = lambda self: JevConsumerThread(self, loop=self.loop, beacon=self.beacon)
     driver.Consumer._new_offset = _new_offset
     driver.Consumer._reset_state = _reset_state

@@ -8,13 +8,14 @@ lease requests it finds at or past the group's committed offset it answers (a re
 recognised by its id). Grants go back on the budget topic (so they are part of the state) and to the holder on the
 leases topic. Sends are awaited before offsets are committed.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
 import uuid
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
@@ -22,12 +23,12 @@ from aiokafka.errors import KafkaError
 from schemas.records import BudgetEvent, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused, request_scopes
-from streams.security import signing
-from streams.runtime.consumer import OwnLoop
-from streams.runtime.kafka_tuning import tune
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner
+from streams.runtime.consumer import OwnLoop
+from streams.runtime.kafka_tuning import tune
 from streams.runtime.partitioning import partition_for
+from streams.security import signing
 
 log = logging.getLogger("jev.leases")
 
@@ -43,8 +44,16 @@ def hard_limits(book: BudgetBook, scopes: list[str] | None = None) -> dict[str, 
 class BudgetOwner:
     """The owner side: a consumer of the budget topic in group `<app_id>-budget`, one LeaseOwner per partition."""
 
-    def __init__(self, bootstrap: str, app_id: str, book: BudgetBook, send: Send, lease_s: float, grace_s: float,
-                 poll_ms: int = 20):
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        book: BudgetBook,
+        send: Send,
+        lease_s: float,
+        grace_s: float,
+        poll_ms: int = 20,
+    ):
         self.bootstrap, self.group, self.book, self.send = bootstrap, f"{app_id}-budget", book, send
         self.lease_s, self.grace_s, self.poll_ms = lease_s, grace_s, poll_ms
         self.owners: dict[int, LeaseOwner] = {}
@@ -70,9 +79,15 @@ class BudgetOwner:
             await asyncio.to_thread(own.close)
 
     async def own_partitions(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", session_timeout_ms=6000,
-                                    heartbeat_interval_ms=1000, fetch_max_wait_ms=self.poll_ms)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+            fetch_max_wait_ms=self.poll_ms,
+        )
         owner = self
 
         class Rebalance(ConsumerRebalanceListener):
@@ -154,6 +169,7 @@ class BudgetOwner:
         by_topic: dict[str, list] = {}
         for topic, partition, event in sends:
             by_topic.setdefault(topic, []).append((partition, event.dumps()))
+
         async def send_all() -> None:
             await asyncio.gather(*(self.send(topic, values) for topic, values in by_topic.items()))
 
@@ -167,8 +183,17 @@ class LeaseClient:
     """The holder side in a stage process: reserve against leases, top them up ahead of need, return what is
     unused, and settle decided works wherever they complete."""
 
-    def __init__(self, bootstrap: str, app_id: str, partitions: int, book: BudgetBook, send: Send, share: float,
-                 lease_s: float, wait_s: float = 5.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        partitions: int,
+        book: BudgetBook,
+        send: Send,
+        share: float,
+        lease_s: float,
+        wait_s: float = 5.0,
+    ):
         self.bootstrap, self.app_id, self.partitions, self.book, self.send = bootstrap, app_id, partitions, book, send
         self.id = f"{app_id}-{uuid.uuid4().hex[:12]}"
         self.holder = LeaseHolder(self.id, share, lease_s)
@@ -186,8 +211,9 @@ class LeaseClient:
         self.waiting[request] = future
         self.asking[key] = request
         self.asked.add(request)
-        event = BudgetEvent(kind="lease", key=key, holder=self.id, lease_id=lease_id, request=request, tokens=tokens,
-                            ts=time.time())
+        event = BudgetEvent(
+            kind="lease", key=key, holder=self.id, lease_id=lease_id, request=request, tokens=tokens, ts=time.time()
+        )
         await self.send(name("budget"), [(partition_for(key, self.partitions), event.dumps())])
         return future
 
@@ -210,15 +236,16 @@ class LeaseClient:
                 if request is None or request not in self.waiting:
                     current = self.holder.usable(key, now)
                     balance = current.balance if current else 0
-                    await self.ask(key, current.lease_id if current else "",
-                                   self.holder.slice(limits[key], tokens - balance))
+                    await self.ask(
+                        key, current.lease_id if current else "", self.holder.slice(limits[key], tokens - balance)
+                    )
                     request = self.asking[key]
                 asks.append(asyncio.shield(self.waiting[request]))
             try:
                 granted = await asyncio.wait_for(asyncio.gather(*asks), max(0.0, deadline - time.monotonic()))
                 if None in granted:  # the log restarted: asked again
                     continue
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("no lease answer within %.1f s for %s", self.wait_s, held)
                 for key in held:  # the next reservation asks anew rather than waiting on an answer that is lost
                     self.waiting.pop(self.asking.pop(key, ""), None)
@@ -229,8 +256,13 @@ class LeaseClient:
                     return held
                 break
         b = self.book.budgets[held[0]]
-        return Refused(f"budget {b.key} hard_tokens {b.hard_tokens}: the owner granted no lease with {tokens} tokens "
-                       f"left (spent, or held by other stage processes' leases)", b.key, b.policy, b.degrade_to)
+        return Refused(
+            f"budget {b.key} hard_tokens {b.hard_tokens}: the owner granted no lease with {tokens} tokens "
+            f"left (spent, or held by other stage processes' leases)",
+            b.key,
+            b.policy,
+            b.degrade_to,
+        )
 
     def hold_now(self, work: Work, tokens: int) -> LeaseHold | Refused | None:
         """`tokens` held against the leases this process has now for the hard budgets covering `work` (None when
@@ -243,8 +275,12 @@ class LeaseClient:
         if isinstance(held, LeaseHold):
             return held
         b = self.book.budgets[held[0]]
-        return Refused(f"budget {b.key} hard_tokens {b.hard_tokens}: this process's lease lacks {tokens} tokens",
-                       b.key, b.policy, b.degrade_to)
+        return Refused(
+            f"budget {b.key} hard_tokens {b.hard_tokens}: this process's lease lacks {tokens} tokens",
+            b.key,
+            b.policy,
+            b.degrade_to,
+        )
 
     def release(self, hold: LeaseHold) -> None:
         """A hold the request will not use (another budget refused it): back to the local leases."""
@@ -271,9 +307,19 @@ class LeaseClient:
                 t = totals.setdefault((key, lease_id), [0, 0])
                 t[0] += work.budget_tokens
                 t[1] += actual
-        events = [BudgetEvent(kind="settle", key=key, lease_id=lease_id, holder=self.id, reserved=reserved,
-                              actual=actual, window=self.window(key), ts=time.time())
-                  for (key, lease_id), (reserved, actual) in totals.items()]
+        events = [
+            BudgetEvent(
+                kind="settle",
+                key=key,
+                lease_id=lease_id,
+                holder=self.id,
+                reserved=reserved,
+                actual=actual,
+                window=self.window(key),
+                ts=time.time(),
+            )
+            for (key, lease_id), (reserved, actual) in totals.items()
+        ]
         return [(partition_for(e.key, self.partitions), e.dumps()) for e in events]
 
     def window(self, key: str) -> str:
@@ -312,8 +358,13 @@ class LeaseClient:
         group of its own (one per process start) only added rebalances and commits: after a broker restarted
         without its data, the group rejoined while grants were being written, a grant was never read, and the
         reservation waiting for it was refused."""
-        consumer = AIOKafkaConsumer(name("leases"), bootstrap_servers=self.bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=20)
+        consumer = AIOKafkaConsumer(
+            name("leases"),
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=20,
+        )
         await consumer.start()
         tune(consumer, self.log_restarted)
         try:
@@ -340,8 +391,19 @@ class LeaseClient:
         await self.give_back(gone)
 
     async def give_back(self, leases) -> None:
-        events = [BudgetEvent(kind="return", key=key, lease_id=h.lease_id, holder=self.id, window=h.window,
-                              tokens=h.balance, ts=time.time()) for key, h in leases if h.balance > 0]
+        events = [
+            BudgetEvent(
+                kind="return",
+                key=key,
+                lease_id=h.lease_id,
+                holder=self.id,
+                window=h.window,
+                tokens=h.balance,
+                ts=time.time(),
+            )
+            for key, h in leases
+            if h.balance > 0
+        ]
         if events:
             await self.send(name("budget"), [(partition_for(e.key, self.partitions), e.dumps()) for e in events])
 
@@ -353,5 +415,3 @@ class LeaseClient:
             await self.give_back(leases)
         except Exception as exc:  # the owner reclaims them after their expiry anyway
             log.warning("leases not returned at stop (%s); their owners reclaim them after expiry", exc)
-
-

@@ -9,14 +9,15 @@ works whose partition another worker holds (or none yet, before the first assign
 agent, which takes the same step before L2. A work with a caller's deadline that is not answered here and that L2
 and L3 cannot match (a structured state, not words: a checkout screening) has nothing left at the cache agent but
 the hop, which waits behind whatever batch that agent is embedding: it goes to the scoring workers at once."""
+
 from __future__ import annotations
 
 from schemas.records import Work
-from streams.runtime.answer import answer_locally
 from streams.cache.semantic import asks_in_words
 from streams.core.deadlines import deadline
 from streams.core.metrics import observe_cache
 from streams.core.outbox import Outbox
+from streams.runtime.answer import answer_locally
 from streams.runtime.partitioning import partition_for
 
 

@@ -1,10 +1,11 @@
 """Partitioning by key: every stage topic and the L1 table are keyed the same way (crc32 of the key), so a
 cache key's work, its L1 entry and its decisions stay on one partition from ingest to postprocess."""
+
 from __future__ import annotations
 
 import zlib
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from aiokafka.partitioner import murmur2
 
@@ -19,8 +20,12 @@ def kafka_partition(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def group_by_partition(items: Iterable, key: Callable[[object], str], partitions: int,
-                       partition_of: Callable[[str, int], int] = partition_for) -> dict[int, list]:
+def group_by_partition(
+    items: Iterable,
+    key: Callable[[object], str],
+    partitions: int,
+    partition_of: Callable[[str, int], int] = partition_for,
+) -> dict[int, list]:
     groups: dict[int, list] = defaultdict(list)
     for item in items:
         groups[partition_of(key(item), partitions)].append(item)

@@ -1,5 +1,6 @@
 """The requests-seen topic (streams.idempotency.requests' LOG_TOPIC) followed into a process's Requests, so a
 redelivery of a request decided before this process started gets its first decision again."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +10,8 @@ import time
 import faust
 
 from schemas.topics import name
-from streams.runtime.consumer import follow_from_start
 from streams.idempotency.requests import LOG_TOPIC, Requests
+from streams.runtime.consumer import follow_from_start
 
 log = logging.getLogger("jev.idempotency")
 
@@ -33,9 +34,18 @@ class RequestsSeenLog:
     async def follow(self) -> None:
         """Follow the topic until stopped (one follower per process, whoever starts it first)."""
         if self.following is None:
-            self.following = asyncio.ensure_future(follow_from_start(
-                self.bootstrap, name(LOG_TOPIC), self.requests.apply, self.stopping, self.poll_ms,
-                "requests-seen record", caught_up=self.caught_up.set, on_restart=self.requests.orphan_undecided))
+            self.following = asyncio.ensure_future(
+                follow_from_start(
+                    self.bootstrap,
+                    name(LOG_TOPIC),
+                    self.requests.apply,
+                    self.stopping,
+                    self.poll_ms,
+                    "requests-seen record",
+                    caught_up=self.caught_up.set,
+                    on_restart=self.requests.orphan_undecided,
+                )
+            )
         await asyncio.shield(self.following)
 
     async def wait_loaded(self, stream) -> None:
@@ -49,10 +59,12 @@ class RequestsSeenLog:
         began = time.monotonic()
         try:
             await asyncio.wait_for(self.caught_up.wait(), self.LOAD_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.warning("the requests-seen topic was not read within %.0f s: going on without it, so a "
-                        "redelivery of a request decided before this process started may be decided again",
-                        self.LOAD_TIMEOUT_S)
+        except TimeoutError:
+            log.warning(
+                "the requests-seen topic was not read within %.0f s: going on without it, so a "
+                "redelivery of a request decided before this process started may be decided again",
+                self.LOAD_TIMEOUT_S,
+            )
             return
         if (waited := time.monotonic() - began) > self.SLOW_LOAD_S:
             log.warning("reading the requests-seen topic held this stage's first input back %.1f s", waited)

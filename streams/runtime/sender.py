@@ -13,6 +13,7 @@ letters, alerts and batch records, in the stage process and the scoring worker a
 of its own (producer_max_batch_size=1, for tansu's end offsets and table recovery), one in flight per partition:
 under load its queue grew to hundreds of messages, adding tens of ms per hop; it carries the L1 table's
 changelog only."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,8 @@ from schemas.records import UsageBatch
 from schemas.topics import name
 from streams.core.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batches
 from streams.core.inflight import IN_FLIGHT, WORK_TOPICS
-from streams.idempotency.requests import LOG_TOPIC
 from streams.core.outbox import Outbox
+from streams.idempotency.requests import LOG_TOPIC
 from streams.runtime.partitioning import group_by_partition, kafka_partition, partition_for
 from streams.security import signing
 
@@ -51,8 +52,12 @@ class Sender(mode.Service):
         self.producer: AIOKafkaProducer | None = None
 
     async def on_start(self) -> None:
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
-                                         max_batch_size=BATCH_TARGET_BYTES, max_request_size=MAX_MESSAGE_BYTES)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            max_batch_size=BATCH_TARGET_BYTES,
+            max_request_size=MAX_MESSAGE_BYTES,
+        )
         await self.producer.start()
 
     async def on_stop(self) -> None:
@@ -93,27 +98,36 @@ class Sender(mode.Service):
         futures, seen_log = [], name(LOG_TOPIC)
         # a decision's requests-seen record goes out ahead of it: a process killed between the two then re-sends
         # that decision, not another
-        seen = [(key.decode(), value, keys.headers(seen_log, value))
-                for topic, key, value in outbox.records if topic == LOG_TOPIC]
+        seen = [
+            (key.decode(), value, keys.headers(seen_log, value))
+            for topic, key, value in outbox.records
+            if topic == LOG_TOPIC
+        ]
         if seen:
             futures += await self.send_keyed(seen_log, seen, kafka_partition)
-        IN_FLIGHT.release([d.request_id for d, _ in outbox.decisions] +
-                          [r.request_id for r in outbox.dead_letters if r.request_id])
+        IN_FLIGHT.release(
+            [d.request_id for d, _ in outbox.decisions] + [r.request_id for r in outbox.dead_letters if r.request_id]
+        )
         IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
         if outbox.chunks:
             futures += await self.send_keyed(name("chunks"), [(c.request_id, encode(c), []) for c in outbox.chunks])
         if outbox.decisions:
-            futures += await self.send_keyed(name("decisions"), [
-                (d.request_id, encode(d), [(k, v.encode()) for k, v in headers.items()])
-                for d, headers in outbox.decisions])
+            futures += await self.send_keyed(
+                name("decisions"),
+                [
+                    (d.request_id, encode(d), [(k, v.encode()) for k, v in headers.items()])
+                    for d, headers in outbox.decisions
+                ],
+            )
         if outbox.review:
             futures += await self.send_keyed(name("review"), [(d.request_id, encode(d), []) for d in outbox.review])
         if outbox.usage:
             futures.append(await send(name("usage"), UsageBatch(events=outbox.usage).dumps()))
         for topic, works in outbox.work.items():
             for partition, group in group_by_partition(works, lambda w: w.cache_key, self.partitions).items():
-                futures += [await send(name(topic), envelope, partition=partition)
-                            for envelope in encode_batches(group)]
+                futures += [
+                    await send(name(topic), envelope, partition=partition) for envelope in encode_batches(group)
+                ]
         if keyed := [(r.request_id, encode(r), []) for r in outbox.dead_letters if r.request_id]:
             futures += await self.send_keyed(name("rejected"), keyed)  # a flood's rate_limited: thousands a batch
         for rejection in outbox.dead_letters:
@@ -128,15 +142,15 @@ class Sender(mode.Service):
             futures.append(await send(name(topic), value, partition=partition))
         return futures
 
-    async def send_keyed(self, topic: str, encoded: list[tuple[str, bytes, list]],
-                         partition_of=partition_for) -> list[asyncio.Future]:
+    async def send_keyed(
+        self, topic: str, encoded: list[tuple[str, bytes, list]], partition_of=partition_for
+    ) -> list[asyncio.Future]:
         """One record batch per partition (`partition_of` the key: partition_for, as the stages key their topics),
         built directly: aiokafka's per-record send() (a future, a pure-Python murmur2 and an accumulator lookup
         each) cost about 90 µs per decision or dead letter."""
         partitions = len(await self.producer.partitions_for(topic))
         futures = []
-        for partition, group in group_by_partition(encoded, lambda record: record[0], partitions,
-                                                   partition_of).items():
+        for partition, group in group_by_partition(encoded, lambda record: record[0], partitions, partition_of).items():
             batch = self.producer.create_batch()
             for key, value, headers in group:
                 if batch.append(key=key.encode(), value=value, timestamp=None, headers=headers) is None:

@@ -1,5 +1,6 @@
 """The Faust side of the topics: one handle per registry entry (what the Faust agents read), the dead-letter
 behaviour of those handles, and the L1 table partitioned like the stage topics."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,10 +13,19 @@ from streams.core.deadletter import undecodable
 from streams.core.outbox import Outbox
 from streams.runtime.partitioning import partition_for
 
-VALUE_TYPES = {"distilled": records.WorkBatch, "score": records.WorkBatch,
-               "scored": records.WorkBatch, "usage": records.UsageBatch, "decisions": records.Decision,
-               "rejected": records.Rejection, "control": records.Control, "alerts": records.Alert,
-               "review": records.Decision, "shadow": records.WorkBatch, "verdicts": records.Verdict}
+VALUE_TYPES = {
+    "distilled": records.WorkBatch,
+    "score": records.WorkBatch,
+    "scored": records.WorkBatch,
+    "usage": records.UsageBatch,
+    "decisions": records.Decision,
+    "rejected": records.Rejection,
+    "control": records.Control,
+    "alerts": records.Alert,
+    "review": records.Decision,
+    "shadow": records.WorkBatch,
+    "verdicts": records.Verdict,
+}
 
 
 class DeadLetterTopic(faust.Topic):
@@ -41,15 +51,22 @@ class KeyPartitionedTable(faust.Table):
 @dataclass
 class Topics:
     """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder."""
+
     app: faust.App
     partitions: int
 
     def __post_init__(self):
         for short, spec in TOPICS.items():
             if short in VALUE_TYPES:
-                topic = DeadLetterTopic(self.app, topics=[spec.name], value_type=VALUE_TYPES[short],
-                                        key_type=str, partitions=self.partitions)
+                topic = DeadLetterTopic(
+                    self.app,
+                    topics=[spec.name],
+                    value_type=VALUE_TYPES[short],
+                    key_type=str,
+                    partitions=self.partitions,
+                )
             else:
-                topic = self.app.topic(spec.name, value_serializer="raw", key_serializer="raw",
-                                       partitions=self.partitions)
+                topic = self.app.topic(
+                    spec.name, value_serializer="raw", key_serializer="raw", partitions=self.partitions
+                )
             setattr(self, short, topic)

@@ -15,6 +15,7 @@ an insert that fails while ClickHouse answers is split in halves until the rows 
 set aside with ClickHouse's reason (`take_set_aside()`: dead-lettered as `usage_insert_refused`, or written to
 the spill's quarantine when they came from a spill file), never retried.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,10 +29,10 @@ import orjson
 from infra.clickhouse import USAGE_COLUMNS
 from schemas.records import UsageBatch
 from streams.core import metrics
-from streams.core.deadletter import dead_letter, undecodable, forged
-from streams.security import signing
-from streams.runtime.consumer import BatchConsumer
+from streams.core.deadletter import dead_letter, forged, undecodable
 from streams.core.outbox import Outbox
+from streams.runtime.consumer import BatchConsumer
+from streams.security import signing
 from streams.usage.decode import BadUsage, usage_event
 
 TS = USAGE_COLUMNS.index("ts")
@@ -65,7 +66,7 @@ def by_days(events: list, max_days: int = MAX_PARTITIONS) -> list[list]:
     if len({int(e.ts // DAY) for e in events}) <= max_days:
         return [events] if events else []
     days = [list(day) for _, day in groupby(sorted(events, key=lambda e: e.ts), key=lambda e: int(e.ts // DAY))]
-    return [[e for day in days[i:i + max_days] for e in day] for i in range(0, len(days), max_days)]
+    return [[e for day in days[i : i + max_days] for e in day] for i in range(0, len(days), max_days)]
 
 
 class UsageSink:
@@ -126,7 +127,8 @@ class UsageSink:
         context = self.contexts.get(table)
         if context is None:
             context = self.contexts[table] = self.client.create_insert_context(
-                table, names, column_oriented=True, settings=settings)
+                table, names, column_oriented=True, settings=settings
+            )
         context.data = columns
         self.client.insert(context=context)
 
@@ -146,8 +148,13 @@ class UsageSink:
 
 def refused(event, reason: str):
     """The dead letter of a usage row ClickHouse refused."""
-    return dead_letter("usage_insert_refused", f"ClickHouse refused this usage row: {reason}", "usage",
-                       orjson.dumps(event.to_representation()), request_id=event.request_id)
+    return dead_letter(
+        "usage_insert_refused",
+        f"ClickHouse refused this usage row: {reason}",
+        "usage",
+        orjson.dumps(event.to_representation()),
+        request_id=event.request_id,
+    )
 
 
 def read_envelopes(messages: list, now: float | None = None, window_days: int = 7) -> tuple[list, list]:
@@ -173,9 +180,15 @@ def read_envelopes(messages: list, now: float | None = None, window_days: int = 
                 events.append(usage_event(item, now, window_days))
             except BadUsage as exc:
                 request_id = item.get("request_id") if isinstance(item, dict) else ""
-                rejected.append(dead_letter(
-                    "bad_usage_event", f"{message.topic}[{message.partition}]@{message.offset} event {i}: {exc}",
-                    "usage", orjson.dumps(item), request_id=request_id if isinstance(request_id, str) else ""))
+                rejected.append(
+                    dead_letter(
+                        "bad_usage_event",
+                        f"{message.topic}[{message.partition}]@{message.offset} event {i}: {exc}",
+                        "usage",
+                        orjson.dumps(item),
+                        request_id=request_id if isinstance(request_id, str) else "",
+                    )
+                )
     return events, rejected
 
 
@@ -184,7 +197,7 @@ def sink_messages(messages: list, sink, now: float, window_days: int, batch_max:
     its dead letters: messages and events that fail their checks, rows ClickHouse refused."""
     events, rejected = read_envelopes(messages, now, window_days)
     for i in range(0, len(events), batch_max):
-        sink.insert(events[i:i + batch_max])
+        sink.insert(events[i : i + batch_max])
     return rejected + [refused(event, reason) for event, reason in sink.take_set_aside()]
 
 
@@ -194,10 +207,20 @@ def register(app, topics, settings, sink_ref, sender) -> BatchConsumer:
         are committed."""
         # in a thread: decoding and inserting thousands of events at once on the event loop would hold every
         # other stage of this process for tens of ms (the GIL is handed over every few ms instead)
-        rejected = await asyncio.to_thread(sink_messages, messages, sink_ref(), time.time(),
-                                           settings.usage_ts_window_days, settings.sink_batch_max)
+        rejected = await asyncio.to_thread(
+            sink_messages, messages, sink_ref(), time.time(), settings.usage_ts_window_days, settings.sink_batch_max
+        )
         return Outbox(dead_letters=rejected)
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.usage.get_topic_name(), settings.usage_group,
-                                     sink_usage, settings.sink_batch_max, settings.sink_flush_ms, sender=sender,
-                                     linger_ms=settings.sink_flush_ms))
+    return app.service(
+        BatchConsumer(
+            settings.bootstrap,
+            topics.usage.get_topic_name(),
+            settings.usage_group,
+            sink_usage,
+            settings.sink_batch_max,
+            settings.sink_flush_ms,
+            sender=sender,
+            linger_ms=settings.sink_flush_ms,
+        )
+    )

@@ -16,14 +16,15 @@ older version spilled with a poisoned record in it) and a row the inner sink ref
 (its `take_set_aside()`) go to `quarantine/` beside the segments, one JSON line each with the reason, and the
 rest of the segment is written. Only an outage (the inner insert raises) keeps a segment for another try.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -107,9 +108,17 @@ class SpillQueue:
 
 
 class SpillingSink:
-    def __init__(self, inner, spill_dir: str | Path, max_memory_events: int = 5000,
-                 max_spilled_events: int = 2_000_000, retry_initial_s: float = 0.5, retry_max_s: float = 10.0,
-                 encode: Callable = lambda e: e.asdict(), decode: Callable = usage_event):
+    def __init__(
+        self,
+        inner,
+        spill_dir: str | Path,
+        max_memory_events: int = 5000,
+        max_spilled_events: int = 2_000_000,
+        retry_initial_s: float = 0.5,
+        retry_max_s: float = 10.0,
+        encode: Callable = lambda e: e.asdict(),
+        decode: Callable = usage_event,
+    ):
         self.inner = inner
         self.queue = SpillQueue(Path(spill_dir), encode, decode)
         self.max_memory_events = max_memory_events
@@ -125,8 +134,9 @@ class SpillingSink:
         self.drainer = threading.Thread(target=self._drain_forever, name="jev-spill-drain", daemon=True)
         self.drainer.start()
         if self.queue.events:
-            log.warning("draining %d usage events spilled by an earlier process from %s",
-                        self.queue.events, self.queue.dir)
+            log.warning(
+                "draining %d usage events spilled by an earlier process from %s", self.queue.events, self.queue.dir
+            )
 
     @property
     def pending(self) -> int:
@@ -160,7 +170,7 @@ class SpillingSink:
                         self._failed(exc)
                 if self.queue.events + len(events) <= self.max_spilled_events:
                     for i in range(0, len(events), self.max_memory_events):
-                        self.queue.append(events[i:i + self.max_memory_events])
+                        self.queue.append(events[i : i + self.max_memory_events])
                     self.spilled += len(events)
                     self.wake.set()
                     return 0
@@ -169,8 +179,7 @@ class SpillingSink:
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
-        log.warning("usage sink insert failed (%s); spilling to %s, retry in %.1f s",
-                    exc, self.queue.dir, self.backoff)
+        log.warning("usage sink insert failed (%s); spilling to %s, retry in %.1f s", exc, self.queue.dir, self.backoff)
 
     def _refused(self) -> list[tuple]:
         return self.inner.take_set_aside() if hasattr(self.inner, "take_set_aside") else []
@@ -202,8 +211,13 @@ class SpillingSink:
             if bad:
                 where = self.queue.quarantine(path, bad)
                 self.quarantined += len(bad)
-                log.error("%d usage records of spill segment %s set aside in %s (first: %s)",
-                          len(bad), path.name, where, bad[0][1])
+                log.error(
+                    "%d usage records of spill segment %s set aside in %s (first: %s)",
+                    len(bad),
+                    path.name,
+                    where,
+                    bad[0][1],
+                )
             self.queue.remove(path, lines)
             self.recovered += len(events) - len(refused)
             self.backoff = self.retry_initial_s

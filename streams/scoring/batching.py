@@ -14,10 +14,11 @@ time budget runs from its start and its breakers are checked before its next tie
 coarse call was served after another group's long model call would have spent its budget waiting on work that is
 not its own: Chinese tickets, whose lexical coarse call shared a round with English fine-only decisions, fell back
 on the timeout behind MiniLM's batch."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from streams.models.protocol import ModelUnavailable, Scored
 from streams.scoring.breakers import Fallback

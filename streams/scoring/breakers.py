@@ -1,6 +1,7 @@
 """The breakers of one decision (its token cap, its time budget and its caller's deadline) and the ranking it falls
 back to when one trips. Not the tenant budgets of streams/budgets/book.py: these bound a single decision's model
 work."""
+
 from __future__ import annotations
 
 import time
@@ -23,6 +24,7 @@ class DecisionBreakers:
     caller's deadline_ms; 0 = none), which counts the time the request queued before scoring; the time since the
     decision started against the decision type's timeout_ms, which bounds the model work itself; and the tokens
     spent so far plus the next call's against its token cap. A tier already running finishes."""
+
     start: float
     pol: policy_mod.Policy
     deadline: float = 0.0

@@ -1,4 +1,5 @@
 """Pure functions of the cascade: confidence, difficulty, beam width and MMR top-K selection."""
+
 from __future__ import annotations
 
 import math
@@ -64,9 +65,11 @@ def mmr_select(scores: list[float], texts: list[str], k: int, relevance_weight: 
     kept: list[int] = []
     rest = set(range(n))
     while len(kept) < k:
+
         def gain(i: int) -> float:
             overlap = max((jaccard(bags[i], bags[j]) for j in kept), default=0.0)
             return relevance_weight * rel[i] - (1 - relevance_weight) * overlap
+
         best = max(sorted(rest), key=gain)
         kept.append(best)
         rest.remove(best)

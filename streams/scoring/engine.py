@@ -7,6 +7,7 @@ micro-batch of them together, one backend call per tier round (streams.scoring.b
 beside it: ranking.py, hierarchy.py, breakers.py, rollout.py, rule_tier.py, generate.py, factory.py (building the
 engine from settings); token attribution per mechanism in ledger.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 from schemas.records import Decision, Ranked, UsageEvent, Work
 from streams.core import deadlines
 from streams.core.metrics import observe_breaker, observe_fallback
-from streams.scoring import policy as policy_mod, streaming
+from streams.core.switches import SWITCHES
 from streams.models.protocol import Scorer
+from streams.scoring import policy as policy_mod
+from streams.scoring import streaming
 from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
@@ -28,7 +31,6 @@ from streams.scoring.ranking import rank
 from streams.scoring.rollout import rollout
 from streams.scoring.rule_tier import rule_decision
 from streams.scoring.steps import Deciding
-from streams.core.switches import SWITCHES
 
 MODES = ("cascade", "fine-only", "coarse-only")
 
@@ -96,9 +98,13 @@ class Engine:
             return generated_decision(self.generator, work, start, pol)
         elif not ids:
             ledger.add("fallback", nominal)
-            decision = Decision(request_id=req.request_id, tier="fallback", nominal_tokens=nominal,
-                                error="no candidates to rank and no generation backend configured",
-                                chain=["fallback:no-candidates"])
+            decision = Decision(
+                request_id=req.request_id,
+                tier="fallback",
+                nominal_tokens=nominal,
+                error="no candidates to rank and no generation backend configured",
+                chain=["fallback:no-candidates"],
+            )
             self.counters["fallback"] += 1
             return decision, ledger.events(req, 0.0, "fallback", 0)
         elif work.tier_cap in ("rules", "fallback"):  # a budget degraded it: no model tokens
@@ -128,10 +134,21 @@ class Engine:
             self.counters["over_budget"] += 1
         input_tokens, cache_read, output, cost = ledger.totals()
         decision = Decision(
-            request_id=req.request_id, tier=ranking.tier, action_id=action,
-            ranking=[Ranked(id=ids[i], score=round(ranking.scores.get(i, 0.0), 6)) for i in ranking.order[:self.top_n]],
-            confidence=ranking.confidence, chain=chain, input_tokens=input_tokens, cache_read_tokens=cache_read,
-            output_tokens=output, nominal_tokens=nominal, cost=cost, latency_ms=round(latency, 3))
+            request_id=req.request_id,
+            tier=ranking.tier,
+            action_id=action,
+            ranking=[
+                Ranked(id=ids[i], score=round(ranking.scores.get(i, 0.0), 6)) for i in ranking.order[: self.top_n]
+            ],
+            confidence=ranking.confidence,
+            chain=chain,
+            input_tokens=input_tokens,
+            cache_read_tokens=cache_read,
+            output_tokens=output,
+            nominal_tokens=nominal,
+            cost=cost,
+            latency_ms=round(latency, 3),
+        )
         return decision, ledger.events(req, round(latency, 3), outcome, iterations)
 
     def fine_for(self, work: Work) -> Scorer:

@@ -3,20 +3,22 @@ within max_output_tokens, metered like any model call. With a router (streams/mo
 channel answers and the validator sends a low-confidence answer to the next channel up, both calls metered
 (sections generate and escalation). A model that cannot answer gives a fallback decision (`fallback:<reason>`, no
 text), never a lost request."""
+
 from __future__ import annotations
 
 import time
 
 from schemas.records import Decision, UsageEvent, Work
-from streams.models.protocol import ModelUnavailable, Scored
 from streams.core.metrics import observe_fallback
+from streams.models.protocol import ModelUnavailable, Scored
+from streams.models.router import Router, for_work
 from streams.scoring.ledger import Ledger
 from streams.scoring.policy import Policy
-from streams.models.router import Router, for_work
 
 
-def generated_decision(generator, work: Work, start: float,
-                       pol: Policy | None = None) -> tuple[Decision, list[UsageEvent]]:
+def generated_decision(
+    generator, work: Work, start: float, pol: Policy | None = None
+) -> tuple[Decision, list[UsageEvent]]:
     req = work.request
     chosen = for_work(generator, work)
     try:
@@ -26,9 +28,13 @@ def generated_decision(generator, work: Work, start: float,
     ledger = Ledger()
     ledger.add("generate", work.context_tokens + out.output_tokens, out.model, metered(chosen, out))
     chain = [f"generate:{chosen.name}:{out.label}"]
-    if isinstance(generator, Router) and pol is not None and out.confidence is not None \
-            and out.confidence < pol.escalate_below \
-            and (channel := generator.escalation(work, generator.route(work))) is not None:
+    if (
+        isinstance(generator, Router)
+        and pol is not None
+        and out.confidence is not None
+        and out.confidence < pol.escalate_below
+        and (channel := generator.escalation(work, generator.route(work))) is not None
+    ):
         better = generator.channels[channel]
         chain.append(f"validate:{out.confidence:.3f}<{pol.escalate_below}")
         try:
@@ -40,10 +46,19 @@ def generated_decision(generator, work: Work, start: float,
             chain.append(f"escalation:{better.name}:{exc.reason}")
     input_tokens, cache_read, output, cost = ledger.totals()
     latency = round((time.perf_counter() - start) * 1000, 3)
-    decision = Decision(request_id=req.request_id, tier="llm", text=out.text, confidence=out.confidence or 0.0,
-                        chain=chain, input_tokens=input_tokens,
-                        cache_read_tokens=cache_read, output_tokens=output,
-                        nominal_tokens=work.context_tokens + out.output_tokens, cost=cost, latency_ms=latency)
+    decision = Decision(
+        request_id=req.request_id,
+        tier="llm",
+        text=out.text,
+        confidence=out.confidence or 0.0,
+        chain=chain,
+        input_tokens=input_tokens,
+        cache_read_tokens=cache_read,
+        output_tokens=output,
+        nominal_tokens=work.context_tokens + out.output_tokens,
+        cost=cost,
+        latency_ms=latency,
+    )
     return decision, ledger.events(req, latency, "ok", 1)
 
 
@@ -59,7 +74,12 @@ def unavailable(generator, work: Work, start: float, exc: ModelUnavailable) -> t
     ledger = Ledger()
     ledger.add("fallback", work.context_tokens)
     latency = round((time.perf_counter() - start) * 1000, 3)
-    decision = Decision(request_id=req.request_id, tier="fallback", nominal_tokens=work.context_tokens,
-                        chain=[f"fallback:{exc.reason}", f"generate:{generator.name}"],
-                        error=f"model unavailable: {exc}", latency_ms=latency)
+    decision = Decision(
+        request_id=req.request_id,
+        tier="fallback",
+        nominal_tokens=work.context_tokens,
+        chain=[f"fallback:{exc.reason}", f"generate:{generator.name}"],
+        error=f"model unavailable: {exc}",
+        latency_ms=latency,
+    )
     return decision, ledger.events(req, latency, "fallback", 1)

@@ -1,18 +1,20 @@
 """Hierarchy descent: a multi-step decision over ids like region/warehouse/qty, one level per iteration, bounded by
 the policy's max_iterations, with loop detection. Each level is a cascade ranking (streams.scoring.ranking)."""
+
 from __future__ import annotations
 
 from schemas.records import Work
-from streams.text import tokens
 from streams.scoring import policy as policy_mod
 from streams.scoring.breakers import DecisionBreakers
 from streams.scoring.ledger import Ledger
 from streams.scoring.ranking import rank
 from streams.scoring.steps import Deciding, Ranking
+from streams.text import tokens
 
 
-def descend(tiers, work: Work, lengths: list[int], pol: policy_mod.Policy, ledger: Ledger,
-            breakers: DecisionBreakers) -> Deciding:
+def descend(
+    tiers, work: Work, lengths: list[int], pol: policy_mod.Policy, ledger: Ledger, breakers: DecisionBreakers
+) -> Deciding:
     """Returns (Ranking, iterations). Choosing the current prefix again (an id that is also a parent) is a loop:
     it ends the decision."""
     ids = [c.id for c in work.request.candidates]
@@ -26,15 +28,15 @@ def descend(tiers, work: Work, lengths: list[int], pol: policy_mod.Policy, ledge
         else:
             labels = ["; ".join(texts[i] for i in options[g][:3]) for g in groups]
             sub_lengths = [tokens.count(t, work.model) for t in labels]
-            ranking = yield from rank(tiers, work, list(range(len(groups))), sub_lengths, pol, ledger, breakers,
-                                      labels)
+            ranking = yield from rank(tiers, work, list(range(len(groups))), sub_lengths, pol, ledger, breakers, labels)
             choice = groups[ranking.order[0]]
         chain.append(f"step{iteration}:{choice}")
         if choice == prefix or choice in ids and not children(ids, choice).keys() - {choice}:
             chain.append("loop-detected" if choice == prefix else "leaf")
             leaf = ids.index(choice)
-            return Ranking([leaf], {leaf: 1.0}, ranking.tier if ranking else "rules",
-                           ranking.confidence if ranking else 1.0, chain), iteration
+            return Ranking(
+                [leaf], {leaf: 1.0}, ranking.tier if ranking else "rules", ranking.confidence if ranking else 1.0, chain
+            ), iteration
         prefix = choice
     under = [i for i, x in enumerate(ids) if x == prefix or x.startswith(prefix + "/")]
     final = yield from rank(tiers, work, under, lengths, pol, ledger, breakers)

@@ -5,14 +5,15 @@ English text goes to the fine tier (`tiers.fine`, MiniLM by default); text in an
 multilingual-e5-small), so one pipeline serves mixed-language traffic. A decision type that names a tier
 (`fine: <backend>` in decision_types.yaml) uses it for every language.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from schemas.records import Work
-from streams.text import language
 from streams.models import loaded as models
 from streams.models.protocol import Scorer
+from streams.text import language
 
 SAMPLE_CHARS = 2000  # the language is read from this much of the context and of the candidates
 

@@ -16,15 +16,16 @@ fine tier with the context re-sent each time, Σ_i (context + candidate_i). The 
 so Σ nominal over a decision's events = Σ_i (context + candidate_i), and nominal − actual per section is
 the saving that mechanism made.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from schemas.records import Request, UsageEvent, Work
 from streams.models import pricing
+from streams.models.protocol import Scored
 from streams.text import tokens
 from streams.usage.events import usage_event
-from streams.models.protocol import Scored
 
 
 @dataclass
@@ -63,8 +64,15 @@ class SectionSpend:
 class Ledger:
     entries: dict[str, SectionSpend] = field(default_factory=dict)
 
-    def add(self, section: str, nominal: int = 0, model: str = "", scored: Scored | None = None,
-            candidates: int = 0, beam: int = 0) -> None:
+    def add(
+        self,
+        section: str,
+        nominal: int = 0,
+        model: str = "",
+        scored: Scored | None = None,
+        candidates: int = 0,
+        beam: int = 0,
+    ) -> None:
         entry = self.entries.setdefault(section, SectionSpend())
         entry.model = model or entry.model
         entry.nominal_tokens += nominal
@@ -112,23 +120,44 @@ class Ledger:
         """input, cache_read, output tokens and cost of the whole decision, as settled (the server's count where a
         server reported one): what the budget reservation settles with."""
         settled = [(e.model, e.settled()) for e in self.entries.values()]
-        return (sum(s[0] for _, s in settled), sum(s[1] for _, s in settled), sum(s[2] for _, s in settled),
-                sum(pricing.cost(model, *s) for model, s in settled))
+        return (
+            sum(s[0] for _, s in settled),
+            sum(s[1] for _, s in settled),
+            sum(s[2] for _, s in settled),
+            sum(pricing.cost(model, *s) for model, s in settled),
+        )
 
     def events(self, request: Request, latency_ms: float, outcome: str, iterations: int) -> list[UsageEvent]:
-        return [usage_event(request, "score", section=section, model=e.model, input_tokens=e.input_tokens,
-                            cache_read_tokens=e.cache_read_tokens, output_tokens=e.output_tokens,
-                            nominal_tokens=e.nominal_tokens, latency_ms=latency_ms, outcome=outcome,
-                            candidates=e.candidates, beam=e.beam, iteration=iterations,
-                            **self.server_fields(e))
-                for section, e in self.entries.items()]
+        return [
+            usage_event(
+                request,
+                "score",
+                section=section,
+                model=e.model,
+                input_tokens=e.input_tokens,
+                cache_read_tokens=e.cache_read_tokens,
+                output_tokens=e.output_tokens,
+                nominal_tokens=e.nominal_tokens,
+                latency_ms=latency_ms,
+                outcome=outcome,
+                candidates=e.candidates,
+                beam=e.beam,
+                iteration=iterations,
+                **self.server_fields(e),
+            )
+            for section, e in self.entries.items()
+        ]
 
     @staticmethod
     def server_fields(e: SectionSpend) -> dict:
         if e.count_source == "jev":
             return {}
-        return {"server_input_tokens": e.server_input, "server_cache_read_tokens": e.server_cached,
-                "server_output_tokens": e.server_output, "count_source": e.count_source}
+        return {
+            "server_input_tokens": e.server_input,
+            "server_cache_read_tokens": e.server_cached,
+            "server_output_tokens": e.server_output,
+            "count_source": e.count_source,
+        }
 
 
 def candidate_lengths(work: Work) -> list[int]:

@@ -1,4 +1,5 @@
 """Per-decision-type scoring policy, read from decision_types.yaml (which also lists the known types)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,9 @@ class Policy:
 
     def __post_init__(self):
         if not 1 <= self.coarse_k_min <= self.coarse_k_max:
-            raise ValueError(f"coarse_k_min ({self.coarse_k_min}) must be >= 1 and <= coarse_k_max "
-                             f"({self.coarse_k_max})")
+            raise ValueError(
+                f"coarse_k_min ({self.coarse_k_min}) must be >= 1 and <= coarse_k_max ({self.coarse_k_max})"
+            )
         if not 0 <= self.rollout_percent <= 100 or not 0 <= self.exploration <= 1:
             raise ValueError("rollout_percent must be within 0..100 and exploration within 0..1")
 
@@ -42,11 +44,13 @@ class Config:
     def policy(self, decision_type: str) -> Policy:
         return self.policies.get(decision_type, self.default)
 
-    def with_timeout(self, timeout_ms: float) -> "Config":
+    def with_timeout(self, timeout_ms: float) -> Config:
         """The same policies with every time budget set to `timeout_ms` (an offline run against a slow model)."""
-        return Config(self.tiers, {name: dataclasses.replace(p, timeout_ms=timeout_ms)
-                                   for name, p in self.policies.items()},
-                      dataclasses.replace(self.default, timeout_ms=timeout_ms))
+        return Config(
+            self.tiers,
+            {name: dataclasses.replace(p, timeout_ms=timeout_ms) for name, p in self.policies.items()},
+            dataclasses.replace(self.default, timeout_ms=timeout_ms),
+        )
 
 
 FIELDS = {f.name for f in dataclasses.fields(Policy)}
@@ -63,10 +67,17 @@ def parse(text: str) -> Config:
     raw = yaml.safe_load(text) or {}
     defaults = raw.get("defaults") or {}
     default = _policy(defaults, "defaults")
-    policies = {name: _policy({**defaults, **(values or {})}, f"decision type {name!r}")
-                for name, values in (raw.get("types") or {}).items()}
-    tiers = {"coarse": "lexical", "fine": "auto", "fine_multilingual": "auto", "escalation": "none",
-             **(raw.get("tiers") or {})}
+    policies = {
+        name: _policy({**defaults, **(values or {})}, f"decision type {name!r}")
+        for name, values in (raw.get("types") or {}).items()
+    }
+    tiers = {
+        "coarse": "lexical",
+        "fine": "auto",
+        "fine_multilingual": "auto",
+        "escalation": "none",
+        **(raw.get("tiers") or {}),
+    }
     return Config(tiers=tiers, policies=policies, default=default)
 
 

@@ -1,17 +1,27 @@
 """Cascade ranking: the coarse tier scores every candidate, keeps a dynamic beam (MMR, diversity-penalised), the
 fine tier re-ranks it, and a low-confidence answer escalates to a bigger model. A generator (streams.scoring.steps):
 each model call is yielded, so the batch driver serves the calls of many decisions at once."""
+
 from __future__ import annotations
 
 from schemas.records import Work
-from streams.scoring import cascade, policy as policy_mod
+from streams.scoring import cascade
+from streams.scoring import policy as policy_mod
 from streams.scoring.breakers import DecisionBreakers
 from streams.scoring.ledger import Ledger
 from streams.scoring.steps import Call, Deciding, Ranking
 
 
-def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_mod.Policy, ledger: Ledger,
-         breakers: DecisionBreakers, texts: list[str] | None = None) -> Deciding:
+def rank(
+    tiers,
+    work: Work,
+    subset: list[int],
+    lengths: list[int],
+    pol: policy_mod.Policy,
+    ledger: Ledger,
+    breakers: DecisionBreakers,
+    texts: list[str] | None = None,
+) -> Deciding:
     """Order `subset` (indices into the candidates, or into `texts` when given) with the model tiers of `tiers`
     (the engine: coarse, fine, escalation, mode, switches); returns a Ranking."""
     texts = texts or [c.text for c in work.request.candidates]
@@ -29,8 +39,13 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
         if mode == "coarse-only":
             ledger.add("coarse", sum(ctx + lengths[i] for i in subset), coarse.model, scored, len(subset))
             order = sorted(subset, key=lambda i: coarse_scores[i], reverse=True)
-            return Ranking(order, coarse_scores, "coarse", cascade.confidence(scored.scores, coarse.temperature),
-                           [f"coarse:{coarse.name}"])
+            return Ranking(
+                order,
+                coarse_scores,
+                "coarse",
+                cascade.confidence(scored.scores, coarse.temperature),
+                [f"coarse:{coarse.name}"],
+            )
         hardness = cascade.difficulty(scored.scores, ctx)
         k = cascade.beam_width(hardness, pol.coarse_k_min, pol.coarse_k_max, len(subset))
         picked = cascade.mmr_select(scored.scores, sub_texts, k, pol.mmr_lambda)
@@ -51,12 +66,12 @@ def rank(tiers, work: Work, subset: list[int], lengths: list[int], pol: policy_m
     chain.append(f"fine:{fine_tier.name}")
     escalation = tiers.escalation
     if escalation is not None and conf < pol.escalate_below:
-        top = order[:pol.coarse_k_min]
+        top = order[: pol.coarse_k_min]
         breakers.check(ledger, ctx + sum(lengths[i] for i in top))
         esc = yield Call(escalation, context, [texts[i] for i in top], breakers.until())
         ledger.add("escalation", 0, escalation.model, esc, len(top), len(top))
         scores.update(zip(top, esc.scores))
-        order = sorted(top, key=lambda i: scores[i], reverse=True) + order[len(top):]
+        order = sorted(top, key=lambda i: scores[i], reverse=True) + order[len(top) :]
         tier, conf = "llm", cascade.confidence(esc.scores, escalation.temperature)
         chain.append(f"escalation:{escalation.name}")
     rest = sorted(set(subset) - set(kept), key=lambda i: coarse_scores.get(i, 0.0), reverse=True)

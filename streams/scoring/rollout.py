@@ -1,5 +1,6 @@
 """Rollout of a model's choice: shadow mode (the human decision is served, agreement recorded), a rollout
 percentage (the rest keep the legacy decision) and exploration (a stable share gets the second best)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,9 @@ from streams.scoring import policy as policy_mod
 from streams.scoring.steps import Ranking
 
 
-def rollout(req: Request, pol: policy_mod.Policy, ranking: Ranking, ids: list[str],
-            counters: Counter) -> tuple[str, list[str]]:
+def rollout(
+    req: Request, pol: policy_mod.Policy, ranking: Ranking, ids: list[str], counters: Counter
+) -> tuple[str, list[str]]:
     """The action sent and the decision chain."""
     model_action, chain = ids[ranking.order[0]], list(ranking.chain)
     if ranking.tier in ("rules", "fallback"):

@@ -1,5 +1,6 @@
 """The rules tier as an entry of its own: zero tokens, the first tier the engine tries, and the one the stage
 process tries before a work would leave it for the scoring workers (streams.runtime.local.LocalAnswers)."""
+
 from __future__ import annotations
 
 import time
@@ -21,7 +22,14 @@ def rule_decision(rules: list, work: Work) -> tuple[Decision, list[UsageEvent]] 
     nominal, ledger = nominal_tokens(work, candidate_lengths(work)), Ledger()
     ledger.add("rules", nominal, candidates=len(ids))
     latency = round((time.perf_counter() - start) * 1000, 3)
-    decision = Decision(request_id=req.request_id, tier="rules", action_id=rule.action,
-                        ranking=[Ranked(id=rule.action, score=1.0)], confidence=1.0, chain=[f"rules:{rule.name}"],
-                        nominal_tokens=nominal, latency_ms=latency)
+    decision = Decision(
+        request_id=req.request_id,
+        tier="rules",
+        action_id=rule.action,
+        ranking=[Ranked(id=rule.action, score=1.0)],
+        confidence=1.0,
+        chain=[f"rules:{rule.name}"],
+        nominal_tokens=nominal,
+        latency_ms=latency,
+    )
     return decision, ledger.events(req, latency, "ok", 1)

@@ -3,6 +3,7 @@
 A rule file is a list of {name, decision_type ("*" for any), when: ["field op value", …], action}.
 Every condition of a rule must hold; the first matching rule wins.
 """
+
 from __future__ import annotations
 
 import operator
@@ -13,8 +14,15 @@ from typing import Any
 
 import yaml
 
-OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-       "<": operator.lt, "in": lambda a, b: a in b}
+OPS = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+    "in": lambda a, b: a in b,
+}
 
 
 @dataclass(frozen=True)
@@ -24,13 +32,14 @@ class Condition:
     value: Any
 
     @classmethod
-    def parse(cls, text: str, rule: str) -> "Condition":
+    def parse(cls, text: str, rule: str) -> Condition:
         for op in sorted(OPS, key=len, reverse=True):
             left, sep, right = text.partition(f" {op} ")
             if sep:
                 return cls(left.strip(), op, yaml.safe_load(right))
-        raise ValueError(f"rule {rule!r}: cannot parse condition {text!r}; write 'field OP value' "
-                         f"with OP one of {', '.join(OPS)}")
+        raise ValueError(
+            f"rule {rule!r}: cannot parse condition {text!r}; write 'field OP value' with OP one of {', '.join(OPS)}"
+        )
 
     def holds(self, state: dict) -> bool:
         value = state
@@ -59,8 +68,14 @@ def load(path: str = "") -> list[Rule]:
         name = raw.get("name", f"rule-{i}")
         if "action" not in raw or "when" not in raw:
             raise ValueError(f"rule {name!r} needs `when` (list of conditions) and `action` (candidate id)")
-        rules.append(Rule(name, raw.get("decision_type", "*"),
-                          tuple(Condition.parse(c, name) for c in raw["when"]), str(raw["action"])))
+        rules.append(
+            Rule(
+                name,
+                raw.get("decision_type", "*"),
+                tuple(Condition.parse(c, name) for c in raw["when"]),
+                str(raw["action"]),
+            )
+        )
     return rules
 
 
@@ -69,7 +84,10 @@ def match(rules: list[Rule], decision_type: str, state: Any, candidate_ids: list
     if not isinstance(state, dict):
         return None
     for rule in rules:
-        if rule.decision_type in ("*", decision_type) and rule.action in candidate_ids \
-                and all(c.holds(state) for c in rule.conditions):
+        if (
+            rule.decision_type in ("*", decision_type)
+            and rule.action in candidate_ids
+            and all(c.holds(state) for c in rule.conditions)
+        ):
             return rule
     return None

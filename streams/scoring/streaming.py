@@ -16,25 +16,27 @@ final chunk, and the decision keeps the withheld text (postprocess routes it to 
 
 Pure given the engine's backends, sink, clock and sleep (a test passes a fake clock and records the waits).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from schemas.records import Chunk, Decision, UsageEvent, Work
-from streams.text import tokens
 from streams.core.metrics import observe_stream
-from streams.output import stream as stream_mod
 from streams.models.protocol import ModelUnavailable, Scored, Streaming
+from streams.models.router import for_work
+from streams.output import stream as stream_mod
 from streams.scoring.generate import unavailable
 from streams.scoring.ledger import Ledger
-from streams.models.router import for_work
+from streams.text import tokens
 
 
 @dataclass
 class Clock:
     """Where a stream reads the time and waits: real by default, replaced in tests."""
+
     now: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
@@ -44,8 +46,9 @@ class Clock:
             self.sleep(seconds)
 
 
-def stream_answer(engine, work: Work, ledger: Ledger, start: float,
-                  clock: Clock | None = None) -> tuple[Decision, list[UsageEvent]]:
+def stream_answer(
+    engine, work: Work, ledger: Ledger, start: float, clock: Clock | None = None
+) -> tuple[Decision, list[UsageEvent]]:
     clock = clock or engine.clock
     req = work.request
     config = engine.stream_config or stream_mod.load()
@@ -53,8 +56,7 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     sink = engine.chunk_sink or (lambda chunk: None)
     switches = engine.switches
     cleaner = stream_mod.StreamCleaner(work.model, engine.patterns or None, enabled=switches["postprocess.cleanup"])
-    chunker = stream_mod.Chunker(req.request_id, length=plan.length, chunk_tokens=plan.chunk_tokens,
-                                 model=work.model)
+    chunker = stream_mod.Chunker(req.request_id, length=plan.length, chunk_tokens=plan.chunk_tokens, model=work.model)
     pacer = stream_mod.Pacer(plan.tokens_per_s, plan.chunk_tokens, clock.now())
     began = clock.now()
     sent: list[Chunk] = []
@@ -103,22 +105,38 @@ def stream_answer(engine, work: Work, ledger: Ledger, start: float,
     text = "".join(c.text for c in sent) + withheld
     first_chunk_ms = round(max(0.0, first_wall - (work.admitted_at or first_wall)) * 1000, 3)
     tokens_per_s = round(delivered / seconds, 1)
-    ledger.add("stream", work.context_tokens + output, streaming.model,
-               Scored([], streaming.input_tokens, 0, output, streaming.server,
-                      int(getattr(generator, "remote", False))))
+    ledger.add(
+        "stream",
+        work.context_tokens + output,
+        streaming.model,
+        Scored([], streaming.input_tokens, 0, output, streaming.server, int(getattr(generator, "remote", False))),
+    )
     input_tokens, cache_read, output_tokens, cost = ledger.totals()
     latency = round((time.perf_counter() - start) * 1000, 3)
     engine.counters["llm"] += 1
     engine.counters["streamed"] += 1
     observe_stream(plan.client, plan.question_type, first_chunk_ms, tokens_per_s, len(sent))
-    decision = Decision(request_id=req.request_id, tier="llm", text=text, confidence=0.0,
-                        chain=[f"generate:{generator.name}:{streaming.label}",
-                               f"stream:{plan.client}:{plan.question_type}:{len(sent)}",
-                               *(["stream:withheld"] if withheld else [])],
-                        input_tokens=input_tokens, cache_read_tokens=cache_read, output_tokens=output_tokens,
-                        nominal_tokens=work.context_tokens + output, cost=cost, latency_ms=latency)
-    events = [e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s, delivered_tokens=delivered)
-              for e in ledger.events(req, latency, "ok", 1)]
+    decision = Decision(
+        request_id=req.request_id,
+        tier="llm",
+        text=text,
+        confidence=0.0,
+        chain=[
+            f"generate:{generator.name}:{streaming.label}",
+            f"stream:{plan.client}:{plan.question_type}:{len(sent)}",
+            *(["stream:withheld"] if withheld else []),
+        ],
+        input_tokens=input_tokens,
+        cache_read_tokens=cache_read,
+        output_tokens=output_tokens,
+        nominal_tokens=work.context_tokens + output,
+        cost=cost,
+        latency_ms=latency,
+    )
+    events = [
+        e.derive(first_chunk_ms=first_chunk_ms, tokens_per_s=tokens_per_s, delivered_tokens=delivered)
+        for e in ledger.events(req, latency, "ok", 1)
+    ]
     return decision, events
 
 

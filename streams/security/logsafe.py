@@ -8,6 +8,7 @@ It also holds the library loggers whose debug records print whole Kafka messages
 request, decision and answer text sent or fetched) at INFO, so JEV_LOG_LEVEL=debug shows Jev's own debug
 records and the libraries' others, never a prompt.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,13 +21,21 @@ PATTERNS = [
     # scheme://user:password@host  (ClickHouse/Kafka/HTTP DSNs)
     (re.compile(r"(?P<keep>\b[a-z][a-z0-9+._-]*://[^\s:/@]*:)[^\s@/]+(?=@)", re.I), r"\g<keep>" + MASK),
     # user:password@host without a scheme (a Kafka bootstrap as aiokafka is given it)
-    (re.compile(r"(?<![\w/:.-])(?P<keep>[A-Za-z0-9._%-]+:)[^\s@/:]+(?=@[A-Za-z0-9.-]+(?::\d+)?\b)"),
-     r"\g<keep>" + MASK),
+    (
+        re.compile(r"(?<![\w/:.-])(?P<keep>[A-Za-z0-9._%-]+:)[^\s@/:]+(?=@[A-Za-z0-9.-]+(?::\d+)?\b)"),
+        r"\g<keep>" + MASK,
+    ),
     # Authorization: Bearer <token>, Basic <b64>
     (re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{6,}", re.I), r"\g<keep>" + MASK),
     # password=…, token: …, api_key=…, secret=…  (key=value, key: value, JSON "key": "value")
-    (re.compile(r"(?P<keep>\b(?:password|passwd|pwd|token|api[_-]?key|secret|access[_-]?key)\"?\s*[=:]\s*\"?)"
-                r"[^\s\"',;&]+", re.I), r"\g<keep>" + MASK),
+    (
+        re.compile(
+            r"(?P<keep>\b(?:password|passwd|pwd|token|api[_-]?key|secret|access[_-]?key)\"?\s*[=:]\s*\"?)"
+            r"[^\s\"',;&]+",
+            re.I,
+        ),
+        r"\g<keep>" + MASK,
+    ),
     # well-known key shapes: OpenAI sk-…, AWS access key ids
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), MASK),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),

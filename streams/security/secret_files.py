@@ -4,6 +4,7 @@ A created secret is 32 random bytes as hex, mode 0600 from its first byte, and a
 to a temporary file and hard-linked into place, which fails when another process linked its own first, so
 processes starting together on one directory (or one shared volume) all end up with the same secret.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,11 +25,14 @@ def read(path: Path, setting: str) -> bytes:
     try:
         secret = path.read_bytes().strip()
     except OSError as exc:
-        raise SecretFileError(f"cannot read {path} ({exc.strerror}): set {setting} to a readable file of at least "
-                              f"{MIN_BYTES} bytes") from None
+        raise SecretFileError(
+            f"cannot read {path} ({exc.strerror}): set {setting} to a readable file of at least {MIN_BYTES} bytes"
+        ) from None
     if len(secret) < MIN_BYTES:
-        raise SecretFileError(f"{path} holds {len(secret)} bytes: write at least {MIN_BYTES} random bytes into it "
-                              f"(e.g. `openssl rand -hex 32 > {path}`), or point {setting} elsewhere")
+        raise SecretFileError(
+            f"{path} holds {len(secret)} bytes: write at least {MIN_BYTES} random bytes into it "
+            f"(e.g. `openssl rand -hex 32 > {path}`), or point {setting} elsewhere"
+        )
     return secret
 
 

@@ -20,6 +20,7 @@ data directories of their own name one file (docker-compose.yml: a volume every 
 One keyring per process: `configure(settings)` at start (create_app, the scoring worker, the pipeline harness);
 a process that never calls it loads its settings from the environment on first use.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -135,9 +136,14 @@ def refuse(topic: str, reason: str, where: str = "") -> None:
     entry[1] += 1
     now = time.monotonic()
     if now - entry[0] >= LOG_EVERY_S:
-        log.warning("refused %d record(s) on %s that Jev did not write: %s%s; only Jev's processes (holding the "
-                    "signing key) may write this topic: check the broker's ACLs and who holds write access",
-                    entry[1], topic, reason, f" (latest at {where})" if where else "")
+        log.warning(
+            "refused %d record(s) on %s that Jev did not write: %s%s; only Jev's processes (holding the "
+            "signing key) may write this topic: check the broker's ACLs and who holds write access",
+            entry[1],
+            topic,
+            reason,
+            f" (latest at {where})" if where else "",
+        )
         entry[0], entry[1] = now, 0
 
 

@@ -8,20 +8,29 @@ control topic (so an operator can revert it the same way) and an alert naming th
 neither knob nor switch (breakers, budgets) only alerts. Rules, breakers and budgets override the model on
 purpose, so only labelled verdicts (where accuracy can be compared) judge them.
 """
+
 from __future__ import annotations
 
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from schemas.records import Alert, Control, Verdict
 from streams.shadow.mechanisms import DISTILL_LAYERS
 
-SWITCH_OF = {"cache.l1": "cache.l1", "cache.l2": "cache.l2", "cache.l3": "cache.l3", "rules": "score.rules",
-             "cascade": "score.cascade", "beam": "score.cascade", "truncation": "ingest.truncation",
-             "cleanup": "postprocess.cleanup", **{f"distill.{layer}": f"distill.{layer}" for layer in DISTILL_LAYERS}}
+SWITCH_OF = {
+    "cache.l1": "cache.l1",
+    "cache.l2": "cache.l2",
+    "cache.l3": "cache.l3",
+    "rules": "score.rules",
+    "cascade": "score.cascade",
+    "beam": "score.cascade",
+    "truncation": "ingest.truncation",
+    "cleanup": "postprocess.cleanup",
+    **{f"distill.{layer}": f"distill.{layer}" for layer in DISTILL_LAYERS},
+}
 # Mechanisms that override the model on purpose (a business rule, a breaker's fallback, a budget's degrade):
 # disagreeing with the naive model is what they are for, so only labelled verdicts (accuracy) judge them.
 LABELLED_ONLY = {"rules", "breakers", "budget"}
@@ -41,6 +50,7 @@ def wilson_lower(kept: int, n: int, z: float) -> float:
 class Knob:
     """A mechanism's tightening control: `key` raised by `step` up to `limit`. `current()` reads the value in
     effect where this process can see it (None: unknown, so what the guard sent last is taken as in effect)."""
+
     key: str
     step: float
     limit: float
@@ -76,8 +86,13 @@ class Guard:
         out = {}
         for mechanism, window in sorted(self.state.items()):
             n, kept = len(window), sum(window)
-            out[mechanism] = {"verdicts": n, "kept": kept, "agreement": kept / n if n else None,
-                              "lower": wilson_lower(kept, n, self.z), "floor": self.floors.get(mechanism)}
+            out[mechanism] = {
+                "verdicts": n,
+                "kept": kept,
+                "agreement": kept / n if n else None,
+                "lower": wilson_lower(kept, n, self.z),
+                "floor": self.floors.get(mechanism),
+            }
         return out
 
     def observe(self, verdicts: list[Verdict], now: float | None = None) -> list[Action]:
@@ -85,8 +100,11 @@ class Guard:
         actions = []
         for verdict in verdicts:
             for mechanism in verdict.mechanisms:
-                if mechanism in self.off or mechanism not in self.floors or \
-                        (mechanism in LABELLED_ONLY and not verdict.labelled):
+                if (
+                    mechanism in self.off
+                    or mechanism not in self.floors
+                    or (mechanism in LABELLED_ONLY and not verdict.labelled)
+                ):
                     continue
                 window = self.judged(mechanism)
                 window.append(bool(verdict.kept))
@@ -99,8 +117,10 @@ class Guard:
 
     def act(self, mechanism: str, kept: int, n: int, lower: float, now: float) -> Action:
         floor = self.floors[mechanism]
-        why = (f"shadow agreement of {mechanism}: {kept}/{n} kept ({kept / n:.1%}), lower bound {lower:.3f} "
-               f"under its floor {floor}")
+        why = (
+            f"shadow agreement of {mechanism}: {kept}/{n} kept ({kept / n:.1%}), lower bound {lower:.3f} "
+            f"under its floor {floor}"
+        )
         knob = self.knobs.get(mechanism)
         if knob is not None:
             seen = knob.current()
@@ -110,26 +130,60 @@ class Guard:
             if took and tighter <= knob.limit + 1e-9:
                 self.sent[knob.key] = self.values[knob.key] = tighter
                 control = Control(kind="tune", key=knob.key, value=tighter, ts=now)
-                return Action(control, self.alert(mechanism, f"{why}: {knob.key} raised {in_effect:g} -> {tighter:g}; "
-                                                             f"revert: jev switch tune {knob.key} {in_effect:g}",
-                                                  "warning", lower, floor, now))
+                return Action(
+                    control,
+                    self.alert(
+                        mechanism,
+                        f"{why}: {knob.key} raised {in_effect:g} -> {tighter:g}; "
+                        f"revert: jev switch tune {knob.key} {in_effect:g}",
+                        "warning",
+                        lower,
+                        floor,
+                        now,
+                    ),
+                )
         switch = SWITCH_OF.get(mechanism)
         if switch is None:
-            return Action(None, self.alert(mechanism, f"{why}; it has no knob or switch: look at its verdicts in "
-                                                      f"shadow_verdicts", "warning", lower, floor, now))
+            return Action(
+                None,
+                self.alert(
+                    mechanism,
+                    f"{why}; it has no knob or switch: look at its verdicts in shadow_verdicts",
+                    "warning",
+                    lower,
+                    floor,
+                    now,
+                ),
+            )
         self.off.add(mechanism)
         for other, sw in SWITCH_OF.items():  # mechanisms sharing the switch (cascade, beam) are off with it
             if sw == switch:
                 self.off.add(other)
         control = Control(kind="switch", key=switch, value=False, ts=now)
-        return Action(control, self.alert(mechanism, f"{why}: switched {switch} off; revert: jev switch set "
-                                                     f"{switch} on", "critical", lower, floor, now))
+        return Action(
+            control,
+            self.alert(
+                mechanism,
+                f"{why}: switched {switch} off; revert: jev switch set {switch} on",
+                "critical",
+                lower,
+                floor,
+                now,
+            ),
+        )
 
     @staticmethod
     def alert(mechanism: str, message: str, severity: str, lower: float, floor: float, now: float) -> Alert:
-        return Alert(rule="shadow_agreement", severity=severity, scope=mechanism, message=message,
-                     value=round(lower, 4), threshold=floor,
-                     query=f"SELECT * FROM agreement_by_mechanism_day WHERE mechanism = '{mechanism}'", ts=now)
+        return Alert(
+            rule="shadow_agreement",
+            severity=severity,
+            scope=mechanism,
+            message=message,
+            value=round(lower, 4),
+            threshold=floor,
+            query=f"SELECT * FROM agreement_by_mechanism_day WHERE mechanism = '{mechanism}'",
+            ts=now,
+        )
 
     def on_control(self, control: Control) -> None:
         """Follow the control topic: tune values in effect (an operator's tune counts as sent: the next

@@ -5,9 +5,10 @@ exceed its actual ones (distill layers, rules, cascade, beam, multi-step descent
 candidates, cleanup), a cache tier that
 answered, a breaker or budget that cut the decision short, or ingest truncating the history to the contract.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from schemas.records import Decision, UsageEvent
 from streams.usage.events import section_of as event_section
@@ -15,8 +16,21 @@ from streams.usage.events import section_of as event_section
 DISTILL_LAYERS = ("dedup", "domain", "semantic", "time")
 SCORE_SECTIONS = ("rules", "cascade", "beam", "hierarchy", "shared_context")
 CACHE_TIERS = {"cache_l1": "cache.l1", "cache_l2": "cache.l2", "cache_l3": "cache.l3", "rules": "rules"}
-MECHANISMS = ("truncation", *(f"distill.{layer}" for layer in DISTILL_LAYERS), "cache.l1", "cache.l2", "cache.l3",
-              "rules", "cascade", "beam", "hierarchy", "shared_context", "breakers", "budget", "cleanup")
+MECHANISMS = (
+    "truncation",
+    *(f"distill.{layer}" for layer in DISTILL_LAYERS),
+    "cache.l1",
+    "cache.l2",
+    "cache.l3",
+    "rules",
+    "cascade",
+    "beam",
+    "hierarchy",
+    "shared_context",
+    "breakers",
+    "budget",
+    "cleanup",
+)
 
 
 def mechanism_of(stage: str, section: str, outcome: str) -> str:
@@ -41,11 +55,13 @@ def _sql_list(names: tuple[str, ...]) -> str:
 
 # mechanism_of over usage_events' columns (workers.analytics.agreement; migration 005's view
 # usage_savings_by_mechanism, applied before this line existed, says the same: tests hold the three together)
-MECHANISM_SQL = (f"multiIf(stage = 'distill' AND section IN {_sql_list(DISTILL_LAYERS)}, concat('distill.', section), "
-                 "stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
-                 f"stage = 'score' AND section IN {_sql_list(SCORE_SECTIONS)}, section, "
-                 "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
-                 "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')")
+MECHANISM_SQL = (
+    f"multiIf(stage = 'distill' AND section IN {_sql_list(DISTILL_LAYERS)}, concat('distill.', section), "
+    "stage = 'cache', replaceOne(section, 'cache_', 'cache.'), "
+    f"stage = 'score' AND section IN {_sql_list(SCORE_SECTIONS)}, section, "
+    "stage = 'score' AND section = 'fallback', if(outcome = 'degraded', 'budget', 'breakers'), "
+    "stage = 'postprocess' AND section = 'cleanup', 'cleanup', '')"
+)
 
 
 def section_of(event: UsageEvent) -> str:

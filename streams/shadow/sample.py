@@ -7,15 +7,16 @@ workers on the shadow topic, keyed by the served Work's cache key, so both decis
 process that owns that cache partition. Shadow yields first: nothing is sampled from a micro-batch that
 filled up (ingest is behind) or crossed a budget threshold, and those skips are metered.
 """
+
 from __future__ import annotations
 
 import hashlib
 
 from schemas.records import UsageEvent, Work
-from streams.text import tokens
 from streams.output.stream import StreamConfig, reserved_output
-from streams.text.prompt import render_context
 from streams.shadow import mechanisms
+from streams.text import tokens
+from streams.text.prompt import render_context
 from streams.usage.events import usage_event
 
 
@@ -27,8 +28,9 @@ def parse_rates(text: str) -> tuple[float, dict[str, float]]:
         try:
             share = float(value)
         except ValueError:
-            raise ValueError(f"JEV_SHADOW_RATE: {part!r} is not a share; write 0.02 or "
-                             f"0.02,<decision_type>=0.1") from None
+            raise ValueError(
+                f"JEV_SHADOW_RATE: {part!r} is not a share; write 0.02 or 0.02,<decision_type>=0.1"
+            ) from None
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"JEV_SHADOW_RATE: {part!r}: a share must be within 0..1")
         if name:
@@ -58,8 +60,7 @@ class Sampler:
         req = work.request
         return not work.refresh and bucket(req.request_id) < self.rate(req.decision_type)
 
-    def take(self, admitted: list[Work],
-             pressured: str = "") -> tuple[dict[tuple[str, str], Work], list[UsageEvent]]:
+    def take(self, admitted: list[Work], pressured: str = "") -> tuple[dict[tuple[str, str], Work], list[UsageEvent]]:
         """Naive twins of the sampled admitted works (before distill), keyed by (tenant, request id), the served
         ones marked; under pressure (`pressured` names it: load, budget) none, and a usage row per skipped
         sample."""
@@ -68,8 +69,9 @@ class Sampler:
             if not self.sampled(work):
                 continue
             if pressured or work.tier_cap:
-                skipped.append(usage_event(work.request, "shadow", section="skipped",
-                                           outcome=f"skipped:{pressured or 'budget'}"))
+                skipped.append(
+                    usage_event(work.request, "shadow", section="skipped", outcome=f"skipped:{pressured or 'budget'}")
+                )
                 continue
             work.shadow = "served"
             twins[work.request.tenant, work.request.request_id] = naive_twin(work, self.stream_config)
@@ -92,9 +94,11 @@ class Sampler:
                 continue
             twin.cache_key = work.cache_key
             dropped = [f"distill.{d.split(':')[1]}" for d in work.dropped_turns if d.count(":") >= 1]
-            work.mechanisms = mechanisms.merged(work.mechanisms, dropped,
-                                                mechanisms.from_usage(events.get((work.request.tenant,
-                                                                                  work.request.request_id), ())))
+            work.mechanisms = mechanisms.merged(
+                work.mechanisms,
+                dropped,
+                mechanisms.from_usage(events.get((work.request.tenant, work.request.request_id), ())),
+            )
             out.append(twin)
         return out
 
@@ -112,8 +116,15 @@ def naive_twin(work: Work, stream_config: StreamConfig | None = None) -> Work:
         work.mechanisms = mechanisms.merged(work.mechanisms, ["truncation"])
     context_tokens = work.context_tokens if context == work.context else tokens.count(context, work.model)
     limit = reserved_output(req, stream_config)
-    contracts = req.contracts.derive(max_output_tokens=limit,
-                                     min_output_tokens=min(req.contracts.min_output_tokens, limit))
-    return Work(request=req.derive(history=[], stream=False, contracts=contracts), admitted_at=work.admitted_at,
-                model=work.model, context=context, context_tokens=context_tokens,
-                candidate_tokens=list(work.candidate_tokens), shadow="naive")
+    contracts = req.contracts.derive(
+        max_output_tokens=limit, min_output_tokens=min(req.contracts.min_output_tokens, limit)
+    )
+    return Work(
+        request=req.derive(history=[], stream=False, contracts=contracts),
+        admitted_at=work.admitted_at,
+        model=work.model,
+        context=context,
+        context_tokens=context_tokens,
+        candidate_tokens=list(work.candidate_tokens),
+        shadow="naive",
+    )

@@ -2,14 +2,34 @@
 each mechanism saved (view agreement_by_mechanism_day). Best effort: verdicts are a sample, so a failed insert
 is logged and dropped rather than holding up the stage; ReplacingMergeTree on the request id absorbs
 redelivered verdicts (read with FINAL)."""
+
 from __future__ import annotations
 
 import logging
 
 log = logging.getLogger("jev.shadow")
-COLUMNS = ["request_id", "ts", "tenant", "service", "decision_type", "kind", "mechanisms", "agreed", "kept",
-           "similarity", "served_tier", "naive_tier", "served_action", "naive_action", "labelled", "served_correct",
-           "naive_correct", "served_tokens", "naive_tokens", "nominal_tokens"]
+COLUMNS = [
+    "request_id",
+    "ts",
+    "tenant",
+    "service",
+    "decision_type",
+    "kind",
+    "mechanisms",
+    "agreed",
+    "kept",
+    "similarity",
+    "served_tier",
+    "naive_tier",
+    "served_action",
+    "naive_action",
+    "labelled",
+    "served_correct",
+    "naive_correct",
+    "served_tokens",
+    "naive_tokens",
+    "nominal_tokens",
+]
 TS = COLUMNS.index("ts")
 
 
@@ -27,8 +47,7 @@ class VerdictStore:
         if not verdicts:
             return 0
         try:
-            self.client.insert("shadow_verdicts", verdict_columns(verdicts), column_names=COLUMNS,
-                               column_oriented=True)
+            self.client.insert("shadow_verdicts", verdict_columns(verdicts), column_names=COLUMNS, column_oriented=True)
         except Exception as exc:
             self.dropped += len(verdicts)
             log.warning("%d shadow verdicts not stored (%s); %d dropped so far", len(verdicts), exc, self.dropped)

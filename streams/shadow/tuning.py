@@ -4,13 +4,14 @@
 candidates for the fine tier); 0 restores the configured beams. Applied to the engine's configuration in
 every scoring worker, from the control topic, without a restart.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 
-from streams.scoring import policy as policy_mod
 from streams.core.switches import CASCADE_KEY
+from streams.scoring import policy as policy_mod
 
 log = logging.getLogger("jev.shadow")
 
@@ -19,8 +20,11 @@ def widened(config: policy_mod.Config, by: int) -> policy_mod.Config:
     def widen(pol: policy_mod.Policy) -> policy_mod.Policy:
         return dataclasses.replace(pol, coarse_k_min=pol.coarse_k_min + by, coarse_k_max=pol.coarse_k_max + by)
 
-    return policy_mod.Config(tiers=config.tiers, default=widen(config.default),
-                             policies={name: widen(p) for name, p in config.policies.items()})
+    return policy_mod.Config(
+        tiers=config.tiers,
+        default=widen(config.default),
+        policies={name: widen(p) for name, p in config.policies.items()},
+    )
 
 
 class EngineTuning:

@@ -5,12 +5,13 @@ partition (the served decision from ingest, the cache agent or the scoring worke
 scoring workers), in either order; the join holds the first until the second arrives, at most `capacity`
 pending pairs (the oldest dropped: a twin dropped under load never arrives).
 """
+
 from __future__ import annotations
 
 import re
 import time
 from collections import Counter, OrderedDict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from schemas.records import Decision, Verdict, Work
 from streams.shadow import mechanisms
@@ -30,8 +31,7 @@ def text_similarity(a: str, b: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def same_answer(req, action_id: str | None, text: str | None, naive: Decision,
-                text_agree: float) -> tuple[bool, float]:
+def same_answer(req, action_id: str | None, text: str | None, naive: Decision, text_agree: float) -> tuple[bool, float]:
     """(agreed, similarity) of an answer to request `req` with the naive one: a decide request agrees on the
     action id; a generate request when the answers' similarity reaches `text_agree`."""
     if req.kind == "generate" or not req.candidates:
@@ -49,14 +49,28 @@ def judge(served: Work, naive: Decision, acted: list[str], text_agree: float, no
     label = req.human_decision if req.candidates else ""
     served_correct, naive_correct = decision.action_id == label, naive.action_id == label
     kept = (served_correct or not naive_correct) if label else agreed
-    return Verdict(request_id=req.request_id, ts=time.time() if now is None else now, tenant=req.tenant,
-                   service=req.service, decision_type=req.decision_type, kind=req.kind, mechanisms=acted,
-                   agreed=agreed, kept=kept, similarity=round(similarity, 4), served_tier=decision.tier,
-                   naive_tier=naive.tier, served_action=decision.action_id, naive_action=naive.action_id,
-                   labelled=bool(label), served_correct=bool(label) and served_correct,
-                   naive_correct=bool(label) and naive_correct,
-                   served_tokens=decision.input_tokens + decision.output_tokens,
-                   naive_tokens=naive.input_tokens + naive.output_tokens, nominal_tokens=decision.nominal_tokens)
+    return Verdict(
+        request_id=req.request_id,
+        ts=time.time() if now is None else now,
+        tenant=req.tenant,
+        service=req.service,
+        decision_type=req.decision_type,
+        kind=req.kind,
+        mechanisms=acted,
+        agreed=agreed,
+        kept=kept,
+        similarity=round(similarity, 4),
+        served_tier=decision.tier,
+        naive_tier=naive.tier,
+        served_action=decision.action_id,
+        naive_action=naive.action_id,
+        labelled=bool(label),
+        served_correct=bool(label) and served_correct,
+        naive_correct=bool(label) and naive_correct,
+        served_tokens=decision.input_tokens + decision.output_tokens,
+        naive_tokens=naive.input_tokens + naive.output_tokens,
+        nominal_tokens=decision.nominal_tokens,
+    )
 
 
 def verdict_records(verdicts: Iterable[Verdict]) -> list[tuple[str, bytes, bytes]]:
@@ -76,15 +90,16 @@ class ShadowJoin:
 
     def served(self, work: Work, usage: list) -> Verdict | None:
         """A finished served Work (its decision as the caller gets it) and the postprocess usage it made."""
-        acted = mechanisms.judged(mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision),
-                                                    mechanisms.from_usage(usage)), work.decision)
+        acted = mechanisms.judged(
+            mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision), mechanisms.from_usage(usage)),
+            work.decision,
+        )
         return self._arrive((work.request.tenant, work.request.request_id), "served", work, acted)
 
     def agrees(self, twin: Work, cached: Mapping) -> bool:
         """Would the `cached` decision (a dict) have done for the request a naive `twin` decided? As a verdict
         judges: the promotion of an L2 near-miss (streams/cache/stage.py)."""
-        return same_answer(twin.request, cached.get("action_id"), cached.get("text"), twin.decision,
-                           self.text_agree)[0]
+        return same_answer(twin.request, cached.get("action_id"), cached.get("text"), twin.decision, self.text_agree)[0]
 
     def naive(self, work: Work) -> Verdict | None:
         return self._arrive((work.request.tenant, work.request.request_id), "naive", work.decision, [])

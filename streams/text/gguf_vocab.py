@@ -12,6 +12,7 @@ pre-tokenizer llama.cpp applies for the file's `tokenizer.ggml.pre`: `smollm` sp
 it) adds around one user message: a server bills it as prompt tokens of every chat call (SmolLM2: 30, its default
 system prompt and the role markers).
 """
+
 from __future__ import annotations
 
 import struct
@@ -38,7 +39,7 @@ class Reader:
     def string(self) -> str:
         size = self.take("Q")
         self.at += size
-        return self.data[self.at - size:self.at].decode("utf-8", errors="replace")
+        return self.data[self.at - size : self.at].decode("utf-8", errors="replace")
 
     def value(self, kind: int):
         if kind in SCALARS:
@@ -105,19 +106,25 @@ def tokenizer(path: str | Path, meta: dict | None = None):
     meta = meta if meta is not None else metadata(path)
     kind, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "default")
     if kind != "gpt2" or pre not in PRE_TOKENIZERS:
-        raise ValueError(f"gguf:{path}: Jev reads byte-level BPE vocabularies (tokenizer.ggml.model gpt2, pre "
-                         f"{', '.join(PRE_TOKENIZERS)}), this file has {kind}/{pre}; give the model's tokenizer.json "
-                         f"instead as tokenizer: hf:<dir holding tokenizer.json>")
+        raise ValueError(
+            f"gguf:{path}: Jev reads byte-level BPE vocabularies (tokenizer.ggml.model gpt2, pre "
+            f"{', '.join(PRE_TOKENIZERS)}), this file has {kind}/{pre}; give the model's tokenizer.json "
+            f"instead as tokenizer: hf:<dir holding tokenizer.json>"
+        )
     tokens = meta["tokenizer.ggml.tokens"]
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if pre == "smollm" else byte_level)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if pre == "smollm"
+        else byte_level
+    )
     tok.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type", [])
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind in zip(tokens, types) if kind == CONTROL])
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == CONTROL]
+    )
     return tok
 
 
@@ -131,7 +138,14 @@ def chat_framing(meta: dict, tok) -> int:
         return 0
     vocab = meta["tokenizer.ggml.tokens"]
     special = lambda key: vocab[meta[key]] if key in meta else ""
-    text = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(template).render(
-        messages=[{"role": "user", "content": ""}], add_generation_prompt=True,
-        bos_token=special("tokenizer.ggml.bos_token_id"), eos_token=special("tokenizer.ggml.eos_token_id"))
+    text = (
+        jinja2.sandbox.ImmutableSandboxedEnvironment()
+        .from_string(template)
+        .render(
+            messages=[{"role": "user", "content": ""}],
+            add_generation_prompt=True,
+            bos_token=special("tokenizer.ggml.bos_token_id"),
+            eos_token=special("tokenizer.ggml.eos_token_id"),
+        )
+    )
     return len(tok.encode(text, add_special_tokens=False).ids)

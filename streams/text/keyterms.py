@@ -13,6 +13,7 @@ English names and rare words are read by the cache's word-level checks (streams/
 adds what those miss outside Latin script. The lists live in streams/text/lang/; nothing here is language-specific
 code beyond the script ranges.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,10 @@ from streams.text import language
 
 # a letter run holding digits, not inside a longer Latin word (订单A320 counts: Han is no word boundary for \b)
 IDENTIFIER = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z_-]*\d[A-Za-z0-9_-]*")
-QUOTED = re.compile(r'"([^"\n]{1,40})"|“([^”\n]{1,40})”|‘([^’\n]{1,40})’|「([^」\n]{1,40})」|『([^』\n]{1,40})』'
-                    r"|《([^》\n]{1,40})》|〈([^〉\n]{1,40})〉")
+QUOTED = re.compile(
+    r'"([^"\n]{1,40})"|“([^”\n]{1,40})”|‘([^’\n]{1,40})’|「([^」\n]{1,40})」|『([^』\n]{1,40})』'
+    r"|《([^》\n]{1,40})》|〈([^〉\n]{1,40})〉"
+)
 LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+#.&'-]*[A-Za-z0-9+#]|[A-Za-z]")
 HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 PLACE_CHARS = 4  # a place is named by its last characters: 订北京饭店 and 北京饭店 name one hotel

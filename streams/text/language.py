@@ -8,6 +8,7 @@ words among them match wherever the same words are written. Mixed text ("iPhone 
 Search (the lexical tier) also takes each CJK character (`unigrams=True`, as Lucene's CJK bigram filter with
 outputUnigrams): a question and its answer often share a character but no bigram (脑子 / 脑力, 睡不着 / 入睡).
 """
+
 from __future__ import annotations
 
 import functools
@@ -74,7 +75,7 @@ def units(text: str, *, content: bool = False, unigrams: bool = False) -> list[s
         elif len(cjk) == 1:
             out.append(cjk)
         else:
-            out.extend(cjk[i:i + 2] for i in range(len(cjk) - 1))
+            out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
             if unigrams:
                 out.extend(cjk)
     if content:
@@ -115,8 +116,14 @@ def lexicon(lang: str) -> Lexicon:
     numbers = {w: i for i, w in enumerate(_words(data.get("number_words")))}
     for key in ("tens", "big_numbers", "numerals", "units"):
         numbers |= {str(w): int(v) for w, v in (data.get(key) or {}).items()}
-    return Lexicon(lang, frozenset(_words(data.get("stopwords"))), tuple(_words(data.get("negations"))),
-                   numbers, frozenset(_words(data.get("fillers"))), data)
+    return Lexicon(
+        lang,
+        frozenset(_words(data.get("stopwords"))),
+        tuple(_words(data.get("negations"))),
+        numbers,
+        frozenset(_words(data.get("fillers"))),
+        data,
+    )
 
 
 def stem(word: str) -> str:
@@ -127,12 +134,12 @@ def stem(word: str) -> str:
     if word in en.stopwords or word in en.negations or not word.isalpha():
         return word
     if len(word) > 4 and word.endswith(("ies", "iest", "ied")):
-        return word[:word.rindex("i")] + "y"
+        return word[: word.rindex("i")] + "y"
     if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
     for suffix, min_len in (("ing", 6), ("ed", 5), ("ly", 6), ("est", 7), ("er", 6)):
         if len(word) >= min_len and word.endswith(suffix):
-            word = word[:-len(suffix)]
+            word = word[: -len(suffix)]
             if len(word) > 2 and word[-1] == word[-2] and word[-1] not in "lsz":
                 word = word[:-1]
             break
@@ -152,9 +159,9 @@ def zh_value(run: str) -> str:
         unit = units_.get(c)
         if unit is None:
             digit = digits[c]
-        elif unit >= 10 ** 8:
+        elif unit >= 10**8:
             high, myriads, section, digit = (high + myriads + section + digit) * unit, 0, 0, 0
-        elif unit >= 10 ** 4:
+        elif unit >= 10**4:
             myriads, section, digit = (myriads + section + digit) * unit, 0, 0
         else:
             section, digit = section + (digit or 1) * unit, 0
@@ -170,8 +177,11 @@ def _alternation(words) -> re.Pattern:
 def _number_patterns():
     zh = lexicon("zh").data
     numerals = "".join(zh["numerals"]) + "".join(zh["units"])
-    return (re.compile(f"({re.escape(zh['percent'])})?([{numerals}]+)"), _alternation(_words(zh["classifiers"])),
-            _alternation(_words(zh["not_numbers"])))
+    return (
+        re.compile(f"({re.escape(zh['percent'])})?([{numerals}]+)"),
+        _alternation(_words(zh["classifiers"])),
+        _alternation(_words(zh["not_numbers"])),
+    )
 
 
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")

@@ -5,6 +5,7 @@ once (short pieces hit tokens.count's cache); the total is derived from the piec
 join (tokens.join_tokens), so it equals counting the rendered context, and truncating to a contract needs no
 re-rendering or re-counting. Where a join cannot be derived, the rendered context is counted whole.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ def render_context(request: Request, lines: list[str] | None = None) -> str:
 class MeasuredContext:
     """A request's context, its pieces and their tokens. joins[i] is what joining line i to the next piece costs
     (None where it cannot be derived)."""
+
     request: Request
     model: str
     lines: list[str]
@@ -54,8 +56,10 @@ class MeasuredContext:
     def estimate(self, first: int = 0) -> int:
         """The tokens of text(first): exact where every join is derived, else counting each underived join as
         its separator alone."""
-        joins = (tokens.count(STATE_JOIN if i == len(self.lines) - 1 else "\n", self.model) if j is None else j
-                 for i, j in enumerate(self.joins[first:], first))
+        joins = (
+            tokens.count(STATE_JOIN if i == len(self.lines) - 1 else "\n", self.model) if j is None else j
+            for i, j in enumerate(self.joins[first:], first)
+        )
         return self.state_line_tokens + sum(self.line_tokens[first:]) + sum(joins)
 
     def tokens(self, first: int = 0) -> int:
@@ -73,17 +77,28 @@ def measure_context(request: Request, model: str) -> MeasuredContext:
     lines = history_lines(request)
     state = state_line(request)
     after = [*lines[1:], state]
-    joins = [tokens.join_tokens(line, STATE_JOIN if i == len(lines) - 1 else "\n", after[i], model)
-             for i, line in enumerate(lines)]
-    return MeasuredContext(request, model, lines, [tokens.count(line, model) for line in lines], joins,
-                           tokens.count(state, model))
+    joins = [
+        tokens.join_tokens(line, STATE_JOIN if i == len(lines) - 1 else "\n", after[i], model)
+        for i, line in enumerate(lines)
+    ]
+    return MeasuredContext(
+        request, model, lines, [tokens.count(line, model) for line in lines], joins, tokens.count(state, model)
+    )
 
 
-def count_sections(request: Request, model: str, *, system: str = "", template: str = "",
-                   candidate_tokens: list[int] | None = None, history_tokens: int | None = None) -> dict[str, int]:
+def count_sections(
+    request: Request,
+    model: str,
+    *,
+    system: str = "",
+    template: str = "",
+    candidate_tokens: list[int] | None = None,
+    history_tokens: int | None = None,
+) -> dict[str, int]:
     """Exact tokens per prompt section (system, template, history, state, candidates): what usage can later be
     broken down by. `system` is the system prompt and `template` the rendered template's instruction text;
     `candidate_tokens` and `history_tokens`, when the caller counted them already, are not counted again."""
+
     def n(text: str) -> int:
         return tokens.count(text, model)
 
@@ -94,5 +109,7 @@ def count_sections(request: Request, model: str, *, system: str = "", template: 
         "template": n(template),
         "history": history_tokens,
         "state": n(state_text(request.state)),
-        "candidates": sum(candidate_tokens if candidate_tokens is not None else map(n, (c.text for c in request.candidates))),
+        "candidates": sum(
+            candidate_tokens if candidate_tokens is not None else map(n, (c.text for c in request.candidates))
+        ),
     }

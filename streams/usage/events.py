@@ -1,32 +1,66 @@
 """Usage events, the metering spine: the one place a UsageEvent is made (one per stage per request, with an
 idempotency key, its flame-graph stack and its cost)."""
+
 from __future__ import annotations
 
 import time
 
 from schemas.records import Request, UsageEvent
-from streams.models import pricing
 from streams.core.tenants import request_key
+from streams.models import pricing
 
 # Every field's default, from the record's own decoder: an event is these, updated with what was measured.
 # Three to five events are made per request, so this skips the decoder's per-field pass (all fields are scalars).
-_DEFAULTS = UsageEvent.from_data({"event_id": "", "request_id": "", "ts": 0.0, "tenant": "", "service": "",
-                                  "business_line": "", "session_id": "", "user_id": "", "decision_type": "",
-                                  "stage": "", "stack": ""}).__dict__
+_DEFAULTS = UsageEvent.from_data(
+    {
+        "event_id": "",
+        "request_id": "",
+        "ts": 0.0,
+        "tenant": "",
+        "service": "",
+        "business_line": "",
+        "session_id": "",
+        "user_id": "",
+        "decision_type": "",
+        "stage": "",
+        "stack": "",
+    }
+).__dict__
 
 
 def usage_event(request: Request, stage: str, *, section: str = "", **fields) -> UsageEvent:
     """The event of `stage` (and `section`, when a stage reports several) for `request`; `fields` are the
     UsageEvent's measured fields (model, token counts, latency_ms, outcome, …)."""
-    return event({"request_id": request.request_id, "ts": time.time(), "tenant": request.tenant,
-                  "service": request.service, "business_line": request.business_line,
-                  "session_id": request.session_id, "user_id": request.user_id,
-                  "decision_type": request.decision_type, "business_event": request.business_event},
-                 stage, section, **fields)
+    return event(
+        {
+            "request_id": request.request_id,
+            "ts": time.time(),
+            "tenant": request.tenant,
+            "service": request.service,
+            "business_line": request.business_line,
+            "session_id": request.session_id,
+            "user_id": request.user_id,
+            "decision_type": request.decision_type,
+            "business_event": request.business_event,
+        },
+        stage,
+        section,
+        **fields,
+    )
 
 
-def event(who: dict, stage: str, section: str = "", *, model: str = "", input_tokens: int = 0,
-          cache_read_tokens: int = 0, output_tokens: int = 0, outcome: str = "ok", **measured) -> UsageEvent:
+def event(
+    who: dict,
+    stage: str,
+    section: str = "",
+    *,
+    model: str = "",
+    input_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    output_tokens: int = 0,
+    outcome: str = "ok",
+    **measured,
+) -> UsageEvent:
     """A UsageEvent from `who` (request_id, ts, tenant, service, business_line, session_id, user_id,
     decision_type, business_event) and what was `measured` (nominal_tokens, latency_ms, candidates, the server's
     counts, …). Its cost is priced on the server's count where it has one, else on Jev's.
@@ -41,13 +75,21 @@ def event(who: dict, stage: str, section: str = "", *, model: str = "", input_to
     fields.update(_DEFAULTS)
     fields.update(who)
     fields.update(measured)
-    fields.update(event_id=event_key(who["tenant"], who["request_id"], stage, section),
-                  stage=stage, stack=";".join(p for p in (who["tenant"], who["service"], who["decision_type"],
-                                                         stage, section) if p),
-                  model=model, input_tokens=input_tokens, cache_read_tokens=cache_read_tokens,
-                  output_tokens=output_tokens, outcome=outcome)
-    settled = (fields["server_input_tokens"], fields["server_cache_read_tokens"], fields["server_output_tokens"]) \
-        if fields["count_source"] != "jev" else (input_tokens, cache_read_tokens, output_tokens)
+    fields.update(
+        event_id=event_key(who["tenant"], who["request_id"], stage, section),
+        stage=stage,
+        stack=";".join(p for p in (who["tenant"], who["service"], who["decision_type"], stage, section) if p),
+        model=model,
+        input_tokens=input_tokens,
+        cache_read_tokens=cache_read_tokens,
+        output_tokens=output_tokens,
+        outcome=outcome,
+    )
+    settled = (
+        (fields["server_input_tokens"], fields["server_cache_read_tokens"], fields["server_output_tokens"])
+        if fields["count_source"] != "jev"
+        else (input_tokens, cache_read_tokens, output_tokens)
+    )
     fields["cost"] = pricing.cost(model, *settled)  # the server's count where there is one: it is the bill
     return record
 
@@ -63,7 +105,7 @@ def event_key(tenant: str, request_id: str, stage: str, section: str = "") -> st
 def section_of(event_id: str) -> str:
     """The section of an event key (what follows its stage), "" when it has none."""
     tenant_length, _, rest = event_id.partition(":")
-    rest = rest[int(tenant_length) + 1:] if tenant_length.isdigit() else rest  # past "tenant/"
+    rest = rest[int(tenant_length) + 1 :] if tenant_length.isdigit() else rest  # past "tenant/"
     request_length, _, rest = rest.partition(":")
-    rest = rest[int(request_length) + 1:] if request_length.isdigit() else rest  # past "request_id:"
+    rest = rest[int(request_length) + 1 :] if request_length.isdigit() else rest  # past "request_id:"
     return rest.partition(":")[2]

@@ -4,6 +4,7 @@ template variables) in request_texts, a table of its own whose TTL deletes rows 
 stored; the usage tables never hold it. Storing is best effort: a failed insert is logged and dropped, so
 the text never holds up or crashes the stage (the usage spine has the durable path).
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,18 @@ import orjson
 from infra.clickhouse import keep_request_texts
 
 log = logging.getLogger("jev.usage.texts")
-COLUMNS = ["request_id", "ts", "tenant", "service", "decision_type", "session_id", "state", "history", "candidates",
-           "variables"]
+COLUMNS = [
+    "request_id",
+    "ts",
+    "tenant",
+    "service",
+    "decision_type",
+    "session_id",
+    "state",
+    "history",
+    "candidates",
+    "variables",
+]
 
 
 def _json(value) -> str:
@@ -24,10 +35,21 @@ def _json(value) -> str:
 
 def text_columns(requests: list, now: float) -> list[list]:
     """Column-oriented rows of request_texts (ts in ms ticks), one per request."""
-    rows = [[r.request_id, round(now * 1000), r.tenant, r.service, r.decision_type, r.session_id, _json(r.state),
-             _json([{"role": t.role, "content": t.content} for t in r.history]),
-             _json([{"id": c.id, "text": c.text} for c in r.candidates]),
-             _json(r.template.variables if r.template else {})] for r in requests]
+    rows = [
+        [
+            r.request_id,
+            round(now * 1000),
+            r.tenant,
+            r.service,
+            r.decision_type,
+            r.session_id,
+            _json(r.state),
+            _json([{"role": t.role, "content": t.content} for t in r.history]),
+            _json([{"id": c.id, "text": c.text} for c in r.candidates]),
+            _json(r.template.variables if r.template else {}),
+        ]
+        for r in requests
+    ]
     return [list(column) for column in zip(*rows)] if rows else [[] for _ in COLUMNS]
 
 
@@ -43,8 +65,9 @@ class RequestTexts:
         if not requests:
             return 0
         try:
-            self.client.insert("request_texts", text_columns(requests, now or time.time()), column_names=COLUMNS,
-                               column_oriented=True)
+            self.client.insert(
+                "request_texts", text_columns(requests, now or time.time()), column_names=COLUMNS, column_oriented=True
+            )
         except Exception as e:
             self.dropped += len(requests)
             log.warning("raw text of %d requests not stored (%s); %d dropped so far", len(requests), e, self.dropped)

@@ -36,8 +36,9 @@ async def test_create_topics_sets_the_registrys_topic_configs():
         await admin.start()
         try:
             shorts = ("control", "requests_seen", "cache_state", "budget")
-            [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name(s))
-                                                       for s in shorts])
+            [response] = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name(s)) for s in shorts]
+            )
         finally:
             await admin.close()
     found = {resource[3]: {entry[0]: entry[1] for entry in resource[4]} for resource in response.resources}

@@ -1,5 +1,6 @@
 """docker-compose.yml, prometheus.yml and the Grafana provisioning checked against each other and against `jev
 config` (Docker cannot run on the development machines, so this is what stands between a typo and a crash loop)."""
+
 import dataclasses
 import json
 import re
@@ -148,8 +149,9 @@ def test_promtool_accepts_the_config_and_rules(check, path, tmp_path):
     """Checked in a copy of infra/prometheus with the secrets volume's token in place (promtool reads it)."""
     shutil.copytree(ROOT / "infra/prometheus", tmp_path / "prometheus")
     (tmp_path / "prometheus/secrets/metrics.token").write_text("token-the-jev-containers-create\n")
-    done = subprocess.run([promtool(), "check", check, path], cwd=tmp_path / "prometheus", capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [promtool(), "check", check, path], cwd=tmp_path / "prometheus", capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -1,6 +1,7 @@
 """The efficiency indices (TE, CP, HR, PE) from the indices_by_minute view, against the same figures computed
 row by row from usage_events; TE as Prometheus computes it, against ClickHouse's; and their thresholds in
 Prometheus agree with the JEV_INDEX_* defaults."""
+
 import datetime as dt
 import re
 import time
@@ -9,9 +10,9 @@ from pathlib import Path
 import yaml
 from prometheus_client import REGISTRY
 
+from streams.runtime.usage_sink import UsageSink
 from streams.settings import Settings
 from streams.usage.events import event
-from streams.runtime.usage_sink import UsageSink
 from workers.analytics import levels
 from workers.analytics.alerts import Thresholds, efficiency_indices
 from workers.analytics.sample import usage_events
@@ -24,17 +25,27 @@ def test_indices_match_the_events_they_come_from(usage_db):
     for i, e in enumerate(events):
         if e.stage == "ingest":
             e.prompt_bytes, e.compact_bytes = 300 + i % 7, 200
-    pre = events[-1].__class__.from_data({**events[-1].asdict(), "request_id": "x~l3~0", "event_id": "x~l3~0:pp",
-                                          "stage": "postprocess", "outcome": "fine",
-                                          "stack": "t;s;d;postprocess"})
+    pre = events[-1].__class__.from_data(
+        {
+            **events[-1].asdict(),
+            "request_id": "x~l3~0",
+            "event_id": "x~l3~0:pp",
+            "stage": "postprocess",
+            "outcome": "fine",
+            "stack": "t;s;d;postprocess",
+        }
+    )
     UsageSink(usage_db).insert(events + [pre])
-    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
     got = levels.index_values(usage_db, since)
     decisions = [e for e in events if e.stage == "postprocess" and e.stack.endswith(";postprocess")]
     tiers = [e.outcome for e in decisions]
     total = sum(e.input_tokens + e.output_tokens for e in events + [pre])
-    wasted = sum(e.input_tokens + e.output_tokens for e in events
-                 if e.outcome == "fallback" or (e.stage == "postprocess" and e.stack.split(";")[-1] in ("retry", "cleanup")))
+    wasted = sum(
+        e.input_tokens + e.output_tokens
+        for e in events
+        if e.outcome == "fallback" or (e.stage == "postprocess" and e.stack.split(";")[-1] in ("retry", "cleanup"))
+    )
     assert got["decisions"] == len(decisions) and got["pre_answers"] == 1
     assert got["te"] == round(1 - wasted / total, 4)
     assert got["cp"] == round(sum(t in ("coarse", "fine", "llm", "fallback") for t in tiers) / len(tiers), 4)
@@ -54,23 +65,35 @@ def metered(name: str, keep=lambda labels: True) -> float:
 
 def te_parts() -> tuple[float, float]:
     """TE's numerator and denominator as the recording rule jev:token_efficiency:ratio15m reads them."""
-    spent = metered("jev_tokens_total", lambda labels: labels["kind"] in ("input", "output")
-                    and labels["stage"] != "shadow")
+    spent = metered(
+        "jev_tokens_total", lambda labels: labels["kind"] in ("input", "output") and labels["stage"] != "shadow"
+    )
     return metered("jev_tokens_effective_total"), spent
 
 
 def test_prometheus_te_is_the_clickhouse_te_of_the_same_events(usage_db):
     now = time.time()
-    who = dict(request_id="w-1", ts=now, tenant="t0", service="payments", business_line="fintech", session_id="s-1",
-               user_id="u-1", decision_type="risk_interception", business_event="payment_screened")
-    waste = [event(who, "score", "fine", model="gpt-4o-mini", input_tokens=400, outcome="fallback"),
-             event(who, "postprocess", "cleanup", model="gpt-4o-mini", input_tokens=50, output_tokens=30),
-             event(who, "postprocess", model="gpt-4o-mini", output_tokens=20, outcome="fallback"),
-             event({**who, "request_id": "w-2"}, "shadow", "fine", model="gpt-4o", input_tokens=900)]
+    who = dict(
+        request_id="w-1",
+        ts=now,
+        tenant="t0",
+        service="payments",
+        business_line="fintech",
+        session_id="s-1",
+        user_id="u-1",
+        decision_type="risk_interception",
+        business_event="payment_screened",
+    )
+    waste = [
+        event(who, "score", "fine", model="gpt-4o-mini", input_tokens=400, outcome="fallback"),
+        event(who, "postprocess", "cleanup", model="gpt-4o-mini", input_tokens=50, output_tokens=30),
+        event(who, "postprocess", model="gpt-4o-mini", output_tokens=20, outcome="fallback"),
+        event({**who, "request_id": "w-2"}, "shadow", "fine", model="gpt-4o", input_tokens=900),
+    ]
     effective_before, spent_before = te_parts()
     UsageSink(usage_db).insert(usage_events(200, now, seed=3) + waste)
     effective, spent = (after - before for after, before in zip(te_parts(), (effective_before, spent_before)))
-    te = levels.index_values(usage_db, dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1))["te"]
+    te = levels.index_values(usage_db, dt.datetime.now(dt.UTC) - dt.timedelta(days=1))["te"]
     assert te is not None and te < 1
     assert round(effective / spent, 4) == te
 
@@ -81,18 +104,22 @@ def test_index_alerts_fire_through_the_alert_path(usage_db):
         if e.stage == "ingest":
             e.prompt_bytes, e.compact_bytes = 500, 100  # PE 5.0
     UsageSink(usage_db).insert(events)
-    fired = {a.rule: a for a in efficiency_indices(usage_db, Thresholds(), dt.datetime.now(dt.timezone.utc))}
+    fired = {a.rule: a for a in efficiency_indices(usage_db, Thresholds(), dt.datetime.now(dt.UTC))}
     assert fired["protocol_expansion_high"].value == 5.0
-    values = levels.index_values(usage_db, dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=15))
+    values = levels.index_values(usage_db, dt.datetime.now(dt.UTC) - dt.timedelta(minutes=15))
     assert ("cache_penetration_high" in fired) == (values["cp"] > 0.25)
-    quiet = efficiency_indices(usage_db, Thresholds(pe_max=10, cp_alert=1, hr_min=0, hr_max=1, te_alert=0),
-                               dt.datetime.now(dt.timezone.utc))
+    quiet = efficiency_indices(
+        usage_db, Thresholds(pe_max=10, cp_alert=1, hr_min=0, hr_max=1, te_alert=0), dt.datetime.now(dt.UTC)
+    )
     assert quiet == []
 
 
 def test_prometheus_thresholds_are_the_settings_defaults():
-    rules = {r.get("alert") or r.get("record"): r["expr"]
-             for g in yaml.safe_load((ROOT / "infra/prometheus/alerts.yml").read_text())["groups"] for r in g["rules"]}
+    rules = {
+        r.get("alert") or r.get("record"): r["expr"]
+        for g in yaml.safe_load((ROOT / "infra/prometheus/alerts.yml").read_text())["groups"]
+        for r in g["rules"]
+    }
     numbers = lambda expr: [float(x) for x in re.findall(r"[<>] (\d+(?:\.\d+)?)", expr)]  # noqa: E731
     s = Settings()
     assert numbers(rules["JevTokenEfficiencyLow"]) == [s.index_te_alert]

@@ -1,6 +1,7 @@
 """The real model server (llama.cpp's llama-server serving SmolLM2-135M-Instruct on the CPU) through its
 OpenAI-compatible API: chat with usage, streaming with usage, cached prompt tokens, completions with logprobs, and
 stop / kill / restart on the same port."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ PROMPTS = {"en": "Name one primary colour. Answer in one word.", "zh": "用一�
 
 
 def chat(server, content: str, max_tokens: int = 12, **extra) -> dict:
-    body = {"model": server.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0, **extra}
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
     reply = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120)
     reply.raise_for_status()
     return reply.json()
@@ -55,8 +61,14 @@ def test_chat_completion_reports_usage(model_server, lang):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_streamed_chat_gives_the_same_greedy_answer(model_server, lang):
     whole = chat(model_server, PROMPTS[lang])["choices"][0]["message"]["content"]
-    body = {"model": model_server.model, "messages": [{"role": "user", "content": PROMPTS[lang]}],
-            "max_tokens": 12, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model_server.model,
+        "messages": [{"role": "user", "content": PROMPTS[lang]}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     pieces, finishes, usages = [], [], []
     with httpx.stream("POST", f"{model_server.url}/chat/completions", json=body, timeout=120) as reply:
         reply.raise_for_status()
@@ -80,8 +92,13 @@ def test_streamed_chat_gives_the_same_greedy_answer(model_server, lang):
 
 def test_completions_return_logprobs_for_scoring(model_server):
     """A candidate label's log-probability as the next token: what a decision is scored with."""
-    body = {"model": model_server.model, "prompt": "Q: What is the capital of France?\nA: The capital of France is",
-            "max_tokens": 1, "temperature": 0, "logprobs": 20}
+    body = {
+        "model": model_server.model,
+        "prompt": "Q: What is the capital of France?\nA: The capital of France is",
+        "max_tokens": 1,
+        "temperature": 0,
+        "logprobs": 20,
+    }
     reply = httpx.post(f"{model_server.url}/completions", json=body, timeout=120)
     reply.raise_for_status()
     out = reply.json()
@@ -142,8 +159,11 @@ def test_consecutive_support_questions_reuse_the_shared_policy_the_server_holds(
     from streams.text.prompt import render_context
     from workers.harness import workload
 
-    bodies = [b for b in map(json.loads, workload.generate(200, seed=3, repeat_share=0.0, stream_share=1.0,
-                                                           chinese_share=0.5)) if b["service"] == service]
+    bodies = [
+        b
+        for b in map(json.loads, workload.generate(200, seed=3, repeat_share=0.0, stream_share=1.0, chinese_share=0.5))
+        if b["service"] == service
+    ]
     prompts = [render_context(Request.from_data(b)) for b in bodies[:2]]
     assert prompts[0] != prompts[1]
     with ms.ModelServer(threads=1) as server:

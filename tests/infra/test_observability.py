@@ -1,4 +1,5 @@
 """Prometheus config and rules, and the Grafana dashboard, against the real schema and metric names."""
+
 import json
 import re
 from pathlib import Path
@@ -20,8 +21,9 @@ def clickhouse_queries():
 
 
 def prometheus_exprs():
-    return ([(p["title"], t["expr"]) for p in DASHBOARD["panels"] for t in p.get("targets", []) if "expr" in t]
-            + [(r.get("alert") or r["record"], r["expr"]) for r in RULES])
+    return [(p["title"], t["expr"]) for p in DASHBOARD["panels"] for t in p.get("targets", []) if "expr" in t] + [
+        (r.get("alert") or r["record"], r["expr"]) for r in RULES
+    ]
 
 
 def test_prometheus_config_loads_the_rules_file():

@@ -5,6 +5,7 @@ groups. What reconnecting can show then: the same Faust stage process and scorin
 rejoin their groups on the broker that came back on the same port (topics recreated, as `jev broker` does
 at start) and decide, meter and commit new requests, and lag is reported again for their groups.
 """
+
 import asyncio
 import time
 
@@ -17,9 +18,9 @@ from infra.broker import create_topics
 from schemas.records import Control
 from schemas.topics import TOPICS, name
 from streams.runtime.control import publish
+from workers.analytics.lag import partition_lag, stage_lag
 from workers.harness import workload
 from workers.harness.chaos import Collector, run_audit, wait_drained
-from workers.analytics.lag import partition_lag, stage_lag
 from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
@@ -91,7 +92,7 @@ class Upstream:
                 self.acked.setdefault(request_id, time.monotonic())
                 self.held += time.monotonic() - began > 1.0
                 return
-            except (KafkaError, asyncio.TimeoutError):
+            except (TimeoutError, KafkaError):
                 self.retried += 1
                 await asyncio.sleep(0.5)
 
@@ -116,11 +117,14 @@ async def test_the_pipeline_recovers_from_a_broker_restart_under_load(settings):
     payloads = workload.generate(240, seed=23, repeat_share=0)
     upstream = Upstream("", payloads)
     ids = set(upstream.payloads)
-    async with Pipeline(settings.replace(backend="lexical"), known_decision_types(), stages_process=True,
-                        metrics=True) as pipe:
+    async with Pipeline(
+        settings.replace(backend="lexical"), known_decision_types(), stages_process=True, metrics=True
+    ) as pipe:
         upstream.bootstrap = pipe.settings.bootstrap
-        await publish(pipe.settings.bootstrap, [Control(kind="budget", key="tenant:acme",
-                                                        value={"hard_tokens": 10**9}, ts=time.time())])
+        await publish(
+            pipe.settings.bootstrap,
+            [Control(kind="budget", key="tenant:acme", value={"hard_tokens": 10**9}, ts=time.time())],
+        )
         collector = Collector(pipe.settings.bootstrap)
         following = asyncio.create_task(collector.run())
         flowing = asyncio.create_task(upstream.run(per_s=40))
@@ -157,7 +161,10 @@ async def test_the_pipeline_recovers_from_a_broker_restart_under_load(settings):
     metered = totals["per_request"]
     assert {r: metered.get(r) for r in ids if metered.get(r) != [1, 1]} == {}  # each ingest, postprocess event once
     assert totals["raw_rows"] == totals["distinct_events"] and totals["raw_tokens"] == totals["final_tokens"]
-    restarts = [line for text in metrics.values() for line in text.splitlines()
-                if line.startswith("jev_log_restarts_total{") and not line.endswith(" 0.0")]
+    restarts = [
+        line
+        for text in metrics.values()
+        for line in text.splitlines()
+        if line.startswith("jev_log_restarts_total{") and not line.endswith(" 0.0")
+    ]
     assert restarts, "jev_log_restarts_total counts the partitions read again after the restart"
-

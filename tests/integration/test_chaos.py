@@ -1,4 +1,5 @@
 """Crash, outage and poison input on the real local broker and ClickHouse engine: nothing lost, nothing doubled."""
+
 import pytest
 
 from workers.harness.chaos import run_chaos
@@ -9,8 +10,13 @@ pytestmark = pytest.mark.integration
 async def test_killed_and_restarted_workers_lose_and_double_nothing(settings):
     # Lexical scoring and the hashing L2 embedder: each stage process starts without importing torch and MiniLM
     # (~20 s of CPU), which on a loaded machine took the replacement of the killed one minutes of the 300 s.
-    report = await run_chaos(settings.replace(backend="lexical", cache_embedder="hashing"), 150, ["faust", "scoring"],
-                             sink_outage=6.0, timeout=300)
+    report = await run_chaos(
+        settings.replace(backend="lexical", cache_embedder="hashing"),
+        150,
+        ["faust", "scoring"],
+        sink_outage=6.0,
+        timeout=300,
+    )
     assert report["decided"] == report["pushed"] == 150
     assert report["lost"] == 0 and report["double_counted"] == 0
     assert report["duplicates_differing"] == 0  # a redelivery after a restart gets the first decision again

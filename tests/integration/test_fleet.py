@@ -1,4 +1,5 @@
 """Several stage processes on the real broker and ClickHouse engine: one hard budget holds across them."""
+
 import asyncio
 import time
 
@@ -16,10 +17,13 @@ HARD = 8_000
 
 async def test_a_hard_budget_holds_across_two_stage_processes(settings):
     payloads = workload.generate(120, seed=17, repeat_share=0.0)
-    async with Pipeline(settings.replace(clickhouse_dsn=""), known_decision_types(), stages_process=True,
-                        stages=2, scorers=1) as pipe:
-        await publish(pipe.settings.bootstrap, [Control(kind="budget", key="tenant:acme",
-                                                        value={"hard_tokens": HARD}, ts=time.time())])
+    async with Pipeline(
+        settings.replace(clickhouse_dsn=""), known_decision_types(), stages_process=True, stages=2, scorers=1
+    ) as pipe:
+        await publish(
+            pipe.settings.bootstrap,
+            [Control(kind="budget", key="tenant:acme", value={"hard_tokens": HARD}, ts=time.time())],
+        )
         await asyncio.sleep(2.0)  # every stage process has read the budget
         await pipe.publish(payloads)
         decisions, rejections = await pipe.collect(0, 0, timeout=10)

@@ -3,6 +3,7 @@ stage process is killed and started again, the same requests are published again
 decision again with no new work (nothing more on the distilled or score topics), no new usage and no budget
 reservation; other content under a decided id is rejected (duplicate_request_id). The new process learned all of
 it from the requests-seen topic (streams.idempotency.requests), not from its own memory."""
+
 import asyncio
 import re
 import time
@@ -22,8 +23,13 @@ SEED, N = 41, 6
 
 async def records(bootstrap: str, short: str, quiet_s: float = 2.0) -> list[bytes]:
     """Every value on topic `short`, read from its beginning until it has been quiet for `quiet_s`."""
-    consumer = AIOKafkaConsumer(name(short), bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20)
+    consumer = AIOKafkaConsumer(
+        name(short),
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 << 20,
+    )
     await consumer.start()
     values, last = [], time.monotonic()
     try:
@@ -84,12 +90,16 @@ async def test_a_redelivery_after_the_stage_process_restarts_gets_the_first_deci
             if decision["request_id"] in ids:
                 copies.setdefault(decision["request_id"], []).append(decision)
         assert all(len(c) == 2 and c[0] == c[1] for c in copies.values()), "a redelivery got another decision"
-        assert {short: mentions(await records(bootstrap, short), ids)
-                for short in ("distilled", "score", "usage")} == spent  # no new work, no new usage
+        assert {
+            short: mentions(await records(bootstrap, short), ids) for short in ("distilled", "score", "usage")
+        } == spent  # no new work, no new usage
         changed = orjson.dumps({**orjson.loads(payloads[0]), "state": "other content under a decided id"})
         await pipe.publish([changed])
         deadline, reasons = time.monotonic() + 60, []
         while "duplicate_request_id" not in reasons and time.monotonic() < deadline:
-            reasons = [r["reason"] for r in map(orjson.loads, await records(bootstrap, "rejected", quiet_s=1.0))
-                       if r.get("request_id") == f"r-{SEED}-0"]
+            reasons = [
+                r["reason"]
+                for r in map(orjson.loads, await records(bootstrap, "rejected", quiet_s=1.0))
+                if r.get("request_id") == f"r-{SEED}-0"
+            ]
         assert reasons == ["duplicate_request_id"]

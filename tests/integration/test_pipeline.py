@@ -1,4 +1,5 @@
 """The whole pipeline on the real local broker and the real ClickHouse engine."""
+
 import pytest
 
 from workers.harness import workload
@@ -20,11 +21,16 @@ async def test_every_request_decided_once_and_metered(settings, clickhouse_dsn, 
         rows = pipe.ch.query(
             "SELECT request_id, sum(input_tokens), sum(cache_read_tokens), sum(output_tokens), "
             "countIf(stage = 'postprocess') FROM usage_events FINAL WHERE stage != 'shadow' "
-            "GROUP BY request_id").result_rows
+            "GROUP BY request_id"
+        ).result_rows
 
     assert set(decisions) == expected
-    assert sorted(r.reason for r in rejections) == ["bad_json", "missing_field", "missing_field",
-                                                    "unknown_decision_type"]
+    assert sorted(r.reason for r in rejections) == [
+        "bad_json",
+        "missing_field",
+        "missing_field",
+        "unknown_decision_type",
+    ]
     assert all(r.original for r in rejections)
     tiers = {d.tier for d in decisions.values()}
     assert {"rules", "fine", "cache_l1"} <= tiers
@@ -58,9 +64,13 @@ async def test_a_request_near_the_size_limit_is_decided(settings, clickhouse_dsn
     import orjson
 
     small = workload.generate(20, seed=6)
-    big = orjson.loads(small[0]) | {"request_id": "big", "history": [
-        {"role": "user", "content": f"turn {i}: " + "the order arrived late and the box was damaged " * 40}
-        for i in range(500)]}
+    big = orjson.loads(small[0]) | {
+        "request_id": "big",
+        "history": [
+            {"role": "user", "content": f"turn {i}: " + "the order arrived late and the box was damaged " * 40}
+            for i in range(500)
+        ],
+    }
     raw = orjson.dumps(big)
     settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn, max_record_bytes=1_048_576)
     assert 900_000 < len(raw) < settings.max_record_bytes

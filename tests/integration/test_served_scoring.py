@@ -3,6 +3,7 @@
 dialogs): one call per decision, no fallbacks, and Jev's count (the GGUF's own vocabulary) within ±5% of the
 server's, in `jev score`'s summary, in ClickHouse (`by_model`) and in `jev_token_count_drift`; a chat call's count
 with the model's chat template equal to the server's."""
+
 import dataclasses
 import datetime
 import json
@@ -15,16 +16,17 @@ from prometheus_client import REGISTRY
 
 from schemas.records import Candidate, Request
 from streams import settings as settings_mod
-from streams.text import tokens
-from streams.models import pool as pool_mod, registry
+from streams.models import pool as pool_mod
+from streams.models import registry
 from streams.models.lexical import LexicalBackend
 from streams.models.openai import choice_prompt
+from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
-from streams.runtime.usage_sink import UsageSink
-from workers.cli.main import main as cli
+from streams.text import tokens
 from workers.analytics.levels import by_model
+from workers.cli.main import main as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.model_server]
 DATA = Path(settings_mod.load().shared_data)
@@ -38,8 +40,11 @@ def english() -> list[dict]:
     path = DATA / "sts-b" / "dev.tsv"
     if not path.exists():
         pytest.skip(f"STS-B not found at {path} (set JEV_SHARED_DATA)")
-    pairs = [(f[5], f[6]) for f in (line.split("\t") for line in path.read_text(encoding="utf-8").splitlines())
-             if len(f) >= 7 and float(f[4]) >= 4.0]
+    pairs = [
+        (f[5], f[6])
+        for f in (line.split("\t") for line in path.read_text(encoding="utf-8").splitlines())
+        if len(f) >= 7 and float(f[4]) >= 4.0
+    ]
     return labelled("en", pairs)
 
 
@@ -51,8 +56,11 @@ def chinese() -> list[dict]:
     pairs = []
     for line in path.read_text(encoding="utf-8").splitlines()[:200]:
         msgs = json.loads(line)["messages"]
-        pairs += [(msgs[i]["content"], msgs[i + 1]["content"][:60]) for i in range(len(msgs) - 1)
-                  if msgs[i]["role"] == "user" and msgs[i + 1]["role"] == "assistant"][:1]
+        pairs += [
+            (msgs[i]["content"], msgs[i + 1]["content"][:60])
+            for i in range(len(msgs) - 1)
+            if msgs[i]["role"] == "user" and msgs[i + 1]["role"] == "assistant"
+        ][:1]
     return labelled("zh", pairs)
 
 
@@ -63,8 +71,14 @@ def labelled(lang: str, pairs: list[tuple[str, str]]) -> list[dict]:
     for n, (state, right) in enumerate(picked):
         texts = [right, *rng.sample([b for _, b in pairs if b != right], CANDIDATES - 1)]
         rng.shuffle(texts)
-        out.append({"request_id": f"{lang}-{n}", "state": state, "label": f"c{texts.index(right)}",
-                    "candidates": [{"id": f"c{i}", "text": t} for i, t in enumerate(texts)]})
+        out.append(
+            {
+                "request_id": f"{lang}-{n}",
+                "state": state,
+                "label": f"c{texts.index(right)}",
+                "candidates": [{"id": f"c{i}", "text": t} for i, t in enumerate(texts)],
+            }
+        )
     return out
 
 
@@ -87,9 +101,12 @@ def test_jev_score_with_the_served_model_beside_a_built_in_tier(model_server, tm
     assert all(r["chain"] == [f"fine:{MODEL}"] for r in rows[:-1])
     # Jev's count is the GGUF vocabulary's count of the prompt it sent (+1: the one output token asked for)
     for line, row in zip(lines, rows):
-        prompt = choice_prompt(work_for(Request.from_data({**line, "tenant": "t", "service": "s",
-                                                          "decision_type": "ranking"}), "gpt-4o-mini").context,
-                               [c["text"] for c in line["candidates"]])
+        prompt = choice_prompt(
+            work_for(
+                Request.from_data({**line, "tenant": "t", "service": "s", "decision_type": "ranking"}), "gpt-4o-mini"
+            ).context,
+            [c["text"] for c in line["candidates"]],
+        )
         assert row["mechanisms"]["fine"]["actual"] == tokens.count(prompt, MODEL) + 1
     assert summary["tokens_server"] > 0 and abs(summary["drift"]) <= 0.05
 
@@ -104,10 +121,20 @@ def test_the_served_models_drift_in_clickhouse_and_the_gauge(model_server, usage
     entry = dataclasses.replace(pool[MODEL], base_url=model_server.url)
     fine = registry.scorer(MODEL, pool.with_model(entry))
     engine = Engine(coarse=LexicalBackend(), fine=fine, config=policy.load().with_timeout(600_000), mode="fine-only")
-    works = [work_for(Request(request_id=line["request_id"], tenant="acme", service="support",
-                              decision_type="ranking", state=line["state"],
-                              candidates=[Candidate(**c) for c in line["candidates"]]), "gpt-4o-mini")
-             for line in english()[:2] + chinese()[:2]]
+    works = [
+        work_for(
+            Request(
+                request_id=line["request_id"],
+                tenant="acme",
+                service="support",
+                decision_type="ranking",
+                state=line["state"],
+                candidates=[Candidate(**c) for c in line["candidates"]],
+            ),
+            "gpt-4o-mini",
+        )
+        for line in english()[:2] + chinese()[:2]
+    ]
     results = engine.decide_batch(works)
     assert all(d.tier == "fine" for d, _ in results)
     events = [e for _, evs in results for e in evs]
@@ -118,8 +145,9 @@ def test_the_served_models_drift_in_clickhouse_and_the_gauge(model_server, usage
     assert abs(REGISTRY.get_sample_value("jev_token_count_drift", {"model": MODEL})) <= 0.05
 
 
-@pytest.mark.parametrize("question", ["My parcel arrived broken. What should I do?", "我的包裹到的时候坏了，我该怎么办？"],
-                         ids=["en", "zh"])
+@pytest.mark.parametrize(
+    "question", ["My parcel arrived broken. What should I do?", "我的包裹到的时候坏了，我该怎么办？"], ids=["en", "zh"]
+)
 def test_a_chat_calls_count_includes_the_chat_template(model_server, question):
     pool = pool_mod.load()
     engine = registry.generator(MODEL, pool.with_model(dataclasses.replace(pool[MODEL], base_url=model_server.url)))

@@ -2,30 +2,41 @@
 jev.chunks.v1, one usage row per generated stream whose delivered tokens equal its chunks' (its output tokens are
 what the generator generated, the decision's count), the bucket pacing each
 response until the postprocess.throttle switch turns it off live, and cached answers streamed too."""
+
 import argparse
 import asyncio
 
 import orjson
 import pytest
 
-from streams.runtime.control import publish
 from streams.core.switches import switch_record
-from workers.harness import workload
+from streams.runtime.control import publish
 from workers.cli.commands.stream import follow, request
+from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types
 
 pytestmark = pytest.mark.integration
 
 
-LONG_REFERENCE = "\n".join(f"Parcels to warehouse {h} leave within {h % 47 + 1} hours of payment and arrive in "
-                           f"{h % 5 + 2} working days." for h in range(40))
+LONG_REFERENCE = "\n".join(
+    f"Parcels to warehouse {h} leave within {h % 47 + 1} hours of payment and arrive in {h % 5 + 2} working days."
+    for h in range(40)
+)
 
 
 def creative_mobile(payloads: list[bytes], tag: str) -> tuple[list[bytes], set[str]]:
     """The workload's streamed questions as 512-token creative answers to mobile clients, under new ids, their
     reference long enough for the extractive generator to write that much."""
-    bodies = [{**(body := orjson.loads(p)), "request_id": f"{tag}-{i}", "question_type": "creative",
-               "client": "mobile", "state": body["state"] + "\n" + LONG_REFERENCE} for i, p in enumerate(payloads)]
+    bodies = [
+        {
+            **(body := orjson.loads(p)),
+            "request_id": f"{tag}-{i}",
+            "question_type": "creative",
+            "client": "mobile",
+            "state": body["state"] + "\n" + LONG_REFERENCE,
+        }
+        for i, p in enumerate(payloads)
+    ]
     return [orjson.dumps(b) for b in bodies], {b["request_id"] for b in bodies}
 
 
@@ -34,8 +45,7 @@ async def test_streams_are_ordered_metered_paced_and_switchable(settings, clickh
     ids = {orjson.loads(p)["request_id"] for p in payloads}
     repeats = [orjson.dumps({**orjson.loads(p), "request_id": f"again-{i}"}) for i, p in enumerate(payloads[:2])]
     paced, paced_ids = creative_mobile(workload.generate(2, seed=10, repeat_share=0.0, stream_share=1.0), "paced")
-    unpaced, unpaced_ids = creative_mobile(workload.generate(2, seed=11, repeat_share=0.0, stream_share=1.0),
-                                           "unpaced")
+    unpaced, unpaced_ids = creative_mobile(workload.generate(2, seed=11, repeat_share=0.0, stream_share=1.0), "unpaced")
     settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn)
     async with Pipeline(settings, known_decision_types()) as pipe:
         await pipe.publish(payloads)
@@ -49,15 +59,28 @@ async def test_streams_are_ordered_metered_paced_and_switchable(settings, clickh
         every = ids | {"again-0", "again-1"} | paced_ids | unpaced_ids
         chunks = await pipe.read_chunks(every, timeout=30)
         await pipe.wait_usage_rows(at_least=3 * len(every))
-        rows = {rid: (delivered, first, rate, out) for rid, delivered, first, rate, out in pipe.ch.query(
-            "SELECT request_id, delivered_tokens, first_chunk_ms, tokens_per_s, output_tokens FROM usage_events FINAL "
-            "WHERE stage = 'score' AND section = 'stream'").result_rows}
-        per_request = dict(pipe.ch.query("SELECT request_id, count() FROM usage_events FINAL "
-                                         "WHERE stage = 'score' GROUP BY request_id").result_rows)
+        rows = {
+            rid: (delivered, first, rate, out)
+            for rid, delivered, first, rate, out in pipe.ch.query(
+                "SELECT request_id, delivered_tokens, first_chunk_ms, tokens_per_s, output_tokens FROM usage_events FINAL "
+                "WHERE stage = 'score' AND section = 'stream'"
+            ).result_rows
+        }
+        per_request = dict(
+            pipe.ch.query(
+                "SELECT request_id, count() FROM usage_events FINAL WHERE stage = 'score' GROUP BY request_id"
+            ).result_rows
+        )
         shown = []  # `jev stream` against the running pipeline
-        args = argparse.Namespace(question="How long does delivery to Lyon take?\nReference:\n" + "\n".join(
-            f"Parcels to Lyon leave within {h} hours." for h in range(40)), question_type="", client="mobile",
-            decision_type="customer_service", tenant="acme", max_output_tokens=512)
+        args = argparse.Namespace(
+            question="How long does delivery to Lyon take?\nReference:\n"
+            + "\n".join(f"Parcels to Lyon leave within {h} hours." for h in range(40)),
+            question_type="",
+            client="mobile",
+            decision_type="customer_service",
+            tenant="acme",
+            max_output_tokens=512,
+        )
         summary = await follow(pipe.settings, request(args), 60, lambda chunk, ms: shown.append((chunk, ms)))
 
     assert every <= decisions.keys()

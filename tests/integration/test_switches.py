@@ -2,6 +2,7 @@
 of request is sent once with the switch on and once with it off (fresh ids and content, so no cache answers across
 rounds unless the test wants it), and the decisions, dead letters and usage events of the two rounds differ the way
 the switch says. One pipeline serves the module (real broker, stage process, scoring worker with MiniLM)."""
+
 import asyncio
 import time
 
@@ -12,12 +13,12 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.records import Control, Decision, Rejection, UsageBatch
 from schemas.topics import name
-from streams.text import tokens
-from streams.runtime.control import publish
 from streams.core.switches import SWITCHES, switch_record
+from streams.runtime.control import publish
+from streams.text import tokens
+from workers.analytics.scrape import labelled_samples as samples
 from workers.cli.commands.report import current_switches
 from workers.harness.pipeline import Pipeline, known_decision_types
-from workers.analytics.scrape import labelled_samples as samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 HOUR = 3600.0
@@ -35,9 +36,17 @@ class Follower:
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
-        consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), name("review"), name("usage"), group_id=None,
-                                    bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=20, max_partition_fetch_bytes=16 << 20)
+        consumer = AIOKafkaConsumer(
+            name("decisions"),
+            name("rejected"),
+            name("review"),
+            name("usage"),
+            group_id=None,
+            bootstrap_servers=self.bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=20,
+            max_partition_fetch_bytes=16 << 20,
+        )
         await consumer.start()
         try:
             while not self.stopping.is_set():
@@ -65,8 +74,9 @@ async def live(tmp_path_factory):
 
     # L2 serves on a fixed threshold here: with learned thresholds (the default) a fresh partition serves no L2 hit
     # until shadow verdicts certify one (tests/streams/cache/test_learning.py), and this shows the switch's effect
-    settings = settings_mod.load().replace(data_dir=str(tmp_path_factory.mktemp("switches") / "jev"),
-                                           cache_max_error=0.0)
+    settings = settings_mod.load().replace(
+        data_dir=str(tmp_path_factory.mktemp("switches") / "jev"), cache_max_error=0.0
+    )
     async with Pipeline(settings, known_decision_types(), stages_process=True, metrics=True) as pipe:
         follower = Follower(pipe.settings.bootstrap)
         following = asyncio.create_task(follower.run())
@@ -100,8 +110,10 @@ async def switch(live, key: str, on: bool) -> None:
 
 async def shown_off(live, key: str) -> None:
     """Every process of the pipeline shows the switch off in jev_switch_on, and `jev report` shows it off."""
-    shown = {proc: samples(text).get(f'jev_switch_on{{switch="{key}"}}')
-             for proc, text in (await asyncio.to_thread(live[0].scrape_metrics)).items()}
+    shown = {
+        proc: samples(text).get(f'jev_switch_on{{switch="{key}"}}')
+        for proc, text in (await asyncio.to_thread(live[0].scrape_metrics)).items()
+    }
     assert len(shown) == 2 and all(v == 0 for v in shown.values()), f"{key} off, metrics show {shown}"
     reported = await asyncio.to_thread(current_switches, live[0].settings)  # what `jev report` shows
     assert reported[key] is False and sum(not on for on in reported.values()) <= 2
@@ -122,12 +134,24 @@ async def off_round(live, key: str, bodies_on: list[dict], bodies_off: list[dict
 def ranking(query: str, n: int = 5, words: bool = False, **extra) -> dict:
     """A ranking request; its state is the query in words (what L2 and L3 match) only when `words`, else a
     structured state that only the exact cache can answer."""
-    items = ["carbon plate marathon racing shoe", "heavy leather hiking boot with steel toe",
-             "cushioned daily trainer for long runs", "minimalist barefoot sandal", "trail running shoe with grip",
-             "waterproof winter boot", "indoor court shoe for squash", "lightweight tempo shoe with foam",
-             "orthopedic walking shoe", "spiked sprint shoe for the track"]
-    return {"decision_type": "ranking", "state": f"Shopper query: {query}" if words else {"shopper_query": query},
-            "candidates": [{"id": f"c{i}", "text": t} for i, t in enumerate(items[:n])], **extra}
+    items = [
+        "carbon plate marathon racing shoe",
+        "heavy leather hiking boot with steel toe",
+        "cushioned daily trainer for long runs",
+        "minimalist barefoot sandal",
+        "trail running shoe with grip",
+        "waterproof winter boot",
+        "indoor court shoe for squash",
+        "lightweight tempo shoe with foam",
+        "orthopedic walking shoe",
+        "spiked sprint shoe for the track",
+    ]
+    return {
+        "decision_type": "ranking",
+        "state": f"Shopper query: {query}" if words else {"shopper_query": query},
+        "candidates": [{"id": f"c{i}", "text": t} for i, t in enumerate(items[:n])],
+        **extra,
+    }
 
 
 def conversation(topic: str) -> dict:
@@ -136,30 +160,62 @@ def conversation(topic: str) -> dict:
     now = time.time()
     history = []
     for i in range(24):  # over the customer_service policy's 1,536-token budget: every layer has work to do
-        history += [{"role": "user", "content": f"My order {topic}{i} arrived with a damaged box; I need a refund "
-                                                f"for the blender I bought.", "ts": now - 9 * 24 * HOUR + i},
-                    {"role": "assistant", "content": f"Sorry about order {topic}{i}. I opened a refund request for "
-                                                     f"the damaged blender; it takes 3 days.", "ts": now - 9 * 24 * HOUR}]
-    history += [{"role": "user", "content": f"Please check order {topic}: the delivery is late and the invoice "
-                                            f"is wrong.", "ts": now - HOUR}] * 3
-    history += [{"role": "user", "content": "Did you see the football yesterday? The weather was awful, the lottery "
-                                            "draw and my horoscope were on TV, football football weather.",
-                 "ts": now - 0.5 * HOUR},
-                {"role": "user", "content": "haha thanks so much, you are great! :) lol", "ts": now - 0.4 * HOUR},
-                {"role": "user", "content": "ugh this is so frustrating, I hate waiting, everything always goes "
-                                            "wrong!!!", "ts": now - 0.3 * HOUR},
-                {"role": "user", "content": f"Which option fits my late delivery of order {topic}?", "ts": now - 60}]
-    return {"decision_type": "customer_service", "session_id": f"cs-{topic}",
-            "state": {"order": topic, "issue": "late delivery"},
-            "history": history, "contracts": {"max_input_tokens": 4000},
-            "candidates": [{"id": "refund", "text": "refund the order now"},
-                           {"id": "reship", "text": "ship a replacement by express"},
-                           {"id": "wait", "text": "ask the customer to wait two more days"}]}
+        history += [
+            {
+                "role": "user",
+                "content": f"My order {topic}{i} arrived with a damaged box; I need a refund for the blender I bought.",
+                "ts": now - 9 * 24 * HOUR + i,
+            },
+            {
+                "role": "assistant",
+                "content": f"Sorry about order {topic}{i}. I opened a refund request for "
+                f"the damaged blender; it takes 3 days.",
+                "ts": now - 9 * 24 * HOUR,
+            },
+        ]
+    history += [
+        {
+            "role": "user",
+            "content": f"Please check order {topic}: the delivery is late and the invoice is wrong.",
+            "ts": now - HOUR,
+        }
+    ] * 3
+    history += [
+        {
+            "role": "user",
+            "content": "Did you see the football yesterday? The weather was awful, the lottery "
+            "draw and my horoscope were on TV, football football weather.",
+            "ts": now - 0.5 * HOUR,
+        },
+        {"role": "user", "content": "haha thanks so much, you are great! :) lol", "ts": now - 0.4 * HOUR},
+        {
+            "role": "user",
+            "content": "ugh this is so frustrating, I hate waiting, everything always goes wrong!!!",
+            "ts": now - 0.3 * HOUR,
+        },
+        {"role": "user", "content": f"Which option fits my late delivery of order {topic}?", "ts": now - 60},
+    ]
+    return {
+        "decision_type": "customer_service",
+        "session_id": f"cs-{topic}",
+        "state": {"order": topic, "issue": "late delivery"},
+        "history": history,
+        "contracts": {"max_input_tokens": 4000},
+        "candidates": [
+            {"id": "refund", "text": "refund the order now"},
+            {"id": "reship", "text": "ship a replacement by express"},
+            {"id": "wait", "text": "ask the customer to wait two more days"},
+        ],
+    }
 
 
 def saved_by(follower: Follower, ids: list[str], layer: str) -> int:
-    return sum(e.nominal_tokens for rid in ids for e in follower.usage.get(rid, ())
-               if e.stage == "distill" and e.stack.endswith(f";{layer}"))
+    return sum(
+        e.nominal_tokens
+        for rid in ids
+        for e in follower.usage.get(rid, ())
+        if e.stage == "distill" and e.stack.endswith(f";{layer}")
+    )
 
 
 def tiers(follower: Follower, ids: list[str]) -> list[str]:
@@ -187,14 +243,17 @@ DISTILL_LAYERS = ["dedup", "domain", "semantic", "time"]
 
 async def test_every_switch_has_a_test_here():
     tested = {f"distill.{layer}" for layer in DISTILL_LAYERS} | {
-        n.removeprefix("test_").removesuffix("_off").replace("__", ".") for n in globals()
-        if n.startswith("test_") and n.endswith("_off") and "__" in n}
+        n.removeprefix("test_").removesuffix("_off").replace("__", ".")
+        for n in globals()
+        if n.startswith("test_") and n.endswith("_off") and "__" in n
+    }
     assert tested == set(SWITCHES)
 
 
 async def test_ingest__truncation_off(live):
-    history = [{"role": "user", "content": f"turn {i}: I train for a long marathon season with many races."}
-               for i in range(30)]
+    history = [
+        {"role": "user", "content": f"turn {i}: I train for a long marathon season with many races."} for i in range(30)
+    ]
     long = ranking("shoes for a marathon", history=history, contracts={"max_input_tokens": 120})
     on, off = await off_round(live, "ingest.truncation", [long], [long], "trunc")
     follower = live[1]
@@ -204,15 +263,23 @@ async def test_ingest__truncation_off(live):
 
 async def test_ingest__budgets_off(live):
     pipe, follower = live
-    await publish(pipe.settings.bootstrap, [Control(kind="budget", key="service:budget-test",
-                                                    value={"hard_tokens": 1}, ts=time.time())])
+    await publish(
+        pipe.settings.bootstrap,
+        [Control(kind="budget", key="service:budget-test", value={"hard_tokens": 1}, ts=time.time())],
+    )
     await asyncio.sleep(1.5)
     try:
-        on, off = await off_round(live, "ingest.budgets", [ranking("budget shoes a", service="budget-test")],
-                                  [ranking("budget shoes b", service="budget-test")], "budget")
+        on, off = await off_round(
+            live,
+            "ingest.budgets",
+            [ranking("budget shoes a", service="budget-test")],
+            [ranking("budget shoes b", service="budget-test")],
+            "budget",
+        )
     finally:
-        await publish(pipe.settings.bootstrap, [Control(kind="budget", key="service:budget-test", value={},
-                                                        ts=time.time())])
+        await publish(
+            pipe.settings.bootstrap, [Control(kind="budget", key="service:budget-test", value={}, ts=time.time())]
+        )
     assert follower.rejected[on[0]].reason == "over_budget"
     assert off[0] in follower.decisions
 
@@ -221,9 +288,15 @@ def notes(topic: str) -> dict:
     """A customer-service request whose history is 80 distinct notes over 20 days: the semantic layer folds all but
     the latest; with it off, the time layer keeps the freshest under the policy's budget."""
     now = time.time()
-    history = [{"role": "user", "content": f"Note {i} on {topic}: parcel {1000 + i} left the Lyon hub at {i % 24}:00 "
-                                           f"with {i * 3} items, invoice INV-{i:04d} attached.",
-                "ts": now - (80 - i) * 6 * HOUR} for i in range(80)]
+    history = [
+        {
+            "role": "user",
+            "content": f"Note {i} on {topic}: parcel {1000 + i} left the Lyon hub at {i % 24}:00 "
+            f"with {i * 3} items, invoice INV-{i:04d} attached.",
+            "ts": now - (80 - i) * 6 * HOUR,
+        }
+        for i in range(80)
+    ]
     history.append({"role": "user", "content": f"Which option fits my late delivery of {topic}?", "ts": now - 60})
     return {**conversation(topic), "history": history}
 
@@ -237,8 +310,9 @@ async def test_distill_layer_off(live, layer):
     if layer == "time":
         await switch(live, "distill.semantic", False)
     try:
-        on, off = await off_round(live, f"distill.{layer}", [body(f"{layer}-on")], [body(f"{layer}-off")],
-                                  f"distill-{layer}")
+        on, off = await off_round(
+            live, f"distill.{layer}", [body(f"{layer}-on")], [body(f"{layer}-off")], f"distill-{layer}"
+        )
     finally:
         await switch(live, "distill.semantic", True)
     follower = live[1]
@@ -258,8 +332,13 @@ async def test_cache__l1_off(live):
 
 async def test_cache__l2_off(live):
     await send(live, [ranking("quiet coffee machine for a small office", words=True)], "l2-fill")
-    on, off = await off_round(live, "cache.l2", [ranking("a quiet coffee machine for my small office", words=True)],
-                              [ranking("quiet coffee machine for a small office, please", words=True)], "l2")
+    on, off = await off_round(
+        live,
+        "cache.l2",
+        [ranking("a quiet coffee machine for my small office", words=True)],
+        [ranking("quiet coffee machine for a small office, please", words=True)],
+        "l2",
+    )
     follower = live[1]
     assert tiers(follower, on) == ["cache_l2"]
     assert "cache_l2" not in tiers(follower, off)
@@ -293,11 +372,18 @@ async def test_cache__l3_off(live):
 
 
 def risky(amount: int) -> dict:
-    return {"decision_type": "risk_interception",
-            "state": {"risk_score": 0.99, "amount": amount, "merchant": "gift card shop"},
-            "candidates": [{"id": a, "text": t} for a, t in [("allow", "approve the payment"),
-                                                              ("review", "hold for manual review"),
-                                                              ("block", "decline and lock the card")]]}
+    return {
+        "decision_type": "risk_interception",
+        "state": {"risk_score": 0.99, "amount": amount, "merchant": "gift card shop"},
+        "candidates": [
+            {"id": a, "text": t}
+            for a, t in [
+                ("allow", "approve the payment"),
+                ("review", "hold for manual review"),
+                ("block", "decline and lock the card"),
+            ]
+        ],
+    }
 
 
 async def test_score__rules_off(live):
@@ -310,10 +396,17 @@ async def test_score__rules_off(live):
 
 
 async def test_score__cascade_off(live):
-    on, off = await off_round(live, "score.cascade", [ranking("cascade shoes for a tempo run", n=10)],
-                              [ranking("cascade shoes for an easy run", n=10)], "cascade")
+    on, off = await off_round(
+        live,
+        "score.cascade",
+        [ranking("cascade shoes for a tempo run", n=10)],
+        [ranking("cascade shoes for an easy run", n=10)],
+        "cascade",
+    )
     follower = live[1]
-    fine = lambda ids: [e for rid in ids for e in follower.usage[rid] if e.stage == "score" and e.stack.endswith(";fine")]
+    fine = lambda ids: [
+        e for rid in ids for e in follower.usage[rid] if e.stage == "score" and e.stack.endswith(";fine")
+    ]
     assert all(e.candidates < 10 for e in fine(on)) and fine(on)
     assert [e.candidates for e in fine(off)] == [10]  # the fine tier scored every candidate
     assert input_tokens(follower, off) > input_tokens(follower, on)
@@ -324,19 +417,26 @@ def generated(text: str) -> dict:
 
 
 async def test_postprocess__cleanup_off(live):
-    text = ("Sure! Here is a quick summary of the case.\nThe parcel for order {n} is delayed at the Lyon hub; the "
-            "refund was approved on Monday.\nHope this helps! Let me know if you have any other questions.")
-    on, off = await off_round(live, "postprocess.cleanup", [generated(text.format(n=1))],
-                              [generated(text.format(n=2))], "cleanup")
+    text = (
+        "Sure! Here is a quick summary of the case.\nThe parcel for order {n} is delayed at the Lyon hub; the "
+        "refund was approved on Monday.\nHope this helps! Let me know if you have any other questions."
+    )
+    on, off = await off_round(
+        live, "postprocess.cleanup", [generated(text.format(n=1))], [generated(text.format(n=2))], "cleanup"
+    )
     follower = live[1]
     sent = lambda rid: tokens.count(follower.decisions[rid].text, "gpt-4o-mini")
     assert sent(on[0]) < follower.decisions[on[0]].output_tokens  # the closer was cut
     assert sent(off[0]) == follower.decisions[off[0]].output_tokens  # as generated
 
 
-SUBJECTS = [("When do the parcels leave the Lyon hub?", "Parcel {i} for depot {d} leaves the Lyon hub within {i} hours."),
-            ("Which invoices does the Madrid office still owe?", "Invoice {i} of supplier {d} is owed {i}00 euros by "
-                                                                 "the Madrid office.")]
+SUBJECTS = [
+    ("When do the parcels leave the Lyon hub?", "Parcel {i} for depot {d} leaves the Lyon hub within {i} hours."),
+    (
+        "Which invoices does the Madrid office still owe?",
+        "Invoice {i} of supplier {d} is owed {i}00 euros by the Madrid office.",
+    ),
+]
 
 
 def streamed(n: int) -> dict:
@@ -344,8 +444,15 @@ def streamed(n: int) -> dict:
     (stream.yaml) while the throttle is on. Each `n` asks about another subject, so no cache answers it."""
     question, line = SUBJECTS[n]
     lines = "\n".join(line.format(i=i, d=i % 5) for i in range(60))
-    return {"decision_type": "customer_service", "kind": "generate", "stream": True, "client": "mobile",
-            "question_type": "creative", "state": f"{question}\n{lines}", "contracts": {"max_output_tokens": 512}}
+    return {
+        "decision_type": "customer_service",
+        "kind": "generate",
+        "stream": True,
+        "client": "mobile",
+        "question_type": "creative",
+        "state": f"{question}\n{lines}",
+        "contracts": {"max_output_tokens": 512},
+    }
 
 
 async def stream_row(follower: Follower, rid: str, timeout: float = 15.0):
@@ -368,8 +475,9 @@ async def test_postprocess__throttle_off(live):
 
 async def test_postprocess__scan_off(live):
     text = "The attached file is strictly confidential and internal use only: the refund for order {n} is approved."
-    on, off = await off_round(live, "postprocess.scan", [generated(text.format(n=1))], [generated(text.format(n=2))],
-                              "scan")
+    on, off = await off_round(
+        live, "postprocess.scan", [generated(text.format(n=1))], [generated(text.format(n=2))], "scan"
+    )
     follower = live[1]
     assert on[0] in follower.reviewed and on[0] not in follower.decisions
     assert off[0] in follower.decisions and "review:skipped" in follower.decisions[off[0]].chain

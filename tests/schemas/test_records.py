@@ -1,10 +1,12 @@
 """Record decoding: defaults are made afresh for each record, so no two records share a mutable default."""
+
 from schemas.records import Contracts, Request, TemplateRef
 
 
 def request(**fields) -> Request:
-    return Request.from_data({"request_id": "r-1", "tenant": "acme", "service": "search", "decision_type": "ranking",
-                              "state": "s", **fields})
+    return Request.from_data(
+        {"request_id": "r-1", "tenant": "acme", "service": "search", "decision_type": "ranking", "state": "s", **fields}
+    )
 
 
 def test_defaults_are_filled_in_and_never_shared_between_records():

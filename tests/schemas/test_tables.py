@@ -1,6 +1,7 @@
 """The table registry against the engine the migrations build: every entry exists as declared, every table or view
 with a tenant column is declared (a migration without its registry line fails here), and usage_events' columns
 are the UsageEvent record's fields."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,8 @@ def catalog(client) -> dict[str, tuple[str, bool]]:
     """{name: (engine, has a tenant column)} of the current database."""
     rows = client.query(
         "SELECT name, engine, name IN (SELECT table FROM system.columns WHERE database = currentDatabase() "
-        "AND name = 'tenant') FROM system.tables WHERE database = currentDatabase()").result_rows
+        "AND name = 'tenant') FROM system.tables WHERE database = currentDatabase()"
+    ).result_rows
     return {name: (engine, bool(tenant)) for name, engine, tenant in rows}
 
 
@@ -37,8 +39,11 @@ def test_every_entry_exists_as_declared(with_request_texts, clickhouse_session):
 
 def test_every_table_or_view_with_a_tenant_column_is_declared(with_request_texts, clickhouse_session):
     declared = {t.name for t in TABLES}
-    tenant_kept = {name for name, (engine, tenant) in catalog(clickhouse_session).items()
-                   if tenant and (engine == "View" or engine.endswith("MergeTree"))}
+    tenant_kept = {
+        name
+        for name, (engine, tenant) in catalog(clickhouse_session).items()
+        if tenant and (engine == "View" or engine.endswith("MergeTree"))
+    }
     assert tenant_kept <= declared, f"add these to schemas/tables.py: {sorted(tenant_kept - declared)}"
 
 
@@ -50,7 +55,11 @@ def test_the_lists_derive_from_the_registry():
 
 def test_usage_columns_are_the_usage_event_fields_and_the_tables_columns(clickhouse_session):
     assert USAGE_COLUMNS == list(UsageEvent.__annotations__)
-    stored = {r[0] for r in clickhouse_session.query(
-        "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 'usage_events' "
-        "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS')").result_rows}
+    stored = {
+        r[0]
+        for r in clickhouse_session.query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 'usage_events' "
+            "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS')"
+        ).result_rows
+    }
     assert set(USAGE_COLUMNS) == stored

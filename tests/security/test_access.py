@@ -1,14 +1,18 @@
 """The server-side tenant isolation (infra/clickhouse/access.py): every generated statement parses with
 ClickHouse's own parser, each tenant gets a user bound to its rows on every tenant table, tokens never appear in
 clear, and tenant names cannot break out of their literals."""
+
 from __future__ import annotations
 
 import pytest
 
 from infra.clickhouse import access
 
-TOKENS = {"acme-token-0123456789abcdef": "acme", "odd-token-0123456789abcdef": "o'brien\\ `x` -- ",
-          "ops-token-0123456789abcdef": "*"}
+TOKENS = {
+    "acme-token-0123456789abcdef": "acme",
+    "odd-token-0123456789abcdef": "o'brien\\ `x` -- ",
+    "ops-token-0123456789abcdef": "*",
+}
 
 
 @pytest.fixture(scope="module")

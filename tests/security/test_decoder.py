@@ -1,15 +1,18 @@
 """A hostile producer's requests: a repeated key cannot flip a request's tenant, an unknown or empty tenant is
 rejected unless JEV_TENANTS admits any, control characters never reach ids and labels, a rejection carries the
 request_id whenever it was readable, and each rejection names the real fault."""
+
 from __future__ import annotations
 
 import orjson
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from schemas.records import Rejection, Work
-from streams.ingest.decode import Admission, admit
 from streams.core.tenants import admitted as admitted_tenants
+from streams.ingest.decode import Admission, admit
 from streams.settings import load
 
 TENANTS = admitted_tenants("acme, globex")
@@ -35,8 +38,9 @@ def test_text_that_only_looks_like_keys_is_no_duplicate():
     assert isinstance(r, Work) and r.request.tenant == "acme"
 
 
-@pytest.mark.parametrize("tenant, reason", [("initech", "unknown_tenant"), ("", "missing_field"),
-                                            ("  ", "missing_field")])
+@pytest.mark.parametrize(
+    "tenant, reason", [("initech", "unknown_tenant"), ("", "missing_field"), ("  ", "missing_field")]
+)
 def test_unknown_and_empty_tenants_are_rejected(tenant, reason):
     r = admit(raw(tenant=tenant), POLICY)
     assert isinstance(r, Rejection) and r.reason == reason and r.request_id == "r-1"
@@ -52,20 +56,28 @@ def test_jev_tenants_star_admits_any_named_tenant():
 
 
 def test_control_characters_are_stripped_from_ids_and_labels():
-    r = admit(raw(request_id="r-\x07\x1b[2J1", user_id="u\r\n-1", service="se\x00arch", business_event="e\x9b1"),
-              POLICY)
+    r = admit(
+        raw(request_id="r-\x07\x1b[2J1", user_id="u\r\n-1", service="se\x00arch", business_event="e\x9b1"), POLICY
+    )
     assert isinstance(r, Work)
-    assert (r.request.request_id, r.request.user_id, r.request.service, r.request.business_event) == \
-        ("r-[2J1", "u-1", "search", "e1")
+    assert (r.request.request_id, r.request.user_id, r.request.service, r.request.business_event) == (
+        "r-[2J1",
+        "u-1",
+        "search",
+        "e1",
+    )
 
 
-@pytest.mark.parametrize("payload, reason", [
-    (raw(deadline_ms="soon"), "wrong_type"),
-    (raw(colour="red"), "unknown_field"),
-    (raw()[:-1] + b',"deadline_ms": NaN}', "bad_number"),
-    (raw()[:-1] + b',"note": "\xff"}', "bad_json"),
-    (raw()[:-1] + b',"deadline_ms": }', "bad_json"),
-])
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (raw(deadline_ms="soon"), "wrong_type"),
+        (raw(colour="red"), "unknown_field"),
+        (raw()[:-1] + b',"deadline_ms": NaN}', "bad_number"),
+        (raw()[:-1] + b',"note": "\xff"}', "bad_json"),
+        (raw()[:-1] + b',"deadline_ms": }', "bad_json"),
+    ],
+)
 def test_a_rejection_carries_the_readable_request_id_and_the_real_fault(payload, reason):
     r = admit(payload, POLICY)
     assert isinstance(r, Rejection) and r.reason == reason and r.request_id == "r-1"
@@ -74,8 +86,7 @@ def test_a_rejection_carries_the_readable_request_id_and_the_real_fault(payload,
 
 
 @hsettings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["request_id", "tenant", "service", "state", "decision_type"]), min_size=1,
-                max_size=8))
+@given(st.lists(st.sampled_from(["request_id", "tenant", "service", "state", "decision_type"]), min_size=1, max_size=8))
 def test_any_repeated_top_level_key_is_caught(keys):
     body = b"{" + b",".join(orjson.dumps(k) + b':"v"' for k in keys) + b"}"
     r = admit(body, POLICY)

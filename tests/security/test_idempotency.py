@@ -1,6 +1,7 @@
 """Budgets hold with reused request ids: a request is idempotent by (tenant, request_id). A redelivery of the same
 content spends nothing more and gets the first decision; the same id with other content is rejected
 (duplicate_request_id); one tenant's id never borrows another tenant's reservation or usage rows."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,6 @@ import time
 import orjson
 
 from schemas.records import Control, Decision, Request, WorkBatch
-from streams.runtime.app import create_app
 from streams.idempotency.requests import (
     CONFLICT,
     NEW,
@@ -19,8 +19,9 @@ from streams.idempotency.requests import (
     decided_record,
     fingerprint,
 )
-from streams.usage.events import usage_event
+from streams.runtime.app import create_app
 from streams.runtime.usage_sink import UsageSink
+from streams.usage.events import usage_event
 from tests.conftest import Captured
 from tests.streams.runtime.test_agents import REQUEST, eventually, requests, work
 
@@ -77,12 +78,14 @@ async def test_one_tenants_request_id_does_not_admit_another_tenant_over_its_bud
 
 
 def test_usage_rows_of_two_tenants_with_one_request_id_are_both_kept(usage_db):
-    events = [usage_event(Request.from_data({**REQUEST, "tenant": t}), "ingest", input_tokens=10)
-              for t in ("acme", "globex")]
+    events = [
+        usage_event(Request.from_data({**REQUEST, "tenant": t}), "ingest", input_tokens=10) for t in ("acme", "globex")
+    ]
     assert len({e.event_id for e in events}) == 2
     UsageSink(usage_db).insert(events)
-    assert usage_db.query("SELECT tenant, sum(input_tokens) FROM usage_events GROUP BY tenant ORDER BY tenant"
-                          ).result_rows == [("acme", 10), ("globex", 10)]
+    assert usage_db.query(
+        "SELECT tenant, sum(input_tokens) FROM usage_events GROUP BY tenant ORDER BY tenant"
+    ).result_rows == [("acme", 10), ("globex", 10)]
 
 
 def test_the_state_is_bounded_and_judges_content_not_key_order():
@@ -117,8 +120,7 @@ def test_a_process_that_reads_the_log_knows_what_another_admitted_and_decided():
         restarted.apply(value)
     verdict, again = restarted.check("t", "r", b'{"state": "x", "tenant": "t", "request_id": "r"}')
     assert verdict == REDELIVERY and again.to_representation() == first.to_representation()
-    assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT,
-                                                                                                          None)
+    assert restarted.check("t", "r", orjson.dumps({"request_id": "r", "tenant": "t", "state": "y"})) == (CONFLICT, None)
     assert restarted.check("t", "r2", a) == (NEW, None)
     assert restarted.check("t", "r2", a) == (REDELIVERY, None)  # now in flight here
     restarted.apply(admitted_record("t", "r2", orjson.dumps({"other": 1}))[2])  # its own record read back later
@@ -134,8 +136,15 @@ async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_
         await agent.put(WorkBatch(items=[work(first)]))
     log = captured.sent["requests_seen"]
     assert [key for key, _ in log] == [b"4:acme/2:r1", b"4:acme/2:r1"]
-    restarted, after = Captured(), create_app(settings.replace(broker="kafka://127.0.0.1:9", budget_leases=0),
-                                              {"ranking", "risk_interception"}, sink=object(), sender=Captured())
+    restarted, after = (
+        Captured(),
+        create_app(
+            settings.replace(broker="kafka://127.0.0.1:9", budget_leases=0),
+            {"ranking", "risk_interception"},
+            sink=object(),
+            sender=Captured(),
+        ),
+    )
     after.jev_ingest.sender = restarted
     for _, value in log:
         after.jev_requests.apply(value)
@@ -194,7 +203,8 @@ def test_after_the_broker_lost_its_logs_an_undecided_request_is_admitted_again()
 
 
 async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_answers_its_redelivery(
-        app_and_sent, settings, monkeypatch):
+    app_and_sent, settings, monkeypatch
+):
     """Admitted and decided in one outbox (a rule match answered where it was admitted), a request writes only its
     decided record, which carries the fingerprint: a restarted process fed that log sends the first decision to
     a redelivery and refuses other content under the id. A request that goes on writes its admitted record."""
@@ -204,9 +214,16 @@ async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_ans
     distilled = app.jev_topics.distilled.get_topic_name()
     held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
     monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
-    risky = orjson.dumps({"request_id": "x1", "tenant": "acme", "service": "pay", "decision_type": "risk_interception",
-                          "state": {"risk_score": 0.99, "amount": 5000, "备注": "新设备"},
-                          "candidates": [{"id": "allow", "text": "放行"}, {"id": "block", "text": "拦截"}]})
+    risky = orjson.dumps(
+        {
+            "request_id": "x1",
+            "tenant": "acme",
+            "service": "pay",
+            "decision_type": "risk_interception",
+            "state": {"risk_score": 0.99, "amount": 5000, "备注": "新设备"},
+            "candidates": [{"id": "allow", "text": "放行"}, {"id": "block", "text": "拦截"}],
+        }
+    )
     onward = orjson.dumps({**REQUEST, "request_id": "r2", "state": "越野跑鞋"})
     await app.jev_ingest.hand_over(requests([risky, onward]))
     [decision] = captured.sent["decisions"]
@@ -223,4 +240,6 @@ async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_ans
     verdict, first = restarted.check("acme", "x1", risky)
     assert verdict == REDELIVERY and first.action_id == "block"
     assert restarted.check("acme", "x1", orjson.dumps({**orjson.loads(risky), "state": {"risk_score": 0.1}})) == (
-        CONFLICT, None)
+        CONFLICT,
+        None,
+    )

@@ -1,25 +1,37 @@
 """L3 pre-answers spend inside the book: each holds the requesting tenant's budget before any model work (none
 is made once the budget is spent), and the follow-up model is per tenant, so one tenant's questions never
 shape another tenant's pre-answers."""
+
 from __future__ import annotations
 
 from schemas.records import Control, Request, Work
-from streams.text import tokens
+from streams.budgets.book import BudgetBook
+from streams.budgets.reserve import prefetch_reserver
 from streams.cache.predictive import TenantFollowups
 from streams.cache.stage import PREFETCH_MIN_SEEN, CacheStage
-from streams.budgets.reserve import prefetch_reserver
-from streams.budgets.book import BudgetBook
 from streams.idempotency.requests import reservation_key
+from streams.text import tokens
 
 SWITCHES = {"cache.l1": True, "cache.l2": True, "cache.l3": True}
 FIRST, NEXT = "where is my parcel right now", "when will my parcel be delivered"
 
 
 def ask(tenant: str, session: str, question: str, n: int) -> Work:
-    request = Request(request_id=f"{tenant}-{session}-{n}", tenant=tenant, service="support",
-                      decision_type="customer_service", state=question, session_id=session)
-    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context=question,
-                context_tokens=tokens.count(question, "gpt-4o-mini"))
+    request = Request(
+        request_id=f"{tenant}-{session}-{n}",
+        tenant=tenant,
+        service="support",
+        decision_type="customer_service",
+        state=question,
+        session_id=session,
+    )
+    return Work(
+        request=request,
+        admitted_at=0.0,
+        model="gpt-4o-mini",
+        context=question,
+        context_tokens=tokens.count(question, "gpt-4o-mini"),
+    )
 
 
 def teach(stage: CacheStage, tenant: str, sessions: int) -> list[Work]:

@@ -2,6 +2,7 @@
 stops at JEV_QUERY_MEMORY_MB, one too slow to build at JEV_QUERY_TIME_S (issue 31: `SELECT
 arrayJoin(range(100000000))` ran 91 s and grew to 7 GB against 30 s and 1 GiB); and an admin call never waits
 behind tenants' calls."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +13,9 @@ import orjson
 import pytest
 
 from streams.runtime.usage_sink import UsageSink
+from tests.security.test_query_server import SLOW, post, sandboxes
 from workers.analytics import sample, sandbox
 from workers.analytics.owner import QueryServer, owner_file
-from tests.security.test_query_server import SLOW, post, sandboxes
 
 BIG = "SELECT arrayJoin(range(100000000))"  # 800 MB in the engine, far more as Python rows
 
@@ -46,8 +47,11 @@ async def test_admin_calls_never_queue_behind_tenants_calls(filled, clickhouse_d
     async with QueryServer(clickhouse_dsn, tokens, limits=sandbox.Limits(time_s=300), concurrency=2):
         owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
         endless = {"sql": SLOW + ", usage_events e"}
-        tenants = [asyncio.create_task(asyncio.to_thread(post, owner["url"], endless, token, 60))
-                   for token in tokens for _ in range(2)]  # two tokens, two calls each: every tenant thread
+        tenants = [
+            asyncio.create_task(asyncio.to_thread(post, owner["url"], endless, token, 60))
+            for token in tokens
+            for _ in range(2)
+        ]  # two tokens, two calls each: every tenant thread
         deadline = time.monotonic() + 60
         while len(sandboxes()) < 4 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)

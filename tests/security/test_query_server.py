@@ -3,6 +3,7 @@ a token has at most JEV_QUERY_CONCURRENCY calls running, a caller that goes away
 analytics commands work while another process owns the data directory (found by trying its endpoint first, then
 by the directory's lock), exports never hold the pipeline's engine connection, and sandboxes pause while the
 pipeline has requests in flight."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,8 @@ from schemas.tables import TENANT_VIEWS
 from streams.core.inflight import InFlight
 from streams.runtime.usage_sink import UsageSink
 from workers.analytics import sample, sandbox
-from workers.analytics.sandbox import snapshots as snapshot_module
 from workers.analytics.owner import QueryServer, owner_file
+from workers.analytics.sandbox import snapshots as snapshot_module
 from workers.cli.main import main
 
 SLOW = "SELECT count() FROM usage_events a, usage_events b, usage_events c, usage_events d"
@@ -39,8 +40,12 @@ def filled(usage_db):
 
 
 def post(url: str, body: dict, token: str, timeout: float = 120) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=orjson.dumps(body),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, orjson.loads(resp.read())
@@ -119,8 +124,12 @@ OWNER = textwrap.dedent("""
 def owned(tmp_path):
     """A data directory owned by another process that serves the query endpoints, as `jev worker stream` does."""
     dsn = f"chdb:///{tmp_path / 'clickhouse'}"
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, dsn],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert proc.stdout.readline().strip() == b"serving"
     yield dsn
     proc.stdin.close()
@@ -157,8 +166,14 @@ def test_snapshots_export_a_scope_once_per_window_and_keep_scopes_apart(filled, 
             (tmp_path / str(n)).mkdir()
             assert "usage_events" in snapshots.take(filled, tenant, sandbox.Limits(), tmp_path / str(n))
         assert exports == ["t0", "t1", None]
-        count = sandbox.run(filled, "query", {"sql": "SELECT uniqExact(tenant) FROM usage_events"}, "t1",
-                            sandbox.Limits(), snapshots=snapshots)
+        count = sandbox.run(
+            filled,
+            "query",
+            {"sql": "SELECT uniqExact(tenant) FROM usage_events"},
+            "t1",
+            sandbox.Limits(),
+            snapshots=snapshots,
+        )
         assert count["rows"] == [[1]] and exports == ["t0", "t1", None]  # the snapshot, not a new export
         for _ in range(2):
             sandbox.run(filled, "query", {"sql": "SELECT 1"}, "t0", sandbox.Limits(), snapshots=stale)
@@ -191,11 +206,13 @@ async def test_the_servers_exports_never_wait_on_or_hold_the_pipelines_connectio
     pipeline's writes (the usage sink, ingest's request texts) go on while an export runs: the write ends
     before the export's 8-second query does (on a shared connection it would wait for it)."""
     async with QueryServer(clickhouse_dsn) as server:
-        busy = asyncio.create_task(asyncio.to_thread(
-            server.client.query, "SELECT sleepEachRow(1) FROM numbers(8)", settings={"max_block_size": 1}))
+        busy = asyncio.create_task(
+            asyncio.to_thread(
+                server.client.query, "SELECT sleepEachRow(1) FROM numbers(8)", settings={"max_block_size": 1}
+            )
+        )
         await asyncio.sleep(0.5)
-        events = [e.derive(event_id=f"{e.event_id}:concurrent") for e in
-                  sample.usage_events(5, time.time(), span_s=1)]
+        events = [e.derive(event_id=f"{e.event_id}:concurrent") for e in sample.usage_events(5, time.time(), span_s=1)]
         written = await asyncio.to_thread(UsageSink(filled).insert, events)
         assert not busy.done(), "the write waited for the export connection's query to end"
         await busy
@@ -215,8 +232,11 @@ async def test_sandboxes_pause_while_the_pipeline_has_requests_in_flight(filled)
     flight = InFlight(hold_s=1.5)
     pauser = sandbox.Pauser(flight)
     cancelled = threading.Event()
-    call = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": SLOW}, None,
-                                                 sandbox.Limits(time_s=60), cancelled, None, pauser))
+    call = asyncio.create_task(
+        asyncio.to_thread(
+            sandbox.run, filled, "query", {"sql": SLOW}, None, sandbox.Limits(time_s=60), cancelled, None, pauser
+        )
+    )
     try:
         deadline = time.monotonic() + 60
         while not sandboxes() and time.monotonic() < deadline:
@@ -229,11 +249,16 @@ async def test_sandboxes_pause_while_the_pipeline_has_requests_in_flight(filled)
         assert status_within(child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 2) != psutil.STATUS_STOPPED
         flight.hold(["r2"])  # never decided: its hold runs out after 1.5 s
         assert status_within(child, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED
-        assert await asyncio.to_thread(status_within, child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING},
-                                       5) != psutil.STATUS_STOPPED
+        assert (
+            await asyncio.to_thread(status_within, child, {psutil.STATUS_RUNNING, psutil.STATUS_SLEEPING}, 5)
+            != psutil.STATUS_STOPPED
+        )
         flight.hold(["r3"])
-        second = asyncio.create_task(asyncio.to_thread(sandbox.run, filled, "query", {"sql": "SELECT 1"}, None,
-                                                       sandbox.Limits(), None, None, pauser))
+        second = asyncio.create_task(
+            asyncio.to_thread(
+                sandbox.run, filled, "query", {"sql": "SELECT 1"}, None, sandbox.Limits(), None, None, pauser
+            )
+        )
         while len(sandboxes()) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert all(status_within(p, {psutil.STATUS_STOPPED}, 2) == psutil.STATUS_STOPPED for p in sandboxes())

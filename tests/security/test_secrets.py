@@ -1,5 +1,6 @@
 """Secrets stay out of every output (`jev config` as text and JSON, command errors such as `jev lag`'s), and the
 metrics endpoint binds loopback unless told otherwise and answers only its token when one is set."""
+
 from __future__ import annotations
 
 import os
@@ -13,16 +14,18 @@ import orjson
 import psutil
 import pytest
 
-from streams.security import logsafe
-
 from streams import settings as settings_mod
 from streams.core.metrics import bearer_token, start_metrics_server
-from workers.cli.main import main
+from streams.security import logsafe
 from workers.analytics.scrape import fetch
+from workers.cli.main import main
 
 PASSWORD, TOKEN = "hunter2-pw-0451", "metrics-token-9f8e7d6c"
-ENV = {"JEV_CLICKHOUSE_DSN": f"http://analyst:{PASSWORD}@127.0.0.1:8123/jev",
-       "JEV_BROKER": f"kafka://jev:{PASSWORD}@127.0.0.1:1", "JEV_METRICS_TOKEN": TOKEN}
+ENV = {
+    "JEV_CLICKHOUSE_DSN": f"http://analyst:{PASSWORD}@127.0.0.1:8123/jev",
+    "JEV_BROKER": f"kafka://jev:{PASSWORD}@127.0.0.1:1",
+    "JEV_METRICS_TOKEN": TOKEN,
+}
 
 
 @pytest.fixture
@@ -48,10 +51,13 @@ def test_a_commands_error_output_carries_no_password(secret_env, capsys):
     assert "no broker answered" in err and PASSWORD not in err and "jev:***@127.0.0.1" in err
 
 
-@pytest.mark.parametrize("text, kept", [
-    (f"bootstrap jev:{PASSWORD}@kafka-1:9092 refused", "jev:***@kafka-1:9092"),
-    ("see tcp://127.0.0.1:9092 and a@b.example", "tcp://127.0.0.1:9092 and a@b.example"),
-])
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        (f"bootstrap jev:{PASSWORD}@kafka-1:9092 refused", "jev:***@kafka-1:9092"),
+        ("see tcp://127.0.0.1:9092 and a@b.example", "tcp://127.0.0.1:9092 and a@b.example"),
+    ],
+)
 def test_redact_masks_a_bare_user_password_host(text, kept):
     assert kept in logsafe.redact(text) and PASSWORD not in logsafe.redact(text)
 
@@ -63,13 +69,17 @@ def free_port() -> int:
 
 
 def listening_on(port: int) -> set[str]:
-    return {c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    return {
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
 
 
 def scrape(port: int, token: str | None) -> int:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
-                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert b"# HELP" in resp.read()
@@ -91,8 +101,9 @@ def test_metrics_bind_loopback_by_default_and_answer_only_the_token():
 def test_metrics_ask_for_a_token_when_none_is_set_on_any_interface(tmp_path):
     """No JEV_METRICS_TOKEN: the token is the data directory's metrics.token (created 0600), never none."""
     open_port = free_port()
-    settings = settings_mod.load({"JEV_METRICS_PORT": str(open_port), "JEV_METRICS_HOST": "0.0.0.0",
-                                  "JEV_DATA_DIR": str(tmp_path)})
+    settings = settings_mod.load(
+        {"JEV_METRICS_PORT": str(open_port), "JEV_METRICS_HOST": "0.0.0.0", "JEV_DATA_DIR": str(tmp_path)}
+    )
     assert start_metrics_server(settings)
     time.sleep(0.1)
     assert listening_on(open_port) == {"0.0.0.0"} and scrape(open_port, None) == 401

@@ -1,6 +1,7 @@
 """The stage process starts while ClickHouse is unavailable: its usage sink opens ClickHouse on first use, spills
 usage durably while it cannot, and writes everything once ClickHouse is back (here: another process holds the
 embedded engine's data directory, then lets it go; and a server DSN nobody answers)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,10 @@ import time
 from streams.runtime.usage_spill import durable_sink
 from workers.analytics import sample
 
-HOLDER = "import sys; from infra import clickhouse; c = clickhouse.open_migrated(sys.argv[1]); print('held', " \
-         "flush=True); sys.stdin.read()"
+HOLDER = (
+    "import sys; from infra import clickhouse; c = clickhouse.open_migrated(sys.argv[1]); print('held', "
+    "flush=True); sys.stdin.read()"
+)
 STAGE = """
 import sys, time
 from streams import settings
@@ -32,8 +35,13 @@ sink.close()
 
 def child(code: str, *args: str) -> subprocess.Popen:
     """A separate process: the embedded engine binds one data directory per process."""
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()}, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        text=True,
+    )
 
 
 def test_the_usage_sink_starts_while_clickhouse_is_unavailable_and_writes_once_it_is_back(tmp_path):

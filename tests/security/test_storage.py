@@ -1,6 +1,7 @@
 """What ClickHouse keeps and who can read it: no raw prompt text by default (opt-in: a table of its own under a
 TTL), tenant-scoped flame graphs, and the embedded engine's query endpoint refuses callers without its bearer
 token and refuses writes."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,23 +15,33 @@ import pytest
 
 from infra.clickhouse import USAGE_COLUMNS, USAGE_TABLES
 from schemas.records import Candidate, Request, Turn
-from streams.usage.events import usage_event
 from streams.runtime.usage_sink import UsageSink
+from streams.usage.events import usage_event
 
 SECRET = "PROMPT-SECRET-7f3a"  # appears only in the prompt: state, history and candidate text
 
 
 def request(tenant: str, i: int) -> Request:
-    return Request(request_id=f"{tenant}-r{i}", tenant=tenant, service="support", decision_type="customer_service",
-                   state=f"my card 4111 1111 1111 1111 was charged twice {SECRET}", session_id=f"{tenant}-s{i}",
-                   history=[Turn(role="user", content=f"earlier message {SECRET}")],
-                   candidates=[Candidate(id="refund", text=f"refund the customer {SECRET}")])
+    return Request(
+        request_id=f"{tenant}-r{i}",
+        tenant=tenant,
+        service="support",
+        decision_type="customer_service",
+        state=f"my card 4111 1111 1111 1111 was charged twice {SECRET}",
+        session_id=f"{tenant}-s{i}",
+        history=[Turn(role="user", content=f"earlier message {SECRET}")],
+        candidates=[Candidate(id="refund", text=f"refund the customer {SECRET}")],
+    )
 
 
 @pytest.fixture
 def stored(usage_db):
-    events = [usage_event(request(tenant, i), stage, model="gpt-4o-mini", input_tokens=10 + i, output_tokens=2)
-              for tenant in ("acme", "globex") for i in range(5) for stage in ("ingest", "score", "postprocess")]
+    events = [
+        usage_event(request(tenant, i), stage, model="gpt-4o-mini", input_tokens=10 + i, output_tokens=2)
+        for tenant in ("acme", "globex")
+        for i in range(5)
+        for stage in ("ingest", "score", "postprocess")
+    ]
     assert UsageSink(usage_db).insert(events) == len(events)
     return usage_db
 
@@ -47,7 +58,9 @@ def prompt_text_hits(client, tables: list[str]) -> dict[str, int]:
             if "String" in kind and not column.startswith("gen_ai."):
                 hits[f"{table}.{column}"] = client.query(
                     f"SELECT count() FROM {table} WHERE position(toString(`{column}`), {{s:String}}) > 0 "
-                    f"OR position(toString(`{column}`), '4111 1111') > 0", parameters={"s": SECRET}).result_rows[0][0]
+                    f"OR position(toString(`{column}`), '4111 1111') > 0",
+                    parameters={"s": SECRET},
+                ).result_rows[0][0]
     return hits
 
 
@@ -63,7 +76,7 @@ def test_no_table_stores_raw_prompt_text_by_default(stored, settings):
 def test_flame_graph_for_one_tenant_reads_only_that_tenants_rows(stored):
     from workers.analytics import flamegraph
 
-    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
     acme = flamegraph.folded(stored, since, tenant="acme")
     assert acme and all(stack.split(";")[0] == "acme" for stack in acme)
     assert sum(acme.values()) == sum(10 + i + 2 for i in range(5)) * 3
@@ -126,8 +139,9 @@ def test_raw_text_opt_in_stores_it_apart_under_a_ttl(stored, raw_text_table, set
     hits = prompt_text_hits(stored, ["request_texts"])
     assert hits["request_texts.state"] == hits["request_texts.history"] == hits["request_texts.candidates"] == 10
     assert not any(prompt_text_hits(stored, USAGE_TABLES).values())  # never in the usage tables
-    acme = sandbox.run(stored, "query", {"sql": "SELECT DISTINCT tenant FROM request_texts"}, "acme",
-                       sandbox.Limits())["rows"]
+    acme = sandbox.run(stored, "query", {"sql": "SELECT DISTINCT tenant FROM request_texts"}, "acme", sandbox.Limits())[
+        "rows"
+    ]
     assert acme == [["acme"]]  # a tenant reads its own raw text only
     request_texts(settings.replace(raw_text_days=7), stored)  # a new retention moves the TTL
     assert "toIntervalDay(7)" in stored.query("SHOW CREATE TABLE request_texts").result_rows[0][0]

@@ -3,6 +3,7 @@ that holds only that tenant's rows, so whatever the query text tries (UNION, sub
 another tenant's row, throwIf as an oracle) it sees its own rows only and its errors carry no row data; no token
 reads a file, a URL or a table outside Jev's; the owner's endpoints answer only a known bearer token, each token
 bound to a tenant or to every tenant, at most JEV_QUERY_CONCURRENCY calls at a time, under the query limits."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,8 @@ import orjson
 import pytest
 
 from schemas.records import UsageEvent, Verdict
-from streams.shadow.store import VerdictStore
 from streams.runtime.usage_sink import UsageSink
+from streams.shadow.store import VerdictStore
 from workers.analytics import sample, sandbox, tenancy
 from workers.analytics.owner import QueryServer, owner_file
 from workers.cli.main import main
@@ -29,8 +30,18 @@ LIMITS = sandbox.Limits()
 @pytest.fixture
 def two_tenants(usage_db):
     events = sample.usage_events(200, time.time() - 3 * 3600, span_s=3 * 3600)
-    odd = [UsageEvent(**{**e.asdict(), "tenant": ODD, "stack": ODD + e.stack[len(e.tenant):],
-                         "event_id": f"odd-{e.event_id}", "request_id": f"odd-{e.request_id}"}) for e in events[:30]]
+    odd = [
+        UsageEvent(
+            **{
+                **e.asdict(),
+                "tenant": ODD,
+                "stack": ODD + e.stack[len(e.tenant) :],
+                "event_id": f"odd-{e.event_id}",
+                "request_id": f"odd-{e.request_id}",
+            }
+        )
+        for e in events[:30]
+    ]
     UsageSink(usage_db).insert(events + odd)
     return usage_db
 
@@ -41,33 +52,41 @@ def rows(client, sql: str, tenant: str | None = A, limits: sandbox.Limits = LIMI
 
 def secrets_of(client, tenant: str) -> set[str]:
     """Strings of `tenant`'s rows that no other tenant may ever see."""
-    found = client.query("SELECT request_id, session_id, user_id FROM usage_events WHERE tenant = {t:String}",
-                         parameters={"t": tenant}).result_rows
+    found = client.query(
+        "SELECT request_id, session_id, user_id FROM usage_events WHERE tenant = {t:String}", parameters={"t": tenant}
+    ).result_rows
     return {value for row in found for value in row}
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT tenant FROM usage_events",
-    "SELECT tenant FROM default.usage_events FINAL WHERE tenant = 't1' OR 1 = 1",
-    "WITH x AS (SELECT * FROM usage_events) SELECT tenant FROM x WHERE tenant != 't0'",
-    "SELECT tenant FROM usage_by_request UNION ALL SELECT tenant FROM usage_by_session_hour",
-    "SELECT a.tenant FROM usage_events AS a JOIN usage_by_request AS b ON a.request_id = b.request_id",
-    "SELECT tenant FROM usage_by_business_day UNION ALL SELECT tenant FROM usage_by_stack_hour",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT tenant FROM usage_events",
+        "SELECT tenant FROM default.usage_events FINAL WHERE tenant = 't1' OR 1 = 1",
+        "WITH x AS (SELECT * FROM usage_events) SELECT tenant FROM x WHERE tenant != 't0'",
+        "SELECT tenant FROM usage_by_request UNION ALL SELECT tenant FROM usage_by_session_hour",
+        "SELECT a.tenant FROM usage_events AS a JOIN usage_by_request AS b ON a.request_id = b.request_id",
+        "SELECT tenant FROM usage_by_business_day UNION ALL SELECT tenant FROM usage_by_stack_hour",
+    ],
+)
 def test_a_tenants_sql_sees_only_its_rows(two_tenants, sql):
     everyone = {r[0] for r in rows(two_tenants, sql, tenant=None)}
     assert B in everyone  # the same text run as admin reads the other tenant
     assert {r[0] for r in rows(two_tenants, sql)} <= {A}
 
 
-PREWHERE_PROBE = ("SELECT count() FROM {table} PREWHERE if(tenant='{victim}', toInt32(concat('LEAK|',tenant,'|',"
-                  "{columns})),0)=0")
+PREWHERE_PROBE = (
+    "SELECT count() FROM {table} PREWHERE if(tenant='{victim}', toInt32(concat('LEAK|',tenant,'|',{columns})),0)=0"
+)
 
 
-@pytest.mark.parametrize("table, columns", [
-    ("usage_events", "request_id,'|',session_id,'|',user_id,'|',business_event"),
-    ("usage_by_session_hour", "session_id,'|',user_id"),
-])
+@pytest.mark.parametrize(
+    "table, columns",
+    [
+        ("usage_events", "request_id,'|',session_id,'|',user_id,'|',business_event"),
+        ("usage_by_session_hour", "session_id,'|',user_id"),
+    ],
+)
 def test_the_prewhere_probe_sees_no_other_tenants_row(two_tenants, table, columns):
     """The issue's probe: PREWHERE runs before any row filter, so a filter-based scope let it parse (and quote in
     its error) another tenant's row. In the sandbox that row does not exist: the probe counts the tenant's own."""
@@ -84,8 +103,12 @@ def test_the_throwif_oracle_answers_the_same_whatever_it_asks(two_tenants):
     other tenant's row to throw on, so every N gives the same answer: the count of the caller's rows."""
     top = two_tenants.query("SELECT max(input_tokens) FROM usage_events WHERE tenant = 't1'").result_rows[0][0]
     own = two_tenants.query("SELECT count() FROM usage_events WHERE tenant = 't0'").result_rows[0][0]
-    answers = {n: rows(two_tenants, f"SELECT count() FROM usage_events WHERE throwIf(tenant='{B}' AND "
-                                    f"input_tokens>={n},'X')=0") for n in (0, top, top + 1)}
+    answers = {
+        n: rows(
+            two_tenants, f"SELECT count() FROM usage_events WHERE throwIf(tenant='{B}' AND input_tokens>={n},'X')=0"
+        )
+        for n in (0, top, top + 1)
+    }
     assert all(a == [[own]] for a in answers.values())
     with pytest.raises(sandbox.QueryFailed, match="THROW_IF") as failed:  # on its own rows: thrown, value hidden
         rows(two_tenants, "SELECT throwIf(input_tokens >= 0, 'X') FROM usage_events")
@@ -94,29 +117,33 @@ def test_the_throwif_oracle_answers_the_same_whatever_it_asks(two_tenants):
 
 def test_scalar_subqueries_and_aggregates_count_only_the_tenants_rows(two_tenants):
     own = two_tenants.query("SELECT count() FROM usage_events WHERE tenant = 't0'").result_rows[0][0]
-    assert rows(two_tenants, "SELECT count(), (SELECT count() FROM usage_events WHERE tenant = 't1') "
-                             "FROM usage_events") == [[own, 0]]
+    assert rows(
+        two_tenants, "SELECT count(), (SELECT count() FROM usage_events WHERE tenant = 't1') FROM usage_events"
+    ) == [[own, 0]]
 
 
-@pytest.mark.parametrize("sql, why", [
-    ("SELECT tenant FROM usage_events SETTINGS additional_table_filters = {}", "settings"),
-    ("SELECT tenant FROM (SELECT * FROM usage_events SETTINGS max_execution_time = 0)", "settings"),
-    ("SELECT * FROM system.tables", "database 'system'"),
-    ("SELECT count() FROM `system`.`parts`", "database 'system'"),
-    ("SELECT * FROM INFORMATION_SCHEMA.TABLES", "database 'INFORMATION_SCHEMA'"),
-    ("SELECT event_id FROM usage_event_ids", "no tenant column"),
-    ("SELECT name FROM schema_migrations", "no tenant column"),
-    ("SELECT * FROM numbers(10)", "numbers()"),
-    ("SELECT tenant FROM merge('default', '^usage_e')", "merge()"),
-    ("SELECT tenant FROM remote('127.0.0.1', default.usage_events)", "remote()"),
-    ("SELECT * FROM file('/etc/passwd', 'LineAsString')", "file()"),
-    ("SELECT * FROM url('http://127.0.0.1:9/', 'LineAsString')", "url()"),
-    ("SELECT file('/etc/passwd')", "file()"),
-    ("SELECT dictGet('d', 'x', toUInt64(1))", "dictGet()"),
-    ("SELECT joinGet('j', 'x', 1)", "joinGet()"),
-    ("SELECT * FROM (EXPLAIN AST SELECT 1)", "viewExplain()"),
-    ("SELECT tenant FROM usage_events FORMAT JSON", "one SELECT"),
-])
+@pytest.mark.parametrize(
+    "sql, why",
+    [
+        ("SELECT tenant FROM usage_events SETTINGS additional_table_filters = {}", "settings"),
+        ("SELECT tenant FROM (SELECT * FROM usage_events SETTINGS max_execution_time = 0)", "settings"),
+        ("SELECT * FROM system.tables", "database 'system'"),
+        ("SELECT count() FROM `system`.`parts`", "database 'system'"),
+        ("SELECT * FROM INFORMATION_SCHEMA.TABLES", "database 'INFORMATION_SCHEMA'"),
+        ("SELECT event_id FROM usage_event_ids", "no tenant column"),
+        ("SELECT name FROM schema_migrations", "no tenant column"),
+        ("SELECT * FROM numbers(10)", "numbers()"),
+        ("SELECT tenant FROM merge('default', '^usage_e')", "merge()"),
+        ("SELECT tenant FROM remote('127.0.0.1', default.usage_events)", "remote()"),
+        ("SELECT * FROM file('/etc/passwd', 'LineAsString')", "file()"),
+        ("SELECT * FROM url('http://127.0.0.1:9/', 'LineAsString')", "url()"),
+        ("SELECT file('/etc/passwd')", "file()"),
+        ("SELECT dictGet('d', 'x', toUInt64(1))", "dictGet()"),
+        ("SELECT joinGet('j', 'x', 1)", "joinGet()"),
+        ("SELECT * FROM (EXPLAIN AST SELECT 1)", "viewExplain()"),
+        ("SELECT tenant FROM usage_events FORMAT JSON", "one SELECT"),
+    ],
+)
 def test_the_parse_gate_refuses_what_reads_outside_jevs_tables(two_tenants, sql, why):
     with pytest.raises(tenancy.Refused) as refused:
         tenancy.check_query(two_tenants, sql)  # not readonly here: a refused readonly query sticks in chdb
@@ -124,12 +151,15 @@ def test_the_parse_gate_refuses_what_reads_outside_jevs_tables(two_tenants, sql,
 
 
 @pytest.mark.parametrize("tenant", [A, None])
-@pytest.mark.parametrize("sql", [
-    "SELECT count() FROM file('/etc/passwd', 'LineAsString')",
-    "SELECT count() FROM url('http://127.0.0.1:9/', 'LineAsString')",
-    "SELECT file('/etc/passwd')",
-    "SELECT count() FROM system.tables",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT count() FROM file('/etc/passwd', 'LineAsString')",
+        "SELECT count() FROM url('http://127.0.0.1:9/', 'LineAsString')",
+        "SELECT file('/etc/passwd')",
+        "SELECT count() FROM system.tables",
+    ],
+)
 def test_no_scope_reads_a_file_a_url_or_a_system_table(two_tenants, tenant, sql):
     """The admin scope (None: the owner's token, a "*" token) is refused the machine like a tenant."""
     with pytest.raises(sandbox.QueryFailed, match="may not"):
@@ -164,9 +194,21 @@ def test_a_tenants_report_keeps_agreement_and_indices_to_its_rows(two_tenants):
     from the caller's rows only."""
     now = time.time() - 600
     VerdictStore(two_tenants).store(
-        [Verdict(request_id=f"v{i}", ts=now, tenant=tenant, service="search", decision_type="ranking",
-                 kind="decide", mechanisms=["cache.l1"], agreed=agreed, kept=agreed)
-         for i, (tenant, agreed) in enumerate([(A, True), (A, True), (A, False), (B, False), (B, False)])])
+        [
+            Verdict(
+                request_id=f"v{i}",
+                ts=now,
+                tenant=tenant,
+                service="search",
+                decision_type="ranking",
+                kind="decide",
+                mechanisms=["cache.l1"],
+                agreed=agreed,
+                kept=agreed,
+            )
+            for i, (tenant, agreed) in enumerate([(A, True), (A, True), (A, False), (B, False), (B, False)])
+        ]
+    )
     mine = sandbox.run(two_tenants, "report", {"since": "7d"}, A, LIMITS)
     everyone = sandbox.run(two_tenants, "report", {"since": "7d"}, None, LIMITS)
     assert (mine["agreement"]["overall"]["verdicts"], mine["agreement"]["overall"]["agreed"]) == (3, 2)
@@ -174,7 +216,8 @@ def test_a_tenants_report_keeps_agreement_and_indices_to_its_rows(two_tenants):
     assert mine["agreement"]["by_mechanism"]["cache.l1"]["verdicts"] == 3
     decided, model_decided = two_tenants.query(
         "SELECT sum(decisions), sum(model_decisions) FROM indices_by_minute WHERE tenant = {t:String}",
-        parameters={"t": A}).result_rows[0]
+        parameters={"t": A},
+    ).result_rows[0]
     assert decided and set(mine["indices"]) == {"te", "cp", "hr", "pe"}
     assert mine["indices"]["cp"]["value"] == round(model_decided / decided, 4)
     assert mine["indices"]["te"]["value"] is not None and everyone["indices"]["cp"]["value"] is not None
@@ -185,8 +228,9 @@ def test_a_tenants_report_keeps_agreement_and_indices_to_its_rows(two_tenants):
 def test_a_registered_view_reads_only_the_tenants_rows(two_tenants):
     """A view in schemas.tables reaches a tenant's sandbox, re-created over the tenant's rows alone."""
     assert rows(two_tenants, "SELECT DISTINCT tenant FROM usage_savings_by_mechanism") == [[A]]
-    assert sorted(rows(two_tenants, "SELECT DISTINCT tenant FROM usage_savings_by_mechanism", None)) == \
-        sorted([[t] for t in (A, B, ODD)])
+    assert sorted(rows(two_tenants, "SELECT DISTINCT tenant FROM usage_savings_by_mechanism", None)) == sorted(
+        [[t] for t in (A, B, ODD)]
+    )
 
 
 def test_a_query_over_its_time_or_memory_limit_is_stopped(two_tenants):
@@ -194,8 +238,11 @@ def test_a_query_over_its_time_or_memory_limit_is_stopped(two_tenants):
     with pytest.raises(sandbox.QueryFailed, match="TIMEOUT_EXCEEDED|stopped at JEV_QUERY_TIME_S=1"):
         rows(two_tenants, cross, limits=sandbox.Limits(time_s=1))  # the engine's limit, or the process's
     with pytest.raises(sandbox.QueryFailed, match="MEMORY_LIMIT_EXCEEDED"):
-        rows(two_tenants, "SELECT groupArray(repeat('x', 1000)) FROM usage_events a, usage_events b",
-             limits=sandbox.Limits(memory_mb=32))
+        rows(
+            two_tenants,
+            "SELECT groupArray(repeat('x', 1000)) FROM usage_events a, usage_events b",
+            limits=sandbox.Limits(memory_mb=32),
+        )
 
 
 def test_cli_commands_take_a_tenant(two_tenants, clickhouse_dsn, monkeypatch, capsys, tmp_path):
@@ -245,16 +292,23 @@ async def test_endpoints_keep_a_tenant_token_to_its_tenant(endpoints, two_tenant
     code, body = await ask("query", BY_TENANT, token)
     assert code == 200 and [r[0] for r in body["rows"]] == [A]
     code, body = await ask("report", {"since": "7d"}, token)
-    assert code == 200 and body["totals"]["tokens"] == two_tenants.query(
-        "SELECT sum(input_tokens + output_tokens) FROM usage_events WHERE tenant = 't0'").result_rows[0][0]
+    assert (
+        code == 200
+        and body["totals"]["tokens"]
+        == two_tenants.query(
+            "SELECT sum(input_tokens + output_tokens) FROM usage_events WHERE tenant = 't0'"
+        ).result_rows[0][0]
+    )
     code, body = await ask("flamegraph", {"since": "24h"}, token)
     assert code == 200 and body["stacks"] and {s.split(";")[0] for s in body["stacks"]} == {A}
-    for endpoint, request in (("query", {**BY_TENANT, "tenant": B}), ("report", {"tenant": B}),
-                              ("flamegraph", {"tenant": B})):
+    for endpoint, request in (
+        ("query", {**BY_TENANT, "tenant": B}),
+        ("report", {"tenant": B}),
+        ("flamegraph", {"tenant": B}),
+    ):
         code, body = await ask(endpoint, request, token)
         assert code == 403 and body["error"] == "this token reads tenant 't0' only"
-    code, body = await ask("query", {"sql": "SELECT * FROM usage_events SETTINGS additional_table_filters = {}"},
-                           token)
+    code, body = await ask("query", {"sql": "SELECT * FROM usage_events SETTINGS additional_table_filters = {}"}, token)
     assert code == 400 and "settings" in body["error"]
 
 
@@ -271,7 +325,7 @@ async def test_endpoints_give_admin_tokens_every_tenant_or_the_one_asked(endpoin
 async def test_an_admin_call_with_a_tenant_that_is_not_a_string_is_refused_400_with_its_reason(endpoints, tenant):
     ask, owner_token = endpoints
     code, body = await ask("query", {**BY_TENANT, "tenant": tenant}, owner_token)
-    assert code == 400 and "\"tenant\" must be one tenant's name as a string" in body["error"]
+    assert code == 400 and '"tenant" must be one tenant\'s name as a string' in body["error"]
 
 
 @pytest.mark.parametrize("token", [None, "", "wrong", "acme-token-0123456789abcde", "Basic acme"])

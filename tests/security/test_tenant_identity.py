@@ -3,6 +3,7 @@ tried (a trailing space, `Wayne`, a Cyrillic `а`, a zero-width space, full-widt
 accent) is either folded into `wayne`, and so spends from wayne's budget, or rejected `bad_tenant` naming the
 character; none is a tenant of its own. And no (tenant, request) pair shares a key with another: `acme/coll` +
 `r1` and `acme` + `coll/r1` are both billed."""
+
 from __future__ import annotations
 
 import re
@@ -11,21 +12,23 @@ import orjson
 import pytest
 
 from schemas.records import Control, Request
-from streams.idempotency.requests import log_key, reservation_key
 from streams.core.tenants import BadTenant, canonical, request_key
-from streams.usage.events import event_key, usage_event
+from streams.idempotency.requests import log_key, reservation_key
 from streams.runtime.usage_sink import UsageSink
+from streams.usage.events import event_key, usage_event
 from tests.streams.runtime.test_agents import REQUEST, requests
 
 FOLDED = {"trailing space": "wayne ", "capital": "Wayne", "full-width": "ｗａｙｎｅ", "leading tab": "\twayne"}
-REJECTED = {"cyrillic а": ("wаyne", "U+0430 CYRILLIC SMALL LETTER A"),
-            "zero-width space": ("way\u200bne", "U+200B ZERO WIDTH SPACE"),
-            "right-to-left override": ("\u202ewayne", "U+202E RIGHT-TO-LEFT OVERRIDE"),
-            "combining accent": ("wayne\u0301", "U+0301 COMBINING ACUTE ACCENT"),
-            "precomposed accent": ("wayné", "U+00E9 LATIN SMALL LETTER E WITH ACUTE"),
-            "control character": ("way\x00ne", "U+0000"),
-            "slash": ("acme/coll", "U+002F SOLIDUS"),
-            "inner space": ("way ne", "U+0020 SPACE")}
+REJECTED = {
+    "cyrillic а": ("wаyne", "U+0430 CYRILLIC SMALL LETTER A"),
+    "zero-width space": ("way\u200bne", "U+200B ZERO WIDTH SPACE"),
+    "right-to-left override": ("\u202ewayne", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    "combining accent": ("wayne\u0301", "U+0301 COMBINING ACUTE ACCENT"),
+    "precomposed accent": ("wayné", "U+00E9 LATIN SMALL LETTER E WITH ACUTE"),
+    "control character": ("way\x00ne", "U+0000"),
+    "slash": ("acme/coll", "U+002F SOLIDUS"),
+    "inner space": ("way ne", "U+0020 SPACE"),
+}
 
 
 @pytest.mark.parametrize("spelling", FOLDED.values(), ids=FOLDED.keys())
@@ -52,8 +55,9 @@ async def test_a_hard_budget_on_wayne_holds_against_every_spelling(app_and_sent)
     app, captured = app_and_sent
     app.jev_controls.apply(Control(kind="budget", key="tenant:wayne", value={"hard_tokens": 400}))
     spellings = ["wayne", *FOLDED.values(), *(s for s, _ in REJECTED.values())]
-    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}", "tenant": t})
-                                             for i, t in enumerate(spellings)]))
+    await app.jev_ingest.hand_over(
+        requests([orjson.dumps({**REQUEST, "request_id": f"r{i}", "tenant": t}) for i, t in enumerate(spellings)])
+    )
     assert admitted(captured) == ["wayne"]  # one request fits the budget; every other spelling is wayne or refused
     reasons = {r.request_id: r.reason for r in captured.sent["rejected"]}
     assert [reasons[f"r{i}"] for i in range(1, 1 + len(FOLDED))] == ["over_budget"] * len(FOLDED)
@@ -71,18 +75,21 @@ def test_the_slash_collision_is_impossible(usage_db):
     for build in (request_key, reservation_key, log_key, lambda t, r: event_key(t, r, "score", "fine")):
         assert build(*pairs[0]) != build(*pairs[1])
     assert event_key("acme", "r1:score", "ingest") != event_key("acme", "r1", "score", "ingest")
-    events = [usage_event(Request.from_data({**REQUEST, "tenant": t, "request_id": r}), "score", input_tokens=60)
-              for t, r in pairs]
+    events = [
+        usage_event(Request.from_data({**REQUEST, "tenant": t, "request_id": r}), "score", input_tokens=60)
+        for t, r in pairs
+    ]
     assert UsageSink(usage_db).insert(events) == 2
-    billed = usage_db.query("SELECT tenant, request_id, sum(input_tokens) FROM usage_events GROUP BY tenant, "
-                            "request_id ORDER BY tenant").result_rows
+    billed = usage_db.query(
+        "SELECT tenant, request_id, sum(input_tokens) FROM usage_events GROUP BY tenant, request_id ORDER BY tenant"
+    ).result_rows
     assert billed == [("acme", "coll/r1", 60), ("acme/coll", "r1", 60)]
 
 
 def test_with_tenant_keys_a_producer_spends_only_as_the_tenants_whose_key_it_holds(tmp_path):
     """The issue's probe: any producer could write "tenant": "globex" and spend as globex."""
-    from streams.ingest.decode import Admission, admit
     from streams.core.tenants import SIGNATURE_HEADER, load_keys, signature
+    from streams.ingest.decode import Admission, admit
 
     path = tmp_path / "tenant-keys.json"
     path.write_text('{"Globex": "globex-key-0123456789abcdef", "acme": "acme-key-0123456789abcdef"}')

@@ -1,6 +1,7 @@
 """No usage record can stop metering (issue 31): a poisoned event is dead-lettered while the events after it are
 inserted, and a spill file an older process left with a poisoned record in it drains instead of being retried for
 ever (real embedded ClickHouse, the production sink: UsageSink behind its spill queue)."""
+
 import time
 
 import orjson
@@ -29,10 +30,19 @@ def test_the_poison_record_is_dead_lettered_while_the_next_events_are_inserted(u
     now = time.time()
     before, after = usage_events(5, now - 60, span_s=10, seed=1), usage_events(5, now - 30, span_s=10, seed=2)
     after = [e.derive(event_id=f"next/{e.event_id}") for e in after]
-    poison = {**before[0].asdict(), "event_id": "globex/r-poison:ingest", "request_id": "r-poison",
-              "input_tokens": "abc"}
-    messages = consumed("jev.usage.v1", [orjson.dumps({"events": [e.asdict() for e in before] + [poison]}),
-                                         orjson.dumps({"events": [e.asdict() for e in after]})])
+    poison = {
+        **before[0].asdict(),
+        "event_id": "globex/r-poison:ingest",
+        "request_id": "r-poison",
+        "input_tokens": "abc",
+    }
+    messages = consumed(
+        "jev.usage.v1",
+        [
+            orjson.dumps({"events": [e.asdict() for e in before] + [poison]}),
+            orjson.dumps({"events": [e.asdict() for e in after]}),
+        ],
+    )
     rejected = sink_messages(messages, sink, now, 7, 10_000)
     assert [(r.reason, r.request_id) for r in rejected] == [("bad_usage_event", "r-poison")]
     assert "input_tokens must be an integer" in rejected[0].detail
@@ -41,8 +51,12 @@ def test_the_poison_record_is_dead_lettered_while_the_next_events_are_inserted(u
     assert sink.pending == 0 and sink.failures == 0
     # and the sink keeps metering what comes next
     later = [e.derive(event_id=f"later/{e.event_id}") for e in usage_events(3, now - 5, span_s=1, seed=3)]
-    assert sink_messages(consumed("jev.usage.v1", [orjson.dumps({"events": [e.asdict() for e in later]})]),
-                         sink, now, 7, 10_000) == []
+    assert (
+        sink_messages(
+            consumed("jev.usage.v1", [orjson.dumps({"events": [e.asdict() for e in later]})]), sink, now, 7, 10_000
+        )
+        == []
+    )
     assert count(usage_db) == len(before) + len(after) + len(later)
 
 
@@ -61,7 +75,9 @@ def test_an_old_poisoned_spill_file_drains_and_its_bad_records_are_quarantined(u
         sink.close()
     assert count(usage_db) == len(events)
     assert not list(spill.glob("*.jsonl"))
-    quarantined = [orjson.loads(line) for line in (spill / "quarantine" / "000000000001.jsonl").read_bytes().splitlines()]
+    quarantined = [
+        orjson.loads(line) for line in (spill / "quarantine" / "000000000001.jsonl").read_bytes().splitlines()
+    ]
     assert len(quarantined) == 2 and sink.quarantined == 2
     assert "input_tokens must be an integer" in quarantined[0]["reason"] and "poison" in quarantined[0]["record"]
     assert "JSONDecodeError" in quarantined[1]["reason"]
@@ -83,4 +99,6 @@ def test_a_spilled_row_clickhouse_refuses_is_quarantined_not_retried(usage_db, t
     assert count(usage_db) == len(events)
     assert sink.quarantined == 1 and sink.take_set_aside() == []
     quarantined = (tmp_path / "spill" / "quarantine").glob("*.jsonl")
-    assert [orjson.loads(line)["record"].count("poison") for f in quarantined for line in f.read_bytes().splitlines()] == [1]
+    assert [
+        orjson.loads(line)["record"].count("poison") for f in quarantined for line in f.read_bytes().splitlines()
+    ] == [1]

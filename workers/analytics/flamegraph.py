@@ -1,14 +1,18 @@
 """Token flame graphs: folded stacks (tenant;service;decision_type;stage;section) from ClickHouse, rendered
 as a self-contained interactive SVG (hover a frame for its tokens, click to zoom, click the root to reset).
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import zlib
 from html import escape
 
-WEIGHTS = {"tokens": "toFloat64(sum(input_tokens) + sum(output_tokens))", "cost": "sum(cost)",
-           "nominal": "toFloat64(sum(nominal_tokens))"}
+WEIGHTS = {
+    "tokens": "toFloat64(sum(input_tokens) + sum(output_tokens))",
+    "cost": "sum(cost)",
+    "nominal": "toFloat64(sum(nominal_tokens))",
+}
 WIDTH, FRAME_H, FONT = 1200, 18, 12
 PALETTE = ["#e8743b", "#f2a541", "#f7c873", "#d9593d", "#edb458", "#e49a52", "#f08a4b", "#d96c3f"]
 
@@ -20,9 +24,11 @@ def folded(client, since: dt.datetime, tenant: str = "", service: str = "", weig
     where = ["hour >= toStartOfHour({since:DateTime64(3)})"]
     where += ["tenant = {tenant:String}"] if tenant else []
     where += ["service = {service:String}"] if service else []
-    result = client.query(f"SELECT stack, {WEIGHTS[weight]} AS w FROM usage_by_stack_hour WHERE {' AND '.join(where)} "
-                          "GROUP BY stack HAVING w > 0 ORDER BY stack",
-                          parameters={"since": since, "tenant": tenant, "service": service})
+    result = client.query(
+        f"SELECT stack, {WEIGHTS[weight]} AS w FROM usage_by_stack_hour WHERE {' AND '.join(where)} "
+        "GROUP BY stack HAVING w > 0 ORDER BY stack",
+        parameters={"since": since, "tenant": tenant, "service": service},
+    )
     return {stack: float(w) for stack, w in result.result_rows}
 
 
@@ -42,8 +48,9 @@ def _fmt(value: float, unit: str) -> str:
     return f"${value:,.6f}" if unit == "cost" else f"{value:,.0f} {unit}"
 
 
-def _frames(node: dict, x: float, depth: int, bottom: int, scale: float, unit: str, total: float, path: str,
-            out: list[str]) -> None:
+def _frames(
+    node: dict, x: float, depth: int, bottom: int, scale: float, unit: str, total: float, path: str, out: list[str]
+) -> None:
     """Append the SVG of `node` and its children; depth 0 (the root) sits at y = bottom."""
     w = node["value"] * scale
     if w < 0.5:
@@ -52,10 +59,12 @@ def _frames(node: dict, x: float, depth: int, bottom: int, scale: float, unit: s
     label = f"{node['name']}: {_fmt(node['value'], unit)} ({node['value'] / total:.1%})" if total else node["name"]
     color = PALETTE[zlib.crc32(node["name"].encode()) % len(PALETTE)] if depth else "#c0c0c0"
     chars = int((w - 6) / (FONT * 0.6))
-    text = node["name"] if len(node["name"]) <= chars else (node["name"][:chars - 2] + ".." if chars > 3 else "")
-    out.append(f'<g class="f" data-x="{x:.2f}" data-w="{w:.2f}" data-d="{depth}" data-p="{escape(path)}">'
-               f'<title>{escape(label)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{FRAME_H - 1}" '
-               f'fill="{color}" rx="2"/><text x="{x + 3:.2f}" y="{y + FONT + 1}">{escape(text)}</text></g>')
+    text = node["name"] if len(node["name"]) <= chars else (node["name"][: chars - 2] + ".." if chars > 3 else "")
+    out.append(
+        f'<g class="f" data-x="{x:.2f}" data-w="{w:.2f}" data-d="{depth}" data-p="{escape(path)}">'
+        f'<title>{escape(label)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{FRAME_H - 1}" '
+        f'fill="{color}" rx="2"/><text x="{x + 3:.2f}" y="{y + FONT + 1}">{escape(text)}</text></g>'
+    )
     for child in sorted(node["children"].values(), key=lambda c: c["name"]):
         _frames(child, x, depth + 1, bottom, scale, unit, total, f"{path};{child['name']}", out)
         x += child["value"] * scale
@@ -79,8 +88,7 @@ document.querySelectorAll('g.f').forEach(function (g) { g.addEventListener('clic
 ]]></script>"""
 
 
-def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit: str = "tokens",
-               note: str = "") -> str:
+def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit: str = "tokens", note: str = "") -> str:
     """An SVG document: one <g class="f"> per frame with a <title> tooltip carrying its weight; `note` (why the
     frames show what they show) goes under the title."""
     root = tree(stacks)
@@ -93,12 +101,21 @@ def render_svg(stacks: dict[str, float], title: str = "Token flame graph", unit:
         _frames(root, 0.0, 0, top + (depth - 1) * FRAME_H, scale, unit, root["value"], "all", body)
     subtitle = f"total {_fmt(root['value'], unit)}" if root["value"] else f"no {unit} in the window"
     height += 18 if note else 0
-    notes = f'<text x="{WIDTH / 2}" y="{height - 6}" text-anchor="middle" fill="#555">{escape(note)}</text>\n' \
-        if note else ""
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="{FONT}">\n'
-            f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="16">{escape(title)}</text>\n'
-            f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#555">{escape(subtitle)} · click a frame '
-            f'to zoom, the root to reset</text>\n' + notes + "\n".join(body) + "\n"
-            + ZOOM_JS.replace("WIDTH", str(WIDTH)) + "\n</svg>\n")
+    notes = (
+        f'<text x="{WIDTH / 2}" y="{height - 6}" text-anchor="middle" fill="#555">{escape(note)}</text>\n'
+        if note
+        else ""
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="{FONT}">\n'
+        f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="16">{escape(title)}</text>\n'
+        f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#555">{escape(subtitle)} · click a frame '
+        f"to zoom, the root to reset</text>\n"
+        + notes
+        + "\n".join(body)
+        + "\n"
+        + ZOOM_JS.replace("WIDTH", str(WIDTH))
+        + "\n</svg>\n"
+    )

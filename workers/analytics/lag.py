@@ -6,6 +6,7 @@ of 33 after 33 records sent in batches); its Fetch high watermark is right. Comm
 OffsetFetch through a consumer of the group that joins nothing (tansu's admin ListConsumerGroupOffsets
 response does not parse in aiokafka 0.14), so reading lag never disturbs the group.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,20 +56,29 @@ async def end_offsets(reader: AIOKafkaConsumer, tps: list[TopicPartition], timeo
     return {tp: reader.highwater(tp) for tp in tps if reader.highwater(tp) is not None}
 
 
-async def partition_lag(bootstrap: str, only_groups: list[str] | None = None, topics: list[str] | None = None,
-                        partitions: int = 0) -> list[dict]:
+async def partition_lag(
+    bootstrap: str, only_groups: list[str] | None = None, topics: list[str] | None = None, partitions: int = 0
+) -> list[dict]:
     """One row per group and partition: {group, topic, partition, committed, end, lag}. Groups default to every
     group the broker knows; topics to those where the group committed an offset (named topics show every
     partition, committed None where the group has none: lag then counts from offset 0). Partitions come from
     the broker's metadata unless `partitions` is given."""
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                              max_partition_fetch_bytes=1024, fetch_max_wait_ms=100)
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=1024,
+        fetch_max_wait_ms=100,
+    )
     await reader.start()
     try:
         known = await reader.topics()  # also loads the metadata partitions_for_topic reads
         names = topics or sorted(t for t in known if not t.startswith("__"))
-        tps = [TopicPartition(t, p) for t in names
-               for p in (range(partitions) if partitions else sorted(reader.partitions_for_topic(t) or ()))]
+        tps = [
+            TopicPartition(t, p)
+            for t in names
+            for p in (range(partitions) if partitions else sorted(reader.partitions_for_topic(t) or ()))
+        ]
         rows = []
         for group in only_groups or await groups(bootstrap):
             committed = await committed_offsets(bootstrap, group, tps)
@@ -76,9 +86,17 @@ async def partition_lag(bootstrap: str, only_groups: list[str] | None = None, to
         ends = await end_offsets(reader, sorted({tp for _, tp, _ in rows})) if rows else {}
     finally:
         await reader.stop()
-    return [{"group": group, "topic": tp.topic, "partition": tp.partition, "committed": offset,
-             "end": ends.get(tp), "lag": None if tp not in ends else max(0, ends[tp] - (offset or 0))}
-            for group, tp, offset in rows]
+    return [
+        {
+            "group": group,
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "committed": offset,
+            "end": ends.get(tp),
+            "lag": None if tp not in ends else max(0, ends[tp] - (offset or 0)),
+        }
+        for group, tp, offset in rows
+    ]
 
 
 async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict[str, int | None]:
@@ -90,11 +108,16 @@ async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions
         lag[topic] = None if row["lag"] is None or lag[topic] is None else lag[topic] + row["lag"]
     return lag
 
+
 def reading_group(settings, topic: str) -> str:
     """The group that reads `topic`: ingest, the usage sink, the verdicts (stage process) and the shadow twins
     (scoring workers) have their own consumers, the Faust stages share app_id."""
-    own = {name("requests"): settings.ingest_group, name("usage"): settings.usage_group,
-           name("verdicts"): settings.verdicts_group, name("shadow"): settings.shadow_group}
+    own = {
+        name("requests"): settings.ingest_group,
+        name("usage"): settings.usage_group,
+        name("verdicts"): settings.verdicts_group,
+        name("shadow"): settings.shadow_group,
+    }
     return own.get(topic, settings.app_id)
 
 

@@ -1,5 +1,6 @@
 """Numbers formatted for people, one rule per kind of column: tokens with thousands separators, costs in dollars
 with enough digits to tell small amounts apart, shares as percentages. The report's HTML and tables use it."""
+
 from __future__ import annotations
 
 import math

@@ -18,6 +18,7 @@ goes away is cancelled (its sandbox killed):
   POST /alerts     {"set", "budgets"}                  → {"alerts": [alert records]}
 Server DSNs (http://) need no owner: every process connects to the server itself.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,8 +62,9 @@ def answer(settings, endpoint: str, body: dict) -> tuple[dict, str]:
     try:
         client = source.open_client(settings)
     except DataDirBusy as e:  # the lock is held and no owner answered
-        raise DataDirBusy(f"{e}; it answers no query endpoint at {owner_file(settings.clickhouse)} (still "
-                          f"starting?)") from None
+        raise DataDirBusy(
+            f"{e}; it answers no query endpoint at {owner_file(settings.clickhouse)} (still starting?)"
+        ) from None
     via = "embedded" if settings.clickhouse.startswith("chdb") else "server"
     return sandbox.run(client, endpoint, body, body.get("tenant") or None, sandbox.Limits.of(settings)), via
 
@@ -76,9 +78,16 @@ class QueryServer:
     connection would hold up the usage sink (and ingest's request texts) for as long as it ran. The engine
     writes the snapshot files itself; the rows never pass through this process's Python heap."""
 
-    def __init__(self, dsn: str, tokens: dict[str, str] | None = None,
-                 limits: sandbox.Limits | None = None, concurrency: int = 2, snapshot_s: float = 30.0,
-                 yield_s: float = 0.0, min_share: float = 0.0):
+    def __init__(
+        self,
+        dsn: str,
+        tokens: dict[str, str] | None = None,
+        limits: sandbox.Limits | None = None,
+        concurrency: int = 2,
+        snapshot_s: float = 30.0,
+        yield_s: float = 0.0,
+        min_share: float = 0.0,
+    ):
         """`yield_s` > 0: sandboxes pause while this process has requests in flight (streams.core.inflight), each
         request holding them for at most that long (JEV_QUERY_YIELD_S), and run `min_share` of the time even
         then (JEV_QUERY_MIN_SHARE)."""
@@ -98,11 +107,17 @@ class QueryServer:
         self.runner: web.AppRunner | None = None
 
     @classmethod
-    def of(cls, settings) -> "QueryServer":
+    def of(cls, settings) -> QueryServer:
         """The server the settings describe (JEV_CLICKHOUSE, JEV_QUERY_*)."""
-        return cls(settings.clickhouse, tenancy.load_tokens(settings.query_tokens), sandbox.Limits.of(settings),
-                   settings.query_concurrency, settings.query_snapshot_s, settings.query_yield_s,
-                   settings.query_min_share)
+        return cls(
+            settings.clickhouse,
+            tenancy.load_tokens(settings.query_tokens),
+            sandbox.Limits.of(settings),
+            settings.query_concurrency,
+            settings.query_snapshot_s,
+            settings.query_yield_s,
+            settings.query_min_share,
+        )
 
     def token_of(self, request: web.Request) -> str | None:
         """The known bearer token the request carries; None for a missing or unknown one."""
@@ -114,9 +129,14 @@ class QueryServer:
     async def handle(self, request: web.Request) -> web.Response:
         token = self.token_of(request)
         if token is None:
-            return web.json_response({"error": f"missing or wrong bearer token: send 'Authorization: Bearer "
-                                               f"<token>' (the owner's token is in {self.path}; tenant tokens "
-                                               f"come from JEV_QUERY_TOKENS)"}, status=401)
+            return web.json_response(
+                {
+                    "error": f"missing or wrong bearer token: send 'Authorization: Bearer "
+                    f"<token>' (the owner's token is in {self.path}; tenant tokens "
+                    f"come from JEV_QUERY_TOKENS)"
+                },
+                status=401,
+            )
         scope = self.tokens[token]
         try:
             body = orjson.loads(await request.read())
@@ -126,22 +146,41 @@ class QueryServer:
             return web.json_response({"error": "the body must be a JSON object"}, status=400)
         wanted = body.get("tenant") or ""
         if not isinstance(wanted, str):
-            return web.json_response({"error": f"\"tenant\" must be one tenant's name as a string, got a JSON "
-                                               f"{type(wanted).__name__}: call once per tenant, or leave it out to "
-                                               f"read every tenant this token may read"}, status=400)
+            return web.json_response(
+                {
+                    "error": f'"tenant" must be one tenant\'s name as a string, got a JSON '
+                    f"{type(wanted).__name__}: call once per tenant, or leave it out to "
+                    f"read every tenant this token may read"
+                },
+                status=400,
+            )
         if scope != tenancy.ADMIN and wanted not in ("", scope):
             return web.json_response({"error": f"this token reads tenant {scope!r} only"}, status=403)
         if self.running[token] >= self.concurrency:
-            return web.json_response({"error": f"this token already has {self.running[token]} calls running "
-                                               f"(JEV_QUERY_CONCURRENCY={self.concurrency}): wait for one to "
-                                               f"finish"}, status=429)
+            return web.json_response(
+                {
+                    "error": f"this token already has {self.running[token]} calls running "
+                    f"(JEV_QUERY_CONCURRENCY={self.concurrency}): wait for one to "
+                    f"finish"
+                },
+                status=429,
+            )
         tenant = wanted if scope == tenancy.ADMIN else scope
         cancelled = threading.Event()
         self.running[token] += 1
         try:
             call = asyncio.get_running_loop().run_in_executor(
-                self.admin_pool if scope == tenancy.ADMIN else self.pool, sandbox.run, self.client, request.match_info["endpoint"], {**body, "tenant": tenant},
-                tenant or None, self.limits, cancelled, self.snapshots, self.pauser)
+                self.admin_pool if scope == tenancy.ADMIN else self.pool,
+                sandbox.run,
+                self.client,
+                request.match_info["endpoint"],
+                {**body, "tenant": tenant},
+                tenant or None,
+                self.limits,
+                cancelled,
+                self.snapshots,
+                self.pauser,
+            )
             result = await asyncio.shield(call)
         except asyncio.CancelledError:
             cancelled.set()  # the client went away: the sandbox is killed, its thread returns
@@ -155,7 +194,7 @@ class QueryServer:
             self.running[token] -= 1
         return web.Response(body=orjson.dumps(result, default=str), content_type="application/json")
 
-    async def __aenter__(self) -> "QueryServer":
+    async def __aenter__(self) -> QueryServer:
         if self.path is None:
             return self
         app = web.Application()
@@ -165,8 +204,9 @@ class QueryServer:
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        write_private(self.path, orjson.dumps({"url": f"http://127.0.0.1:{port}/query", "token": self.token,
-                                               "pid": os.getpid()}))
+        write_private(
+            self.path, orjson.dumps({"url": f"http://127.0.0.1:{port}/query", "token": self.token, "pid": os.getpid()})
+        )
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -205,9 +245,12 @@ def ask_owner(dsn: str, endpoint: str, body: dict, timeout: float = 300.0) -> di
         return None
     owner = orjson.loads(path.read_bytes())
     url = owner["url"].rsplit("/", 1)[0] + f"/{endpoint}"
-    req = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
-                                 headers={"Authorization": f"Bearer {owner['token']}",
-                                          "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=orjson.dumps(body),
+        method="POST",
+        headers={"Authorization": f"Bearer {owner['token']}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return orjson.loads(resp.read())

@@ -1,6 +1,7 @@
 """The metrics contract: which Prometheus series the alert rules and the Grafana dashboard read, and whether a
 run's /metrics scrapes carry each of them with a non-zero sample. `jev demo --metrics-out` and
 tests/infra/test_metrics_contract.py use it; a rule or panel on a series the product never records fails there."""
+
 from __future__ import annotations
 
 import json

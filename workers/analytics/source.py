@@ -1,4 +1,5 @@
 """Where analytics commands read from, and the time windows they take (--since 24h, 7d, 90m, all)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -20,7 +21,7 @@ def parse_since(text: str) -> dt.timedelta:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def open_client(settings):

@@ -7,6 +7,7 @@ clause, any table function (file, url, remote, numbers, merge, …), scalar func
 (file, dictGet, joinGet), and any table that is not one of Jev's usage tables (system, information_schema, other
 databases). The sandbox's readonly=1 refuses table functions a second time.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,8 @@ def catalog(client) -> tuple[str, set[str], set[str], set[str]]:
         "(SELECT table FROM system.columns WHERE database = currentDatabase() AND name = 'tenant')) OR "
         "(engine = 'View' AND name IN {views:Array(String)}) FROM system.tables "
         "WHERE database = currentDatabase() OR is_temporary",
-        parameters={"tables": list(TENANT_TABLES), "views": list(TENANT_VIEWS)}).result_rows
+        parameters={"tables": list(TENANT_TABLES), "views": list(TENANT_VIEWS)},
+    ).result_rows
     databases = {r[0] for r in client.query("SELECT name FROM system.databases").result_rows}
     current = rows[0][0] if rows else client.query("SELECT currentDatabase()").result_rows[0][0]
     return current, databases, {r[1] for r in rows}, {r[1] for r in rows if r[2]}
@@ -45,12 +47,17 @@ def catalog(client) -> tuple[str, set[str], set[str], set[str]]:
 
 def table_functions(client) -> set[str]:
     """Lower-case names of the table functions that are not also scalar functions (those would be `format`)."""
-    return {r[0].lower() for r in client.query(
-        "SELECT name FROM system.table_functions WHERE name NOT IN (SELECT name FROM system.functions)").result_rows}
+    return {
+        r[0].lower()
+        for r in client.query(
+            "SELECT name FROM system.table_functions WHERE name NOT IN (SELECT name FROM system.functions)"
+        ).result_rows
+    }
 
 
-def check_ast(ast: str, current: str, databases: set[str], tables: set[str], tenant_tables: set[str],
-              functions: set[str]) -> None:
+def check_ast(
+    ast: str, current: str, databases: set[str], tables: set[str], tenant_tables: set[str], functions: set[str]
+) -> None:
     """The gate on EXPLAIN AST output (one node per line: `Kind name (alias a) (children n)`)."""
     lines = ast.splitlines()
     if not lines or lines[0].strip() != "SelectWithUnionQuery (children 1)":
@@ -62,8 +69,9 @@ def check_ast(ast: str, current: str, databases: set[str], tables: set[str], ten
         kind, name = m.group(1), (m.group(2) or "")
         if kind == "Set":
             raise Refused("a query may not change settings (SETTINGS clause)")
-        if kind == "Function" and (name.lower() in functions or name.lower() in BLOCKED_FUNCTIONS
-                                   or name.lower().startswith(BLOCKED_PREFIXES)):
+        if kind == "Function" and (
+            name.lower() in functions or name.lower() in BLOCKED_FUNCTIONS or name.lower().startswith(BLOCKED_PREFIXES)
+        ):
             raise Refused(f"a query may not call {name}(): it reads outside the usage tables")
         if kind in ("TableIdentifier", "Identifier"):
             parts = name.split(".")
@@ -72,8 +80,10 @@ def check_ast(ast: str, current: str, databases: set[str], tables: set[str], ten
                     raise Refused(f"a query may not read database {parts[0]!r}: only the usage tables")
                 parts = parts[1:]
             if parts[0] in tables and parts[0] not in tenant_tables:
-                raise Refused(f"a query may not read {parts[0]!r}: it has no tenant column; "
-                              f"readable tables: {', '.join(sorted(tenant_tables))}")
+                raise Refused(
+                    f"a query may not read {parts[0]!r}: it has no tenant column; "
+                    f"readable tables: {', '.join(sorted(tenant_tables))}"
+                )
 
 
 def check_query(client, sql: str, parameters: dict | None = None) -> None:
@@ -95,18 +105,21 @@ def load_tokens(path: str) -> dict[str, str]:
         return {}
     file = Path(path)
     if not file.exists():
-        raise SystemExit(f"JEV_QUERY_TOKENS={path}: no such file; write {{\"<token>\": \"<tenant or *>\"}} there")
+        raise SystemExit(f'JEV_QUERY_TOKENS={path}: no such file; write {{"<token>": "<tenant or *>"}} there')
     if stat.S_IMODE(os.stat(file).st_mode) & 0o077:
         raise SystemExit(f"JEV_QUERY_TOKENS={path} is readable by other users: chmod 600 {path}")
     try:
         tokens = orjson.loads(file.read_bytes())
     except orjson.JSONDecodeError as e:
-        raise SystemExit(f"JEV_QUERY_TOKENS={path}: not JSON ({e}); expected {{\"<token>\": \"<tenant or *>\"}}")
-    if not isinstance(tokens, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
-                                               for k, v in tokens.items()):
-        raise SystemExit(f"JEV_QUERY_TOKENS={path}: expected {{\"<token>\": \"<tenant or *>\"}}")
+        raise SystemExit(f'JEV_QUERY_TOKENS={path}: not JSON ({e}); expected {{"<token>": "<tenant or *>"}}')
+    if not isinstance(tokens, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in tokens.items()
+    ):
+        raise SystemExit(f'JEV_QUERY_TOKENS={path}: expected {{"<token>": "<tenant or *>"}}')
     short = [k for k in tokens if len(k) < 16]
     if short:
-        raise SystemExit(f"JEV_QUERY_TOKENS={path}: {len(short)} token(s) shorter than 16 characters; make them "
-                         "with python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+        raise SystemExit(
+            f"JEV_QUERY_TOKENS={path}: {len(short)} token(s) shorter than 16 characters; make them "
+            "with python -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
     return tokens

@@ -3,6 +3,7 @@
 When no broker answers at settings.broker, `run_local` starts the local pipeline (workers/harness/pipeline.py) for
 the duration of the job, like `jev demo`.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from infra.broker import wait_ready
 from schemas.batch import BatchMember, BatchResult
 from schemas.topics import name
-from streams.runtime.agents.batch import decode_member
 from streams.batch.report import summarize
+from streams.runtime.agents.batch import decode_member
 
 
 class JobFileError(ValueError):
@@ -34,8 +35,7 @@ def read_job(path: str) -> list[BatchMember]:
         except ValueError as exc:
             raise JobFileError(f"{path}:{number}: {exc}") from None
         if members and member.job != members[0].job:
-            raise JobFileError(f"{path}:{number}: job {member.job!r} differs from {members[0].job!r}: "
-                               f"one job per file")
+            raise JobFileError(f"{path}:{number}: job {member.job!r} differs from {members[0].job!r}: one job per file")
         if member.member in seen:
             raise JobFileError(f"{path}:{number}: member {member.member!r} listed twice")
         seen.add(member.member)
@@ -69,8 +69,9 @@ async def publish(bootstrap: str, members: list[BatchMember]) -> None:
 async def read_topics(bootstrap: str, job: str, expect: int | None, timeout: float, on_result=None):
     """(members submitted, results by member) of `job`, read from the start of the batch topics until
     `expect` results arrived (None: until the topics are drained) or `timeout` passed."""
-    consumer = AIOKafkaConsumer(name("batch"), name("batch_results"), bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        name("batch"), name("batch_results"), bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
     await consumer.start()
     submitted: set[str] = set()
     results: dict[str, BatchResult] = {}
@@ -129,6 +130,8 @@ async def run_local(settings, members: list[BatchMember], timeout: float, on_res
         await pipe.wait_usage_rows(at_least=len(results), timeout=15)
         rows, spent, nominal = pipe.ch.query(
             "SELECT count(), sum(input_tokens + output_tokens), sum(nominal_tokens) FROM usage_events FINAL "
-            "WHERE stage = 'batch' AND business_event = {job:String}", parameters={"job": members[0].job}).result_rows[0]
+            "WHERE stage = 'batch' AND business_event = {job:String}",
+            parameters={"job": members[0].job},
+        ).result_rows[0]
     report["clickhouse"] = {"usage_rows": int(rows), "tokens": int(spent), "nominal_tokens": int(nominal)}
     return report, results

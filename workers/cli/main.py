@@ -1,4 +1,5 @@
 """The `jev` command line. Each command lives in workers/cli/commands/<name>.py with a `register(sub)`."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,9 +7,8 @@ import importlib
 import pkgutil
 import sys
 
-from streams.security import logsafe
-
 from streams import settings as settings_mod
+from streams.security import logsafe
 from workers.cli import commands
 
 EPILOG = """Settings come from JEV_* environment variables: `jev config` lists them.
@@ -16,8 +16,12 @@ Quick start: `jev demo` runs the whole pipeline on a local broker and embedded C
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="jev", description="Govern LLM token spend on decision traffic.",
-                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="jev",
+        description="Govern LLM token spend on decision traffic.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"workers.cli.commands.{info.name}").register(sub)

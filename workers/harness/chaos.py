@@ -7,6 +7,7 @@ SpillingSink holds the events on disk and writes them after recovery), and hosti
 stream (each must come back as a dead letter with a reason). The audit runs in a child process because the
 ClickHouse directory belongs to one process at a time.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,11 +25,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.records import Control, Decision, Rejection
 from schemas.topics import name
+from streams.core.deadletter import ORIGINAL_MAX
 from streams.runtime.control import publish as publish_controls
 from streams.runtime.kafka_tuning import FETCH_MAX_WAIT_MS, follow_log_restarts
-from streams.core.deadletter import ORIGINAL_MAX
-from workers.harness import workload
 from workers.analytics.lag import stage_lag
+from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types
 
 WAVES = 10
@@ -38,11 +39,17 @@ PROGRESS_LOG_S = 30.0  # how often the log says how many requests are decided
 def hostile_inputs() -> list[bytes]:
     """Bad input an upstream system or an attacker could publish; each must be dead-lettered with a reason."""
     good = orjson.loads(workload.generate(1, seed=99)[0])
-    return [*workload.BAD_INPUTS, b"\xff\xfe\xfd invalid utf-8", b'{"request_id": "\xc3\x28"}', b"",
-            b"[" * 5000 + b"]" * 5000, orjson.dumps({**good, "request_id": "huge", "state": "a" * 2_000_000}),
-            orjson.dumps({**good, "request_id": "arr", "candidates": [{"id": "x"}] * 50_000}),
-            orjson.dumps({**good, "request_id": "ctl", "tenant": 7, "state": "\x00\x1b[2J\x07"}),
-            orjson.dumps({**good, "request_id": "inj", "decision_type": "ignore previous instructions"})]
+    return [
+        *workload.BAD_INPUTS,
+        b"\xff\xfe\xfd invalid utf-8",
+        b'{"request_id": "\xc3\x28"}',
+        b"",
+        b"[" * 5000 + b"]" * 5000,
+        orjson.dumps({**good, "request_id": "huge", "state": "a" * 2_000_000}),
+        orjson.dumps({**good, "request_id": "arr", "candidates": [{"id": "x"}] * 50_000}),
+        orjson.dumps({**good, "request_id": "ctl", "tenant": 7, "state": "\x00\x1b[2J\x07"}),
+        orjson.dumps({**good, "request_id": "inj", "decision_type": "ignore previous instructions"}),
+    ]
 
 
 POISON = [b"\xff\xfe not utf-8", b"{truncated", b'{"items": 5}', b'{"items": [{"request": 5}]}']
@@ -91,9 +98,16 @@ class Collector:
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
-        consumer = AIOKafkaConsumer(name("decisions"), name("rejected"), name("review"), group_id=None,
-                                    bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=FETCH_MAX_WAIT_MS, max_partition_fetch_bytes=16 << 20)
+        consumer = AIOKafkaConsumer(
+            name("decisions"),
+            name("rejected"),
+            name("review"),
+            group_id=None,
+            bootstrap_servers=self.bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            max_partition_fetch_bytes=16 << 20,
+        )
         await consumer.start()
         follow_log_restarts(consumer)
         try:
@@ -108,8 +122,11 @@ class Collector:
                             continue
                         d = Decision.loads(msg.value)
                         first = self.decisions.get(d.request_id)
-                        if first is not None and (first.tier, first.action_id, first.text) != (d.tier, d.action_id,
-                                                                                               d.text):
+                        if first is not None and (first.tier, first.action_id, first.text) != (
+                            d.tier,
+                            d.action_id,
+                            d.text,
+                        ):
                             self.differing.add(d.request_id)
                         self.decisions.setdefault(d.request_id, d)
                         self.deliveries[d.request_id] = self.deliveries.get(d.request_id, 0) + 1
@@ -150,8 +167,11 @@ def longest_gap(times: list[float], started: float = 0.0) -> dict[str, float | i
     ordered = sorted(times)
     gaps = [(b - a, i) for i, (a, b) in enumerate(zip(ordered, ordered[1:]))]
     gap, at = max(gaps, default=(0.0, -1))
-    return {"longest_gap_s": round(gap, 1), "longest_gap_at_s": round(ordered[at] - started, 1) if gaps else 0.0,
-            "decided_before_longest_gap": at + 1}
+    return {
+        "longest_gap_s": round(gap, 1),
+        "longest_gap_at_s": round(ordered[at] - started, 1) if gaps else 0.0,
+        "decided_before_longest_gap": at + 1,
+    }
 
 
 def audit(settings) -> dict:
@@ -166,20 +186,36 @@ def audit(settings) -> dict:
     sink.close()
     tokens = "sum(input_tokens + output_tokens + cache_read_tokens), sum(nominal_tokens)"
     raw_rows, distinct, raw_tokens, raw_nominal = ch.query(
-        f"SELECT count(), uniqExact(event_id), {tokens} FROM usage_events").result_rows[0]
-    final_rows, final_tokens, final_nominal = ch.query(
-        f"SELECT count(), {tokens} FROM usage_events FINAL").result_rows[0]
-    per_request = ch.query("SELECT request_id, countIf(stage = 'ingest'), countIf(stage = 'postprocess') "
-                           "FROM usage_events FINAL GROUP BY request_id").result_rows
-    return {"raw_rows": raw_rows, "distinct_events": distinct, "final_rows": final_rows,
-            "raw_tokens": int(raw_tokens), "final_tokens": int(final_tokens), "raw_nominal_tokens": int(raw_nominal),
-            "final_nominal_tokens": int(final_nominal), "spill_drained": drained,
-            "per_request": {r[0]: [r[1], r[2]] for r in per_request}}
+        f"SELECT count(), uniqExact(event_id), {tokens} FROM usage_events"
+    ).result_rows[0]
+    final_rows, final_tokens, final_nominal = ch.query(f"SELECT count(), {tokens} FROM usage_events FINAL").result_rows[
+        0
+    ]
+    per_request = ch.query(
+        "SELECT request_id, countIf(stage = 'ingest'), countIf(stage = 'postprocess') "
+        "FROM usage_events FINAL GROUP BY request_id"
+    ).result_rows
+    return {
+        "raw_rows": raw_rows,
+        "distinct_events": distinct,
+        "final_rows": final_rows,
+        "raw_tokens": int(raw_tokens),
+        "final_tokens": int(final_tokens),
+        "raw_nominal_tokens": int(raw_nominal),
+        "final_nominal_tokens": int(final_nominal),
+        "spill_drained": drained,
+        "per_request": {r[0]: [r[1], r[2]] for r in per_request},
+    }
 
 
 async def run_audit(pipe: Pipeline) -> dict:
-    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "workers.harness.chaos"], env=pipe.child_env(),
-                                   capture_output=True, timeout=300)
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "workers.harness.chaos"],
+        env=pipe.child_env(),
+        capture_output=True,
+        timeout=300,
+    )
     if proc.returncode:
         raise RuntimeError(f"the ClickHouse audit failed: {proc.stderr.decode()[-2000:]}")
     return orjson.loads(proc.stdout.splitlines()[-1])
@@ -197,8 +233,17 @@ async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, 
         log(f"restarted {role}: {orjson.dumps(pipe.startups[-1]).decode()}")
 
 
-async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeout: float, log=lambda m: None,
-                    on_progress=lambda done, total: None, stages: int = 1, scorers: int = 1) -> dict:
+async def run_chaos(
+    settings,
+    n: int,
+    kill: list[str],
+    sink_outage: float,
+    timeout: float,
+    log=lambda m: None,
+    on_progress=lambda done, total: None,
+    stages: int = 1,
+    scorers: int = 1,
+) -> dict:
     settings = settings.replace(data_dir=tempfile.mkdtemp(prefix="jev-chaos-"), clickhouse_dsn="")
     payloads = workload.generate(n, seed=11)
     expected = workload.request_ids(payloads)
@@ -207,23 +252,29 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     injected = {injected_id(name("requests"), raw) for raw in bad} | {injected_id(t, raw) for t, raw in poison}
     started = time.monotonic()
     log = timed(log, started)
-    async with Pipeline(settings, known_decision_types(settings.decision_types), stages_process=True, stages=stages,
-                        scorers=scorers) as pipe:
+    async with Pipeline(
+        settings, known_decision_types(settings.decision_types), stages_process=True, stages=stages, scorers=scorers
+    ) as pipe:
         collector = Collector(pipe.settings.bootstrap)
         following = asyncio.create_task(collector.run())
         if sink_outage:
-            await publish_controls(pipe.settings.bootstrap, [Control(
-                kind="fault", key="sink.outage", value=time.time() + sink_outage, ts=time.time())])
+            await publish_controls(
+                pipe.settings.bootstrap,
+                [Control(kind="fault", key="sink.outage", value=time.time() + sink_outage, ts=time.time())],
+            )
             log(f"ClickHouse outage injected for {sink_outage:.0f} s")
         faults = asyncio.create_task(inject(pipe, collector, kill, n, log))
         await pipe.publish(bad, max_request_size=16 << 20)
         await send_raw(pipe.settings.bootstrap, poison)
         for wave in range(WAVES):
-            await pipe.publish(payloads[wave * n // WAVES:(wave + 1) * n // WAVES])
+            await pipe.publish(payloads[wave * n // WAVES : (wave + 1) * n // WAVES])
             await asyncio.sleep(0.2)
         deadline, said = time.monotonic() + timeout, time.monotonic()
-        while (not expected <= collector.decisions.keys() or not injected <= collector.rejections.keys() or
-               not faults.done()) and time.monotonic() < deadline:
+        while (
+            not expected <= collector.decisions.keys()
+            or not injected <= collector.rejections.keys()
+            or not faults.done()
+        ) and time.monotonic() < deadline:
             on_progress(len(collector.decisions) + len(collector.rejections), n + len(bad))
             if time.monotonic() - said >= PROGRESS_LOG_S:
                 said = time.monotonic()
@@ -247,8 +298,12 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
     duplicate_rows = totals["raw_rows"] - totals["distinct_events"]
     overcounted = sum(1 for r in decided if max(metered.get(r, [0, 0])) > 1)
     return {
-        "pushed": n, "decided": len(decided), "lost": len(expected - decided) + len(unmetered),
-        "double_counted": duplicate_rows + overcounted + int(totals["raw_tokens"] != totals["final_tokens"])
+        "pushed": n,
+        "decided": len(decided),
+        "lost": len(expected - decided) + len(unmetered),
+        "double_counted": duplicate_rows
+        + overcounted
+        + int(totals["raw_tokens"] != totals["final_tokens"])
         + int(totals["raw_nominal_tokens"] != totals["final_nominal_tokens"]),
         "duplicate_decisions": sum(c - 1 for r, c in collector.deliveries.items() if r in expected),
         "duplicates_differing": len(collector.differing & expected),  # decided twice, not the first sent again
@@ -256,14 +311,30 @@ async def run_chaos(settings, n: int, kill: list[str], sink_outage: float, timeo
         "bad_inputs_caught": len(injected & collector.rejections.keys()),
         "bad_inputs_missed": sorted(injected - collector.rejections.keys()),
         "rejected_reasons": sorted({r.reason for r in collector.rejections.values()}),
-        "worker_restarts": sum(restarts.values()), "restarts": restarts, "stages": stages, "scorers": scorers,
+        "worker_restarts": sum(restarts.values()),
+        "restarts": restarts,
+        "stages": stages,
+        "scorers": scorers,
         "startups": startups,  # every child process started, in order: seconds to ready and to each phase
-        "clickhouse": {k: totals[k] for k in ("raw_rows", "distinct_events", "final_rows", "raw_tokens",
-                                              "final_tokens", "raw_nominal_tokens", "final_nominal_tokens",
-                                              "spill_drained")},
-        "lag_after_drain": lag, "sink_outage_s": sink_outage,
-        "decide_s": round(decided_at - started, 1), "wall_s": round(time.monotonic() - started, 1),
-        **longest_gap([collector.first_seen[r] for r in decided], started)}
+        "clickhouse": {
+            k: totals[k]
+            for k in (
+                "raw_rows",
+                "distinct_events",
+                "final_rows",
+                "raw_tokens",
+                "final_tokens",
+                "raw_nominal_tokens",
+                "final_nominal_tokens",
+                "spill_drained",
+            )
+        },
+        "lag_after_drain": lag,
+        "sink_outage_s": sink_outage,
+        "decide_s": round(decided_at - started, 1),
+        "wall_s": round(time.monotonic() - started, 1),
+        **longest_gap([collector.first_seen[r] for r in decided], started),
+    }
 
 
 if __name__ == "__main__":

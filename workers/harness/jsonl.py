@@ -1,4 +1,5 @@
 """Read JSON Lines: one field of each line, addressed by a dotted path (numeric parts index lists)."""
+
 from __future__ import annotations
 
 import sys

@@ -2,6 +2,7 @@
 sink), used by `jev demo`, the integration tests, `jev chaos` and the benchmarks. The production entry of the stage
 process is workers/processes/stage_process.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,12 +25,12 @@ from infra import clickhouse
 from infra.broker import LocalBroker, create_topics, die_with_parent, stop_process
 from schemas.records import Chunk, Decision, Rejection
 from schemas.topics import TOPICS, name
-from streams.runtime.app import create_app
 from streams.core.metrics import bearer_token, declare_known_series
-from streams.security import signing
+from streams.runtime.app import create_app
 from streams.runtime.usage_spill import durable_sink
-from workers.analytics.owner import QueryServer
+from streams.security import signing
 from workers.analytics.lag import export_lag_forever, stage_lag
+from workers.analytics.owner import QueryServer
 from workers.analytics.scrape import fetch
 
 
@@ -50,8 +51,16 @@ def cpu_seconds(pid: int) -> float:
 class Pipeline:
     """The local pipeline as a context: broker, Faust worker, scoring process, ClickHouse sink."""
 
-    def __init__(self, settings, known_types: set[str], fresh: bool = True, stages_process: bool = False,
-                 stages: int = 1, scorers: int = 1, metrics: bool = False):
+    def __init__(
+        self,
+        settings,
+        known_types: set[str],
+        fresh: bool = True,
+        stages_process: bool = False,
+        stages: int = 1,
+        scorers: int = 1,
+        metrics: bool = False,
+    ):
         """`stages_process`: run the Faust stages in a child process (`python -m workers.processes.stage_process`) that owns
         ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
         `stages`, `scorers`: stage processes and scoring workers. Stage processes past the first run as children
@@ -59,8 +68,10 @@ class Pipeline:
         `metrics`: every child process serves /metrics on a port of its own and the in-process stages export
         consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml)."""
         if stages < 1 or scorers < 1:
-            raise ValueError(f"a pipeline needs at least one stage process and one scoring worker "
-                             f"(got stages={stages}, scorers={scorers})")
+            raise ValueError(
+                f"a pipeline needs at least one stage process and one scoring worker "
+                f"(got stages={stages}, scorers={scorers})"
+            )
         self.root = Path(settings.data_dir).resolve() / "pipeline"
         self.fresh = fresh
         self.query_server = None
@@ -93,14 +104,17 @@ class Pipeline:
         """The first stage process, the first scoring worker and the broker, by role (the benchmarks' CPU)."""
         return {"stages": self.stages.pid, "scoring": self.scoring.pid, "broker": self.broker.proc.pid}
 
-    async def __aenter__(self) -> "Pipeline":
+    async def __aenter__(self) -> Pipeline:
         self.broker.start()
         self.root.mkdir(parents=True, exist_ok=True)
         signing.configure(self.base)  # every process of the pipeline signs with this one's key (children by env)
-        self.settings = self.base.replace(broker=self.broker.url, data_dir=str(self.root),
-                                          clickhouse_dsn=self.base.clickhouse,
-                                          signing_key_file=",".join(map(str, signing.key_files(self.base))),
-                                          metrics_token=bearer_token(self.base) if self.metrics else "")
+        self.settings = self.base.replace(
+            broker=self.broker.url,
+            data_dir=str(self.root),
+            clickhouse_dsn=self.base.clickhouse,
+            signing_key_file=",".join(map(str, signing.key_files(self.base))),
+            metrics_token=bearer_token(self.base) if self.metrics else "",
+        )
         await create_topics(self.settings.bootstrap, [t.name for t in TOPICS.values()], self.settings.partitions)
         if self.stages_process:
             await asyncio.to_thread(self.start_stages)
@@ -111,8 +125,14 @@ class Pipeline:
             clickhouse.truncate_usage(self.ch)
         self.query_server = await QueryServer.of(self.settings).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
-        self.worker = faust.Worker(self.app, loglevel=self.settings.log_level, loop=asyncio.get_running_loop(),
-                                   daemon=False, redirect_stdouts=False, quiet=True)
+        self.worker = faust.Worker(
+            self.app,
+            loglevel=self.settings.log_level,
+            loop=asyncio.get_running_loop(),
+            daemon=False,
+            redirect_stdouts=False,
+            quiet=True,
+        )
         self.worker.spinner = None  # Faust's terminal spinner writes escape codes at exit
         await self.worker.start()
         if self.metrics:
@@ -123,13 +143,17 @@ class Pipeline:
 
     async def start_fleet(self) -> None:
         """The other stage processes and every scoring worker, started side by side."""
-        await asyncio.gather(*(asyncio.to_thread(self.start_stages, i) for i in range(1, self.stage_count)),
-                             *(asyncio.to_thread(self.start_scoring, i) for i in range(self.scorer_count)))
+        await asyncio.gather(
+            *(asyncio.to_thread(self.start_stages, i) for i in range(1, self.stage_count)),
+            *(asyncio.to_thread(self.start_scoring, i) for i in range(self.scorer_count)),
+        )
 
     def child_env(self) -> dict:
         """Every setting as its JEV_* variable, so a child process sees exactly this pipeline's settings."""
-        return {**os.environ, **{f"JEV_{f.name.upper()}": str(getattr(self.settings, f.name))
-                                 for f in dataclasses.fields(self.settings)}}
+        return {
+            **os.environ,
+            **{f"JEV_{f.name.upper()}": str(getattr(self.settings, f.name)) for f in dataclasses.fields(self.settings)},
+        }
 
     def spawn(self, module: str, ready_prefix: str, data_dir: Path | None = None, **env) -> subprocess.Popen:
         """Start `python -m module` (settings overridden by `env`, JEV_* names) and wait for its readiness file
@@ -139,18 +163,21 @@ class Pipeline:
         data_dir.mkdir(parents=True, exist_ok=True)
         port = free_port() if self.metrics else 0
         spawned = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", module], env={**self.child_env(), **env,
-                                                                    "JEV_DATA_DIR": str(data_dir),
-                                                                    "JEV_METRICS_PORT": str(port)},
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module],
+            env={**self.child_env(), **env, "JEV_DATA_DIR": str(data_dir), "JEV_METRICS_PORT": str(port)},
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
         if port:
             self.metrics_ports[proc] = port
         ready = data_dir / f"{ready_prefix}-{proc.pid}.ready"
         deadline = time.monotonic() + 300
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not start (exit code {proc.poll()}); "
-                                   f"run `python -m {module}` to see why")
+                raise RuntimeError(
+                    f"{module} did not start (exit code {proc.poll()}); run `python -m {module}` to see why"
+                )
             time.sleep(0.1)
         self.startups.append({"process": f"{ready_prefix}-{proc.pid}", **startup_phases(ready, spawned)})
         return proc
@@ -164,10 +191,15 @@ class Pipeline:
     def start_stages(self, index: int = 0) -> None:
         """Stage process `index`; 0 owns ClickHouse (the usage sink), the others send usage by the topic only."""
         extra = {"JEV_USAGE_SINK": "0"} if index else {}
-        self.stage_procs[index] = self.spawn("workers.processes.stage_process", "stages", self.stage_dir(index), **extra)
+        self.stage_procs[index] = self.spawn(
+            "workers.processes.stage_process", "stages", self.stage_dir(index), **extra
+        )
 
-    ROLES = {"faust": "the stage process that owns ClickHouse", "stage": "the last stage process (the owner when "
-             "it runs alone)", "scoring": "the first scoring worker"}
+    ROLES = {
+        "faust": "the stage process that owns ClickHouse",
+        "stage": "the last stage process (the owner when it runs alone)",
+        "scoring": "the first scoring worker",
+    }
 
     def target(self, role: str) -> tuple[str, int]:
         if role == "scoring":
@@ -183,8 +215,10 @@ class Pipeline:
         kind, index = self.target(role)
         proc = (self.scorers if kind == "scoring" else self.stage_procs).get(index)
         if proc is None:
-            raise ValueError(f"no {role} process to kill (the Faust stages run in a process only with "
-                             f"stages_process=True, or stages > 1)")
+            raise ValueError(
+                f"no {role} process to kill (the Faust stages run in a process only with "
+                f"stages_process=True, or stages > 1)"
+            )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         ready_dir = Path(self.settings.data_dir) if kind == "scoring" else self.stage_dir(index)
@@ -227,8 +261,9 @@ class Pipeline:
         await asyncio.to_thread(stop_process, self.stages, 30)
 
     async def publish(self, payloads: list[bytes], max_request_size: int = 1048576) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap, linger_ms=5,
-                                    max_request_size=max_request_size)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap, linger_ms=5, max_request_size=max_request_size
+        )
         await producer.start()
         try:
             for raw in payloads:
@@ -237,22 +272,25 @@ class Pipeline:
         finally:
             await producer.stop()
 
-    async def collect(self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None,
-                      idle: bool = False):
+    async def collect(
+        self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None, idle: bool = False
+    ):
         """Read decisions and dead letters until the expected counts arrive or `timeout` passes (with `idle`:
         passes with none arriving, nor a chunk of a streamed answer, so a slow model that keeps deciding or
         streaming is waited for: a scoring worker sends the decisions of a micro-batch's streamed answers together,
         once the last of them has ended, which on a one-slot model server takes the sum of their answers)."""
         topics = [name("decisions"), name("rejected"), *([name("chunks")] if idle else [])]
-        consumer = AIOKafkaConsumer(*topics, bootstrap_servers=self.settings.bootstrap,
-                                    auto_offset_reset="earliest", group_id=None)
+        consumer = AIOKafkaConsumer(
+            *topics, bootstrap_servers=self.settings.bootstrap, auto_offset_reset="earliest", group_id=None
+        )
         await consumer.start()
         decisions: dict[str, Decision] = {}
         rejections: list[Rejection] = []
         deadline = time.monotonic() + timeout
         try:
-            while (len(decisions) < expect_decided or len(rejections) < expect_rejected) \
-                    and time.monotonic() < deadline:
+            while (
+                len(decisions) < expect_decided or len(rejections) < expect_rejected
+            ) and time.monotonic() < deadline:
                 for tp, msgs in (await consumer.getmany(timeout_ms=200)).items():
                     for msg in msgs:
                         if tp.topic == name("decisions"):
@@ -271,8 +309,9 @@ class Pipeline:
     async def read_chunks(self, request_ids: set[str], timeout: float) -> dict[str, list[Chunk]]:
         """The chunks on the chunk topic of `request_ids`, per request in the order they arrived, read until
         each has its final chunk or `timeout` passes (a redelivered stream repeats seq numbers: dropped)."""
-        consumer = AIOKafkaConsumer(name("chunks"), bootstrap_servers=self.settings.bootstrap,
-                                    auto_offset_reset="earliest", group_id=None)
+        consumer = AIOKafkaConsumer(
+            name("chunks"), bootstrap_servers=self.settings.bootstrap, auto_offset_reset="earliest", group_id=None
+        )
         await consumer.start()
         chunks: dict[str, list[Chunk]] = {rid: [] for rid in request_ids}
         seen, finished = set(), set()
@@ -304,8 +343,10 @@ class Pipeline:
 
     def usage_rows(self) -> int:
         if self.ch is None:
-            raise RuntimeError("ClickHouse belongs to the stage process (stages_process=True); "
-                               "query it after stop_stages() from a process that opens settings.clickhouse")
+            raise RuntimeError(
+                "ClickHouse belongs to the stage process (stages_process=True); "
+                "query it after stop_stages() from a process that opens settings.clickhouse"
+            )
         return int(self.ch.query("SELECT count() FROM usage_events FINAL").result_rows[0][0])
 
 
@@ -316,8 +357,10 @@ def startup_phases(ready: Path, spawned: float) -> dict[str, float]:
         phases = orjson.loads(ready.read_bytes() or b"{}")
     except (OSError, orjson.JSONDecodeError):  # removed by a stop, or not a stage process's file
         phases = {}
-    return {"ready_s": round(time.time() - spawned, 1),
-            **{f"{phase}_s": round(at - spawned, 1) for phase, at in phases.items()}}
+    return {
+        "ready_s": round(time.time() - spawned, 1),
+        **{f"{phase}_s": round(at - spawned, 1) for phase, at in phases.items()},
+    }
 
 
 def free_port() -> int:

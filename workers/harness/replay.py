@@ -1,5 +1,6 @@
 """Re-score recorded requests from the requests topic with a new engine configuration and compare with the
 decisions that were recorded for them: agreement and token deltas (`jev replay`)."""
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,14 @@ from streams.ingest.decode import Admission, admit
 
 async def read_topic(bootstrap: str, topic: str, since_ms: int) -> list:
     """Every message of `topic` with a timestamp at or after `since_ms`, read to the current end."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
     await consumer.start()
     try:
         messages, idle = [], 0
@@ -43,8 +50,14 @@ def compare(engine, admission: Admission, requests: list[bytes], recorded: dict[
         agree += decision.action_id == old.action_id
         before += old.input_tokens + old.output_tokens
         after += decision.input_tokens + decision.output_tokens
-    return {"replayed": replayed, "compared": compared, "agreement": round(agree / compared, 4) if compared else None,
-            "tokens_recorded": before, "tokens_replayed": after, "token_delta": after - before}
+    return {
+        "replayed": replayed,
+        "compared": compared,
+        "agreement": round(agree / compared, 4) if compared else None,
+        "tokens_recorded": before,
+        "tokens_replayed": after,
+        "token_delta": after - before,
+    }
 
 
 def since_ms(window: str) -> int:

@@ -19,6 +19,7 @@ takes another file (figures measured on the production machines). The arithmetic
 GPU throughput is interpolated linearly in context tokens between the measured points (and scaled as 1/context
 beyond them). Utilization (default 0.7) leaves headroom for bursts and rebalances.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -28,8 +29,14 @@ from pathlib import Path
 import orjson
 
 COSTS = Path(__file__).with_name("fleet_costs.json")
-NEEDED = ("stage_cpu_ms_per_cached_decision", "stage_cpu_ms_per_model_decision", "scorer_cpu_ms_per_candidate",
-          "gpu_candidates_per_s", "usage_rows_per_decision", "clickhouse_rows_per_s")
+NEEDED = (
+    "stage_cpu_ms_per_cached_decision",
+    "stage_cpu_ms_per_model_decision",
+    "scorer_cpu_ms_per_candidate",
+    "gpu_candidates_per_s",
+    "usage_rows_per_decision",
+    "clickhouse_rows_per_s",
+)
 
 
 class CostsError(ValueError):
@@ -40,20 +47,27 @@ def load(path: Path | str = COSTS) -> dict:
     try:
         figures = orjson.loads(Path(path).read_bytes())["figures"]
     except (OSError, ValueError, KeyError) as exc:
-        raise CostsError(f"{path}: cannot read the measured costs ({exc}); run bench/scale.py --record, or pass "
-                         f"--costs FILE") from exc
+        raise CostsError(
+            f"{path}: cannot read the measured costs ({exc}); run bench/scale.py --record, or pass --costs FILE"
+        ) from exc
     missing = [k for k in NEEDED if k not in figures]
     if missing:
-        raise CostsError(f"{path}: missing figures {missing}; each is written by the benchmark named in "
-                         f"workers/planner/fleet.py")
+        raise CostsError(
+            f"{path}: missing figures {missing}; each is written by the benchmark named in workers/planner/fleet.py"
+        )
     return figures
 
 
 def record(name: str, value, unit: str, source: str, detail: str, path: Path = COSTS) -> None:
     """Write one measured figure (a benchmark calls this), keeping the others."""
     doc = orjson.loads(path.read_bytes()) if path.exists() else {"figures": {}}
-    doc["figures"][name] = {"value": value, "unit": unit, "source": source, "detail": detail,
-                            "measured_at": datetime.date.today().isoformat()}
+    doc["figures"][name] = {
+        "value": value,
+        "unit": unit,
+        "source": source,
+        "detail": detail,
+        "measured_at": datetime.date.today().isoformat(),
+    }
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
 
 
@@ -69,8 +83,9 @@ def gpu_rate(points: list[list[float]], context: float) -> float:
     return r * c / context
 
 
-def size(qps: float, types: list, opt: dict, figures: dict, utilization: float = 0.7,
-         rows_per_insert: int = 10_000) -> dict:
+def size(
+    qps: float, types: list, opt: dict, figures: dict, utilization: float = 0.7, rows_per_insert: int = 10_000
+) -> dict:
     v = {k: figures[k]["value"] for k in NEEDED}
     m = (1 - opt["rules_share"]) * (1 - opt["cache_hit_rate"])
     k = opt["cascade_top_k"]
@@ -86,15 +101,24 @@ def size(qps: float, types: list, opt: dict, figures: dict, utilization: float =
     model_ms = v["stage_cpu_ms_per_model_decision"] + fine * v["scorer_cpu_ms_per_candidate"]
     cached_ms = v["stage_cpu_ms_per_cached_decision"]
     core = 1000 * utilization
-    return {"stage_processes": stages, "scoring_workers": workers, "gpus": gpus,
-            "partitions": 2 ** math.ceil(math.log2(2 * max(stages, gpus, 1))),
-            "partitions_with_cpu_scoring": 2 ** math.ceil(math.log2(2 * max(stages, workers, 1))),
-            "clickhouse_rows_per_s": round(rows), "clickhouse_inserts_per_s": round(rows / rows_per_insert, 2),
-            "clickhouse_load": round(rows / v["clickhouse_rows_per_s"], 3),
-            "model_decisions_per_s": round(qps * m, 1), "fine_candidates_per_s": round(scored_per_s),
-            "gpu_candidates_per_s_at_context": round(gpu_per_s), "mix_context_tokens": round(context),
-            "utilization": utilization,
-            "one_more_core_decisions_per_s": {"rules_cache": round(core / cached_ms, 1),
-                                              "model": round(core / model_ms, 1),
-                                              "mix": round(core / ((1 - m) * cached_ms + m * model_ms), 1)},
-            "figures": {name: figures[name] for name in NEEDED}}
+    return {
+        "stage_processes": stages,
+        "scoring_workers": workers,
+        "gpus": gpus,
+        "partitions": 2 ** math.ceil(math.log2(2 * max(stages, gpus, 1))),
+        "partitions_with_cpu_scoring": 2 ** math.ceil(math.log2(2 * max(stages, workers, 1))),
+        "clickhouse_rows_per_s": round(rows),
+        "clickhouse_inserts_per_s": round(rows / rows_per_insert, 2),
+        "clickhouse_load": round(rows / v["clickhouse_rows_per_s"], 3),
+        "model_decisions_per_s": round(qps * m, 1),
+        "fine_candidates_per_s": round(scored_per_s),
+        "gpu_candidates_per_s_at_context": round(gpu_per_s),
+        "mix_context_tokens": round(context),
+        "utilization": utilization,
+        "one_more_core_decisions_per_s": {
+            "rules_cache": round(core / cached_ms, 1),
+            "model": round(core / model_ms, 1),
+            "mix": round(core / ((1 - m) * cached_ms + m * model_ms), 1),
+        },
+        "figures": {name: figures[name] for name in NEEDED},
+    }

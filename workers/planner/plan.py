@@ -8,6 +8,7 @@ Per decision type (C context tokens, N candidates, d tokens per candidate descri
 Savings are attributed in that order: rules, cache, shared context, cascade; they sum to naive − optimized.
 The summary's `fleet` sizes the processes, GPUs and partitions for the mix from measured costs (workers/planner/fleet.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,11 +39,17 @@ class DecisionType:
     output_tokens: int = 0  # per iteration, for cost
 
 
-def number(doc: dict, key: str, where: str, *, low: float = 0, high: float = math.inf, integer: bool = False,
-           default=None):
+def number(
+    doc: dict, key: str, where: str, *, low: float = 0, high: float = math.inf, integer: bool = False, default=None
+):
     value = doc.get(key, default)
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or (integer and value != int(value)) or not low <= value <= high:
+    if (
+        value is None
+        or isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (integer and value != int(value))
+        or not low <= value <= high
+    ):
         kind = "an integer" if integer else "a number"
         raise PlanError(f"{where}.{key}: {value!r} must be {kind} in [{low:g}, {high:g}]")
     return int(value) if integer else float(value)
@@ -62,20 +69,27 @@ def parse(doc: dict) -> tuple[float, list[DecisionType], dict, dict]:
     for name, t in (doc.get("decision_types") or {}).items():
         unknown(t, TYPE_FIELDS, f"decision_types.{name}")
         where = f"decision_types.{name}"
-        types.append(DecisionType(name, number(t, "share", where, high=1),
-                                  number(t, "context_tokens", where, integer=True),
-                                  number(t, "candidates", where, integer=True),
-                                  number(t, "candidate_tokens", where, integer=True),
-                                  number(t, "iterations", where, low=1, integer=True, default=1),
-                                  number(t, "output_tokens", where, integer=True, default=0)))
+        types.append(
+            DecisionType(
+                name,
+                number(t, "share", where, high=1),
+                number(t, "context_tokens", where, integer=True),
+                number(t, "candidates", where, integer=True),
+                number(t, "candidate_tokens", where, integer=True),
+                number(t, "iterations", where, low=1, integer=True, default=1),
+                number(t, "output_tokens", where, integer=True, default=0),
+            )
+        )
     if not types or abs(sum(t.share for t in types) - 1) > 1e-6:
         raise PlanError(f"decision_types: shares must sum to 1 (they sum to {sum(t.share for t in types):g})")
     opt = doc.get("optimizations") or {}
     unknown(opt, OPT_FIELDS, "optimizations")
-    optimizations = {"shared_context": bool(opt.get("shared_context", False)),
-                     "cascade_top_k": number(opt, "cascade_top_k", "optimizations", integer=True, default=0),
-                     "cache_hit_rate": number(opt, "cache_hit_rate", "optimizations", high=1, default=0),
-                     "rules_share": number(opt, "rules_share", "optimizations", high=1, default=0)}
+    optimizations = {
+        "shared_context": bool(opt.get("shared_context", False)),
+        "cascade_top_k": number(opt, "cascade_top_k", "optimizations", integer=True, default=0),
+        "cache_hit_rate": number(opt, "cache_hit_rate", "optimizations", high=1, default=0),
+        "rules_share": number(opt, "rules_share", "optimizations", high=1, default=0),
+    }
     return qps, types, optimizations, prices(doc.get("prices") or {})
 
 
@@ -84,8 +98,11 @@ def prices(doc: dict) -> dict:
     unknown(doc, {"model", "input", "output"}, "prices")
     model = str(doc.get("model", "gpt-4o"))
     table = pricing.price(model) or pricing.Price(0.0, 0.0, 0.0)
-    return {"model": model, "input": number(doc, "input", "prices", default=table.input),
-            "output": number(doc, "output", "prices", default=table.output)}
+    return {
+        "model": model,
+        "input": number(doc, "input", "prices", default=table.input),
+        "output": number(doc, "output", "prices", default=table.output),
+    }
 
 
 def per_decision(t: DecisionType, opt: dict) -> dict[str, float]:
@@ -98,9 +115,16 @@ def per_decision(t: DecisionType, opt: dict) -> dict[str, float]:
     cascade = i * (c + reaching * per_candidate)
     r, h = opt["rules_share"], opt["cache_hit_rate"]
     rest = (1 - r) * (1 - h)
-    return {"naive": naive, "optimized": rest * cascade, "rules": r * naive, "cache": (1 - r) * h * naive,
-            "shared_context": rest * (naive - shared), "cascade": rest * (shared - cascade),
-            "output_naive": i * t.output_tokens, "output_optimized": rest * i * t.output_tokens}
+    return {
+        "naive": naive,
+        "optimized": rest * cascade,
+        "rules": r * naive,
+        "cache": (1 - r) * h * naive,
+        "shared_context": rest * (naive - shared),
+        "cascade": rest * (shared - cascade),
+        "output_naive": i * t.output_tokens,
+        "output_optimized": rest * i * t.output_tokens,
+    }
 
 
 def plan(doc: dict, costs: dict | None = None) -> dict:
@@ -117,7 +141,8 @@ def plan(doc: dict, costs: dict | None = None) -> dict:
         return round((input_tokens * price["input"] + output_tokens * price["output"]) / 1e6 * per_day, 2)
 
     return {
-        "qps": qps, "decisions_per_day": round(per_day),
+        "qps": qps,
+        "decisions_per_day": round(per_day),
         "naive_tokens_per_decision": round(mix["naive"], 2),
         "naive_tokens_per_day": round(mix["naive"] * per_day),
         "optimized_tokens_per_decision": round(mix["optimized"], 2),
@@ -127,10 +152,15 @@ def plan(doc: dict, costs: dict | None = None) -> dict:
         "model": price["model"],
         "naive_cost_per_day": usd(mix["naive"], mix["output_naive"]),
         "optimized_cost_per_day": usd(mix["optimized"], mix["output_optimized"]),
-        "decision_types": {t.name: {"share": t.share, "naive_tokens_per_decision": rows[t.name]["naive"],
-                                    "optimized_tokens_per_decision": round(rows[t.name]["optimized"], 2),
-                                    "naive_tokens_per_day": round(rows[t.name]["naive"] * t.share * per_day),
-                                    "optimized_tokens_per_day": round(rows[t.name]["optimized"] * t.share * per_day)}
-                           for t in types},
+        "decision_types": {
+            t.name: {
+                "share": t.share,
+                "naive_tokens_per_decision": rows[t.name]["naive"],
+                "optimized_tokens_per_decision": round(rows[t.name]["optimized"], 2),
+                "naive_tokens_per_day": round(rows[t.name]["naive"] * t.share * per_day),
+                "optimized_tokens_per_day": round(rows[t.name]["optimized"] * t.share * per_day),
+            }
+            for t in types
+        },
         "fleet": fleet_mod.size(qps, types, opt, costs if costs is not None else fleet_mod.load(), utilization),
     }

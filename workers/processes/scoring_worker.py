@@ -5,6 +5,7 @@ and commits once the Sender delivered what it decided.
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,20 +18,20 @@ from pathlib import Path
 
 from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
-from streams.security import signing
-from streams.runtime.control import ControlReader
-from streams.core.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.core.deadletter import dead_letter
+from streams.core.deadlines import Slots
+from streams.core.metrics import observe_stages, observe_switches, set_gpu_memory
+from streams.core.outbox import Outbox
 from streams.core.switches import Controls
 from streams.runtime.consumer import BatchConsumer
-from streams.core.outbox import Outbox
+from streams.runtime.control import ControlReader
 from streams.runtime.sender import Sender
-from streams.core.deadlines import Slots
-from workers.analytics.lag import export_lag_forever
 from streams.scoring.factory import build_engine
 from streams.scoring.warmup import warm
+from streams.security import signing
 from streams.shadow import mechanisms
 from streams.shadow.tuning import EngineTuning
+from workers.analytics.lag import export_lag_forever
 from workers.processes.shadow_scoring import ShadowScorer
 
 log = logging.getLogger("jev.scoring")
@@ -73,8 +74,16 @@ class ScoringWorker:
         s = self.settings
         signing.configure(s)
         sender = self.sender = Sender(s.bootstrap, s.partitions)
-        consumer = BatchConsumer(s.bootstrap, name("score"), f"{s.app_id}-scoring", self.handle, s.score_batch_max,
-                                 s.score_batch_wait_ms, sender=sender, depth=DEPTH)
+        consumer = BatchConsumer(
+            s.bootstrap,
+            name("score"),
+            f"{s.app_id}-scoring",
+            self.handle,
+            s.score_batch_max,
+            s.score_batch_wait_ms,
+            sender=sender,
+            depth=DEPTH,
+        )
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         controls.listeners.append(EngineTuning(self.engine).on_control)
@@ -91,8 +100,10 @@ class ScoringWorker:
         try:
             await consumer.wait(self.stopping.wait())  # until asked to stop, or the consumer crashed
             if consumer.crashed:
-                raise RuntimeError(f"the score consumer crashed ({consumer.crash_reason!r}); exiting so that a "
-                                   f"supervisor restarts this worker")
+                raise RuntimeError(
+                    f"the score consumer crashed ({consumer.crash_reason!r}); exiting so that a "
+                    f"supervisor restarts this worker"
+                )
         finally:
             follow.cancel()
             lag.cancel()
@@ -140,7 +151,7 @@ class ScoringWorker:
                 decided(sent := Outbox() if rest else out, urgent, results, began)
                 early = asyncio.ensure_future(self.sender.deliver(sent)) if rest else None
             for start in range(0, len(rest), DECIDE_CHUNK):  # between two chunks, a batch with a deadline goes first
-                chunk = rest[start:start + DECIDE_CHUNK]
+                chunk = rest[start : start + DECIDE_CHUNK]
                 async with self.deciding.hold(0.0):
                     began = time.time()
                     results = await asyncio.to_thread(self.decide_each, chunk)
@@ -213,8 +224,17 @@ class ScoringWorker:
                     results.extend(self.engine.decide_batch([work]))
                 except Exception as exc:
                     log.exception("engine failed on %s", work.request.request_id)
-                    results.append((Decision(request_id=work.request.request_id, tier="fallback",
-                                             error=f"engine error: {exc}", chain=["fallback:engine-error"]), []))
+                    results.append(
+                        (
+                            Decision(
+                                request_id=work.request.request_id,
+                                tier="fallback",
+                                error=f"engine error: {exc}",
+                                chain=["fallback:engine-error"],
+                            ),
+                            [],
+                        )
+                    )
             return results
 
 
@@ -254,10 +274,10 @@ def decode_batch(raw: bytes) -> WorkBatch | Rejection:
 
 
 def main() -> None:
-    from streams.security import logsafe
     from streams import settings as settings_mod
     from streams.core.metrics import start_metrics_server
     from streams.core.process import freeze_heap
+    from streams.security import logsafe
 
     logsafe.install()
     settings = settings_mod.load()

@@ -5,6 +5,7 @@ it, and drops twins older than JEV_SHADOW_MAX_AGE_MS (the first work dropped und
 scored topic on their cache-key partition (through the worker's Sender, like served work), where the stage process
 pairs them with their served decisions; their tokens are metered as stage "shadow"; each dropped twin leaves a
 usage row (shadow;dropped) so a sample can be accounted for."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,8 @@ import time
 
 from schemas.records import Rejection, Work
 from schemas.topics import name
-from streams.runtime.consumer import BatchConsumer
 from streams.core.outbox import Outbox
+from streams.runtime.consumer import BatchConsumer
 from streams.shadow.naive import decide_naive, naive_engine
 from streams.usage.events import usage_event
 
@@ -52,7 +53,7 @@ class Deciding:
     def locked(self) -> bool:
         return self.held
 
-    def __enter__(self) -> "Deciding":
+    def __enter__(self) -> Deciding:
         self.acquire()
         return self
 
@@ -93,8 +94,15 @@ class ShadowScorer:
 
     def consumer(self, sender) -> BatchConsumer:
         s = self.settings
-        return BatchConsumer(s.bootstrap, name("shadow"), s.shadow_group, self.handle, s.score_batch_max,
-                             s.score_batch_wait_ms, sender=sender)
+        return BatchConsumer(
+            s.bootstrap,
+            name("shadow"),
+            s.shadow_group,
+            self.handle,
+            s.score_batch_max,
+            s.score_batch_wait_ms,
+            sender=sender,
+        )
 
     async def handle(self, messages: list) -> Outbox:
         """One micro-batch of naive twins: the decided ones for `scored`, shadow usage (dropped twins
@@ -108,7 +116,7 @@ class ShadowScorer:
             works.extend(batch.items)
         for i in range(0, len(works), CHUNK):
             await self.until_idle()
-            fresh, dropped = self.drop_stale(works[i:i + CHUNK])
+            fresh, dropped = self.drop_stale(works[i : i + CHUNK])
             out.usage += dropped
             if fresh:
                 decided, usage = await asyncio.to_thread(self.decide, fresh)
@@ -135,13 +143,16 @@ class ShadowScorer:
         twins are stale and dropped: the handler never stalls past the consumer's poll interval)."""
         try:
             await asyncio.wait_for(self.idle.wait(), self.settings.shadow_max_age_ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def drop_stale(self, works: list[Work]) -> tuple[list[Work], list]:
         limit = time.time() - self.settings.shadow_max_age_ms / 1000
         fresh = [w for w in works if w.admitted_at >= limit]
-        usage = [usage_event(w.request, "shadow", section="dropped", outcome="dropped:age")
-                 for w in works if w.admitted_at < limit]
+        usage = [
+            usage_event(w.request, "shadow", section="dropped", outcome="dropped:age")
+            for w in works
+            if w.admitted_at < limit
+        ]
         self.dropped += len(usage)
         return fresh, usage

@@ -1,5 +1,6 @@
 """The stage process, the production entry (`jev worker stream`, `python -m workers.processes.stage_process`): every Faust
 stage agent in one process."""
+
 from __future__ import annotations
 
 import logging
@@ -14,9 +15,9 @@ import orjson
 
 from streams.runtime.app import create_app
 from streams.runtime.usage_spill import durable_sink
-from workers.analytics.owner import QueryServer
-from workers.analytics.lag import export_lag_forever
 from streams.scoring.factory import known_decision_types
+from workers.analytics.lag import export_lag_forever
+from workers.analytics.owner import QueryServer
 
 
 class StageWorker(faust.Worker):
@@ -35,8 +36,9 @@ class StageWorker(faust.Worker):
 
     def exit_after_grace(self, signum: signal.Signals) -> None:
         time.sleep(self.grace_s)
-        logging.getLogger("jev.stages").warning("not stopped %.1f s after %s: exiting now (what was not committed is "
-                                                "read again)", self.grace_s, signum.name)
+        logging.getLogger("jev.stages").warning(
+            "not stopped %.1f s after %s: exiting now (what was not committed is read again)", self.grace_s, signum.name
+        )
         self.on_exit()
         logging.shutdown()
         os._exit(128 + signum)
@@ -72,10 +74,10 @@ def serve_stages() -> None:
     (or by a killed predecessor) are drained from <data_dir>/spill. With JEV_USAGE_SINK=0 (every stage process
     but one, when several run) it opens no ClickHouse and sends its usage by the topic only.
     """
-    from streams.security import logsafe
     from streams import settings as settings_mod
     from streams.core.metrics import start_metrics_server
     from streams.core.process import freeze_heap
+    from streams.security import logsafe
 
     phases = StartupPhases()
     phases.mark("main")
@@ -90,6 +92,7 @@ def serve_stages() -> None:
     @app.on_partitions_assigned.connect
     async def note_assigned(sender, assigned, **kwargs):
         phases.mark("assigned")
+
     ready = Path(settings.data_dir) / f"stages-{os.getpid()}.ready"
     query_server = QueryServer.of(settings) if sink is not None else None
 
@@ -111,8 +114,14 @@ def serve_stages() -> None:
         if query_server is not None and query_server.path is not None:
             query_server.path.unlink(missing_ok=True)
 
-    worker = StageWorker(app, loglevel=settings.log_level, redirect_stdouts=False, quiet=True,
-                         grace_s=settings.stop_grace_s, on_exit=leave_no_markers)
+    worker = StageWorker(
+        app,
+        loglevel=settings.log_level,
+        redirect_stdouts=False,
+        quiet=True,
+        grace_s=settings.stop_grace_s,
+        on_exit=leave_no_markers,
+    )
     worker.spinner = None
     try:
         worker.execute_from_commandline()

@@ -4,6 +4,7 @@ split the output into per-member results.
 batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
 Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +13,14 @@ import orjson
 
 from schemas.batch import BatchMember, BatchResult, MergedCall
 from schemas.records import Request
-from streams.runtime.consumer import run_agent
+from streams.batch import aggregate, config, split
 from streams.core.deadletter import dead_letter
 from streams.core.outbox import Outbox
-from streams.usage.events import usage_event
-from streams.batch import aggregate, config, split
-from streams.models import pool as pool_mod, registry
 from streams.core.tenants import BadTenant, canonical
+from streams.models import pool as pool_mod
+from streams.models import registry
+from streams.runtime.consumer import run_agent
+from streams.usage.events import usage_event
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
 
@@ -53,16 +55,30 @@ def decode_member(raw: bytes) -> BatchMember:
 
 
 def member_request(result: BatchResult, tenant: str, service: str, business_line: str) -> Request:
-    return Request(request_id=f"{result.job}:{result.member}", tenant=tenant, service=service, kind="generate",
-                   decision_type=result.template, business_line=business_line, state="", business_event=result.job)
+    return Request(
+        request_id=f"{result.job}:{result.member}",
+        tenant=tenant,
+        service=service,
+        kind="generate",
+        decision_type=result.template,
+        business_line=business_line,
+        state="",
+        business_event=result.job,
+    )
 
 
 def usage(result: BatchResult, member: BatchMember, model: str):
     section = "failed" if result.status == "failed" else "retried" if result.retried else result.sent
-    return usage_event(member_request(result, member.tenant, member.service, member.business_line), "batch",
-                       section=section, model=model, input_tokens=result.input_tokens,
-                       output_tokens=result.output_tokens, nominal_tokens=result.individual_tokens,
-                       outcome="ok" if result.status == "ok" else "failed")
+    return usage_event(
+        member_request(result, member.tenant, member.service, member.business_line),
+        "batch",
+        section=section,
+        model=model,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        nominal_tokens=result.individual_tokens,
+        outcome="ok" if result.status == "ok" else "failed",
+    )
 
 
 def register(app, topics, settings, sender) -> None:
@@ -72,8 +88,9 @@ def register(app, topics, settings, sender) -> None:
 
     async def generator():
         if "generator" not in state:  # loaded once, off the loop (SmolLM2 takes tens of seconds)
-            state["generator"] = await asyncio.to_thread(registry.generator, settings.generator,
-                                                           pool_mod.load(settings.models), model)
+            state["generator"] = await asyncio.to_thread(
+                registry.generator, settings.generator, pool_mod.load(settings.models), model
+            )
         return state["generator"]
 
     def result_record(result: BatchResult) -> tuple[str, bytes, bytes]:
@@ -106,13 +123,15 @@ def register(app, topics, settings, sender) -> None:
         if call.sent == "merged":
             retry_rate.record(call.template, [r.retried for r in results])
         members = {s.member.member: s.member for s in call.shares}
-        return Outbox(usage=[usage(r, members[r.member], model) for r in results],
-                      records=[result_record(r) for r in results])
+        return Outbox(
+            usage=[usage(r, members[r.member], model) for r in results], records=[result_record(r) for r in results]
+        )
 
     @app.agent(topics.batch, name="aggregate_batch")
     async def aggregate_batch(stream):
-        await run_agent(stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000),
-                        aggregate_members, sender)
+        await run_agent(
+            stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000), aggregate_members, sender
+        )
 
     @app.agent(topics.batch_merged, name="split_batch")
     async def split_batch(stream):

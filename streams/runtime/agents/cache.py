@@ -11,6 +11,7 @@ they go out through the one Sender every STATE_FLUSH_S, apart from the micro-bat
 
 The naive twins of near-misses (promotion, streams/cache/stage.py) go to the shadow topic with the batch's
 misses; their decisions come back through postprocess, which judges them (CacheStage.promote)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,11 +21,11 @@ import uuid
 import orjson
 
 from schemas.topics import name
-from streams.runtime.answer import answer_locally
-from streams.runtime.consumer import follow_from_start, run_agent, take_work
 from streams.core.deadlines import deadline_first
 from streams.core.metrics import observe_cache, observe_promoted_hit, observe_stages
 from streams.core.outbox import Outbox
+from streams.runtime.answer import answer_locally
+from streams.runtime.consumer import follow_from_start, run_agent, take_work
 
 STATE_FLUSH_S = 0.5
 RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
@@ -72,8 +73,11 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
         semantic = {}
         if asking:
             vectors = await asyncio.to_thread(stage.embed, asking)
-            semantic = {id(work): hit for work, vector in zip(asking, vectors)
-                        if (hit := stage.lookup_semantic(work, vector)) is not None}
+            semantic = {
+                id(work): hit
+                for work, vector in zip(asking, vectors)
+                if (hit := stage.lookup_semantic(work, vector)) is not None
+            }
         hits = []
         asked = {id(work) for work in asking}
         for work in rest:
@@ -108,8 +112,10 @@ class CacheStateLog:
     def messages(self) -> list[bytes]:
         """The stage's pending changes as topic messages."""
         changes = self.stage.take_changes()
-        return [orjson.dumps({"origin": self.origin, "records": changes[i:i + RECORDS_PER_MESSAGE]})
-                for i in range(0, len(changes), RECORDS_PER_MESSAGE)]
+        return [
+            orjson.dumps({"origin": self.origin, "records": changes[i : i + RECORDS_PER_MESSAGE]})
+            for i in range(0, len(changes), RECORDS_PER_MESSAGE)
+        ]
 
     def outbox(self) -> Outbox:
         """The pending changes as cache-state records for the Sender (empty: nothing to send)."""
@@ -123,5 +129,6 @@ class CacheStateLog:
             self.applied += len(message["records"])
 
     async def follow(self) -> None:
-        await follow_from_start(self.bootstrap, name("cache_state"), self.apply, self.stopping, self.poll_ms,
-                                "cache-state message")
+        await follow_from_start(
+            self.bootstrap, name("cache_state"), self.apply, self.stopping, self.poll_ms, "cache-state message"
+        )

@@ -3,6 +3,7 @@ streams.distill.work.Distiller). One Kafka message per request in, read in micro
 (not a Faust agent: Faust's per-message cost was the largest single cost of a cache hit); the L1 hits and rule
 matches on partitions this worker holds are answered here (streams.runtime.local), the rest go out as WorkBatch
 envelopes per cache-key partition."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,23 +14,43 @@ from schemas.records import Rejection
 from streams.budgets.book import Refused
 from streams.budgets.reserve import reserve_request
 from streams.core.deadletter import dead_letter
+from streams.core.metrics import observe_protocol, observe_stages
+from streams.core.outbox import Outbox
+from streams.idempotency.requests import (
+    CONFLICT,
+    REDELIVERY,
+    Requests,
+    admitted_record,
+    conflict_detail,
+    decided_here,
+    fingerprint,
+)
 from streams.ingest.decode import admit
-from streams.idempotency.requests import (CONFLICT, REDELIVERY, Requests, admitted_record, conflict_detail,
-                                          decided_here, fingerprint)
-from streams.runtime.seen_log import RequestsSeenLog
 from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
-from streams.core.metrics import observe_protocol, observe_stages
 from streams.output.format import http_headers
-from streams.usage.events import usage_event
 from streams.runtime.consumer import BatchConsumer
-from streams.core.outbox import Outbox
+from streams.runtime.seen_log import RequestsSeenLog
+from streams.usage.events import usage_event
 
 log = logging.getLogger("jev.ingest")
 
 
-def register(app, topics, settings, admission, book, controls, texts_ref, distill, local, sender,
-             shadow=None, leases=None, requests: Requests | None = None) -> BatchConsumer:
+def register(
+    app,
+    topics,
+    settings,
+    admission,
+    book,
+    controls,
+    texts_ref,
+    distill,
+    local,
+    sender,
+    shadow=None,
+    leases=None,
+    requests: Requests | None = None,
+) -> BatchConsumer:
     """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `leases` (a
     streams.runtime.leases.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
     `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
@@ -64,17 +85,28 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
             tenant, request_id, _ = senders[id(message)]
             wait = limiter.check(tenant, now) if tenant else None
             if wait is not None:  # over its tenant's rate: refused before any decoding work
-                out.dead_letters.append(dead_letter(
-                    "rate_limited", f"tenant {tenant!r} is over its admission rate (JEV_TENANT_RATES); send this "
-                                    f"request again after {wait:.2f} s", "ingest", raw, request_id,
-                    retry_after_s=round(wait, 3)))
+                out.dead_letters.append(
+                    dead_letter(
+                        "rate_limited",
+                        f"tenant {tenant!r} is over its admission rate (JEV_TENANT_RATES); send this "
+                        f"request again after {wait:.2f} s",
+                        "ingest",
+                        raw,
+                        request_id,
+                        retry_after_s=round(wait, 3),
+                    )
+                )
                 continue
             try:
                 result = admit(raw, admission, truncate=controls.on("ingest.truncation"), headers=message.headers)
             except Exception as exc:  # a defect, not bad input: the request is dead-lettered, the stage goes on
                 log.exception("ingest failed on a request")
-                result = dead_letter("internal_error", f"ingest failed on this request ({exc!r}); it is kept here "
-                                                       f"to be replayed once fixed", "ingest", raw)
+                result = dead_letter(
+                    "internal_error",
+                    f"ingest failed on this request ({exc!r}); it is kept here to be replayed once fixed",
+                    "ingest",
+                    raw,
+                )
             if not isinstance(result, Rejection):
                 req, print_ = result.request, fingerprint(raw)  # once: checked here, logged below
                 verdict, first = requests.check(req.tenant, req.request_id, raw, print_)
@@ -83,8 +115,14 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                         out.decisions.append((first, http_headers(first)))
                     continue
                 if verdict == CONFLICT:
-                    result = dead_letter("duplicate_request_id", conflict_detail(req.tenant, req.request_id),
-                                         "ingest", raw, req.request_id, result.admitted_at)
+                    result = dead_letter(
+                        "duplicate_request_id",
+                        conflict_detail(req.tenant, req.request_id),
+                        "ingest",
+                        raw,
+                        req.request_id,
+                        result.admitted_at,
+                    )
             if not isinstance(result, Rejection) and controls.on("ingest.budgets"):
                 held = await reserve_request(book, leases, result, admission.stream_config)
                 out.alerts += held.alerts
@@ -92,8 +130,9 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
                     result.tier_cap = held.degrade_to
                 elif isinstance(held, Refused):
                     requests.forget(result.request.tenant, result.request.request_id)
-                    result = dead_letter("over_budget", held.reason, "ingest", raw, result.request.request_id,
-                                         result.admitted_at)
+                    result = dead_letter(
+                        "over_budget", held.reason, "ingest", raw, result.request.request_id, result.admitted_at
+                    )
             if isinstance(result, Rejection):
                 out.dead_letters.append(result)
                 continue
@@ -103,10 +142,17 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
             sent_bytes, compact_bytes = protocol_bytes(result)
             protocol[0] += sent_bytes
             protocol[1] += compact_bytes
-            out.usage.append(usage_event(result.request, "ingest", model=result.model,
-                                     candidates=len(result.request.candidates),
-                                     outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
-                                     prompt_bytes=sent_bytes, compact_bytes=compact_bytes))
+            out.usage.append(
+                usage_event(
+                    result.request,
+                    "ingest",
+                    model=result.model,
+                    candidates=len(result.request.candidates),
+                    outcome=f"degraded:{result.tier_cap}" if result.tier_cap else "admitted",
+                    prompt_bytes=sent_bytes,
+                    compact_bytes=compact_bytes,
+                )
+            )
         if admitted:  # one update per micro-batch, not two per request
             observe_protocol(*protocol)
         texts = texts_ref()
@@ -122,7 +168,17 @@ def register(app, topics, settings, admission, book, controls, texts_ref, distil
         out.records = decided_here(out.records, answered.records)
         return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.requests.get_topic_name(), settings.ingest_group,
-                                     ingest_requests, settings.stage_batch_max, settings.stage_batch_wait_ms,
-                                     sender=sender, depth=2, before=seen.loaded,
-                                     on_restart=lambda partition: requests.orphan_undecided()))
+    return app.service(
+        BatchConsumer(
+            settings.bootstrap,
+            topics.requests.get_topic_name(),
+            settings.ingest_group,
+            ingest_requests,
+            settings.stage_batch_max,
+            settings.stage_batch_wait_ms,
+            sender=sender,
+            depth=2,
+            before=seen.loaded,
+            on_restart=lambda partition: requests.orphan_undecided(),
+        )
+    )

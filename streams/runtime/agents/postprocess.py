@@ -1,16 +1,17 @@
 """postprocess: build the caller's Decision, route flagged output to review, fill the caches."""
+
 from __future__ import annotations
 
 import time
 
-from streams.runtime.consumer import run_agent, take_work
-from streams.idempotency.requests import reservation_key
 from streams.core.metrics import observe_decision, observe_promotion, observe_stages
 from streams.core.outbox import Outbox
-from streams.postprocess.finalize import finalize
+from streams.idempotency.requests import reservation_key
 from streams.output import stream as stream_config
 from streams.output.format import http_headers
 from streams.output.stream import chunk_text, streamed
+from streams.postprocess.finalize import finalize
+from streams.runtime.consumer import run_agent, take_work
 from streams.shadow.verdict import ShadowJoin, verdict_records
 from streams.usage.events import usage_event
 
@@ -42,8 +43,11 @@ class Postprocess:
             if work.shadow == "promote":  # a near-miss's naive twin: promoted if its L2 candidate's answer agrees
                 observe_promotion(self.cache.promote(work, lambda cached, twin=work: self.shadow.agrees(twin, cached)))
                 continue
-            first = self.requests.first(work.request.tenant, work.request.request_id) \
-                if self.requests is not None and not work.refresh and not work.predictive else None
+            first = (
+                self.requests.first(work.request.tenant, work.request.request_id)
+                if self.requests is not None and not work.refresh and not work.predictive
+                else None
+            )
             if first is not None:  # decided before (its work read again after a restart): settled and metered
                 out.decisions.append((first, http_headers(first)))  # then; sent again, the same, in case it was lost
                 continue
@@ -56,11 +60,19 @@ class Postprocess:
                 observe_decision(decision, work.request.decision_type)
             reservation = self.book.open.get(reservation_key(work.request.tenant, decision.request_id))
             if reservation is not None:
-                out.alerts += self.book.settle(reservation, decision.input_tokens + decision.output_tokens,
-                                               decision.cost)
+                out.alerts += self.book.settle(
+                    reservation, decision.input_tokens + decision.output_tokens, decision.cost
+                )
             if decision.tier.startswith("cache"):
-                usage.append(usage_event(work.request, "cache", section=decision.tier,
-                                         nominal_tokens=decision.nominal_tokens, outcome="hit"))
+                usage.append(
+                    usage_event(
+                        work.request,
+                        "cache",
+                        section=decision.tier,
+                        nominal_tokens=decision.nominal_tokens,
+                        outcome="hit",
+                    )
+                )
             if done.review:
                 out.review.append(decision)
                 continue

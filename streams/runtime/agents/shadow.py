@@ -3,20 +3,21 @@ agreement in the Prometheus gauge and lets the guard act: its control records go
 process applies them, as it would an operator's) and its alerts to the alerts topic. Its own BatchConsumer
 (group settings.verdicts_group), whose Outbox the stage process's Sender delivers before the micro-batch is
 committed."""
+
 from __future__ import annotations
 
 import asyncio
 
 from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
+from streams.core.deadletter import undecodable
 from streams.core.metrics import observe_verdicts, set_agreement
+from streams.core.outbox import Outbox
+from streams.core.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
+from streams.runtime.consumer import BatchConsumer
 from streams.shadow.floors import parse_floors
 from streams.shadow.guard import Guard, Knob
-from streams.core.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
 from streams.shadow.store import VerdictStore
-from streams.runtime.consumer import BatchConsumer
-from streams.core.deadletter import undecodable
-from streams.core.outbox import Outbox
 
 L2_STEP, L2_LIMIT = 0.02, 0.99
 CASCADE_STEP, CASCADE_LIMIT = 2, 8
@@ -28,16 +29,16 @@ def build_guard(settings, cache, distiller=None) -> Guard:
     the fixed threshold; read back from the cache stage of this process, so a tune it does not honour ends in
     the switch), the cascade's beam widening (honoured by the scoring workers, streams.shadow.tuning) and the
     history budget of distillation's time layer (the Distiller of this process)."""
-    knobs = {"cascade": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
-             "beam": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0)}
+    knobs = {
+        "cascade": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
+        "beam": Knob(CASCADE_KEY, CASCADE_STEP, CASCADE_LIMIT, 0),
+    }
     if distiller is not None:
         knobs["distill.time"] = Knob(DISTILL_KEY, DISTILL_STEP, DISTILL_LIMIT, 1.0, lambda: distiller.scale)
     semantic = getattr(cache, "semantic", None)
     if isinstance(semantic, SemanticCache):
-        knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.min_similarity,
-                                 lambda: semantic.min_similarity)
-    return Guard(parse_floors(settings.shadow_floors), settings.shadow_min_sample, settings.shadow_confidence_z,
-                 knobs)
+        knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.min_similarity, lambda: semantic.min_similarity)
+    return Guard(parse_floors(settings.shadow_floors), settings.shadow_min_sample, settings.shadow_confidence_z, knobs)
 
 
 def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
@@ -81,6 +82,14 @@ def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchCo
             out.alerts.append(action.alert)
         return out
 
-    return app.service(BatchConsumer(settings.bootstrap, topics.verdicts.get_topic_name(), settings.verdicts_group,
-                                     judge_savings, settings.stage_batch_max, settings.stage_batch_wait_ms,
-                                     sender=sender))
+    return app.service(
+        BatchConsumer(
+            settings.bootstrap,
+            topics.verdicts.get_topic_name(),
+            settings.verdicts_group,
+            judge_savings,
+            settings.stage_batch_max,
+            settings.stage_batch_wait_ms,
+            sender=sender,
+        )
+    )

@@ -1,27 +1,36 @@
 import pytest
 
 from schemas.batch import BatchMember
-from streams.text import tokens
 from streams.batch import config, render
+from streams.text import tokens
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()
 TEMPLATE = CFG.template("weekly_report")
 VARIABLES = {
-    "department": "Platform R&D", "head": "Helga Braun",
+    "department": "Platform R&D",
+    "head": "Helga Braun",
     "budget": {"allocated_usd": 600000, "spent_usd": 260000},
-    "projects": [{"name": f"Project {i}", "status": "on track", "budget_usd": 100000 + i,
-                  "technical_parameters": "LSM tree, 4 levels, bloom filter 10 bits/key, zstd level 3, p99 11 ms"}
-                 for i in range(4)],
-    "open_issues": [{"id": f"PLAT-{i}", "title": "Replication lag spikes under load", "severity": "high"}
-                    for i in range(4)],
+    "projects": [
+        {
+            "name": f"Project {i}",
+            "status": "on track",
+            "budget_usd": 100000 + i,
+            "technical_parameters": "LSM tree, 4 levels, bloom filter 10 bits/key, zstd level 3, p99 11 ms",
+        }
+        for i in range(4)
+    ],
+    "open_issues": [
+        {"id": f"PLAT-{i}", "title": "Replication lag spikes under load", "severity": "high"} for i in range(4)
+    ],
     "notes": "weekly sync held, nothing else to report",
 }
 
 
 def member(kind: str, quota: int, variables=None) -> BatchMember:
-    return BatchMember(job="j", member="m1", kind=kind, template="weekly_report", quota_tokens=quota,
-                       variables=variables or VARIABLES)
+    return BatchMember(
+        job="j", member="m1", kind=kind, template="weekly_report", quota_tokens=quota, variables=variables or VARIABLES
+    )
 
 
 def full_size(kind: str = "default") -> int:
@@ -35,12 +44,22 @@ def test_render_variables_lists_objects_one_line_each():
 
 
 def test_render_variables_gives_dicts_of_objects_one_line_per_entry():
-    text = render.render_variables({"org": {"name": "Legal", "size": 4},
-                                    "incidents": {"INC-7": {"sev": "P1", "what": "refunds"}, "INC-9": "closed"},
-                                    "dept": {"portfolio": [{"program": "K8s"}]}, "milestones": [["M1", "done"]]})
-    assert text.splitlines() == ["org: name=Legal, size=4", "incidents.INC-7: sev=P1, what=refunds",
-                                 "incidents.INC-9: closed", "dept.portfolio:", "- program: K8s",
-                                 "milestones: M1, done"]
+    text = render.render_variables(
+        {
+            "org": {"name": "Legal", "size": 4},
+            "incidents": {"INC-7": {"sev": "P1", "what": "refunds"}, "INC-9": "closed"},
+            "dept": {"portfolio": [{"program": "K8s"}]},
+            "milestones": [["M1", "done"]],
+        }
+    )
+    assert text.splitlines() == [
+        "org: name=Legal, size=4",
+        "incidents.INC-7: sev=P1, what=refunds",
+        "incidents.INC-9: closed",
+        "dept.portfolio:",
+        "- program: K8s",
+        "milestones: M1, done",
+    ]
 
 
 def test_member_within_quota_is_not_trimmed():
@@ -48,10 +67,13 @@ def test_member_within_quota_is_not_trimmed():
     assert trimmed == [] and size == tokens.count(block, MODEL) and "budget_usd" in block
 
 
-@pytest.mark.parametrize("kind, first_dropped, kept", [
-    ("marketing", "technical_parameters", "budget_usd"),
-    ("rnd", "budget", "technical_parameters"),
-])
+@pytest.mark.parametrize(
+    "kind, first_dropped, kept",
+    [
+        ("marketing", "technical_parameters", "budget_usd"),
+        ("rnd", "budget", "technical_parameters"),
+    ],
+)
 def test_kind_decides_what_goes_first(kind, first_dropped, kept):
     quota = full_size(kind) + render.output_budget(TEMPLATE, full_size(kind)) - 30
     block, size, trimmed = render.trim(member(kind, quota), TEMPLATE, CFG.drops(kind), MODEL)
@@ -91,10 +113,13 @@ def test_merged_prompt_shares_instructions_once():
     assert tokens.count(merged, MODEL) + 300 < each
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"kinds": {}}, "expected templates"),
-    ({"templates": {"t": {"instructions": "x", "sections": {}}}}, "at least one section"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"kinds": {}}, "expected templates"),
+        ({"templates": {"t": {"instructions": "x", "sections": {}}}}, "at least one section"),
+    ],
+)
 def test_bad_config_names_the_expected_shape(raw, message):
     with pytest.raises(ValueError, match=message):
         config.parse(raw)

@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from schemas.batch import BatchMember
-from streams.text import tokens
-from streams.batch import aggregate, config, report, split, render
+from streams.batch import aggregate, config, render, report, split
 from streams.models.extractive import ExtractiveGenerator
 from streams.models.protocol import Generated
+from streams.text import tokens
 
 MODEL = "gpt-4o-mini"
 CFG = config.load()
@@ -21,6 +21,7 @@ def sample_members(n: int = 12) -> list[BatchMember]:
 
 class Failing:
     """A backend that errors (out of memory, timeout): members must fail explicitly, not vanish."""
+
     name, model, label = "failing", "failing", "llm"
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
@@ -29,6 +30,7 @@ class Failing:
 
 class Rambling:
     """A model that ignores the layout: one paragraph, no member headers, no sections."""
+
     name, model, label = "rambling", "rambling", "llm"
 
     def generate(self, prompt: str, max_tokens: int) -> Generated:
@@ -49,13 +51,16 @@ def test_parse_answers_and_sections():
     assert split.parse_sections(answers["b"], ["Summary", "Risks"]) == {"Summary": "ok"}
 
 
-@pytest.mark.parametrize("answer, expected", [
-    (None, ["missing from the merged output"]),
-    ("Summary: a\nRisks: b\nNext steps: c", []),
-    ("Summary: a\nRisks: b", ["missing section Next steps"]),
-    ("Summary: a\nRisks: \nNext steps: c", ["missing section Risks"]),
-    ("Summary: " + "word " * 200 + "\nRisks: b\nNext steps: c", ["answer 212 tokens over its budget 120"]),
-])
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (None, ["missing from the merged output"]),
+        ("Summary: a\nRisks: b\nNext steps: c", []),
+        ("Summary: a\nRisks: b", ["missing section Next steps"]),
+        ("Summary: a\nRisks: \nNext steps: c", ["missing section Risks"]),
+        ("Summary: " + "word " * 200 + "\nRisks: b\nNext steps: c", ["answer 212 tokens over its budget 120"]),
+    ],
+)
 def test_contract_problems(answer, expected):
     assert split.problems(answer, TEMPLATE, 120, MODEL) == expected
 
@@ -83,9 +88,11 @@ def test_malformed_members_are_retried_alone():
     answers = split.parse_answers(call.text)
     ids = list(answers)
     # member 0 lost its Risks line, member 1 is missing, member 2 is over budget; member 3 intact
-    broken = [f"=== {ids[0]} ===\n" + "\n".join(l for l in answers[ids[0]].splitlines() if not l.startswith("Risks")),
-              f"=== {ids[2]} ===\n" + answers[ids[2]] + "\n" + "filler " * 300,
-              f"=== {ids[3]} ===\n" + answers[ids[3]]]
+    broken = [
+        f"=== {ids[0]} ===\n" + "\n".join(l for l in answers[ids[0]].splitlines() if not l.startswith("Risks")),
+        f"=== {ids[2]} ===\n" + answers[ids[2]] + "\n" + "filler " * 300,
+        f"=== {ids[3]} ===\n" + answers[ids[3]],
+    ]
     call.text, call.output_tokens = "\n".join(broken), tokens.count("\n".join(broken), MODEL)
     results = split.split(call, TEMPLATE, gen, MODEL)
     assert ids == ["m1", "m2", "m3", "m4"]  # answers are headed by the members' tags, results carry their ids
@@ -124,8 +131,11 @@ def test_group_by_job_and_template_in_chunks():
     members = sample_members(5)
     members[4].job = "other"
     groups = aggregate.group(members, 3)
-    assert [[m.member for m in g] for g in groups] == [[m.member for m in members[:3]], [members[3].member],
-                                                        [members[4].member]]
+    assert [[m.member for m in g] for g in groups] == [
+        [m.member for m in members[:3]],
+        [members[3].member],
+        [members[4].member],
+    ]
 
 
 def test_sample_job_report_merged_beats_individual():
@@ -250,8 +260,10 @@ def test_a_merged_call_whose_retries_cost_more_than_its_members_alone_says_so():
     results = split.split(call, TEMPLATE, gen, MODEL)
     r = report.summarize("weekly", results, 4, MODEL)
     assert r["failed"] == 0 and r["retries"] == 4 and r["tokens_merged"] > r["tokens_individual"]
-    assert r["notes"] == [f"merged call and its 4 retries reserved {r['tokens_merged']} tokens, "
-                          f"its members alone {r['tokens_individual']}"]
+    assert r["notes"] == [
+        f"merged call and its 4 retries reserved {r['tokens_merged']} tokens, "
+        f"its members alone {r['tokens_individual']}"
+    ]
 
 
 def test_the_w23_held_out_job_needs_no_retry_and_costs_less_merged():

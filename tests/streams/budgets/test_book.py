@@ -25,10 +25,23 @@ def book_with(key, clock=None, **value):
 
 
 def test_request_scopes():
-    request = Request(request_id="r", tenant="acme", service="search", decision_type="ranking", state="",
-                      business_line="retail", user_id="u1")
-    assert request_scopes(request) == ["all:*", "tenant:acme", "service:search", "decision_type:ranking",
-                                       "business_line:retail", "user:u1"]
+    request = Request(
+        request_id="r",
+        tenant="acme",
+        service="search",
+        decision_type="ranking",
+        state="",
+        business_line="retail",
+        user_id="u1",
+    )
+    assert request_scopes(request) == [
+        "all:*",
+        "tenant:acme",
+        "service:search",
+        "decision_type:ranking",
+        "business_line:retail",
+        "user:u1",
+    ]
 
 
 def test_reserve_settle_releases_the_rest():
@@ -133,20 +146,23 @@ def test_empty_value_removes_a_budget():
     assert isinstance(book.reserve(["tenant:acme"], 100, 0.0), Reservation)
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("tenant:acme", {"hard_tokens": -1}, "non-negative"),
-    ("tenant:acme", {"hard_tokens": 10**15}, "absurd"),
-    ("tenant:acme", {"hard_cost": 1e12}, "absurd"),
-    ("tenant:acme", {"hard_cost": float("inf")}, "non-negative"),
-    ("tenant:acme", {"hard_tokens": 1.5}, "integer"),
-    ("tenant:acme", {"soft_tokens": 10, "hard_tokens": 5}, "soft must not exceed hard"),
-    ("tenant:acme", {"hard_tokens": 5, "policy": "pray"}, "reject or degrade"),
-    ("tenant:acme", {"hard_tokns": 5}, "mapping of"),
-    ("tenant:acme", {"policy": "reject"}, "at least one"),
-    ("tenant:acme@week", {"hard_tokens": 5}, "day or month"),
-    ("planet:earth", {"hard_tokens": 5}, "KIND:NAME"),
-    ("tenant:acme", {"hard_tokens": 5, "alert_ratios": [0]}, "alert_ratios"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("tenant:acme", {"hard_tokens": -1}, "non-negative"),
+        ("tenant:acme", {"hard_tokens": 10**15}, "absurd"),
+        ("tenant:acme", {"hard_cost": 1e12}, "absurd"),
+        ("tenant:acme", {"hard_cost": float("inf")}, "non-negative"),
+        ("tenant:acme", {"hard_tokens": 1.5}, "integer"),
+        ("tenant:acme", {"soft_tokens": 10, "hard_tokens": 5}, "soft must not exceed hard"),
+        ("tenant:acme", {"hard_tokens": 5, "policy": "pray"}, "reject or degrade"),
+        ("tenant:acme", {"hard_tokns": 5}, "mapping of"),
+        ("tenant:acme", {"policy": "reject"}, "at least one"),
+        ("tenant:acme@week", {"hard_tokens": 5}, "day or month"),
+        ("planet:earth", {"hard_tokens": 5}, "KIND:NAME"),
+        ("tenant:acme", {"hard_tokens": 5, "alert_ratios": [0]}, "alert_ratios"),
+    ],
+)
 def test_bad_budgets_are_clear_errors(key, value, match):
     with pytest.raises(BudgetError, match=match):
         parse_budget(key, value)

@@ -1,9 +1,9 @@
 """Hard budgets by leases: the owner never grants past the limit, state rebuilds from its log, leases come back."""
+
 import random
 
-
 from schemas.records import BudgetEvent
-from streams.budgets.lease_holder import LeaseHolder, LeaseHold
+from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner, window_of
 
 KEY, NOW = "tenant:acme@day", 1_800_000_000.0
@@ -84,8 +84,9 @@ def test_many_holders_racing_never_overshoot():
         held = h.reserve([KEY], need, NOW)
         if not isinstance(held, LeaseHold):
             lease = h.usable(KEY, NOW)
-            grant = o.grant(ask(f"r{step}", h.slice(limit, need), holder=h.holder,
-                                lease_id=lease.lease_id if lease else ""), NOW)
+            grant = o.grant(
+                ask(f"r{step}", h.slice(limit, need), holder=h.holder, lease_id=lease.lease_id if lease else ""), NOW
+            )
             h.on_grant(KEY, grant.lease_id, grant.window, grant.tokens, grant.expires)
             held = h.reserve([KEY], need, NOW)
         if isinstance(held, LeaseHold):
@@ -93,8 +94,11 @@ def test_many_holders_racing_never_overshoot():
         if pending and rng.random() < 0.5:
             hold, reserved, actual = pending.pop(rng.randrange(len(pending)))
             spent += actual
-            o.apply(BudgetEvent(kind="settle", key=KEY, lease_id=hold.leases[KEY], reserved=reserved, actual=actual,
-                                window=WINDOW))
+            o.apply(
+                BudgetEvent(
+                    kind="settle", key=KEY, lease_id=hold.leases[KEY], reserved=reserved, actual=actual, window=WINDOW
+                )
+            )
         assert o.accounts[KEY].used + o.accounts[KEY].held <= limit
     assert spent <= limit
     assert spent > limit * 0.5  # the budget was actually used, not refused wholesale

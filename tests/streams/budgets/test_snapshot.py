@@ -1,7 +1,8 @@
 """Budgets survive a restart: limits replay from the control topic, spend comes back from the snapshot."""
+
 from schemas.records import Control
-from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
 from streams.budgets.book import Refused
+from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
 
 
 def test_spend_survives_a_restart_and_a_bad_control_is_not_fatal(tmp_path, caplog):

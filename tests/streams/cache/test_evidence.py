@@ -33,8 +33,13 @@ def test_the_fold_depends_on_the_pair_never_on_the_outcome_and_takes_its_share()
     assert all(in_fit_fold(k, q) == in_fit_fold(k, q) for k, q in pairs[:50])
 
 
-@pytest.mark.parametrize("cached, asked", [("How do I learn Python fast?", "How can I learn Python quickly?"),
-                                            ("如何快速学习Python？", "怎样才能快速学会Python？")])
+@pytest.mark.parametrize(
+    "cached, asked",
+    [
+        ("How do I learn Python fast?", "How can I learn Python quickly?"),
+        ("如何快速学习Python？", "怎样才能快速学会Python？"),
+    ],
+)
 def test_the_fold_of_a_verdict_stays_when_its_features_change(cached, asked):
     """The same verdicts observed with other feature rows (a new feature, a refitted scale) land in the same
     folds: the fit fold holds the same verdicts, by their questions, whatever the rows say."""
@@ -74,13 +79,16 @@ def test_verdicts_of_every_partition_certify_one_threshold():
 def test_served_hits_stay_within_the_bound_when_the_verifier_is_refitted_online():
     """A synthetic truth the starting weights get wrong (they trust cosine 0.9, the truth needs 0.95): online
     refits from the fit fold move the verifier, the certifying fold keeps the served error under the bound."""
+
     def truth(cosine):
         return 1 / (1 + math.exp(-80 * (cosine - 0.93)))
+
     failures = 0
     for seed in range(10):
         rng = random.Random(seed)
-        evidence = PooledEvidence(cosine_verifier(), ThresholdLearner(0.05, 0.9, explore=0.05, seed=seed),
-                                  refit_every=50)
+        evidence = PooledEvidence(
+            cosine_verifier(), ThresholdLearner(0.05, 0.9, explore=0.05, seed=seed), refit_every=50
+        )
         served = wrong = 0
         for i in range(6000):
             cosine = rng.uniform(0.85, 1.0)
@@ -150,8 +158,9 @@ def test_calibration_verdicts_certify_before_live_ones_and_never_refit():
     """A verifier shipped with verdicts from pairs it was not fitted on serves English and Chinese hits at once;
     a calibration set with errors at the top certifies nothing."""
     clean = (np.stack([row(0.99)] * 300), np.ones(300, dtype=bool))
-    evidence = PooledEvidence(Verifier(cosine_verifier().weights, calibration=clean),
-                              ThresholdLearner(0.05, 0.9, explore=0.0))
+    evidence = PooledEvidence(
+        Verifier(cosine_verifier().weights, calibration=clean), ThresholdLearner(0.05, 0.9, explore=0.0)
+    )
     assert evidence.stats()["calibration_verdicts"] == 300 and evidence.stats()["fit_verdicts"] == 0
     cache = SemanticCache(HashingEmbedder(), threshold=0.3, evidence=evidence)
     cache.insert(EN, "How do I reset my password?", "answer")
@@ -159,8 +168,9 @@ def test_calibration_verdicts_certify_before_live_ones_and_never_refit():
     assert cache.probe(EN, "how do I reset my password")[0] is not None
     assert cache.probe(ZH, "如何重置我的密码")[0] is not None
     noisy = (clean[0], np.arange(300) % 5 != 0)  # one in five wrong
-    refused = PooledEvidence(Verifier(cosine_verifier().weights, calibration=noisy),
-                             ThresholdLearner(0.05, 0.9, explore=0.0))
+    refused = PooledEvidence(
+        Verifier(cosine_verifier().weights, calibration=noisy), ThresholdLearner(0.05, 0.9, explore=0.0)
+    )
     assert refused.threshold() == math.inf
 
 
@@ -169,15 +179,20 @@ def test_a_refit_rescores_the_certifying_verdicts_on_the_scale_live_candidates_a
     """A verifier on standardized features (e5's narrow cosines): after an online refit, every certifying verdict's
     score in the learner is the probability the refitted verifier gives a live candidate with that feature row."""
     from streams.cache.verifier import features, standardizer
-    query, cached = (("如何重置我的密码？", "怎么重置我的密码？") if lang == "zh" else
-                     ("How do I reset my password?", "How can I reset my password?"))
+
+    query, cached = (
+        ("如何重置我的密码？", "怎么重置我的密码？")
+        if lang == "zh"
+        else ("How do I reset my password?", "How can I reset my password?")
+    )
     rng = random.Random(4)
     rows = np.stack([features(query, cached, rng.uniform(0.9, 1.0), rng.uniform(0.3, 0.8)) for _ in range(400)])
     shift, spread = standardizer(rows)
     weights = np.zeros(len(FEATURES))
     weights[FEATURES.index("cosine")] = 2.0
-    evidence = PooledEvidence(Verifier(weights, shift=shift, spread=spread), ThresholdLearner(0.05, 0.9, explore=0.0),
-                              refit_every=20)
+    evidence = PooledEvidence(
+        Verifier(weights, shift=shift, spread=spread), ThresholdLearner(0.05, 0.9, explore=0.0), refit_every=20
+    )
     for i, x in enumerate(rows):
         evidence.observe(f"{lang}{i}", x, float(x[1]), agreed=x[1] > 0.95)
     assert evidence.verifier.fits > 0

@@ -12,16 +12,33 @@ ALL_ON = dict.fromkeys(SWITCHES, True)
 
 
 def work(**changes) -> Work:
-    fields = dict(request_id="r1", tenant="acme", service="search", decision_type="rank", state="find shoes",
-                  candidates=[Candidate(id="a", text="red shoes"), Candidate(id="b", text="blue shoes")])
+    fields = dict(
+        request_id="r1",
+        tenant="acme",
+        service="search",
+        decision_type="rank",
+        state="find shoes",
+        candidates=[Candidate(id="a", text="red shoes"), Candidate(id="b", text="blue shoes")],
+    )
     model = changes.pop("model", "gpt-4o-mini")
     fields.update(changes)
     return Work(request=Request(**fields), admitted_at=0.0, model=model)
 
 
-@pytest.mark.parametrize("text", [
-    "find   shoes ", "\tHold 40 units\n at A? ", "", "  ", "霞云岭\u3000国家森林公园 的附近", "ＡＢＣ　１２３", "ﬁne",
-    "a\x1cb\x1fc\x85d\u2028e\u00a0f\u200bg", "电 话\r\n号码"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "find   shoes ",
+        "\tHold 40 units\n at A? ",
+        "",
+        "  ",
+        "霞云岭\u3000国家森林公园 的附近",
+        "ＡＢＣ　１２３",
+        "ﬁne",
+        "a\x1cb\x1fc\x85d\u2028e\u00a0f\u200bg",
+        "电 话\r\n号码",
+    ],
+)
 def test_normalize_is_nfkc_with_whitespace_collapsed(text):  # the fast path gives what the definition gives
     assert normalize(text) == re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
 
@@ -34,11 +51,19 @@ def test_key_ignores_ids_whitespace_and_candidate_order():
     assert cache_key(work(candidates=reordered)) == base
 
 
-@pytest.mark.parametrize("changes", [
-    {"model": "gpt-4o"}, {"state": "find boots"}, {"tenant": "other"}, {"decision_type": "route"},
-    {"kind": "generate"}, {"candidates": [Candidate(id="a", text="red shoes")]},
-    {"template": TemplateRef(id="t", version="2")}, {"history": [Turn(role="user", content="hi")]},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model": "gpt-4o"},
+        {"state": "find boots"},
+        {"tenant": "other"},
+        {"decision_type": "route"},
+        {"kind": "generate"},
+        {"candidates": [Candidate(id="a", text="red shoes")]},
+        {"template": TemplateRef(id="t", version="2")},
+        {"history": [Turn(role="user", content="hi")]},
+    ],
+)
 def test_key_changes_with_what_changes_the_answer(changes):
     assert cache_key(work(**changes)) != cache_key(work())
 
@@ -109,9 +134,15 @@ def test_l1_entries_leave_the_collectors_scans_and_serve_whole(tmp_path, state, 
     from streams import settings as settings_mod
 
     stage = CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="none"))
-    decision = Decision(request_id="r1", tier="fine", action_id=action, text=f"{action}：理由",
-                        ranking=[Ranked(id=action, score=0.9), Ranked(id="b", score=0.1)], chain=["rules", "fine"],
-                        input_tokens=42)
+    decision = Decision(
+        request_id="r1",
+        tier="fine",
+        action_id=action,
+        text=f"{action}：理由",
+        ranking=[Ranked(id=action, score=0.9), Ranked(id="b", score=0.1)],
+        chain=["rules", "fine"],
+        input_tokens=42,
+    )
     entry = work(state=state)
     entry.cache_key = "k"
     stage.fill(entry, decision, ALL_ON)

@@ -4,7 +4,8 @@ import random
 import numpy as np
 import pytest
 
-from schemas.records import Candidate as Option, Control, Decision, Request, Work
+from schemas.records import Candidate as Option
+from schemas.records import Control, Decision, Request, Work
 from streams.cache.embedders import HashingEmbedder
 from streams.cache.exact import cache_key
 from streams.cache.learning import ThresholdLearner, binomial_cdf, error_bounded
@@ -27,8 +28,9 @@ def true_error_above(threshold: float, lo: float = 0.75) -> float:
     return 1 - sum(map(p_correct, grid)) / len(grid) if threshold < 1 else 0.0
 
 
-@pytest.mark.parametrize("k,n,p,expected", [(0, 2, 0.5, 0.25), (1, 3, 0.5, 0.5), (3, 3, 0.1, 1.0),
-                                            (0, 45, 0.05, 0.95 ** 45)])
+@pytest.mark.parametrize(
+    "k,n,p,expected", [(0, 2, 0.5, 0.25), (1, 3, 0.5, 0.5), (3, 3, 0.1, 1.0), (0, 45, 0.05, 0.95**45)]
+)
 def test_binomial_cdf(k, n, p, expected):
     assert binomial_cdf(k, n, p) == pytest.approx(expected, rel=1e-9)
 
@@ -145,17 +147,29 @@ def test_an_l3_pre_answer_asked_by_its_own_question_needs_no_evidence():
     assert cache.lookup(P, "Are they waterproof for rivers?") is None
 
 
-@pytest.mark.parametrize("cached,fresh,agree", [
-    ({"action_id": "a"}, {"action_id": "a"}, True), ({"action_id": "a"}, {"action_id": "b"}, False),
-    ({"text": "Reset it in Settings."}, {"text": "reset it in settings"}, True),
-    ({"text": "Reset it in Settings."}, {"text": "Reset it in the app."}, False), ({"text": ""}, {"text": ""}, False)])
+@pytest.mark.parametrize(
+    "cached,fresh,agree",
+    [
+        ({"action_id": "a"}, {"action_id": "a"}, True),
+        ({"action_id": "a"}, {"action_id": "b"}, False),
+        ({"text": "Reset it in Settings."}, {"text": "reset it in settings"}, True),
+        ({"text": "Reset it in Settings."}, {"text": "Reset it in the app."}, False),
+        ({"text": ""}, {"text": ""}, False),
+    ],
+)
 def test_answers_agree(cached, fresh, agree):
     assert answers_agree(cached, fresh) is agree
 
 
 def faq_work(request_id: str, question: str) -> Work:
-    request = Request(request_id=request_id, tenant="acme", service="help", decision_type="faq", state=question,
-                      candidates=[Option(id="a", text="settings page"), Option(id="b", text="call support")])
+    request = Request(
+        request_id=request_id,
+        tenant="acme",
+        service="help",
+        decision_type="faq",
+        state=question,
+        candidates=[Option(id="a", text="settings page"), Option(id="b", text="call support")],
+    )
     work = Work(request=request, admitted_at=0.0, model="gpt-4o-mini")
     work.cache_key = cache_key(work)
     return work
@@ -165,8 +179,9 @@ def faq_work(request_id: str, question: str) -> Work:
 def stage(tmp_path):
     from streams import settings as settings_mod
 
-    return CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing",
-                                                      cache_semantic_threshold=0.5))
+    return CacheStage(
+        {}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing", cache_semantic_threshold=0.5)
+    )
 
 
 def ask(stage: CacheStage, work: Work):
@@ -216,8 +231,12 @@ def test_tune_control_raises_the_floor_of_every_partition(stage):
 def test_tune_control_sets_the_fixed_threshold_where_nothing_is_learned(tmp_path):
     from streams import settings as settings_mod
 
-    fixed = CacheStage({}, settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing",
-                                                       cache_semantic_threshold=0.5, cache_max_error=0.0))
+    fixed = CacheStage(
+        {},
+        settings_mod.load().replace(
+            data_dir=str(tmp_path), cache_embedder="hashing", cache_semantic_threshold=0.5, cache_max_error=0.0
+        ),
+    )
     assert fixed.learner is None and fixed.semantic.threshold == 0.5
     fixed.on_control(Control(kind="tune", key="cache.l2.min_similarity", value=0.9))
     assert fixed.semantic.threshold == 0.9

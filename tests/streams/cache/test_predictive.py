@@ -13,8 +13,10 @@ def trained() -> FollowupModel:
 
 def test_likely_next_is_learned_per_session():
     model = trained()
-    assert model.likely_next("what is my  balance?", 2) == [("How do I transfer money?", 0.7),
-                                                            ("Where is my card?", pytest.approx(0.3))]
+    assert model.likely_next("what is my  balance?", 2) == [
+        ("How do I transfer money?", 0.7),
+        ("Where is my card?", pytest.approx(0.3)),
+    ]
     assert model.likely_next("How do I transfer money?") == []  # sessions ended there
 
 
@@ -27,11 +29,14 @@ def test_sessions_do_not_mix():
     assert model.likely_next("q2") == []
 
 
-@pytest.mark.parametrize("budget,expected", [
-    (1000, ["How do I transfer money?", "Where is my card?"]),
-    (150, ["How do I transfer money?"]),
-    (50, []),
-])
+@pytest.mark.parametrize(
+    "budget,expected",
+    [
+        (1000, ["How do I transfer money?", "Where is my card?"]),
+        (150, ["How do I transfer money?"]),
+        (50, []),
+    ],
+)
 def test_plan_fits_the_token_budget(budget, expected):
     chosen = plan(trained(), "What is my balance?", budget, cost=lambda q: 100, min_probability=0.2)
     assert [c.question for c in chosen] == expected
@@ -41,9 +46,11 @@ def test_plan_fits_the_token_budget(budget, expected):
 def test_plan_skips_cached_and_unlikely():
     model = trained()
     assert plan(model, "What is my balance?", 1000, cost=len, cached=lambda q: "transfer" in q) == [
-        plan(model, "What is my balance?", 1000, cost=len)[1]]
+        plan(model, "What is my balance?", 1000, cost=len)[1]
+    ]
     assert [c.question for c in plan(model, "What is my balance?", 1000, cost=len, min_probability=0.5)] == [
-        "How do I transfer money?"]
+        "How do I transfer money?"
+    ]
 
 
 def test_bounded_sessions():

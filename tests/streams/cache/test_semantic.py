@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from schemas.records import Candidate, Request
+from streams.cache import index as index_module
 from streams.cache.embedders import HashingEmbedder
 from streams.cache.entry import VersionBook
-from streams.cache import index as index_module
 from streams.cache.index import VectorIndex
 from streams.cache.modelcheck import ModelCheck
 from streams.cache.semantic import SemanticCache, language_of, partition_of
@@ -91,8 +91,10 @@ def test_entries_leave_the_collectors_scans():
     import gc
 
     cache = SemanticCache(HashingEmbedder(), threshold=0.5)
-    answers = {"How do I pay?": {"action_id": "card", "ranking": [{"id": "card", "score": 0.9}], "chain": ["fine"]},
-               "我怎么付款?": {"action_id": "银行卡", "ranking": [{"id": "银行卡", "score": 0.8}], "chain": ["fine"]}}
+    answers = {
+        "How do I pay?": {"action_id": "card", "ranking": [{"id": "card", "score": 0.9}], "chain": ["fine"]},
+        "我怎么付款?": {"action_id": "银行卡", "ranking": [{"id": "银行卡", "score": 0.8}], "chain": ["fine"]},
+    }
     for question, answer in answers.items():
         cache.insert(P, question, answer)
     gc.collect()
@@ -102,18 +104,31 @@ def test_entries_leave_the_collectors_scans():
 
 def test_partition_of_keeps_constraints_apart():
     base = Request(request_id="1", tenant="t", service="s", decision_type="faq", state="How do I pay?")
-    decide = Request(request_id="1", tenant="t", service="s", decision_type="faq", state="How do I pay?",
-                     candidates=[Candidate(id="a", text="card")])
+    decide = Request(
+        request_id="1",
+        tenant="t",
+        service="s",
+        decision_type="faq",
+        state="How do I pay?",
+        candidates=[Candidate(id="a", text="card")],
+    )
     chinese = Request(request_id="1", tenant="t", service="s", decision_type="faq", state="我怎么付款?")
-    segment = Request(request_id="1", tenant="t", service="s", decision_type="faq",
-                      state={"question": "How do I pay?", "user_segment": "vip"})
+    segment = Request(
+        request_id="1",
+        tenant="t",
+        service="s",
+        decision_type="faq",
+        state={"question": "How do I pay?", "user_segment": "vip"},
+    )
     keys = {partition_of(r) for r in (base, decide, chinese, segment)}
     assert len(keys) == 4
     assert partition_of(chinese)[3] == "zh" and partition_of(segment)[2] == "vip"
 
 
-@pytest.mark.parametrize("text,lang", [
-    ("hello", "latin"), ("你好", "zh"), ("こんにちは世界", "ja"), ("привет", "cyrillic"), ("안녕하세요", "ko")])
+@pytest.mark.parametrize(
+    "text,lang",
+    [("hello", "latin"), ("你好", "zh"), ("こんにちは世界", "ja"), ("привет", "cyrillic"), ("안녕하세요", "ko")],
+)
 def test_language_of(text, lang):
     assert language_of(text) == lang
 
@@ -211,10 +226,19 @@ def test_emptied_partition_is_dropped():
     assert list(cache.partitions) == [("other",) + P[1:]] and cache.lookup(P, "What is jev?") is None
 
 
-@pytest.mark.parametrize("texts", [("How do I reset my password?", "How can I reset my password?",
-                                    "How do I reset my modem?", "How could I reset my password?"),
-                                   ("如何重置我的密码？", "怎么重置我的密码？", "如何重置我的调制解调器？", "请问如何重置我的密码？")],
-                         ids=["en", "zh"])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        (
+            "How do I reset my password?",
+            "How can I reset my password?",
+            "How do I reset my modem?",
+            "How could I reset my password?",
+        ),
+        ("如何重置我的密码？", "怎么重置我的密码？", "如何重置我的调制解调器？", "请问如何重置我的密码？"),
+    ],
+    ids=["en", "zh"],
+)
 def test_a_promoted_key_is_no_rival_of_its_target_in_the_margin_feature(texts):
     """The verifier reads how far the next neighbour lies behind as ambiguity; a key promoted to the same answer
     is that answer, so the margin is measured to the next other answer."""
@@ -239,13 +263,22 @@ def test_a_promoted_key_is_no_rival_of_its_target_in_the_margin_feature(texts):
     margin = dict(zip(FEATURES, after.features))["margin"]
     assert margin == pytest.approx(best - float(vectors[asked] @ vectors[rival]), abs=1e-6)
     assert dict(zip(FEATURES, before.features))["margin"] == pytest.approx(
-        before.cosine - float(vectors[asked] @ vectors[rival]), abs=1e-6)
+        before.cosine - float(vectors[asked] @ vectors[rival]), abs=1e-6
+    )
 
 
-@pytest.mark.parametrize("texts", [("quiet coffee machine for a small office", "silent coffee maker for a small office",
-                                    "please find a quiet coffee machine for a small office"),
-                                   ("适合小办公室的静音咖啡机", "小办公室用的静音咖啡机", "帮我找适合小办公室的静音咖啡机")],
-                         ids=["en", "zh"])
+@pytest.mark.parametrize(
+    "texts",
+    [
+        (
+            "quiet coffee machine for a small office",
+            "silent coffee maker for a small office",
+            "please find a quiet coffee machine for a small office",
+        ),
+        ("适合小办公室的静音咖啡机", "小办公室用的静音咖啡机", "帮我找适合小办公室的静音咖啡机"),
+    ],
+    ids=["en", "zh"],
+)
 def test_neighbours_serving_the_same_decision_are_no_rivals_in_the_margin_feature(texts):
     """Two wordings cached with the same chosen action leave the neighbourhood unambiguous (margin: the cosine
     itself, no rival); cached with different actions, the second is a rival and the margin shrinks to the gap."""

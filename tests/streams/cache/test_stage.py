@@ -1,22 +1,28 @@
 """Promotion of L2 near-misses in the cache stage (Krites): a miss just under the serving threshold gets a naive
 twin as shadow work; judged the same as the cached answer, its question becomes a key of that answer."""
+
 import numpy as np
 import orjson
 import pytest
 
-from schemas.records import Candidate as Option, Decision, Request, Work
+from schemas.records import Candidate as Option
+from schemas.records import Decision, Request, Work
 from streams.cache.exact import cache_key
 from streams.cache.modelcheck import check_name, decision_name
 from streams.cache.stage import JUDGE_SUFFIX, CacheStage
 from streams.cache.verifier import FEATURES, Verifier, save_verifier
-from streams.shadow.verdict import ShadowJoin
 from streams.core.switches import SWITCHES
+from streams.shadow.verdict import ShadowJoin
 
 ALL_ON = dict.fromkeys(SWITCHES, True)
 # (cached question, a near-miss asking the same, a near-miss asking something else, the first near-miss up to case,
 # spacing and Unicode form)
-ENGLISH = ("How do I reset my password?", "How can I reset my password?", "How do I cancel my plan?",
-           "HOW CAN I  RESET MY PASSWORD?")
+ENGLISH = (
+    "How do I reset my password?",
+    "How can I reset my password?",
+    "How do I cancel my plan?",
+    "HOW CAN I  RESET MY PASSWORD?",
+)
 CHINESE = ("如何重置我的密码？", "怎么重置我的密码？", "如何重置我的套餐？", " 怎么重置我的密码? ")  # NFKC: ？ is ?
 
 
@@ -26,18 +32,26 @@ def new_stage(tmp_path, margin: float = 0.2) -> CacheStage:
     p >= 1 - 0.05 - margin."""
     from streams import settings as settings_mod
 
-    settings = settings_mod.load().replace(data_dir=str(tmp_path), cache_embedder="hashing",
-                                           cache_semantic_threshold=0.5, cache_promote_margin=margin)
+    settings = settings_mod.load().replace(
+        data_dir=str(tmp_path), cache_embedder="hashing", cache_semantic_threshold=0.5, cache_promote_margin=margin
+    )
     weights = np.zeros(len(FEATURES))
     weights[0], weights[1] = -2.38, 6.98
-    save_verifier(tmp_path, decision_name("hashing", check_name(settings.cache_model_check, "hashing")),
-                  Verifier(weights), {})
+    save_verifier(
+        tmp_path, decision_name("hashing", check_name(settings.cache_model_check, "hashing")), Verifier(weights), {}
+    )
     return CacheStage({}, settings)
 
 
 def work_of(request_id: str, question: str) -> Work:
-    request = Request(request_id=request_id, tenant="acme", service="help", decision_type="faq", state=question,
-                      candidates=[Option(id="a", text="settings"), Option(id="b", text="support")])
+    request = Request(
+        request_id=request_id,
+        tenant="acme",
+        service="help",
+        decision_type="faq",
+        state=question,
+        candidates=[Option(id="a", text="settings"), Option(id="b", text="support")],
+    )
     work = Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context="ctx", context_tokens=1)
     work.cache_key = cache_key(work)
     return work

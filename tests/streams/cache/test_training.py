@@ -1,14 +1,29 @@
+import numpy as np
 import pytest
 
 from streams.cache.calibration import Pair
 from streams.cache.embedders import HashingEmbedder
-import numpy as np
-
 from streams.cache.training import certifiable, held_for_calibration, train
 from streams.cache.verifier import FEATURES
 
-TOPICS = ("router", "printer", "laptop", "camera", "tablet", "monitor", "speaker", "keyboard", "phone", "watch",
-          "scanner", "modem", "drone", "console", "projector", "headset")
+TOPICS = (
+    "router",
+    "printer",
+    "laptop",
+    "camera",
+    "tablet",
+    "monitor",
+    "speaker",
+    "keyboard",
+    "phone",
+    "watch",
+    "scanner",
+    "modem",
+    "drone",
+    "console",
+    "projector",
+    "headset",
+)
 
 
 def pairs() -> list[Pair]:
@@ -17,8 +32,11 @@ def pairs() -> list[Pair]:
     out = []
     for t in TOPICS:
         out.append(Pair(f"How do I reset my {t} to factory settings?", f"how do I reset my {t} to factory settings", 1))
-        out.append(Pair(f"What is the warranty period of the {t} sold here?",
-                        f"Which {t} colours are sold here this season?", 0))
+        out.append(
+            Pair(
+                f"What is the warranty period of the {t} sold here?", f"Which {t} colours are sold here this season?", 0
+            )
+        )
         out.append(Pair(f"如何把{t}恢复出厂设置？", f"如何把{t}恢复出厂设置", 1))
         out.append(Pair(f"这里卖的{t}保修期是多久？", f"这里这一季卖哪些颜色的{t}？", 0))
     return out

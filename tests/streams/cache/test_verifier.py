@@ -21,12 +21,25 @@ def test_the_ridge_keeps_few_verdicts_near_the_starting_weights():
     assert np.abs(w - prior).max() < 2.0 and w[1] < prior[1], "two disagreements move it a little, downwards"
 
 
-@pytest.mark.parametrize("query,cached,overlap,extra", [
-    ("How do I learn Python quickly?", "How can I learn Python fast?", 2 / 4, 2.0),  # learn python shared
-    ("如何快速学习Python？", "怎样快速学习Python？", 4 / 6, 2.0),  # python 快速 速学 学习 shared; 何快 样快 not (如何, 怎样: stop words)
-    ("网络美女是什么意思", "网络红人是什么意思", 4 / 10, 6.0),  # one key term apart: 络美 美女 女是 vs 络红 红人 人是
-    ("What does internet beauty mean?", "What does internet celebrity mean?", 2 / 4, 2.0),
-])
+@pytest.mark.parametrize(
+    "query,cached,overlap,extra",
+    [
+        ("How do I learn Python quickly?", "How can I learn Python fast?", 2 / 4, 2.0),  # learn python shared
+        (
+            "如何快速学习Python？",
+            "怎样快速学习Python？",
+            4 / 6,
+            2.0,
+        ),  # python 快速 速学 学习 shared; 何快 样快 not (如何, 怎样: stop words)
+        (
+            "网络美女是什么意思",
+            "网络红人是什么意思",
+            4 / 10,
+            6.0,
+        ),  # one key term apart: 络美 美女 女是 vs 络红 红人 人是
+        ("What does internet beauty mean?", "What does internet celebrity mean?", 2 / 4, 2.0),
+    ],
+)
 def test_differences_count_word_units_in_english_and_chinese(query, cached, overlap, extra):
     diff = differences(query, cached)
     assert diff["overlap"] == pytest.approx(overlap) and diff["extra_words"] == extra
@@ -56,8 +69,12 @@ def test_calibration_verdicts_and_the_scale_are_saved_beside_the_weights(tmp_pat
     rows = np.random.default_rng(0).uniform(size=(5, len(FEATURES)))
     agreed = np.array([True, False, True, True, False])
     shift, spread = standardizer(rows)
-    save_verifier(tmp_path, "minilm", Verifier(np.ones(len(FEATURES)), calibration=(rows, agreed), shift=shift,
-                                               spread=spread), {"pairs": 5})
+    save_verifier(
+        tmp_path,
+        "minilm",
+        Verifier(np.ones(len(FEATURES)), calibration=(rows, agreed), shift=shift, spread=spread),
+        {"pairs": 5},
+    )
     loaded = load_verifier("minilm", tmp_path)
     assert np.allclose(loaded.calibration[0], rows, atol=1e-4) and loaded.calibration[1].tolist() == agreed.tolist()
     assert np.allclose(loaded.shift, shift) and np.allclose(loaded.spread, spread)
@@ -69,6 +86,7 @@ def test_calibration_verdicts_and_the_scale_are_saved_beside_the_weights(tmp_pat
 def test_weights_saved_without_a_scale_apply_to_raw_features(tmp_path):
     """A verifier.json trained before the scale was saved keeps scoring as it did."""
     import json
+
     weights = dict.fromkeys(FEATURES, 0.0) | {"bias": -20.0, "cosine": 25.0}
     (tmp_path / "verifier.json").write_text(json.dumps({"minilm": {"weights": weights}}))
     loaded = load_verifier("minilm", tmp_path)
@@ -86,8 +104,11 @@ def test_a_scale_without_a_unit_bias_names_the_fix():
 def narrow_cosine_rows(n: int, low: float, seed: int, chinese: bool) -> tuple[np.ndarray, np.ndarray]:
     """Real feature rows of an English or Chinese pair, the cosine drawn in a narrow band (e5's 0.9-1) and the
     label from a steep logistic truth on it (p 0.5 at the middle of the band)."""
-    query, cached = (("如何快速学习Python？", "怎样快速学习Python？") if chinese else
-                     ("How do I learn Python quickly?", "How can I learn Python fast?"))
+    query, cached = (
+        ("如何快速学习Python？", "怎样快速学习Python？")
+        if chinese
+        else ("How do I learn Python quickly?", "How can I learn Python fast?")
+    )
     rng = np.random.default_rng(seed)
     cosine, rival = rng.uniform(low, 1.0, n), rng.uniform(0.3, 0.8, n)  # the margin is no copy of the cosine
     rows = np.stack([features(query, cached, c, r) for c, r in zip(cosine, rival)])
@@ -109,8 +130,10 @@ def test_the_standardized_scale_gives_a_narrow_cosine_the_weight_it_needs_and_a_
     assert (verifier.weights[cosine] + verifier.weights[second]) / spread[cosine] == pytest.approx(80.0, rel=0.25)
     assert verifier.weights[FEATURES.index("han")] == 0.0
     raw = Verifier(fit(rows, labels, np.zeros(len(FEATURES))))
-    loss = [-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
-            for p in (verifier.probabilities(rows), raw.probabilities(rows))]
+    loss = [
+        -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+        for p in (verifier.probabilities(rows), raw.probabilities(rows))
+    ]
     assert loss[0] < loss[1], loss
 
 

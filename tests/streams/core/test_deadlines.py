@@ -1,5 +1,6 @@
 """Earliest deadline first: a work's deadline, the parts a micro-batch is handled in, and slots (a freed slot's next
 holder, cancelled waiters, the block form)."""
+
 import asyncio
 import math
 import time
@@ -9,8 +10,16 @@ from streams.core.deadlines import Slots, deadline, deadline_first
 
 
 def work(request_id: str, deadline_ms: int = 0, admitted_at: float = 1000.0) -> Work:
-    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "payments",
-                                 "decision_type": "risk_interception", "state": "x", "deadline_ms": deadline_ms})
+    request = Request.from_data(
+        {
+            "request_id": request_id,
+            "tenant": "acme",
+            "service": "payments",
+            "decision_type": "risk_interception",
+            "state": "x",
+            "deadline_ms": deadline_ms,
+        }
+    )
     return Work(request=request, admitted_at=admitted_at, model="gpt-4o-mini", context="x", context_tokens=1)
 
 
@@ -37,8 +46,10 @@ def test_a_freed_slot_goes_to_the_earliest_deadline_then_in_arrival_order():
             await slots.acquire(deadline)
             got.append(name)
 
-        tasks = [asyncio.create_task(wait(name, d)) for name, d in
-                 [("stream", 0.0), ("late", now + 9), ("soon", now + 1), ("stream2", 0.0)]]
+        tasks = [
+            asyncio.create_task(wait(name, d))
+            for name, d in [("stream", 0.0), ("late", now + 9), ("soon", now + 1), ("stream2", 0.0)]
+        ]
         await asyncio.sleep(0)
         for _ in tasks:
             slots.release()

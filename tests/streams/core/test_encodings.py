@@ -1,5 +1,6 @@
 """The encoding cache: model + text keys, a memory bound, hits as cache-read tokens, and scores identical to no
 cache at all."""
+
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
@@ -27,7 +28,7 @@ def words(text: str) -> int:
 
 
 def test_repeats_in_a_call_and_across_calls_are_reads_and_encoded_once():
-    cache, model = EncodingCache(2 ** 20), Model()
+    cache, model = EncodingCache(2**20), Model()
     first = cache.get_many("m", ["hold the order", "ship now", "hold the order"], model, words)
     assert model.calls == [["hold the order", "ship now"]]
     assert [(e.input_tokens, e.cache_read_tokens) for e in first] == [(3, 0), (2, 0), (3, 3)]
@@ -39,7 +40,7 @@ def test_repeats_in_a_call_and_across_calls_are_reads_and_encoded_once():
 
 
 def test_models_never_share_an_entry():
-    cache, a, b = EncodingCache(2 ** 20), Model(0), Model(3)
+    cache, a, b = EncodingCache(2**20), Model(0), Model(3)
     cache.get_many("a", ["same text"], a, words)
     from_b = cache.get_many("b", ["same text"], b, words)
     assert b.calls == [["same text"]] and from_b[0].cache_read_tokens == 0
@@ -94,10 +95,12 @@ def test_minilm_scores_are_identical_with_and_without_the_cache():
     from streams.models.embeddings import MiniLMBackend
 
     actions = ["hold the transfer", "review by hand", "block the payment", "ship from warehouse B"]
-    items = [("SKU A1 stock 3 at warehouse B, demand 40 units this week", actions),
-             ("仓库B的A1库存为3件,本周需求40件", ["暂停调拨", "人工审核", "拦截支付"]),
-             ("payment of 900 EUR from a new device at 3am", actions),
-             ("SKU A1 stock 3 at warehouse B, demand 40 units this week", actions[:2])]
+    items = [
+        ("SKU A1 stock 3 at warehouse B, demand 40 units this week", actions),
+        ("仓库B的A1库存为3件,本周需求40件", ["暂停调拨", "人工审核", "拦截支付"]),
+        ("payment of 900 EUR from a new device at 3am", actions),
+        ("SKU A1 stock 3 at warehouse B, demand 40 units this week", actions[:2]),
+    ]
     try:
         encodings.configure(0)
         backend = MiniLMBackend()

@@ -1,11 +1,15 @@
 """Internal envelopes stay under the broker's message size however many upstream batches a stage takes."""
+
 from schemas.records import Request, Work, WorkBatch
 from streams.core.envelopes import BATCH_TARGET_BYTES, encode_batches
 
 
 def work(i: int, state: str) -> Work:
-    return Work(request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state=state),
-                admitted_at=0.0, model="gpt-4o-mini")
+    return Work(
+        request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state=state),
+        admitted_at=0.0,
+        model="gpt-4o-mini",
+    )
 
 
 def test_envelopes_are_bounded_and_keep_every_item_in_order():

@@ -1,5 +1,6 @@
 """Requests in flight: held while sent on for work, released by their decision or dead letter, and never held
 past hold_s; listeners hear each change between none held and some."""
+
 from streams.core.inflight import InFlight
 
 

@@ -1,4 +1,5 @@
 """Prometheus metrics: bounded labels, the observe_* helpers, and the /metrics endpoint."""
+
 import socket
 import urllib.request
 
@@ -23,25 +24,38 @@ def test_labels_are_capped_then_other(monkeypatch):
 
 def test_observe_sink_counts_tokens_by_kind_and_rows():
     events = usage_events(5, 1.7e9)
-    before = {k: value("jev_tokens_total", stage="score", kind=k, decision_type=events[0].decision_type)
-              for k in ("input", "nominal")}
+    before = {
+        k: value("jev_tokens_total", stage="score", kind=k, decision_type=events[0].decision_type)
+        for k in ("input", "nominal")
+    }
     rows_before = value("jev_usage_rows_total", result="duplicate")
     mine = [e for e in events if e.decision_type == events[0].decision_type and e.stage == "score"]
     metrics.observe_sink(events, dropped=2, seconds=0.01)
-    assert value("jev_tokens_total", stage="score", kind="input", decision_type=events[0].decision_type) \
-        - before["input"] == sum(e.input_tokens for e in mine)
-    assert value("jev_tokens_total", stage="score", kind="nominal", decision_type=events[0].decision_type) \
-        - before["nominal"] == sum(e.nominal_tokens for e in mine)
+    assert value("jev_tokens_total", stage="score", kind="input", decision_type=events[0].decision_type) - before[
+        "input"
+    ] == sum(e.input_tokens for e in mine)
+    assert value("jev_tokens_total", stage="score", kind="nominal", decision_type=events[0].decision_type) - before[
+        "nominal"
+    ] == sum(e.nominal_tokens for e in mine)
     assert value("jev_usage_rows_total", result="duplicate") - rows_before == 2
 
 
 def test_the_billed_count_and_its_drift_per_model():
     base = usage_events(1, 1.7e9)[0]
-    served = [base.derive(model="drift-test-model", input_tokens=100, output_tokens=0, server_input_tokens=104,
-                          server_output_tokens=1, count_source="server"),
-              base.derive(model="drift-test-model", input_tokens=50, output_tokens=10, count_source="jev"),
-              base.derive(model="drift-test-model", input_tokens=40, output_tokens=0, server_input_tokens=40,
-                          count_source="missing")]
+    served = [
+        base.derive(
+            model="drift-test-model",
+            input_tokens=100,
+            output_tokens=0,
+            server_input_tokens=104,
+            server_output_tokens=1,
+            count_source="server",
+        ),
+        base.derive(model="drift-test-model", input_tokens=50, output_tokens=10, count_source="jev"),
+        base.derive(
+            model="drift-test-model", input_tokens=40, output_tokens=0, server_input_tokens=40, count_source="missing"
+        ),
+    ]
     metrics.observe_sink(served, dropped=0, seconds=0.01)
     assert value("jev_model_tokens_total", model="drift-test-model", count="jev") == 200
     assert value("jev_model_tokens_total", model="drift-test-model", count="billed") == 205
@@ -90,7 +104,8 @@ def test_metrics_server_serves_metrics(settings):
         port = s.getsockname()[1]
     assert metrics.start_metrics_server(settings.replace(metrics_port=0)) is False
     assert metrics.start_metrics_server(settings.replace(metrics_port=port)) is True
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
-                                     headers={"Authorization": f"Bearer {metrics.bearer_token(settings)}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {metrics.bearer_token(settings)}"}
+    )
     body = urllib.request.urlopen(request, timeout=5).read().decode()
     assert "jev_decisions_total" in body and "jev_stage_latency_seconds_bucket" in body

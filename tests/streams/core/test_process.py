@@ -1,4 +1,5 @@
 """freeze_heap: the start-up heap leaves the collector's scans, and young collections come less often."""
+
 import gc
 
 import pytest

@@ -1,5 +1,6 @@
 """Tenant names in settings: JEV_TENANTS and JEV_TENANT_KEYS name tenants in their one spelling, and a bad entry
 stops the process with the setting named (tests/security/test_tenant_identity.py: names on requests)."""
+
 import pytest
 
 from streams.core.tenants import SIGNATURE_HEADER, admitted, load_keys, request_key, unbound

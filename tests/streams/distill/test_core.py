@@ -1,21 +1,26 @@
 """distill(): each layer saves tokens and can be switched off; invariants hold on synthetic and real data."""
+
 import itertools
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from streams.text import tokens
-from streams.distill.conversations import arena_hard, sharegpt
 from streams.distill import core
+from streams.distill.conversations import arena_hard, sharegpt
 from streams.distill.core import LAYERS, distill
 from streams.distill.policy import load_policy
 from streams.distill.report import keeps_last_user
+from streams.text import tokens
 
 MODEL = "gpt-4o-mini"
 NOW = 1_715_500_000.0  # 2024-05-12
 HOUR = 3600.0
-TEMPLATE = ("Please answer as our support assistant. Be polite, answer in English, never promise refunds "
-            "without a ticket, and cite the order number in every reply.")
+TEMPLATE = (
+    "Please answer as our support assistant. Be polite, answer in English, never promise refunds "
+    "without a ticket, and cite the order number in every reply."
+)
 
 
 def msg(role, content, hours_ago=None):
@@ -23,8 +28,9 @@ def msg(role, content, hours_ago=None):
 
 
 def run(messages, decision_type="customer_service", budget=0, switches=None):
-    return distill(messages, model=MODEL, budget=budget, policy=load_policy(decision_type),
-                   switches=switches or {}, now=NOW)
+    return distill(
+        messages, model=MODEL, budget=budget, policy=load_policy(decision_type), switches=switches or {}, now=NOW
+    )
 
 
 SUPPORT = [
@@ -66,8 +72,10 @@ def test_switching_a_layer_off(layer):
 
 
 def test_budget_keeps_last_user_and_references_only():
-    messages = [msg("user", f"question {i} about topic {i}?") if i % 2 == 0 else msg("assistant", f"answer {i} " * 40)
-                for i in range(9)] + [msg("user", "Rewrite that answer shorter.")]
+    messages = [
+        msg("user", f"question {i} about topic {i}?") if i % 2 == 0 else msg("assistant", f"answer {i} " * 40)
+        for i in range(9)
+    ] + [msg("user", "Rewrite that answer shorter.")]
     result = run(messages, decision_type="default", budget=1)
     assert set(result.kept) == {7, 9}  # the last question and the answer "that answer" points to
     assert all(reason in ("time:budget", "semantic:resolved") for _, reason in result.dropped)
@@ -78,29 +86,44 @@ def test_fresh_information_wins_the_budget():
     details = " The gate code is 4471, deliveries go to the side entrance, and the parcel room opens at 9." * 3
     stale = msg("user", "Note that my address is 12 Old Road, flat 301." + details, hours_ago=24 * 10)
     fresh = msg("user", "Correction: my address is now 7 New Street, flat 402." + details, hours_ago=1)
-    messages = [stale, msg("assistant", "Noted.", 24 * 10), fresh, msg("assistant", "Noted.", 1),
-                msg("user", "Where will you ship the parcel?", 0)]
+    messages = [
+        stale,
+        msg("assistant", "Noted.", 24 * 10),
+        fresh,
+        msg("assistant", "Noted.", 1),
+        msg("user", "Where will you ship the parcel?", 0),
+    ]
     fresh_cost = tokens.count(f"user: {fresh['content']}", MODEL)
     result = run(messages, decision_type="default", budget=fresh_cost + 60)
     assert 2 in result.kept and (0, "time:budget") in result.dropped
 
 
 def test_expired_turns_dropped_by_ttl():
-    messages = [msg("user", "Device fingerprint 99812 logged in from Lagos. " * 5, hours_ago=200),
-                msg("assistant", "Recorded the device and the location.", 200),
-                msg("user", "Should we block the new login from Oslo?", 0)]
+    messages = [
+        msg("user", "Device fingerprint 99812 logged in from Lagos. " * 5, hours_ago=200),
+        msg("assistant", "Recorded the device and the location.", 200),
+        msg("user", "Should we block the new login from Oslo?", 0),
+    ]
     result = run(messages, decision_type="risk")
     assert (0, "time:expired") in result.dropped and (1, "time:expired") in result.dropped
     assert result.kept == [2]
 
 
 LOGIN_HISTORIES = {  # a risk history whose first exchange is 71 hours old: weight 0.2 until it turns 72 (expired)
-    "en": ([msg("user", "Device fingerprint 99812 logged in from Lagos. " * 5, hours_ago=71),
-            msg("assistant", "Recorded the device and the location.", 71)],
-           "Should we block the new login from Oslo?"),
-    "zh": ([msg("user", "设备指纹 99812 从拉各斯登录。" * 5, hours_ago=71),
-            msg("assistant", "已记录该设备和登录地点。", 71)],
-           "奥斯陆的新登录要拦截吗？"),
+    "en": (
+        [
+            msg("user", "Device fingerprint 99812 logged in from Lagos. " * 5, hours_ago=71),
+            msg("assistant", "Recorded the device and the location.", 71),
+        ],
+        "Should we block the new login from Oslo?",
+    ),
+    "zh": (
+        [
+            msg("user", "设备指纹 99812 从拉各斯登录。" * 5, hours_ago=71),
+            msg("assistant", "已记录该设备和登录地点。", 71),
+        ],
+        "奥斯陆的新登录要拦截吗？",
+    ),
 }
 
 
@@ -136,21 +159,30 @@ def test_the_remembered_distillations_are_bounded(monkeypatch):
 
 
 def test_markers_carry_date_or_index():
-    messages = [msg("user", "Long context " * 50, hours_ago=1), msg("assistant", "ok " * 50),
-                msg("user", "This is ridiculous, I am fed up"), msg("assistant", "I am sorry to hear that. " * 20),
-                msg("user", "Now summarize my long context.")]
+    messages = [
+        msg("user", "Long context " * 50, hours_ago=1),
+        msg("assistant", "ok " * 50),
+        msg("user", "This is ridiculous, I am fed up"),
+        msg("assistant", "I am sorry to hear that. " * 20),
+        msg("user", "Now summarize my long context."),
+    ]
     lines = run(messages, decision_type="default").lines
     assert lines[0].startswith("[S-20240512-000] user: Long context")
     assert lines[1].startswith("[S-001] assistant: ok")
-    assert lines[-2:] == ["[S-002..S-003 folded: user expressed frustration — recorded]",
-                          "[S-004] user: Now summarize my long context."]
+    assert lines[-2:] == [
+        "[S-002..S-003 folded: user expressed frustration — recorded]",
+        "[S-004] user: Now summarize my long context.",
+    ]
 
 
-@pytest.mark.parametrize("messages", [
-    [msg("user", "Just one question?")],
-    [msg("user", "Write a haiku."), msg("assistant", "Leaves fall."), msg("user", "Another one, please.")],
-    [],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [msg("user", "Just one question?")],
+        [msg("user", "Write a haiku."), msg("assistant", "Leaves fall."), msg("user", "Another one, please.")],
+        [],
+    ],
+)
 def test_never_grows(messages):
     result = run(messages)
     assert result.tokens_after <= result.tokens_before
@@ -159,8 +191,11 @@ def test_never_grows(messages):
 
 
 def test_openai_text_parts_and_missing_role():
-    messages = [{"content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there!"}]},
-                {"role": "assistant", "content": "Hello! " * 30}, {"role": "user", "content": "Explain DNS."}]
+    messages = [
+        {"content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there!"}]},
+        {"role": "assistant", "content": "Hello! " * 30},
+        {"role": "user", "content": "Explain DNS."},
+    ]
     result = run(messages)
     assert result.dropped == [(0, "semantic:chit-chat"), (1, "semantic:chit-chat")] and result.kept == [2]
     with pytest.raises(ValueError, match="content must be text"):
@@ -177,21 +212,38 @@ def test_token_accounting_is_exact():
     exact(run(SUPPORT), SUPPORT)
 
 
-TEXTS = ["hi", "thanks!", "How do I sort a dict?", "My id is 12345.", "This is terrible!!", "continue",
-         "I hope this helps!", "Use sorted(d.items()).", "天气怎么样", "补充：订单号 7788", "make it shorter",
-         "A" * 300, "weather weather weather today"]
-MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]),
-                                 "content": st.sampled_from(TEXTS)},
-                                optional={"ts": st.floats(NOW - 30 * 24 * HOUR, NOW)})
+TEXTS = [
+    "hi",
+    "thanks!",
+    "How do I sort a dict?",
+    "My id is 12345.",
+    "This is terrible!!",
+    "continue",
+    "I hope this helps!",
+    "Use sorted(d.items()).",
+    "天气怎么样",
+    "补充：订单号 7788",
+    "make it shorter",
+    "A" * 300,
+    "weather weather weather today",
+]
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system"]), "content": st.sampled_from(TEXTS)},
+    optional={"ts": st.floats(NOW - 30 * 24 * HOUR, NOW)},
+)
 
 
 @hsettings(max_examples=150, deadline=None)
-@given(st.lists(MESSAGE, max_size=14), st.sampled_from(["default", "customer_service", "risk"]),
-       st.sampled_from([None, 1, 60, 0]), st.dictionaries(st.sampled_from([f"distill.{x}" for x in LAYERS]),
-                                                          st.booleans()))
+@given(
+    st.lists(MESSAGE, max_size=14),
+    st.sampled_from(["default", "customer_service", "risk"]),
+    st.sampled_from([None, 1, 60, 0]),
+    st.dictionaries(st.sampled_from([f"distill.{x}" for x in LAYERS]), st.booleans()),
+)
 def test_invariants_on_any_history(messages, decision_type, budget, switches):
-    result = distill(messages, model=MODEL, budget=budget, policy=load_policy(decision_type), switches=switches,
-                     now=NOW)
+    result = distill(
+        messages, model=MODEL, budget=budget, policy=load_policy(decision_type), switches=switches, now=NOW
+    )
     assert keeps_last_user(messages, result)
     assert result.tokens_after <= result.tokens_before
     assert sorted(result.kept + [i for i, _ in result.dropped]) == list(range(len(messages)))

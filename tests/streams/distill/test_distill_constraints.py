@@ -14,18 +14,34 @@ def test_constraints_in_chinese_and_english():
 
 
 def test_a_constraint_restated_later_needs_no_earlier_turn():
-    messages = [{"role": "user", "content": "订北京饭店，住三晚"}, {"role": "assistant", "content": "好的"},
-                {"role": "user", "content": "还是住三晚吧"}, {"role": "assistant", "content": "好的"},
-                {"role": "user", "content": "谢谢"}]
+    messages = [
+        {"role": "user", "content": "订北京饭店，住三晚"},
+        {"role": "assistant", "content": "好的"},
+        {"role": "user", "content": "还是住三晚吧"},
+        {"role": "assistant", "content": "好的"},
+        {"role": "user", "content": "谢谢"},
+    ]
     assert constraint_turns(messages) == {0, 2}
     messages[2]["content"] = "北京饭店住三晚"
     assert constraint_turns(messages) == {2}
 
 
 def test_the_semantic_layer_keeps_every_stated_constraint():
-    turns = ["你好，帮我找一家评分4.5分以上的餐馆。", "外婆家和海底捞都不错。", "海底捞好吃吗？", "很受欢迎。",
-             "附近有景点吗？", "有故宫。", "故宫好玩吗？", "值得一去。", "那里人多吗？", "周末人很多。",
-             "需要提前预约吗？", "需要在网上预约。", "那就这样吧，帮我总结一下。"]
+    turns = [
+        "你好，帮我找一家评分4.5分以上的餐馆。",
+        "外婆家和海底捞都不错。",
+        "海底捞好吃吗？",
+        "很受欢迎。",
+        "附近有景点吗？",
+        "有故宫。",
+        "故宫好玩吗？",
+        "值得一去。",
+        "那里人多吗？",
+        "周末人很多。",
+        "需要提前预约吗？",
+        "需要在网上预约。",
+        "那就这样吧，帮我总结一下。",
+    ]
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
     out = distill(messages, model="gpt-4o-mini", budget=0, policy=load_policy("default"), switches={}, now=0.0)
     assert 0 in out.kept  # 4.5分: no later turn says it again

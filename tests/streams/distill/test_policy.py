@@ -1,4 +1,5 @@
 """Distill policies: bundled YAML, per-type overrides, TTL weights, clear errors."""
+
 import pytest
 
 from streams.distill.policy import Policy, load_policy
@@ -10,12 +11,15 @@ def test_default_and_override():
     assert default.budget == 768 and default.keep_resolved == 2
     assert risk.budget == 768 and risk.keep_resolved == 1 and "coupon" in risk.exclude_terms
     assert risk.tag_weights == default.tag_weights  # inherited
-    assert load_policy("no_such_type") == Policy(decision_type="no_such_type", **{
-        k: getattr(default, k) for k in default.__dataclass_fields__ if k != "decision_type"})
+    assert load_policy("no_such_type") == Policy(
+        decision_type="no_such_type",
+        **{k: getattr(default, k) for k in default.__dataclass_fields__ if k != "decision_type"},
+    )
 
 
-@pytest.mark.parametrize("hours,weight", [(None, 1.0), (1, 1.0), (24, 1.0), (25, 0.6), (72, 0.6), (100, 0.3),
-                                          (24 * 8, 0.1)])
+@pytest.mark.parametrize(
+    "hours,weight", [(None, 1.0), (1, 1.0), (24, 1.0), (25, 0.6), (72, 0.6), (100, 0.3), (24 * 8, 0.1)]
+)
 def test_ttl_weight(hours, weight):
     assert load_policy("default").ttl_weight(None if hours is None else hours * 3600) == weight
 

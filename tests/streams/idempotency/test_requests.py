@@ -1,5 +1,6 @@
 """The idempotency state's cost to the garbage collector: a process keeps up to JEV_IDEMPOTENCY_MAX entries, and a
 full collection scans every object the collector tracks."""
+
 import gc
 
 import orjson
@@ -13,9 +14,14 @@ def decided(n: int) -> tuple[Requests, list[Decision]]:
     for i in range(n):
         raw = orjson.dumps({"request_id": f"r{i}", "tenant": "t", "state": f"état {i}, 库存 {i}"})
         assert seen.check("t", f"r{i}", raw)[0] == NEW
-        decision = Decision(request_id=f"r{i}", tier="cache_l1", action_id="hold", text="保持 hold",
-                            ranking=[Ranked(id=a, score=s) for a, s in (("hold", 0.9), ("ship", 0.1))],
-                            chain=["cache_l1"])
+        decision = Decision(
+            request_id=f"r{i}",
+            tier="cache_l1",
+            action_id="hold",
+            text="保持 hold",
+            ranking=[Ranked(id=a, score=s) for a, s in (("hold", 0.9), ("ship", 0.1))],
+            chain=["cache_l1"],
+        )
         seen.decided("t", decision)
         decisions.append(decision)
     return seen, decisions

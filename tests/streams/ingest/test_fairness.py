@@ -1,4 +1,5 @@
 """Per-tenant admission rates (token buckets) and the fair order of a micro-batch."""
+
 import pytest
 
 from streams.ingest.fairness import QUANTUM, Rate, TenantLimiter, charged_tokens, fair_order, parse_rates, sender_of
@@ -42,11 +43,25 @@ def test_no_rates_no_limit():
 
 
 def test_fair_order_alternates_tenants_and_puts_large_records_behind_small_ones():
-    items = [("flood", i, 100) for i in range(6)] + [("acme", 0, 100), ("acme", 1, 5 * QUANTUM), ("acme", 2, 100),
-                                                     ("ali", 0, 100)]
+    items = [("flood", i, 100) for i in range(6)] + [
+        ("acme", 0, 100),
+        ("acme", 1, 5 * QUANTUM),
+        ("acme", 2, 100),
+        ("ali", 0, 100),
+    ]
     order = fair_order(items, lambda x: x[0], lambda x: x[2])
-    assert [(t, i) for t, i, _ in order] == [("flood", 0), ("acme", 0), ("ali", 0), ("flood", 1), ("flood", 2),
-                                             ("flood", 3), ("flood", 4), ("flood", 5), ("acme", 1), ("acme", 2)]
+    assert [(t, i) for t, i, _ in order] == [
+        ("flood", 0),
+        ("acme", 0),
+        ("ali", 0),
+        ("flood", 1),
+        ("flood", 2),
+        ("flood", 3),
+        ("flood", 4),
+        ("flood", 5),
+        ("acme", 1),
+        ("acme", 2),
+    ]
     assert order.index(("acme", 1, 5 * QUANTUM)) == len(items) - 2  # five rounds of deficit: after the small ones
     assert [x for x in order if x[0] == "flood"] == [x for x in items if x[0] == "flood"]  # arrival order kept
     assert sorted(order) == sorted(items)

@@ -1,5 +1,5 @@
-from streams.text import tokens
 from streams.models.extractive import ExtractiveGenerator
+from streams.text import tokens
 
 MODEL = "gpt-4o-mini"
 PROMPT = """Write reports.
@@ -33,9 +33,11 @@ def test_extractive_is_deterministic_and_respects_max_tokens():
     assert gen.generate(PROMPT, 12).output_tokens <= 12
 
 
-SECTIONS = "Sections:\n- Summary: project progress, status and milestones reached\n" \
-           "- Risks: open issues blockers incidents and their severity\n" \
-           "- Next steps: planned work, owners, due dates and decisions needed\n"
+SECTIONS = (
+    "Sections:\n- Summary: project progress, status and milestones reached\n"
+    "- Risks: open issues blockers incidents and their severity\n"
+    "- Next steps: planned work, owners, due dates and decisions needed\n"
+)
 
 
 def answer_for(body: str, budget: int = 120) -> dict[str, str]:
@@ -46,16 +48,20 @@ def answer_for(body: str, budget: int = 120) -> dict[str, str]:
 
 
 def test_facts_go_to_the_section_their_field_names_fit():
-    got = answer_for("team: Support\nhighlights: Closed 1,184 tickets\nblockers: MFA rollout paused\n"
-                     "upcoming: Order 60 hardware keys by 19 Apr")
+    got = answer_for(
+        "team: Support\nhighlights: Closed 1,184 tickets\nblockers: MFA rollout paused\n"
+        "upcoming: Order 60 hardware keys by 19 Apr"
+    )
     assert "Closed 1,184 tickets" in got["Summary"] and "team: Support" in got["Summary"]
     assert got["Risks"] == "blockers: MFA rollout paused"
     assert got["Next steps"] == "upcoming: Order 60 hardware keys by 19 Apr"
 
 
 def test_nested_records_and_string_lists_are_split_into_facts():
-    got = answer_for("incidents.INC-7: what=duplicate refunds, sev=P1\nplan: next=load test on 21 Apr, "
-                     "decision_needed=approve second bank\nshipped: iOS 5.12; Android 3.1")
+    got = answer_for(
+        "incidents.INC-7: what=duplicate refunds, sev=P1\nplan: next=load test on 21 Apr, "
+        "decision_needed=approve second bank\nshipped: iOS 5.12; Android 3.1"
+    )
     assert got["Risks"] == "incidents.INC-7: what=duplicate refunds, sev=P1"  # a record stays whole
     assert got["Next steps"] == "plan: next=load test on 21 Apr; decision_needed=approve second bank"
     assert got["Summary"] == "shipped: iOS 5.12; Android 3.1"  # the field name once for its items
@@ -88,5 +94,8 @@ def test_the_extractive_generator_streams_its_answer_in_word_pieces():
     pieces = list(streaming)
     assert len(pieces) > 5 and all(len(p.split()) <= 8 for p in pieces)
     assert "".join(pieces) == gen.generate(STREAM_PROMPT, 100).text
-    assert (streaming.model, streaming.label, streaming.input_tokens) == ("extractive", "extractive",
-                                                                          gen.generate(STREAM_PROMPT, 100).input_tokens)
+    assert (streaming.model, streaming.label, streaming.input_tokens) == (
+        "extractive",
+        "extractive",
+        gen.generate(STREAM_PROMPT, 100).input_tokens,
+    )

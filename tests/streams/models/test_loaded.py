@@ -1,4 +1,5 @@
 """The model registry: one copy of each model per process, shared by every role; missing extras named."""
+
 import random
 
 import numpy as np
@@ -41,9 +42,14 @@ def test_offline_mode_is_set_before_a_model_loads(monkeypatch):
     assert models.os.environ["TRANSFORMERS_OFFLINE"] == "1"
 
 
-CONTEXT = ("Customer asks to move 40 pallets of frozen goods from the Hamburg warehouse before Friday; Hamburg is at "
-           "92% capacity, Berlin at 40%, Munich closed for inventory until Monday. " * 3)
-CONTEXT_ZH = "客户要求在周五前把四十托冷冻货物从汉堡仓库调出；汉堡仓库已满百分之九十二，柏林百分之四十，慕尼黑盘点关闭到周一。" * 2
+CONTEXT = (
+    "Customer asks to move 40 pallets of frozen goods from the Hamburg warehouse before Friday; Hamburg is at "
+    "92% capacity, Berlin at 40%, Munich closed for inventory until Monday. " * 3
+)
+CONTEXT_ZH = (
+    "客户要求在周五前把四十托冷冻货物从汉堡仓库调出；汉堡仓库已满百分之九十二，柏林百分之四十，慕尼黑盘点关闭到周一。"
+    * 2
+)
 CANDIDATES = ["transfer to Berlin", "hold", "review", "transfer to Munich", "block", "调往柏林", "暂缓", "人工复核"]
 
 

@@ -1,6 +1,7 @@
 """The OpenAI-compatible engine against a scripted HTTP server (aiohttp on a local port): one call per decision,
 streamed answers with usage in the forms servers send it, and every fault handled without losing a request.
 The real model server runs in tests/integration (the `model_server` fixture)."""
+
 import asyncio
 import json
 import threading
@@ -10,15 +11,15 @@ import pytest
 from aiohttp import web
 
 from schemas.records import Candidate, Request
-from streams.text import tokens
 from streams.models import pool as pool_mod
 from streams.models.http import server
+from streams.models.lexical import LexicalBackend
 from streams.models.openai import OpenAIEngine, label_scores
 from streams.models.protocol import ModelUnavailable, Usage
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
-from streams.models.lexical import LexicalBackend
+from streams.text import tokens
 
 USAGE = {"prompt_tokens": 40, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 32}}
 
@@ -108,8 +109,11 @@ def make_app(script: Script) -> web.Application:
         await response.write(f"data: {json.dumps(ended)}\n\n".encode())
         await response.write(b"data: not json at all\n\n")
         if script.mode in ("ok", "usage_after_finish"):
-            usage = {"prompt_tokens": 12, "completion_tokens": script.generated,
-                     "prompt_tokens_details": {"cached_tokens": 8}}
+            usage = {
+                "prompt_tokens": 12,
+                "completion_tokens": script.generated,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            }
             await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         return response
@@ -117,9 +121,15 @@ def make_app(script: Script) -> web.Application:
     async def rerank(request):
         body = await request.json()
         script.bodies.append(body)
-        return web.json_response({"results": [{"index": i, "relevance_score": 1.0 if "refund" in d else 0.1}
-                                              for i, d in enumerate(body["documents"])],
-                                  "usage": {"total_tokens": 30}})
+        return web.json_response(
+            {
+                "results": [
+                    {"index": i, "relevance_score": 1.0 if "refund" in d else 0.1}
+                    for i, d in enumerate(body["documents"])
+                ],
+                "usage": {"total_tokens": 30},
+            }
+        )
 
     app = web.Application(middlewares=[counting])
     app.router.add_get("/v1/models", models)
@@ -155,8 +165,7 @@ def fake_server():
 
 
 def engine(base_url: str, **options) -> OpenAIEngine:
-    spec = pool_mod.ModelSpec(name="served", engine="openai", base_url=base_url,
-                              options={"backoff_s": 0.01, **options})
+    spec = pool_mod.ModelSpec(name="served", engine="openai", base_url=base_url, options={"backoff_s": 0.01, **options})
     return OpenAIEngine(spec)
 
 
@@ -264,10 +273,21 @@ def test_a_decision_queued_behind_the_server_falls_back_for_its_own_reason(fake_
     script.delay_s = 0.5
     served = engine(url, max_concurrency=1)
     eng = Engine(coarse=LexicalBackend(), fine=served, mode="fine-only", config=policy.load().with_timeout(60_000))
-    works = [work_for(Request(request_id=f"q{i}", tenant="t", service="s", decision_type="ranking",
-                              state="我要退款 refund", deadline_ms=ms,
-                              candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)]),
-                      "gpt-4o-mini") for i, ms in enumerate([30_000, 300])]
+    works = [
+        work_for(
+            Request(
+                request_id=f"q{i}",
+                tenant="t",
+                service="s",
+                decision_type="ranking",
+                state="我要退款 refund",
+                deadline_ms=ms,
+                candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)],
+            ),
+            "gpt-4o-mini",
+        )
+        for i, ms in enumerate([30_000, 300])
+    ]
     first, second = [d for d, _ in eng.decide_batch(works)]
     assert first.tier == "fine" and second.tier == "fallback"
     assert second.chain[0].startswith("fallback:deadline") and eng.counters["fallback_model_unavailable"] == 0
@@ -296,8 +316,15 @@ def test_connect_errors_end_in_model_unavailable_within_the_deadline():
     assert isinstance(result, ModelUnavailable) and time.time() - started < 1.5
 
 
-@pytest.mark.parametrize("mode, usage", [("ok", Usage(12, 6, 8)), ("usage_after_finish", Usage(12, 6, 8)),
-                                         ("cumulative", Usage(12, 6, 0)), ("no_usage", None)])
+@pytest.mark.parametrize(
+    "mode, usage",
+    [
+        ("ok", Usage(12, 6, 8)),
+        ("usage_after_finish", Usage(12, 6, 8)),
+        ("cumulative", Usage(12, 6, 0)),
+        ("no_usage", None),
+    ],
+)
 def test_a_stream_reads_its_usage_once_in_every_form(fake_server, mode, usage):
     url, script = fake_server
     script.mode = mode
@@ -314,11 +341,15 @@ def test_a_stream_cut_by_the_server_keeps_its_text(fake_server):
     assert "".join(streaming) == "The refund is " and streaming.server is None
 
 
-@pytest.mark.parametrize("words, generated", [
-    (["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."], 9),
-    # a Chinese answer re-tokenized reads short of what the model generated (a character cut unfinished at the
-    # length, byte tokens the server held back): the server's count stands
-    (["当然可以！", "您的", "退款", "已经", "在路上。"], 31)])
+@pytest.mark.parametrize(
+    "words, generated",
+    [
+        (["Sure! ", "The ", "refund ", "is ", "on ", "its ", "way."], 9),
+        # a Chinese answer re-tokenized reads short of what the model generated (a character cut unfinished at the
+        # length, byte tokens the server held back): the server's count stands
+        (["当然可以！", "您的", "退款", "已经", "在路上。"], 31),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_output_is_what_the_server_generated_not_the_text_recounted(fake_server, words, generated, stream):
     url, script = fake_server
@@ -381,19 +412,31 @@ def test_the_api_key_goes_in_the_header_only(fake_server, monkeypatch):
 
 
 def test_a_server_down_gives_fallback_model_unavailable_and_loses_nothing():
-    eng = Engine(coarse=LexicalBackend(), fine=engine("http://127.0.0.1:9/v1", retries=1), mode="fine-only",
-                 config=policy.load())
-    requests = [Request(request_id=f"r{i}", tenant="t", service="s", decision_type="ranking", state="我要退款 refund",
-                        candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)])
-                for i in range(3)]
+    eng = Engine(
+        coarse=LexicalBackend(), fine=engine("http://127.0.0.1:9/v1", retries=1), mode="fine-only", config=policy.load()
+    )
+    requests = [
+        Request(
+            request_id=f"r{i}",
+            tenant="t",
+            service="s",
+            decision_type="ranking",
+            state="我要退款 refund",
+            candidates=[Candidate(id=str(j), text=t) for j, t in enumerate(CANDIDATES)],
+        )
+        for i in range(3)
+    ]
     decisions = eng.decide_batch([work_for(r, "gpt-4o-mini") for r in requests])
     assert [d.request_id for d, _ in decisions] == ["r0", "r1", "r2"]
     assert all(d.tier == "fallback" and d.chain[0].startswith("fallback:model_unavailable") for d, _ in decisions)
 
 
 def test_label_scores_read_both_logprob_forms():
-    assert label_scores([{"token": " B", "logprob": -0.5}, {"token": "A.", "logprob": -2.0}], ["A", "B", "C"]) == \
-        [-2.0, -0.5, -30.0]
+    assert label_scores([{"token": " B", "logprob": -0.5}, {"token": "A.", "logprob": -2.0}], ["A", "B", "C"]) == [
+        -2.0,
+        -0.5,
+        -30.0,
+    ]
     assert label_scores({" A": -1.0, "(B)": -0.2}, ["A", "B"]) == [-1.0, -0.2]
 
 
@@ -402,10 +445,23 @@ def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(f
     from streams.output import stream as stream_config
 
     url, _ = fake_server
-    eng = Engine(coarse=LexicalBackend(), fine=LexicalBackend(), generator=engine(url), config=policy.load(),
-                 stream_config=stream_config.load(), chunk_sink=lambda chunk: None)
-    request = Request(request_id="g1", tenant="t", service="s", decision_type="customer_service", kind="generate",
-                      state="我的退款在哪里? Where is my refund?", stream=stream)
+    eng = Engine(
+        coarse=LexicalBackend(),
+        fine=LexicalBackend(),
+        generator=engine(url),
+        config=policy.load(),
+        stream_config=stream_config.load(),
+        chunk_sink=lambda chunk: None,
+    )
+    request = Request(
+        request_id="g1",
+        tenant="t",
+        service="s",
+        decision_type="customer_service",
+        kind="generate",
+        state="我的退款在哪里? Where is my refund?",
+        stream=stream,
+    )
     decision, events = eng.decide(work_for(request, "gpt-4o-mini"))
     assert decision.tier == "llm" and "refund" in decision.text
     [row] = [e for e in events if e.model == "served"]

@@ -1,12 +1,12 @@
 """The model pool: entries as configuration, keys never shown, prices and tokenizers registered, clear errors."""
+
 import logging
 
 import pytest
 
-from streams.models import pricing
-
+from streams.models import pool as pool_mod
+from streams.models import pricing, registry
 from streams.text import tokens
-from streams.models import pool as pool_mod, registry
 
 POOL = """
 models:
@@ -56,13 +56,16 @@ def test_the_api_key_is_read_from_its_source_and_never_shown(tmp_path, monkeypat
         entry.api_key()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("models: {m: {engine: openai, channel: turbo}}", "channel 'turbo'"),
-    ("models: {m: {engine: openai, price: 1}}", "unknown keys \\['price'\\]"),
-    ("models: {m: {channel: fast}}", "name its engine"),
-    ("models: []", "expected a `models:` mapping"),
-    ("models: {m: {engine: openai, price_per_million: {in: 1}}}", "price_per_million takes"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("models: {m: {engine: openai, channel: turbo}}", "channel 'turbo'"),
+        ("models: {m: {engine: openai, price: 1}}", "unknown keys \\['price'\\]"),
+        ("models: {m: {channel: fast}}", "name its engine"),
+        ("models: []", "expected a `models:` mapping"),
+        ("models: {m: {engine: openai, price_per_million: {in: 1}}}", "price_per_million takes"),
+    ],
+)
 def test_bad_pools_say_what_to_fix(text, message):
     with pytest.raises(ValueError, match=message):
         pool_mod.parse(text)

@@ -3,13 +3,16 @@ import pytest
 from streams.models import pricing
 
 
-@pytest.mark.parametrize("model,args,expected", [
-    ("gpt-4o", (1_000_000, 0, 0), 2.50),
-    ("gpt-4o", (1_000_000, 1_000_000, 0), 1.25),
-    ("gpt-4o-mini-2024-07-18", (1_000_000, 500_000, 1_000_000), 0.075 + 0.0375 + 0.60),
-    ("gpt-4.1-mini", (2_000_000, 0, 500_000), 0.80 + 0.80),
-    ("rules", (1000, 0, 10), 0.0),
-])
+@pytest.mark.parametrize(
+    "model,args,expected",
+    [
+        ("gpt-4o", (1_000_000, 0, 0), 2.50),
+        ("gpt-4o", (1_000_000, 1_000_000, 0), 1.25),
+        ("gpt-4o-mini-2024-07-18", (1_000_000, 500_000, 1_000_000), 0.075 + 0.0375 + 0.60),
+        ("gpt-4.1-mini", (2_000_000, 0, 500_000), 0.80 + 0.80),
+        ("rules", (1000, 0, 10), 0.0),
+    ],
+)
 def test_cost(model, args, expected):
     assert pricing.cost(model, *args) == pytest.approx(expected)
 

@@ -1,9 +1,11 @@
 """The engine registry: names resolve through the pool, `auto` takes the best installed, errors name the fix."""
+
 import importlib.util
 
 import pytest
 
-from streams.models import pool as pool_mod, registry
+from streams.models import pool as pool_mod
+from streams.models import registry
 from streams.models.registry import generator as load_generator
 
 

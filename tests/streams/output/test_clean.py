@@ -1,4 +1,5 @@
 """clean(): what is removed, and proof that content never is (synthetic cases + real Arena-Hard answers)."""
+
 from __future__ import annotations
 
 import random
@@ -9,10 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.text import language
-
 from streams import settings as settings_mod
-from streams.text import tokens
 from streams.output.clean import (
     FENCE,
     _last_sentence_start,
@@ -22,6 +20,7 @@ from streams.output.clean import (
     dropped_content,
 )
 from streams.output.patterns import BUNDLED, load
+from streams.text import language, tokens
 from workers.harness.jsonl import iter_lines
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
@@ -37,51 +36,66 @@ def arena_answers(model: str) -> dict[str, str]:
     return {r["question_id"]: r["choices"][0]["turns"][0]["content"] for r in rows}
 
 
-@pytest.mark.parametrize("text, expected, removed", [
-    ("Sure! Here is a function that adds one:\n\n" + CODE + "\n\nIt returns x plus one.",
-     CODE + "\n\nIt returns x plus one.", ["preamble"]),
-    ("Certainly! Paris is the capital of France.", "Paris is the capital of France.", ["preamble"]),
-    ("Sure, let's work it out: 2 + 2 = 4.", "Let's work it out: 2 + 2 = 4.", ["preamble"]),
-    ("Sure, I'd be happy to help you with that. The answer is 4.", "The answer is 4.", ["preamble"]),
-    ("The answer is 4.\n\nI hope this helps! Let me know if you have any other questions.",
-     "The answer is 4.", ["closer"]),
-    ("Use a set. Good luck with your project!", "Use a set.", ["closer"]),
-    ("好的，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
-    ("当然！巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
-    ("巴黎是法国的首都。希望对您有帮助！", "巴黎是法国的首都。", ["closer"]),
-    ("巴黎是法国的首都。\n\n如果您还有其他问题，请随时告诉我。", "巴黎是法国的首都。", ["closer"]),
-    ("[DEBUG] retrieved 3 docs\nThe answer is 4.", "The answer is 4.", ["debug"]),
-    ("<think>user wants a number</think>The answer is 4.", "The answer is 4.", ["debug"]),
-    ("[思考过程：先算加法]答案是 4。", "答案是 4。", ["debug"]),
-    ("First.\n\n\n\n\nSecond.", "First.\n\nSecond.", ["blank_lines"]),
-    ("```markdown\n# Title\n\nBody text.\n```", "# Title\n\nBody text.", ["fence"]),
-    ("Hello! Paris is the capital of France. It lies on the Seine.",
-     "Paris is the capital of France. It lies on the Seine.", ["preamble"]),
-    ("你好！很高兴为您解答。巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
-    ("您好，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
-])
+@pytest.mark.parametrize(
+    "text, expected, removed",
+    [
+        (
+            "Sure! Here is a function that adds one:\n\n" + CODE + "\n\nIt returns x plus one.",
+            CODE + "\n\nIt returns x plus one.",
+            ["preamble"],
+        ),
+        ("Certainly! Paris is the capital of France.", "Paris is the capital of France.", ["preamble"]),
+        ("Sure, let's work it out: 2 + 2 = 4.", "Let's work it out: 2 + 2 = 4.", ["preamble"]),
+        ("Sure, I'd be happy to help you with that. The answer is 4.", "The answer is 4.", ["preamble"]),
+        (
+            "The answer is 4.\n\nI hope this helps! Let me know if you have any other questions.",
+            "The answer is 4.",
+            ["closer"],
+        ),
+        ("Use a set. Good luck with your project!", "Use a set.", ["closer"]),
+        ("好的，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
+        ("当然！巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
+        ("巴黎是法国的首都。希望对您有帮助！", "巴黎是法国的首都。", ["closer"]),
+        ("巴黎是法国的首都。\n\n如果您还有其他问题，请随时告诉我。", "巴黎是法国的首都。", ["closer"]),
+        ("[DEBUG] retrieved 3 docs\nThe answer is 4.", "The answer is 4.", ["debug"]),
+        ("<think>user wants a number</think>The answer is 4.", "The answer is 4.", ["debug"]),
+        ("[思考过程：先算加法]答案是 4。", "答案是 4。", ["debug"]),
+        ("First.\n\n\n\n\nSecond.", "First.\n\nSecond.", ["blank_lines"]),
+        ("```markdown\n# Title\n\nBody text.\n```", "# Title\n\nBody text.", ["fence"]),
+        (
+            "Hello! Paris is the capital of France. It lies on the Seine.",
+            "Paris is the capital of France. It lies on the Seine.",
+            ["preamble"],
+        ),
+        ("你好！很高兴为您解答。巴黎是法国的首都。", "巴黎是法国的首都。", ["preamble"]),
+        ("您好，以下是您要的代码：\n\n" + CODE, CODE, ["preamble"]),
+    ],
+)
 def test_removes_only_the_named_kinds(text, expected, removed):
     c = clean(text, model="gpt-4o")
     assert (c.text, c.removed) == (expected, removed)
     assert c.tokens_after == tokens.count(expected, "gpt-4o") <= c.tokens_before
 
 
-@pytest.mark.parametrize("text", [
-    "Yes, you can use a set for that.",  # "Yes" answers the question
-    "Great Britain is an island.",  # not an interjection
-    "Here is why: the cache is cold.\nMore follows.",  # a lead-in line is removed only with its colon at the end
-    "Debug: print the variable before the loop.",  # advice, not a debug marker (upper case only)
-    "Sure.",  # the whole answer: never cleaned away
-    CODE,
-    "```python\nprint('I hope this helps!')\n```",  # code is never touched
-    "```\n[DEBUG] a log line inside code\n\n\n\nkept\n```",
-    "Feel free to customize the colours to your taste.",  # advice, not an offer to chat
-    # a greeting that is the whole answer is what was asked for (a translation, a reply to write)
-    "Hello, how are you today?",
-    "Hello! How are you today?",
-    "你好，今天过得怎么样？",
-    "您好！请问有什么可以帮您？",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Yes, you can use a set for that.",  # "Yes" answers the question
+        "Great Britain is an island.",  # not an interjection
+        "Here is why: the cache is cold.\nMore follows.",  # a lead-in line is removed only with its colon at the end
+        "Debug: print the variable before the loop.",  # advice, not a debug marker (upper case only)
+        "Sure.",  # the whole answer: never cleaned away
+        CODE,
+        "```python\nprint('I hope this helps!')\n```",  # code is never touched
+        "```\n[DEBUG] a log line inside code\n\n\n\nkept\n```",
+        "Feel free to customize the colours to your taste.",  # advice, not an offer to chat
+        # a greeting that is the whole answer is what was asked for (a translation, a reply to write)
+        "Hello, how are you today?",
+        "Hello! How are you today?",
+        "你好，今天过得怎么样？",
+        "您好！请问有什么可以帮您？",
+    ],
+)
 def test_leaves_content_alone(text):
     c = clean(text, model="gpt-4o")
     assert c.text == text and c.removed == [] and c.tokens_after == c.tokens_before
@@ -98,15 +112,22 @@ def test_code_blocks_are_listed_and_can_be_extracted(tmp_path):
     assert c.code_blocks == ["def f(x):\n    return x + 1", "ls -la"] and "fence" in c.removed
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Sure, here is a SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE,
-     "A SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE),
-    ("Here's a swimming workout of 4500 meters:\n\nWarm-up.", "A swimming workout of 4500 meters:\n\nWarm-up."),
-    ("Sure, I'd be happy to help you build a CLI in Rust. Step one.",
-     "I'd be happy to help you build a CLI in Rust. Step one."),
-    ("Use a set. Good luck with your Django project!", "Use a set. Good luck with your Django project!"),
-    ("好的，以下是 Python 代码：\n\n" + CODE, "Python 代码：\n\n" + CODE),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "Sure, here is a SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE,
+            "A SystemVerilog constraint that limits transitions to 5 in a 32-bit number:\n\n" + CODE,
+        ),
+        ("Here's a swimming workout of 4500 meters:\n\nWarm-up.", "A swimming workout of 4500 meters:\n\nWarm-up."),
+        (
+            "Sure, I'd be happy to help you build a CLI in Rust. Step one.",
+            "I'd be happy to help you build a CLI in Rust. Step one.",
+        ),
+        ("Use a set. Good luck with your Django project!", "Use a set. Good luck with your Django project!"),
+        ("好的，以下是 Python 代码：\n\n" + CODE, "Python 代码：\n\n" + CODE),
+    ],
+)
 def test_a_preamble_or_closer_that_names_something_loses_only_its_filler_words(text, expected):
     c = clean(text, model="gpt-4o")
     assert c.text == expected
@@ -135,28 +156,62 @@ def test_min_tokens_marks_short_answers():
 # exact text removed at the end). Everything between them must come through unchanged, its first letter
 # capitalised where a filler before it went.
 HAND_CHECKED = [
-    ("gpt-3.5-turbo", "0df741e684e4408694745a377b3b8e9d", ["preamble", "closer"],
-     "Sure! Here is a suggested curriculum for learning deep learning:", "Good luck with your deep learning journey!"),
-    ("gpt-3.5-turbo", "02e11c26f2a646579be708c789341086", ["preamble", "closer"],
-     "Sure, ", "Let me know if you need further assistance or have any questions."),  # names CLI, Rust: kept
+    (
+        "gpt-3.5-turbo",
+        "0df741e684e4408694745a377b3b8e9d",
+        ["preamble", "closer"],
+        "Sure! Here is a suggested curriculum for learning deep learning:",
+        "Good luck with your deep learning journey!",
+    ),
+    (
+        "gpt-3.5-turbo",
+        "02e11c26f2a646579be708c789341086",
+        ["preamble", "closer"],
+        "Sure, ",
+        "Let me know if you need further assistance or have any questions.",
+    ),  # names CLI, Rust: kept
     ("gpt-3.5-turbo", "1044e65c09114054b2cc1cb825efd80c", ["preamble"], "Sure, l", ""),
-    ("gpt-3.5-turbo", "0c74645c3386490e9d26bb12ab068826", ["closer"], "",
-     "If you have any specific questions or need further assistance, feel free to ask!"),
+    (
+        "gpt-3.5-turbo",
+        "0c74645c3386490e9d26bb12ab068826",
+        ["closer"],
+        "",
+        "If you have any specific questions or need further assistance, feel free to ask!",
+    ),
     ("gpt-3.5-turbo", "5aa9896e5bbe4ef0a158fbc803d4f37e", ["preamble"], "Sure! ", ""),  # lead-in goes on: kept
-    ("gpt-3.5-turbo", "1827a0168c8d47379a86ed871d8c6ad9", ["closer"], "",
-     "I hope this helps! Let me know if you need further assistance."),
+    (
+        "gpt-3.5-turbo",
+        "1827a0168c8d47379a86ed871d8c6ad9",
+        ["closer"],
+        "",
+        "I hope this helps! Let me know if you need further assistance.",
+    ),
     ("gpt-3.5-turbo", "0394b670ad2e4206954cc294898c4633", ["preamble"], "Here is ", ""),  # names Flask: kept
     ("gpt-4", "02e11c26f2a646579be708c789341086", ["preamble"], "Great! ", ""),
     ("gpt-4", "b2206e1b4310427b80d7af334940f08c", ["preamble"], "Okay, i", ""),
-    ("gpt-4", "9b9b65ab647b45858a21e873de28b1f3", ["preamble", "closer"],
-     "Certainly! Here's ", "Enjoy your swim!"),  # the workout's numbers stay
-    ("gpt-4", "b9a78084b1a14f4d9177f22cf1129d22", ["preamble", "closer"],
-     "Certainly! Here's ",  # names SQL: kept
-     "I hope this helps you understand the query better! If you have any questions or need further "
-     "clarification, please let me know."),
+    (
+        "gpt-4",
+        "9b9b65ab647b45858a21e873de28b1f3",
+        ["preamble", "closer"],
+        "Certainly! Here's ",
+        "Enjoy your swim!",
+    ),  # the workout's numbers stay
+    (
+        "gpt-4",
+        "b9a78084b1a14f4d9177f22cf1129d22",
+        ["preamble", "closer"],
+        "Certainly! Here's ",  # names SQL: kept
+        "I hope this helps you understand the query better! If you have any questions or need further "
+        "clarification, please let me know.",
+    ),
     ("gpt-4", "3801e82e67a34ee3aaab0227342bcc2b", ["preamble"], "Here's the obfuscated version of the function:", ""),
-    ("gpt-4", "7df9c568ef274e23abfab5eee3872d8e", ["closer"], "",
-     "Please let me know if you would like assistance with that."),
+    (
+        "gpt-4",
+        "7df9c568ef274e23abfab5eee3872d8e",
+        ["closer"],
+        "",
+        "Please let me know if you would like assistance with that.",
+    ),
 ]
 
 
@@ -165,7 +220,7 @@ def test_hand_checked_arena_answers(model, qid, removed, head, tail):
     original = arena_answers(model)[qid].strip()
     c = clean(original, model=model)
     assert original.startswith(head) and original.endswith(tail)
-    middle = original[len(head):len(original) - len(tail)].strip()
+    middle = original[len(head) : len(original) - len(tail)].strip()
     if head.endswith((", l", ", i")):  # "Sure, let's" → "Let's": the first letter is capitalised
         middle = head[-1].upper() + middle
     elif head:
@@ -174,7 +229,9 @@ def test_hand_checked_arena_answers(model, qid, removed, head, tail):
     assert c.code_blocks == [m.group("body") for m in FENCE.finditer(original)]
 
 
-@pytest.mark.parametrize("qid", ["0122ab60646b4961bc39e9c03bdf6bcc", "e53db29f0a0f49c7904225a74d80dacb", "6462f12cc6c64d66aa2dcae61d6ec7c2"])
+@pytest.mark.parametrize(
+    "qid", ["0122ab60646b4961bc39e9c03bdf6bcc", "e53db29f0a0f49c7904225a74d80dacb", "6462f12cc6c64d66aa2dcae61d6ec7c2"]
+)
 def test_unchanged_arena_answers_stay_byte_identical(qid):
     answers = arena_answers("gpt-4")
     if qid not in answers:
@@ -229,8 +286,11 @@ def test_fenced_blocks_are_the_ones_the_fence_regex_finds():
         assert "".join(piece for _, piece, _ in _segments(text)) == text
 
 
-ZH_CASES = [orjson.loads(line) for line in (Path(__file__).parent / "zh_fillers.jsonl").read_text(encoding="utf-8")
-            .splitlines() if line.strip()]
+ZH_CASES = [
+    orjson.loads(line)
+    for line in (Path(__file__).parent / "zh_fillers.jsonl").read_text(encoding="utf-8").splitlines()
+    if line.strip()
+]
 
 
 @pytest.mark.parametrize("case", ZH_CASES, ids=[f"{c['split']}-{i}" for i, c in enumerate(ZH_CASES)])

@@ -1,4 +1,5 @@
 """Token-exact truncation: never above the limit, cut at a sentence end, marked, code fences closed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,12 +8,14 @@ import orjson
 import pytest
 
 from streams import settings as settings_mod
-from streams.text import tokens
 from streams.output.clean import FENCE, clean
 from streams.output.truncate import truncate
+from streams.text import tokens
 
-TEXT = ("The cache is cold after a deploy. Warm it with the top queries first. Then open traffic slowly.\n\n"
-        "```python\nfor q in top_queries:\n    cache.get(q)\n```\n\nThat is all it takes.")
+TEXT = (
+    "The cache is cold after a deploy. Warm it with the top queries first. Then open traffic slowly.\n\n"
+    "```python\nfor q in top_queries:\n    cache.get(q)\n```\n\nThat is all it takes."
+)
 CHINESE = "缓存在部署后是冷的。先用最热门的查询预热。然后逐步放开流量。这样就不会出现雪崩。"
 
 
@@ -31,10 +34,13 @@ def test_never_exceeds_the_limit_and_marks_the_cut(model, text):
             assert "\ufffd" not in out  # no half of a multi-byte character
 
 
-@pytest.mark.parametrize("limit, expected", [
-    (12, "The cache is cold after a deploy. […]"),
-    (22, "The cache is cold after a deploy. Warm it with the top queries first. Then open traffic slowly. […]"),
-])
+@pytest.mark.parametrize(
+    "limit, expected",
+    [
+        (12, "The cache is cold after a deploy. […]"),
+        (22, "The cache is cold after a deploy. Warm it with the top queries first. Then open traffic slowly. […]"),
+    ],
+)
 def test_cuts_at_a_sentence_end(limit, expected):
     assert truncate(TEXT, limit, "gpt-4o") == (expected, True)
 

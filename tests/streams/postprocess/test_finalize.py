@@ -1,20 +1,30 @@
 """finalize(): latency, cleanup of generated answers under the request's contracts, review, usage."""
+
 from __future__ import annotations
 
 from schemas.records import Contracts, Decision, Request, Work
-from streams.text import tokens
 from streams.postprocess.finalize import finalize
+from streams.text import tokens
 
 ANSWER = "Sure! Here is the answer:\n\nParis is the capital of France.\n\nI hope this helps!"
 
 
 def work(text: str = "", *, min_tokens: int = 0, max_tokens: int = 256, action: str = "") -> Work:
-    request = Request(request_id="r1", tenant="acme", service="support", decision_type="answer", state="q",
-                      kind="generate" if text else "decide",
-                      contracts=Contracts(max_output_tokens=max_tokens, min_output_tokens=min_tokens))
-    return Work(request=request, admitted_at=100.0, model="gpt-4o",
-                decision=Decision(request_id="r1", tier="llm" if text else "fine", text=text, action_id=action,
-                                  chain=["llm"]))
+    request = Request(
+        request_id="r1",
+        tenant="acme",
+        service="support",
+        decision_type="answer",
+        state="q",
+        kind="generate" if text else "decide",
+        contracts=Contracts(max_output_tokens=max_tokens, min_output_tokens=min_tokens),
+    )
+    return Work(
+        request=request,
+        admitted_at=100.0,
+        model="gpt-4o",
+        decision=Decision(request_id="r1", tier="llm" if text else "fine", text=text, action_id=action, chain=["llm"]),
+    )
 
 
 def test_decisions_without_text_are_only_stamped():
@@ -28,7 +38,9 @@ def test_generated_text_is_cleaned_and_savings_metered():
     assert done.decision.text == "Paris is the capital of France."
     assert done.decision.chain == ["llm", "postprocess:ok"]
     cleanup = next(e for e in done.usage if e.event_id == "4:acme/2:r1:postprocess:cleanup")
-    assert cleanup.nominal_tokens == tokens.count(ANSWER, "gpt-4o") - tokens.count("Paris is the capital of France.", "gpt-4o")
+    assert cleanup.nominal_tokens == tokens.count(ANSWER, "gpt-4o") - tokens.count(
+        "Paris is the capital of France.", "gpt-4o"
+    )
     assert cleanup.output_tokens == 0, "cleanup spends no model tokens; the generation stage meters the output"
     assert cleanup.cost == 0.0 and cleanup.outcome == "ok" and cleanup.stack.endswith("postprocess;cleanup")
     assert done.patterns_version and done.cacheable
@@ -66,8 +78,9 @@ def test_switches_turn_cleanup_and_the_review_route_off_but_flagged_text_is_neve
     text = "Sure! Here is the key: -----BEGIN RSA PRIVATE KEY----- abc"
 
     def run(switches):
-        work = Work(request=request, admitted_at=0.0, model="gpt-4o",
-                    decision=Decision(request_id="r9", tier="llm", text=text))
+        work = Work(
+            request=request, admitted_at=0.0, model="gpt-4o", decision=Decision(request_id="r9", tier="llm", text=text)
+        )
         return finalize(work, now=1.0, switches=switches)
 
     on = run({})

@@ -1,13 +1,14 @@
 """The micro-batch consumer against the real broker: batches handed over, what they return delivered by the
 sender before their offsets are committed, failed batches read again."""
+
 import asyncio
 import time
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from infra.broker import LocalBroker, create_topics
-from streams.runtime.consumer import BatchConsumer, follow_from_start
 from streams.core.outbox import Outbox
+from streams.runtime.consumer import BatchConsumer, follow_from_start
 from tests.conftest import fresh_topic
 
 
@@ -44,9 +45,18 @@ async def test_a_follower_is_caught_up_while_the_topic_is_still_written(broker):
 
     writer = asyncio.create_task(write())
     await until(lambda: writing.is_set())
-    follower = asyncio.create_task(follow_from_start(
-        bootstrap, topic, applied.append, stopping, 100, "test record", trusted=lambda msg: True,
-        caught_up=lambda: at_caught_up.append((set(applied), writing.is_set()))))
+    follower = asyncio.create_task(
+        follow_from_start(
+            bootstrap,
+            topic,
+            applied.append,
+            stopping,
+            100,
+            "test record",
+            trusted=lambda msg: True,
+            caught_up=lambda: at_caught_up.append((set(applied), writing.is_set())),
+        )
+    )
     await until(lambda: at_caught_up, timeout=120)
     stopping.set()
     await asyncio.gather(follower, writer)
@@ -103,7 +113,7 @@ async def test_batch_consumer_reads_a_failed_batch_again(broker):
     await consumer.start()
     await until(lambda: len(calls) >= 2)
     await consumer.stop()
-    assert calls[0][0] == b"m0" and calls[1][:len(calls[0])] == calls[0], "the failed batch came again, from its start"
+    assert calls[0][0] == b"m0" and calls[1][: len(calls[0])] == calls[0], "the failed batch came again, from its start"
 
 
 async def test_batch_consumer_lingers_until_it_holds_max_records(broker):
@@ -170,13 +180,13 @@ async def test_what_a_batch_returns_is_delivered_before_its_offsets_are_committe
     async def commit(offsets):
         committed.append(offsets)
         await real_commit(offsets)
+
     consumer.commit = commit
     await consumer.start()
     await until(lambda: committed)
     await consumer.stop()
     [(outbox, committed_before)] = sender.delivered
     assert [value for _, _, value in outbox.records] == [b"m0", b"m1", b"m2"] and committed_before == []
-
 
 
 async def test_stopping_while_a_batch_lingers_hands_it_over_and_is_clean(broker, caplog):
@@ -222,10 +232,12 @@ async def test_partitions_revoked_while_a_batch_is_handled_lose_no_record(broker
             if who == "first" and not seen["first"]:  # held until the group rebalanced under it
                 await until(lambda: "second" in members and members["second"].consumer.assignment(), timeout=60)
             seen[who].extend(m.value for m in messages)
+
         return handle
 
-    members["first"] = BatchConsumer(bootstrap, topic, "test-rebalance", handler("first"), max_records=5,
-                                     wait_ms=5, depth=2)
+    members["first"] = BatchConsumer(
+        bootstrap, topic, "test-rebalance", handler("first"), max_records=5, wait_ms=5, depth=2
+    )
     await members["first"].start()
     await until(lambda: not members["first"].idle.is_set() and members["first"].consumer.assignment())
     second = BatchConsumer(bootstrap, topic, "test-rebalance", handler("second"), max_records=5, wait_ms=5)
@@ -300,8 +312,9 @@ async def test_batch_consumer_says_the_broker_restarted_before_it_hands_over_the
 
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
-        consumer = BatchConsumer(bootstrap, topic, "test-restart", handle, max_records=500, wait_ms=5,
-                                 on_restart=restarted.append)
+        consumer = BatchConsumer(
+            bootstrap, topic, "test-restart", handle, max_records=500, wait_ms=5, on_restart=restarted.append
+        )
         await consumer.start()
         try:
             for i in range(10):

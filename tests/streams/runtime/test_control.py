@@ -1,6 +1,7 @@
 """The control plane holds against bad records and broker restarts: a record a listener cannot take is refused with
 a logged reason and the worker goes on; the stage process republishes the control state a restarted local broker
 lost (from what it read, and from <data_dir>/control.json when it starts after the restart itself)."""
+
 import asyncio
 import logging
 import time
@@ -8,8 +9,8 @@ import time
 from infra.broker import LocalBroker, create_topics
 from schemas.records import Control
 from schemas.topics import name
-from streams.runtime.control import ControlReader, publish
 from streams.core.switches import Controls
+from streams.runtime.control import ControlReader, publish
 
 SWITCH_OFF = Control(kind="switch", key="cache.l2", value=False, ts=100.0)
 BUDGET = Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}, ts=101.0)

@@ -1,4 +1,5 @@
 """Faust's consumer as Jev installs it: seeks on the real local broker, and which offsets a commit covers."""
+
 import asyncio
 from types import SimpleNamespace
 
@@ -6,9 +7,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.broker import LocalBroker, create_topics
-from streams.runtime.kafka_tuning import (back_off_when_idle, committable, follow_log_restarts, forget_old_log,
-                                  seek_to_committed_or_beginning)
 from streams.core.metrics import LOG_RESTARTS
+from streams.runtime.kafka_tuning import (
+    back_off_when_idle,
+    committable,
+    follow_log_restarts,
+    forget_old_log,
+    seek_to_committed_or_beginning,
+)
 from tests.conftest import fresh_topic
 
 
@@ -17,8 +23,9 @@ async def test_a_partition_without_a_committed_offset_goes_back_to_its_beginning
     has one, from the beginning where it has none (aiokafka alone leaves that partition where it was)."""
     topic = "test.seek_to_committed"
     bootstrap = await fresh_topic(broker, topic, 2, [b"m%d" % i for i in range(20)])
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="test-seek", enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id="test-seek", enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
@@ -41,8 +48,9 @@ async def test_an_idle_consumer_backs_its_fetch_wait_off_and_a_record_brings_it_
     consumer's own short wait, and every record is still delivered."""
     topic = "test.idle_backoff"
     bootstrap = await fresh_topic(broker, topic, 2, [b"m%d" % i for i in range(4)])
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                fetch_max_wait_ms=5)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", fetch_max_wait_ms=5
+    )
     await consumer.start()
     try:
         back_off_when_idle(consumer, longest_ms=80)
@@ -87,8 +95,9 @@ async def test_a_consumer_reads_a_restarted_brokers_log_from_its_beginning():
         bootstrap = broker.url.removeprefix("kafka://")
         await create_topics(bootstrap, [topic], 1)
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=20)
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", fetch_max_wait_ms=20
+        )
         await producer.start()
         await consumer.start()
         restarted = []
@@ -118,8 +127,9 @@ async def test_a_restarted_log_that_grew_past_the_old_position_is_still_read_fro
         bootstrap = broker.url.removeprefix("kafka://")
         await create_topics(bootstrap, [topic], 1)
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=20)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", fetch_max_wait_ms=20
+        )
         tp = TopicPartition(topic, 0)
         await producer.start()
         await consumer.start()
@@ -158,10 +168,14 @@ async def test_a_fetch_over_a_new_connection_waits_for_a_metadata_update_a_broke
         return done
 
     inactive = SimpleNamespace(active=False)
-    client = SimpleNamespace(_conns={}, force_metadata_update=update,
-                             cluster=SimpleNamespace(update_metadata=lambda metadata: None))
-    consumer = SimpleNamespace(_client=client, _subscription=SimpleNamespace(subscription=None),
-                               _fetcher=SimpleNamespace(_proc_fetch_request=fetch, _retry_backoff=0))
+    client = SimpleNamespace(
+        _conns={}, force_metadata_update=update, cluster=SimpleNamespace(update_metadata=lambda metadata: None)
+    )
+    consumer = SimpleNamespace(
+        _client=client,
+        _subscription=SimpleNamespace(subscription=None),
+        _fetcher=SimpleNamespace(_proc_fetch_request=fetch, _retry_backoff=0),
+    )
     follow_log_restarts(consumer)
     assert await consumer._fetcher._proc_fetch_request(inactive, 111, None) is False
     assert fetched == []
@@ -169,15 +183,18 @@ async def test_a_fetch_over_a_new_connection_waits_for_a_metadata_update_a_broke
     assert fetched == [111] and answers == []
 
 
-@pytest.mark.parametrize("acked, start, offset, left", [
-    ([3, 4, 5], 3, 6, []),  # a run from the next unhandled message: commit past it
-    ([5, 3, 4, 8, 9], 3, 6, [8, 9]),  # only the first run; the rest waits for 6 and 7
-    ([3], 2, None, [3]),  # 2 was never handled: Faust's check let a run start one past it
-    ([4, 5], 2, None, [4, 5]),
-    ([0, 1, 2], None, None, [0, 1, 2]),  # where the partition starts is unknown: commit nothing yet
-    ([1, 2, 3], 2, 4, []),  # offsets below the committed one are dropped
-    ([], 0, None, []),
-])
+@pytest.mark.parametrize(
+    "acked, start, offset, left",
+    [
+        ([3, 4, 5], 3, 6, []),  # a run from the next unhandled message: commit past it
+        ([5, 3, 4, 8, 9], 3, 6, [8, 9]),  # only the first run; the rest waits for 6 and 7
+        ([3], 2, None, [3]),  # 2 was never handled: Faust's check let a run start one past it
+        ([4, 5], 2, None, [4, 5]),
+        ([0, 1, 2], None, None, [0, 1, 2]),  # where the partition starts is unknown: commit nothing yet
+        ([1, 2, 3], 2, 4, []),  # offsets below the committed one are dropped
+        ([], 0, None, []),
+    ],
+)
 def test_a_commit_covers_only_a_run_of_handled_offsets_from_the_next_unhandled_one(acked, start, offset, left):
     assert committable(acked, start) == offset
     assert acked == left

@@ -1,6 +1,7 @@
 """The budget owner and lease clients on the real local broker: two stage processes' runtimes share one hard budget,
 settle anywhere, and a crashed holder's lease comes back after its expiry. And what a broker restarted without its
 data loses: an owner answers the new log's requests, and a lease request lost with it is sent again."""
+
 import asyncio
 import time
 
@@ -26,8 +27,12 @@ def book():
 
 
 def work(i: int, tokens: int = 1000) -> Work:
-    return Work(request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state="x"),
-                admitted_at=time.time(), model="gpt-4o-mini", context_tokens=tokens - 256)
+    return Work(
+        request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state="x"),
+        admitted_at=time.time(),
+        model="gpt-4o-mini",
+        context_tokens=tokens - 256,
+    )
 
 
 async def wait_for(condition, timeout=20.0):
@@ -44,8 +49,9 @@ async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_com
     await producer.start()
 
     async def send(topic, values):
-        await asyncio.gather(*[await producer.send(topic, v, partition=p, headers=signing.headers(topic, v))
-                               for p, v in values])
+        await asyncio.gather(
+            *[await producer.send(topic, v, partition=p, headers=signing.headers(topic, v)) for p, v in values]
+        )
 
     books = [book(), book()]
     owners = [BudgetOwner(bootstrap, "lt", b, send, lease_s=1.0, grace_s=1.0) for b in books]
@@ -84,8 +90,9 @@ def test_an_owner_whose_log_the_broker_lost_answers_the_requests_of_the_new_log(
     owner.own(0, answer_from=2)  # assigned with the group's offset 2 committed: requests before it were answered
 
     def ask(holder: str, request: str, tokens: int) -> bytes:
-        return BudgetEvent(kind="lease", key="tenant:acme@day", holder=holder, request=request, tokens=tokens,
-                           ts=time.time()).dumps()
+        return BudgetEvent(
+            kind="lease", key="tenant:acme@day", holder=holder, request=request, tokens=tokens, ts=time.time()
+        ).dumps()
 
     old = consumed(name("budget"), [ask("a", "q0", 5), ask("a", "q1", 5), ask("a", "q2", HARD), ask("b", "q3", 1000)])
     assert owner.handle(owner.owners[0], 0, old[0]) == []  # answered before

@@ -1,5 +1,6 @@
 """The Sender against the real broker: one Outbox, every kind of record on its topic, keyed and partitioned as
 the stages key their topics, acknowledged when deliver returns."""
+
 import asyncio
 import time
 import uuid
@@ -11,12 +12,12 @@ from aiokafka.partitioner import DefaultPartitioner
 from infra.broker import create_topics
 from schemas.records import Alert, Chunk, Decision, Rejection, Request, UsageBatch, UsageEvent, Work, WorkBatch
 from schemas.topics import name
-from streams.idempotency.requests import admitted_record, decided_record
 from streams.core.inflight import IN_FLIGHT
 from streams.core.outbox import Outbox
+from streams.idempotency.requests import admitted_record, decided_record
 from streams.runtime.partitioning import partition_for
-from streams.security import signing
 from streams.runtime.sender import Sender
+from streams.security import signing
 from streams.usage.events import usage_event
 from tests.conftest import fresh_topic
 
@@ -42,14 +43,18 @@ async def test_decisions_go_one_record_batch_per_partition_with_keys_and_headers
     bootstrap = await fresh_topic(broker, name("decisions"), 4)
     sender = Sender(bootstrap, 4)
     await sender.start()
-    await sender.deliver(Outbox(decisions=[(Decision(request_id=f"r{i}", tier="rules"), {"x-tier": "rules"})
-                                           for i in range(200)]))
+    await sender.deliver(
+        Outbox(decisions=[(Decision(request_id=f"r{i}", tier="rules"), {"x-tier": "rules"}) for i in range(200)])
+    )
     await sender.stop()
-    got = [(p, m.key.decode(), Decision.loads(m.value).request_id, dict(m.headers))
-           for _, p, m in await read(bootstrap, [name("decisions")], 200)]
+    got = [
+        (p, m.key.decode(), Decision.loads(m.value).request_id, dict(m.headers))
+        for _, p, m in await read(bootstrap, [name("decisions")], 200)
+    ]
     assert sorted(key for _, key, _, _ in got) == sorted(f"r{i}" for i in range(200))
-    assert all(p == partition_for(key, 4) and rid == key and headers == {"x-tier": b"rules"}
-               for p, key, rid, headers in got)
+    assert all(
+        p == partition_for(key, 4) and rid == key and headers == {"x-tier": b"rules"} for p, key, rid, headers in got
+    )
 
 
 async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_records(broker):
@@ -58,21 +63,38 @@ async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_rec
     await create_topics(bootstrap, [name(short) for short in wanted], 4)
     rid = f"r-{uuid.uuid4().hex[:8]}"  # the session's broker is shared: this test's records carry their own id
     request = Request(request_id=rid, tenant="acme", service="s", decision_type="ranking", state="x")
-    event = UsageEvent(event_id=f"{rid}:ingest", request_id=rid, ts=1.0, tenant="acme", service="s",
-                       business_line="", session_id="", user_id="", decision_type="ranking", stage="ingest",
-                       stack="acme;s")
+    event = UsageEvent(
+        event_id=f"{rid}:ingest",
+        request_id=rid,
+        ts=1.0,
+        tenant="acme",
+        service="s",
+        business_line="",
+        session_id="",
+        user_id="",
+        decision_type="ranking",
+        stage="ingest",
+        stack="acme;s",
+    )
     sender = Sender(bootstrap, 4)
     await sender.start()
-    await sender.deliver(Outbox(
-        review=[Decision(request_id=rid, tier="fine")], usage=[event],
-        work={"score": [Work(request=request, admitted_at=0.0, model="gpt-4o-mini", cache_key=rid)]},
-        dead_letters=[Rejection(reason="bad_json", detail="d", stage="ingest", original="{", ts=1.0, request_id=rid)],
-        alerts=[Alert(rule="budget_hard", severity="page", scope=rid, message="m", value=2.0, threshold=1.0)],
-        records=[("batch_results", rid.encode(), b'{"job": "%s"}' % rid.encode())]))
+    await sender.deliver(
+        Outbox(
+            review=[Decision(request_id=rid, tier="fine")],
+            usage=[event],
+            work={"score": [Work(request=request, admitted_at=0.0, model="gpt-4o-mini", cache_key=rid)]},
+            dead_letters=[
+                Rejection(reason="bad_json", detail="d", stage="ingest", original="{", ts=1.0, request_id=rid)
+            ],
+            alerts=[Alert(rule="budget_hard", severity="page", scope=rid, message="m", value=2.0, threshold=1.0)],
+            records=[("batch_results", rid.encode(), b'{"job": "%s"}' % rid.encode())],
+        )
+    )
     await sender.stop()
     got = {}
-    consumer = AIOKafkaConsumer(*[name(s) for s in wanted], bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        *[name(s) for s in wanted], bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
     await consumer.start()
     try:
         deadline = time.monotonic() + 30
@@ -100,7 +122,8 @@ async def test_requests_seen_records_keep_kafkas_partition_per_key_in_order_and_
     bootstrap = await fresh_topic(broker, name("requests_seen"), 4)
     rids = [f"seen-{uuid.uuid4().hex[:8]}-{i}" for i in range(40)]
     records = [admitted_record("acme", rid, b"{}") for rid in rids] + [
-        decided_record("acme", Decision(request_id=rid, tier="rules")) for rid in rids]
+        decided_record("acme", Decision(request_id=rid, tier="rules")) for rid in rids
+    ]
     sender = Sender(bootstrap, 4)
     await sender.start()
     await sender.deliver(Outbox(records=records))
@@ -108,7 +131,8 @@ async def test_requests_seen_records_keep_kafkas_partition_per_key_in_order_and_
     got = await read(bootstrap, [name("requests_seen")], len(records))
     default = DefaultPartitioner()
     assert sorted((p, m.key, m.value) for _, p, m in got) == sorted(
-        (default(key, [0, 1, 2, 3], [0, 1, 2, 3]), key, value) for _, key, value in records)
+        (default(key, [0, 1, 2, 3], [0, 1, 2, 3]), key, value) for _, key, value in records
+    )
     assert all(signing.trusted(m) for _, _, m in got)
     kinds = {}
     for _, _, m in got:
@@ -132,8 +156,18 @@ async def test_chunks_are_acknowledged_before_the_decisions_and_keyed_as_they_ar
     bootstrap = broker.url.removeprefix("kafka://")
     await create_topics(bootstrap, [name("chunks"), name("decisions")], 4)
     rid = f"r-{uuid.uuid4().hex[:8]}"
-    chunks = [Chunk(request_id=rid, seq=i, text=f"piece {i} ", tokens=2, tokens_so_far=2 * (i + 1),
-                    progress=25 * (i + 1), final=i == 3) for i in range(4)]
+    chunks = [
+        Chunk(
+            request_id=rid,
+            seq=i,
+            text=f"piece {i} ",
+            tokens=2,
+            tokens_so_far=2 * (i + 1),
+            progress=25 * (i + 1),
+            final=i == 3,
+        )
+        for i in range(4)
+    ]
     sender = Ordered(bootstrap, 4)
     await sender.start()
     await sender.deliver(Outbox(decisions=[(Decision(request_id=rid, tier="llm"), {})], chunks=chunks))
@@ -150,17 +184,28 @@ async def test_requests_sent_on_for_work_hold_until_their_decision_or_dead_lette
     await create_topics(bootstrap, [name(s) for s in ("score", "shadow", "decisions", "rejected")], 4)
     rid = f"in-flight-{uuid.uuid4().hex[:8]}"
     ids = [f"{rid}-{i}" for i in range(3)]
-    works = [Work(request=Request(request_id=i, tenant="acme", service="s", decision_type="ranking", state="x"),
-                  admitted_at=0.0, model="m", cache_key=i) for i in ids]
+    works = [
+        Work(
+            request=Request(request_id=i, tenant="acme", service="s", decision_type="ranking", state="x"),
+            admitted_at=0.0,
+            model="m",
+            cache_key=i,
+        )
+        for i in ids
+    ]
     sender = Sender(bootstrap, 4)
     await sender.start()
     try:
         await sender.deliver(Outbox(work={"score": works[:2], "shadow": works[2:]}))
         assert set(ids[:2]) <= set(IN_FLIGHT.until) and ids[2] not in IN_FLIGHT.until
-        await sender.deliver(Outbox(
-            decisions=[(Decision(request_id=ids[0], tier="fine"), {})],
-            dead_letters=[Rejection(reason="over_budget", detail="d", stage="ingest", original="{", ts=1.0,
-                                    request_id=ids[1])]))
+        await sender.deliver(
+            Outbox(
+                decisions=[(Decision(request_id=ids[0], tier="fine"), {})],
+                dead_letters=[
+                    Rejection(reason="over_budget", detail="d", stage="ingest", original="{", ts=1.0, request_id=ids[1])
+                ],
+            )
+        )
         assert not set(ids) & set(IN_FLIGHT.until)
     finally:
         IN_FLIGHT.release(ids)
@@ -209,17 +254,22 @@ async def test_a_requests_usage_is_acknowledged_before_anything_that_says_it_was
     await sender.start()
     watched = sender.producer = Watched(sender.producer, topics["usage"])
     try:
-        await sender.deliver(Outbox(
-            decisions=[(decision, {})], usage=[usage_event(request, "ingest"), usage_event(request, "postprocess")],
-            work={"score": [Work(request=request, admitted_at=0.0, model="m", cache_key=rid)]},
-            records=[admitted_record("acme", rid, b"{}"), decided_record("acme", decision)]))
+        await sender.deliver(
+            Outbox(
+                decisions=[(decision, {})],
+                usage=[usage_event(request, "ingest"), usage_event(request, "postprocess")],
+                work={"score": [Work(request=request, admitted_at=0.0, model="m", cache_key=rid)]},
+                records=[admitted_record("acme", rid, b"{}"), decided_record("acme", decision)],
+            )
+        )
     finally:
         IN_FLIGHT.release([rid])
         await sender.stop()
     assert {topic for topic, _ in watched.queued} == {topics["requests_seen"], topics["decisions"], topics["score"]}
     assert all(acknowledged for _, acknowledged in watched.queued), watched.queued
-    consumer = AIOKafkaConsumer(topics["usage"], bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        topics["usage"], bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
     await consumer.start()
     events, deadline = [], time.monotonic() + 30
     try:

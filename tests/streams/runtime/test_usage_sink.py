@@ -1,4 +1,5 @@
 """The usage sink counts every event once however often it is delivered (real embedded ClickHouse)."""
+
 import random
 
 import orjson
@@ -18,16 +19,26 @@ def snapshot(client) -> dict:
     """Plain sums over usage_events and every aggregate: what redelivery must not move."""
     q = lambda sql: client.query(sql).result_rows  # noqa: E731
     return {
-        "events": q("SELECT count(), sum(input_tokens + output_tokens), sum(nominal_tokens), round(sum(cost), 9) "
-                    "FROM usage_events"),
-        "request": q("SELECT request_id, sum(input_tokens) + sum(output_tokens), sumMap(tokens_by_stage), max(tier) "
-                     "FROM usage_by_request GROUP BY request_id ORDER BY request_id"),
-        "session": q("SELECT session_id, uniqMerge(requests), sum(input_tokens) + sum(output_tokens) "
-                     "FROM usage_by_session_hour GROUP BY session_id ORDER BY session_id"),
-        "service": q("SELECT service, stage, section, sum(events), sum(input_tokens), sum(nominal_tokens) "
-                     "FROM usage_by_stack_hour GROUP BY service, stage, section ORDER BY service, stage, section"),
-        "business": q("SELECT business_event, uniqMerge(requests), sum(input_tokens) + sum(output_tokens) "
-                      "FROM usage_by_business_day GROUP BY business_event ORDER BY business_event"),
+        "events": q(
+            "SELECT count(), sum(input_tokens + output_tokens), sum(nominal_tokens), round(sum(cost), 9) "
+            "FROM usage_events"
+        ),
+        "request": q(
+            "SELECT request_id, sum(input_tokens) + sum(output_tokens), sumMap(tokens_by_stage), max(tier) "
+            "FROM usage_by_request GROUP BY request_id ORDER BY request_id"
+        ),
+        "session": q(
+            "SELECT session_id, uniqMerge(requests), sum(input_tokens) + sum(output_tokens) "
+            "FROM usage_by_session_hour GROUP BY session_id ORDER BY session_id"
+        ),
+        "service": q(
+            "SELECT service, stage, section, sum(events), sum(input_tokens), sum(nominal_tokens) "
+            "FROM usage_by_stack_hour GROUP BY service, stage, section ORDER BY service, stage, section"
+        ),
+        "business": q(
+            "SELECT business_event, uniqMerge(requests), sum(input_tokens) + sum(output_tokens) "
+            "FROM usage_by_business_day GROUP BY business_event ORDER BY business_event"
+        ),
     }
 
 
@@ -39,8 +50,9 @@ def test_to_columns_is_column_oriented_in_usage_column_order():
     assert columns[USAGE_COLUMNS.index("ts")][0] == round(events[0].ts * 1000)
 
 
-@pytest.mark.parametrize("redeliver", ["same_batch_twice", "shuffled_other_batches", "duplicates_inside_batch",
-                                       "new_sink_after_restart"])
+@pytest.mark.parametrize(
+    "redeliver", ["same_batch_twice", "shuffled_other_batches", "duplicates_inside_batch", "new_sink_after_restart"]
+)
 def test_every_event_delivered_twice_counts_once(usage_db, redeliver):
     events = usage_events(120, START)
     once = UsageSink(usage_db)
@@ -53,7 +65,7 @@ def test_every_event_delivered_twice_counts_once(usage_db, redeliver):
     if redeliver == "duplicates_inside_batch":
         inserted = sink.insert(again + again)
     else:
-        inserted = sum(sink.insert(again[i:i + 97]) for i in range(0, len(again), 97))
+        inserted = sum(sink.insert(again[i : i + 97]) for i in range(0, len(again), 97))
     assert inserted == 0
     assert snapshot(usage_db) == expected
     assert expected["events"][0][0] == len(events)
@@ -70,7 +82,7 @@ def test_four_levels_do_not_move_under_redelivery(usage_db):
     import datetime as dt
 
     events = usage_events(200, START, span_s=6 * 3600)
-    now = dt.datetime.fromtimestamp(START + 6 * 3600, dt.timezone.utc)
+    now = dt.datetime.fromtimestamp(START + 6 * 3600, dt.UTC)
     since = now - dt.timedelta(days=1)
     UsageSink(usage_db).insert(events)
     first = levels.four_levels(usage_db, since, now) | {"totals": levels.totals(usage_db, since)}

@@ -1,4 +1,5 @@
 """SpillingSink: a failing sink loses nothing, doubles nothing, keeps memory bounded, and recovers by itself."""
+
 from __future__ import annotations
 
 import time
@@ -27,9 +28,23 @@ class FlakyStore:
 
 
 def events(start: int, n: int) -> list[UsageEvent]:
-    return [UsageEvent(event_id=f"r{i}:ingest", request_id=f"r{i}", ts=1.7e9 + i, tenant="acme", service="s",
-                       business_line="", session_id="", user_id="", decision_type="ranking", stage="ingest",
-                       stack="acme;s;ranking;ingest", input_tokens=i) for i in range(start, start + n)]
+    return [
+        UsageEvent(
+            event_id=f"r{i}:ingest",
+            request_id=f"r{i}",
+            ts=1.7e9 + i,
+            tenant="acme",
+            service="s",
+            business_line="",
+            session_id="",
+            user_id="",
+            decision_type="ranking",
+            stage="ingest",
+            stack="acme;s;ranking;ingest",
+            input_tokens=i,
+        )
+        for i in range(start, start + n)
+    ]
 
 
 def wait_for(predicate, timeout: float = 10.0) -> bool:

@@ -1,22 +1,34 @@
 """One backend call per micro-batch across requests: the same decisions, scores and tokens as one by one."""
+
 import time
 
 import pytest
 
 from schemas.records import Candidate, Request
 from streams.models import lexical as backends
-from streams.scoring import batching, policy, rules
-from streams.scoring.steps import Call
 from streams.models.loaded import available
+from streams.scoring import batching, policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
+from streams.scoring.steps import Call
 
 MODEL = "gpt-4o-mini"
-TEXTS = ["refund the customer for the late parcel", "the weather is sunny in madrid", "a recipe for tomato soup",
-         "late delivery refund for the parcel", "train timetable for tuesday", "how to reset a password",
-         "the museum opens at nine", "football results of the weekend"]
-STATES = ["customer asks for a refund for a late parcel", "which train leaves on tuesday morning",
-          "user forgot the password of the account", "customer asks for a refund for a late parcel"]
+TEXTS = [
+    "refund the customer for the late parcel",
+    "the weather is sunny in madrid",
+    "a recipe for tomato soup",
+    "late delivery refund for the parcel",
+    "train timetable for tuesday",
+    "how to reset a password",
+    "the museum opens at nine",
+    "football results of the weekend",
+]
+STATES = [
+    "customer asks for a refund for a late parcel",
+    "which train leaves on tuesday morning",
+    "user forgot the password of the account",
+    "customer asks for a refund for a late parcel",
+]
 
 
 class Counting:
@@ -36,23 +48,46 @@ class Counting:
 
 
 def works(n=8, decision_type="ranking"):
-    return [work_for(Request(request_id=f"r{i}", tenant="t", service="s", decision_type=decision_type,
-                             state=STATES[i % len(STATES)],
-                             candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS)]), MODEL)
-            for i in range(n)]
+    return [
+        work_for(
+            Request(
+                request_id=f"r{i}",
+                tenant="t",
+                service="s",
+                decision_type=decision_type,
+                state=STATES[i % len(STATES)],
+                candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS)],
+            ),
+            MODEL,
+        )
+        for i in range(n)
+    ]
 
 
 def engine(coarse, fine, **types):
-    config = policy.Config(tiers={}, default=policy.Policy(coarse_k_min=3, coarse_k_max=5),
-                           policies={name: policy.Policy(coarse_k_min=3, coarse_k_max=5, **values)
-                                     for name, values in {"ranking": {}, **types}.items()})
+    config = policy.Config(
+        tiers={},
+        default=policy.Policy(coarse_k_min=3, coarse_k_max=5),
+        policies={
+            name: policy.Policy(coarse_k_min=3, coarse_k_max=5, **values)
+            for name, values in {"ranking": {}, **types}.items()
+        },
+    )
     return Engine(coarse=coarse, fine=fine, config=config, rules=rules.load())
 
 
 def comparable(results):
-    return [(d.action_id, d.tier, [(r.id, r.score) for r in d.ranking], d.input_tokens, d.cache_read_tokens,
-             sorted((e.stack, e.input_tokens, e.cache_read_tokens, e.nominal_tokens) for e in events))
-            for d, events in results]
+    return [
+        (
+            d.action_id,
+            d.tier,
+            [(r.id, r.score) for r in d.ranking],
+            d.input_tokens,
+            d.cache_read_tokens,
+            sorted((e.stack, e.input_tokens, e.cache_read_tokens, e.nominal_tokens) for e in events),
+        )
+        for d, events in results
+    ]
 
 
 def test_a_micro_batch_makes_one_call_per_tier_and_decides_as_one_by_one():
@@ -65,8 +100,12 @@ def test_a_micro_batch_makes_one_call_per_tier_and_decides_as_one_by_one():
 
 def test_breakers_hold_per_request_inside_a_batch():
     mixed = works(2) + works(2, decision_type="capped") + works(2, decision_type="late")
-    eng = engine(backends.LexicalBackend(), backends.LexicalBackend(), capped={"token_cap": 1},
-                 late={"timeout_ms": -1, "fallback_action": "c6"})
+    eng = engine(
+        backends.LexicalBackend(),
+        backends.LexicalBackend(),
+        capped={"token_cap": 1},
+        late={"timeout_ms": -1, "fallback_action": "c6"},
+    )
     config_types = {"capped", "late"}
     assert config_types <= set(eng.config.policies)
     decisions = [d for d, _ in eng.decide_batch(mixed)]
@@ -78,10 +117,10 @@ def test_breakers_hold_per_request_inside_a_batch():
 
 @pytest.mark.skipif(not available("minilm"), reason="the embed extra (MiniLM) is not installed")
 def test_minilm_batch_matches_one_by_one_in_scores_and_tokens():
-    from streams.models.embeddings import MiniLMBackend
     from streams.core import encodings
+    from streams.models.embeddings import MiniLMBackend
 
-    items = [(s, TEXTS[i:i + 4]) for i, s in enumerate(STATES)]
+    items = [(s, TEXTS[i : i + 4]) for i, s in enumerate(STATES)]
     encodings.configure(64)  # an empty cache for each side: one by one starts cold as the batch did
     batched = MiniLMBackend().score_many(items)
     encodings.configure(64)
@@ -101,9 +140,11 @@ def test_causal_lm_batch_pads_contexts_together_and_matches_one_by_one():
 
     torch.set_num_threads(1)
     backend = CausalLMBackend(batch_size=3)  # chunks of 3 rows mix the contexts of different decisions
-    items = [("A man is playing a guitar on stage.", ["Someone plays music.", "A cat sleeps."]),
-             ("The stock market fell sharply.", ["Shares lost value.", "Someone plays music."]),
-             ("A man is playing a guitar on stage.", ["A cat sleeps."])]
+    items = [
+        ("A man is playing a guitar on stage.", ["Someone plays music.", "A cat sleeps."]),
+        ("The stock market fell sharply.", ["Shares lost value.", "Someone plays music."]),
+        ("A man is playing a guitar on stage.", ["A cat sleeps."]),
+    ]
     batched = backend.score_many(items)
     backend.states.clear()
     backend.priors.clear()
@@ -138,9 +179,20 @@ def test_inside_a_round_the_shortest_call_goes_first_so_no_decision_waits_out_it
     log = []
     coarse, fine = Slow("coarse", log), Slow("fine", log, seconds=0.5)
     pace.observe(fine, [Call(fine, "state", ["a"])], 1.0)  # measured slow, as a warm-up leaves it
-    few = [work_for(Request(request_id=f"few{i}", tenant="t", service="s", decision_type="ranking", state=STATES[i],
-                            candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS[:3])]), MODEL)
-           for i in range(2)]
+    few = [
+        work_for(
+            Request(
+                request_id=f"few{i}",
+                tenant="t",
+                service="s",
+                decision_type="ranking",
+                state=STATES[i],
+                candidates=[Candidate(id=f"c{j}", text=t) for j, t in enumerate(TEXTS[:3])],
+            ),
+            MODEL,
+        )
+        for i in range(2)
+    ]
     eng = engine(coarse, fine, ranking={"timeout_ms": 300})
     decisions = [d for d, _ in eng.decide_batch(few + works(2))]
     assert log[:2] == ["coarse", "fine"]
@@ -178,17 +230,21 @@ def test_works_with_a_deadline_are_decided_first_earliest_first_and_as_the_unord
     batch = works(40)
     urgent = {5: 30_000, 23: 10_000}  # position in the batch: the caller's deadline_ms
     for i, ms in urgent.items():
-        batch[i].request = batch[i].request.derive(request_id=f"urgent{i}", deadline_ms=ms,
-                                                   state=f"checkout screening {i}")
+        batch[i].request = batch[i].request.derive(
+            request_id=f"urgent{i}", deadline_ms=ms, state=f"checkout screening {i}"
+        )
         batch[i].context = f"State: checkout screening {i}"
     log = []
     eng = engine(Recording("coarse", log), Recording("fine", log))
     assert eng.deadline_first(batch) == [[23, 5], [i for i in range(40) if i not in urgent]]
     ordered = eng.decide_batch(batch)
-    assert [contexts for _, contexts in log[:2]] == [["State: checkout screening 23", "State: checkout screening 5"]] * 2
+    assert [contexts for _, contexts in log[:2]] == [
+        ["State: checkout screening 23", "State: checkout screening 5"]
+    ] * 2
     assert all(len(contexts) == 38 for _, contexts in log[2:]) and len(log) == 4
-    unordered = batching.drive([engine(backends.LexicalBackend(), backends.LexicalBackend()).deciding(w)
-                                for w in batch])
+    unordered = batching.drive(
+        [engine(backends.LexicalBackend(), backends.LexicalBackend()).deciding(w) for w in batch]
+    )
     assert comparable(ordered) == comparable(unordered)
     assert [d.request_id for d, _ in ordered] == [w.request.request_id for w in batch]
     assert all(d.tier == "fine" for d, _ in ordered)

@@ -3,11 +3,14 @@ import pytest
 from streams.scoring import cascade
 
 
-@pytest.mark.parametrize("scores,temperature,expected", [
-    ([1.0, 1.0, 1.0, 1.0], 1.0, 0.25),
-    ([10.0, 0.0], 1.0, 1.0),
-    ([], 1.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "scores,temperature,expected",
+    [
+        ([1.0, 1.0, 1.0, 1.0], 1.0, 0.25),
+        ([10.0, 0.0], 1.0, 1.0),
+        ([], 1.0, 0.0),
+    ],
+)
 def test_confidence(scores, temperature, expected):
     assert cascade.confidence(scores, temperature) == pytest.approx(expected, abs=1e-3)
 
@@ -26,9 +29,16 @@ def test_longer_state_and_more_candidates_are_harder():
     assert cascade.difficulty(scores * 20, 10) != cascade.difficulty(scores, 10)
 
 
-@pytest.mark.parametrize("hardness,k_min,k_max,n,expected", [
-    (0.0, 5, 8, 20, 5), (1.0, 5, 8, 20, 8), (0.6, 5, 30, 40, 20), (1.0, 5, 30, 12, 12), (0.0, 5, 8, 3, 3),
-])
+@pytest.mark.parametrize(
+    "hardness,k_min,k_max,n,expected",
+    [
+        (0.0, 5, 8, 20, 5),
+        (1.0, 5, 8, 20, 8),
+        (0.6, 5, 30, 40, 20),
+        (1.0, 5, 30, 12, 12),
+        (0.0, 5, 8, 3, 3),
+    ],
+)
 def test_beam_width(hardness, k_min, k_max, n, expected):
     assert cascade.beam_width(hardness, k_min, k_max, n) == expected
 

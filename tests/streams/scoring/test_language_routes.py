@@ -1,8 +1,9 @@
 import pytest
 
 from schemas.records import Candidate, Request
+from streams.models import lexical as backends
 from streams.models import loaded as models
-from streams.models import lexical as backends, registry
+from streams.models import registry
 from streams.scoring import policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import fine_tiers_for, work_for
@@ -18,8 +19,14 @@ class Named(backends.LexicalBackend):
 
 
 def work(state, texts, decision_type="ranking"):
-    request = Request(request_id="r", tenant="t", service="s", decision_type=decision_type, state=state,
-                      candidates=[Candidate(id=f"c{i}", text=t) for i, t in enumerate(texts)])
+    request = Request(
+        request_id="r",
+        tenant="t",
+        service="s",
+        decision_type=decision_type,
+        state=state,
+        candidates=[Candidate(id=f"c{i}", text=t) for i, t in enumerate(texts)],
+    )
     return work_for(request, MODEL)
 
 
@@ -27,8 +34,9 @@ EN = (["refund the late parcel", "the weather in madrid", "reset a password"], "
 ZH = (["为迟到的包裹退款", "马德里的天气", "重置密码"], "顾客要求为迟到的包裹退款")
 
 
-@pytest.mark.parametrize("state, texts, lang", [(EN[1], EN[0], "en"), (ZH[1], ZH[0], "zh"),
-                                                ("订单 A-1042 still not delivered", ZH[0], "zh")])
+@pytest.mark.parametrize(
+    "state, texts, lang", [(EN[1], EN[0], "en"), (ZH[1], ZH[0], "zh"), ("订单 A-1042 still not delivered", ZH[0], "zh")]
+)
 def test_request_language_reads_the_state_and_the_candidates(state, texts, lang):
     assert request_language(work(state, texts)) == lang
 
@@ -44,8 +52,14 @@ def test_english_goes_to_the_english_tier_other_languages_to_the_multilingual_on
 @pytest.mark.parametrize("state, texts, tier", [(EN[1], EN[0], "fine:en-tier"), (ZH[1], ZH[0], "fine:multi-tier")])
 def test_one_engine_decides_mixed_traffic_each_with_its_tier(state, texts, tier):
     config = policy.Config(tiers={}, policies={"ranking": policy.Policy()}, default=policy.Policy())
-    engine = Engine(coarse=backends.LexicalBackend(), fine=Named("en-tier"), config=config, rules=rules.load(),
-                    mode="fine-only", fine_tiers=FineTiers(Named("en-tier"), Named("multi-tier")))
+    engine = Engine(
+        coarse=backends.LexicalBackend(),
+        fine=Named("en-tier"),
+        config=config,
+        rules=rules.load(),
+        mode="fine-only",
+        fine_tiers=FineTiers(Named("en-tier"), Named("multi-tier")),
+    )
     decision, events = engine.decide(work(state, texts))
     assert decision.action_id == "c0" and tier in decision.chain
     assert tier.split(":")[1] in {e.model for e in events}  # metered under the tier that decided

@@ -1,4 +1,5 @@
 """Two counts of a model call: Jev's reserves, the server's settles (totals, cost, usage rows with their source)."""
+
 import pytest
 
 from schemas.records import Request

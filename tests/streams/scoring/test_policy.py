@@ -22,11 +22,14 @@ types:
     assert config.tiers == {"coarse": "lexical", "fine": "auto", "fine_multilingual": "auto", "escalation": "none"}
 
 
-@pytest.mark.parametrize("text,message", [
-    ("types: {a: {beam: 3}}", "unknown policy keys"),
-    ("defaults: {coarse_k_min: 9, coarse_k_max: 8}", "coarse_k_min"),
-    ("defaults: {rollout_percent: 150}", "rollout_percent"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("types: {a: {beam: 3}}", "unknown policy keys"),
+        ("defaults: {coarse_k_min: 9, coarse_k_max: 8}", "coarse_k_min"),
+        ("defaults: {rollout_percent: 150}", "rollout_percent"),
+    ],
+)
 def test_bad_policies_name_the_problem(text, message):
     with pytest.raises(ValueError, match=message):
         policy.parse(text)

@@ -2,25 +2,27 @@
 length per question type, the bucket's pacing and its live switch, one usage row whose output tokens are what the
 generator generated (in its tokenizer; the server's usage settles) and whose delivered tokens are the chunks', and
 the decision's totals, in English and Chinese."""
+
 import time
 
 import pytest
 
 from schemas.records import Request, Work
 from streams.core import metrics
-from streams.text import tokens
+from streams.models import registry
 from streams.models.extractive import ExtractiveGenerator
+from streams.models.protocol import Streaming, Usage
 from streams.output import stream as stream_config
 from streams.output.clean import clean
-from streams.models import registry
-from streams.models.protocol import Streaming, Usage
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock
+from streams.text import tokens
 
 MODEL = "gpt-4o-mini"  # o200k_base
 GENERATOR_TOKENIZER = "gpt-4"  # cl100k_base
-REFERENCE = "\n".join(f"Parcels to warehouse {i % 9} leave within {i} hours and arrive in {i % 4 + 2} days."
-                      for i in range(90))
+REFERENCE = "\n".join(
+    f"Parcels to warehouse {i % 9} leave within {i} hours and arrive in {i % 4 + 2} days." for i in range(90)
+)
 
 
 class FakeClock(Clock):
@@ -40,29 +42,54 @@ class FakeClock(Clock):
 
 def engine(clock=None) -> tuple[Engine, list]:
     sent = []
-    eng = Engine(coarse=registry.scorer("lexical"), fine=registry.scorer("lexical"), generator=ExtractiveGenerator(MODEL),
-                 stream_config=stream_config.load(), clock=clock or FakeClock(), chunk_sink=sent.append)
+    eng = Engine(
+        coarse=registry.scorer("lexical"),
+        fine=registry.scorer("lexical"),
+        generator=ExtractiveGenerator(MODEL),
+        stream_config=stream_config.load(),
+        clock=clock or FakeClock(),
+        chunk_sink=sent.append,
+    )
     return eng, sent
 
 
 def work(question: str, **fields) -> Work:
     state = f"{question}\nReference:\n{REFERENCE}"
-    request = Request.from_data({"request_id": "s1", "tenant": "acme", "service": "support",
-                                 "decision_type": "customer_service", "kind": "generate", "stream": True,
-                                 "state": state, "contracts": {"max_output_tokens": 512}, **fields})
+    request = Request.from_data(
+        {
+            "request_id": "s1",
+            "tenant": "acme",
+            "service": "support",
+            "decision_type": "customer_service",
+            "kind": "generate",
+            "stream": True,
+            "state": state,
+            "contracts": {"max_output_tokens": 512},
+            **fields,
+        }
+    )
     context = f"State: {state}"
-    return Work(request=request, admitted_at=1_000_100.0 - 0.25, model=MODEL, context=context,
-                context_tokens=tokens.count(context, MODEL))
+    return Work(
+        request=request,
+        admitted_at=1_000_100.0 - 0.25,
+        model=MODEL,
+        context=context,
+        context_tokens=tokens.count(context, MODEL),
+    )
 
 
-@pytest.mark.parametrize("question, fields, length, chunk", [
-    ("When does my parcel arrive?", {}, 128, 64),
-    ("Write a poem for a late parcel.", {}, 512, 64),
-    ("When does my parcel arrive?", {"client": "mobile"}, 128, 32),
-    ("Anything", {"question_type": "creative", "client": "mobile"}, 512, 32),
-])
+@pytest.mark.parametrize(
+    "question, fields, length, chunk",
+    [
+        ("When does my parcel arrive?", {}, 128, 64),
+        ("Write a poem for a late parcel.", {}, 512, 64),
+        ("When does my parcel arrive?", {"client": "mobile"}, 128, 32),
+        ("Anything", {"question_type": "creative", "client": "mobile"}, 512, 32),
+    ],
+)
 def test_a_stream_goes_out_in_order_within_its_length_and_meters_what_was_generated_and_delivered(
-        question, fields, length, chunk):
+    question, fields, length, chunk
+):
     eng, sent = engine()
     w = work(question, **fields)
     decision, events = eng.decide(w)
@@ -95,15 +122,20 @@ class OtherTokenizer:
         text = ExtractiveGenerator(MODEL).generate(prompt, max_tokens).text
         prompt_tokens = tokens.count(prompt, GENERATOR_TOKENIZER)
         usage = Usage(prompt_tokens, self.completion_tokens) if self.completion_tokens else None
-        return Streaming(iter([text[i:i + 7] for i in range(0, len(text), 7)]), prompt_tokens, self.model,
-                         self.label, usage, tokens.count(text, GENERATOR_TOKENIZER) if self.counted else None)
+        return Streaming(
+            iter([text[i : i + 7] for i in range(0, len(text), 7)]),
+            prompt_tokens,
+            self.model,
+            self.label,
+            usage,
+            tokens.count(text, GENERATOR_TOKENIZER) if self.counted else None,
+        )
 
 
 CLEANED = {
     "en": "Sure! I can help with that. Parcels to depot 3 leave within 4 hours and arrive in 2 days. The Lyon hub "
-          "closes at 22:00 on weekdays. I hope this helps! Let me know if you have questions.",
-    "zh": "当然可以！发往3号仓库的包裹在4小时内出发，两天内到达。"
-          "里昂中转站工作日22点关门。希望这对您有帮助！",
+    "closes at 22:00 on weekdays. I hope this helps! Let me know if you have questions.",
+    "zh": "当然可以！发往3号仓库的包裹在4小时内出发，两天内到达。里昂中转站工作日22点关门。希望这对您有帮助！",
 }
 
 
@@ -124,8 +156,7 @@ def test_a_stream_is_metered_as_its_generator_counts_what_it_generated_not_as_th
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_an_engine_without_its_own_count_is_counted_on_the_text_it_sent_in_its_models_tokenizer(lang,
-                                                                                                monkeypatch):
+def test_an_engine_without_its_own_count_is_counted_on_the_text_it_sent_in_its_models_tokenizer(lang, monkeypatch):
     eng, _ = engine()
     eng.generator = OtherTokenizer(counted=False)
     w = work("When does my parcel arrive?")
@@ -171,16 +202,19 @@ def test_a_stream_is_cleaned_as_it_goes_and_counted_in_prometheus():
     eng, sent = engine()
     before = metrics.STREAM_CHUNKS.labels("web")._value.get()
     w = work("When does my parcel arrive?")
-    w.context = "Sure! I can help with that. It leaves today. <think>the depot. closes.</think>It arrives Friday. " \
-                "I hope this helps! Let me know if you have questions."
+    w.context = (
+        "Sure! I can help with that. It leaves today. <think>the depot. closes.</think>It arrives Friday. "
+        "I hope this helps! Let me know if you have questions."
+    )
     decision, _ = eng.decide(w)
     generated = ExtractiveGenerator(MODEL).generate(w.context, 128).text
     assert decision.text == clean(generated, model=MODEL).text
     assert decision.text == "I can help with that. It leaves today. It arrives Friday."
     assert metrics.STREAM_CHUNKS.labels("web")._value.get() == before + len(sent)
     [row] = _  # what cleanup removed was generated: metered, never delivered
-    assert row.output_tokens == tokens.count(generated, MODEL) > row.delivered_tokens == tokens.count(decision.text,
-                                                                                                       MODEL)
+    assert (
+        row.output_tokens == tokens.count(generated, MODEL) > row.delivered_tokens == tokens.count(decision.text, MODEL)
+    )
 
 
 def test_a_real_clock_really_waits():

@@ -1,4 +1,5 @@
 """Warming the engine before traffic: every local tier called in English and Chinese, nothing left behind."""
+
 from collections import Counter
 
 from prometheus_client import REGISTRY
@@ -24,8 +25,13 @@ class Logged(backends.LexicalBackend):
 
 def engine(english, multilingual, coarse=None):
     config = policy.parse("types:\n  ranking: {}\n  customer_service: {}\n")
-    return Engine(coarse=coarse or backends.LexicalBackend(), fine=english, config=config, rules=rules.load(),
-                  fine_tiers=FineTiers(english, multilingual))
+    return Engine(
+        coarse=coarse or backends.LexicalBackend(),
+        fine=english,
+        config=config,
+        rules=rules.load(),
+        fine_tiers=FineTiers(english, multilingual),
+    )
 
 
 def test_warm_up_calls_each_tier_in_both_languages_and_leaves_no_trace(monkeypatch):
@@ -43,10 +49,15 @@ def test_warm_up_calls_each_tier_in_both_languages_and_leaves_no_trace(monkeypat
 
 def test_breakers_the_warm_up_trips_stay_out_of_the_metrics():
     """A 10-token cap trips the token breaker on every warm-up decision: no trip, no fallback reaches /metrics."""
+
     def moved():
-        return sum(REGISTRY.get_sample_value(name, labels) or 0.0
-                   for name, labels in (("jev_breaker_trips_total", {"breaker": "token_cap"}),
-                                        ("jev_fallbacks_total", {"reason": "token_cap"})))
+        return sum(
+            REGISTRY.get_sample_value(name, labels) or 0.0
+            for name, labels in (
+                ("jev_breaker_trips_total", {"breaker": "token_cap"}),
+                ("jev_fallbacks_total", {"reason": "token_cap"}),
+            )
+        )
 
     eng = engine(Logged("en", []), Logged("zh", []))
     eng.config = policy.parse("types:\n  ranking: {token_cap: 10}\n")
@@ -66,5 +77,9 @@ def test_a_tier_on_a_model_server_is_not_warmed_from_here():
 def test_samples_are_one_english_and_one_chinese_decision_per_type():
     works = samples(["ranking", "customer_service"], "gpt-4o-mini")
     assert [(w.request.decision_type, w.request.request_id.rsplit("/", 1)[1]) for w in works] == [
-        ("ranking", "en"), ("ranking", "zh"), ("customer_service", "en"), ("customer_service", "zh")]
+        ("ranking", "en"),
+        ("ranking", "zh"),
+        ("customer_service", "en"),
+        ("customer_service", "zh"),
+    ]
     assert all(len(w.request.candidates) == 6 and w.context_tokens > 0 for w in works)

@@ -1,4 +1,5 @@
 """Verdicts: served against naive, attribution, and the join of the two halves in either order."""
+
 import pytest
 
 from schemas.records import Candidate, Decision, Request, UsageEvent, Work
@@ -8,16 +9,27 @@ from streams.shadow.verdict import ShadowJoin, judge, text_similarity
 
 def work(kind="decide", label="", tier="fine", action="a", text="", chain=(), mechs=()) -> Work:
     candidates = [Candidate(id="a", text="x"), Candidate(id="b", text="y")] if kind == "decide" else []
-    req = Request(request_id="r1", tenant="t", service="s", decision_type="ranking", state="q", kind=kind,
-                  candidates=candidates, human_decision=label)
+    req = Request(
+        request_id="r1",
+        tenant="t",
+        service="s",
+        decision_type="ranking",
+        state="q",
+        kind=kind,
+        candidates=candidates,
+        human_decision=label,
+    )
     w = Work(request=req, admitted_at=0.0, model="gpt-4o-mini", shadow="served", mechanisms=list(mechs))
-    w.decision = Decision(request_id="r1", tier=tier, action_id=action, text=text, chain=list(chain),
-                          input_tokens=3, nominal_tokens=10)
+    w.decision = Decision(
+        request_id="r1", tier=tier, action_id=action, text=text, chain=list(chain), input_tokens=3, nominal_tokens=10
+    )
     return w
 
 
-@pytest.mark.parametrize("a,b,expected", [("the cat sat", "the cat sat", 1.0), ("", "", 1.0), ("cat", "dog", 0.0),
-                                          ("a b c d", "a b", pytest.approx(2 / 3))])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [("the cat sat", "the cat sat", 1.0), ("", "", 1.0), ("cat", "dog", 0.0), ("a b c d", "a b", pytest.approx(2 / 3))],
+)
 def test_text_similarity(a, b, expected):
     assert text_similarity(a, b) == expected
 
@@ -41,8 +53,13 @@ def test_generate_agreement_is_answer_similarity():
 def test_the_join_pairs_either_order_and_feeds_l2_verdicts_to_the_cache():
     learned = []
     join = ShadowJoin(0.8, learn=lambda w, ok: learned.append((w.request.request_id, ok)))
-    naive_work = Work(request=work().request, admitted_at=0.0, model="m", shadow="naive",
-                      decision=Decision(request_id="r1", tier="fine", action_id="a"))
+    naive_work = Work(
+        request=work().request,
+        admitted_at=0.0,
+        model="m",
+        shadow="naive",
+        decision=Decision(request_id="r1", tier="fine", action_id="a"),
+    )
     assert join.naive(naive_work) is None
     verdict = join.served(work(tier="cache_l2", chain=["cache_l2", "rules:x"], mechs=["distill.time"]), [])
     assert verdict.agreed and verdict.mechanisms == ["distill.time", "cache.l2"]  # L2: another question's chain
@@ -61,13 +78,32 @@ def test_the_join_is_bounded():
 
 def test_attribution_from_usage_and_chain():
     def event(stage, section, nominal, actual=0, outcome="ok"):
-        return UsageEvent(event_id=f"1:t/2:r1:{stage}:{section}", request_id="r1", ts=0.0, tenant="t", service="s",
-                          business_line="", session_id="", user_id="", decision_type="d", stage=stage, stack="",
-                          input_tokens=actual, nominal_tokens=nominal, outcome=outcome)
-    events = [event("distill", "time", 40), event("distill", "provenance", -3), event("score", "cascade", 90, 20),
-              event("score", "beam", 0), event("score", "fine", 50, 50), event("score", "fallback", 5,
-                                                                                 outcome="fallback"),
-              event("postprocess", "cleanup", 4)]
+        return UsageEvent(
+            event_id=f"1:t/2:r1:{stage}:{section}",
+            request_id="r1",
+            ts=0.0,
+            tenant="t",
+            service="s",
+            business_line="",
+            session_id="",
+            user_id="",
+            decision_type="d",
+            stage=stage,
+            stack="",
+            input_tokens=actual,
+            nominal_tokens=nominal,
+            outcome=outcome,
+        )
+
+    events = [
+        event("distill", "time", 40),
+        event("distill", "provenance", -3),
+        event("score", "cascade", 90, 20),
+        event("score", "beam", 0),
+        event("score", "fine", 50, 50),
+        event("score", "fallback", 5, outcome="fallback"),
+        event("postprocess", "cleanup", 4),
+    ]
     assert mechanisms.from_usage(events) == ["distill.time", "cascade", "breakers", "cleanup"]
     l1 = Decision(request_id="r1", tier="cache_l1", chain=["cache_l1", "coarse:lexical:5/8", "fine:minilm"])
     assert mechanisms.from_decision(l1) == ["cache.l1", "cascade"]
@@ -77,15 +113,23 @@ def test_attribution_from_usage_and_chain():
     assert mechanisms.from_decision(late) == ["breakers"]
 
 
-@pytest.mark.parametrize("chain,mechs,judged", [
-    (["cache_l1", "coarse:lexical:5/8", "fine:minilm"], [], ["cascade"]),  # the cascade's decision, replayed
-    (["cache_l1", "fine:minilm"], ["distill.time"], ["distill.time"]),
-    (["cache_l1", "fine:minilm"], [], ["cache.l1"]),  # nothing else shaped it: a disagreement is the cache's
-    (["cache_l1:stale", "coarse:lexical:5/8", "fine:minilm"], [], ["cache.l1", "cascade"]),  # an older version's
-])
+@pytest.mark.parametrize(
+    "chain,mechs,judged",
+    [
+        (["cache_l1", "coarse:lexical:5/8", "fine:minilm"], [], ["cascade"]),  # the cascade's decision, replayed
+        (["cache_l1", "fine:minilm"], ["distill.time"], ["distill.time"]),
+        (["cache_l1", "fine:minilm"], [], ["cache.l1"]),  # nothing else shaped it: a disagreement is the cache's
+        (["cache_l1:stale", "coarse:lexical:5/8", "fine:minilm"], [], ["cache.l1", "cascade"]),  # an older version's
+    ],
+)
 def test_an_exact_hit_is_judged_only_for_what_the_cache_itself_could_change(chain, mechs, judged):
-    naive_work = Work(request=work().request, admitted_at=0.0, model="m", shadow="naive",
-                      decision=Decision(request_id="r1", tier="fine", action_id="b"))
+    naive_work = Work(
+        request=work().request,
+        admitted_at=0.0,
+        model="m",
+        shadow="naive",
+        decision=Decision(request_id="r1", tier="fine", action_id="b"),
+    )
     join = ShadowJoin(0.8)
     join.naive(naive_work)
     verdict = join.served(work(tier="cache_l1", chain=chain, mechs=mechs), [])

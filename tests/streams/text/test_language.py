@@ -3,17 +3,20 @@ import pytest
 from streams.text import language
 
 
-@pytest.mark.parametrize("text, lang", [
-    ("How do I reset my password?", "en"),
-    ("我想订一家北京的酒店", "zh"),
-    ("帮我查一下iPhone 15的价格", "zh"),  # mixed: the Chinese carries most of it
-    ("Please translate 你好 into French for the customer email", "en"),
-    ("こんにちは、世界", "ja"),
-    ("안녕하세요", "ko"),
-    ("Привет, мир", "ru"),
-    ("12345 !!!", "und"),
-    ("", "und"),
-])
+@pytest.mark.parametrize(
+    "text, lang",
+    [
+        ("How do I reset my password?", "en"),
+        ("我想订一家北京的酒店", "zh"),
+        ("帮我查一下iPhone 15的价格", "zh"),  # mixed: the Chinese carries most of it
+        ("Please translate 你好 into French for the customer email", "en"),
+        ("こんにちは、世界", "ja"),
+        ("안녕하세요", "ko"),
+        ("Привет, мир", "ru"),
+        ("12345 !!!", "und"),
+        ("", "und"),
+    ],
+)
 def test_detect(text, lang):
     assert language.detect(text) == lang
 
@@ -43,17 +46,20 @@ def test_content_units_drop_stop_words_in_both_languages():
     assert language.units("我的订单", content=True) == ["的订", "订单"]  # 我的: two stop characters
 
 
-@pytest.mark.parametrize("text, values", [
-    ("一共三万五千元", ["35000"]),
-    ("住三晚，两个人", ["3", "2"]),
-    ("一个人去", []),  # 一 + classifier is the article "a"
-    ("百分之十五的折扣", ["15"]),
-    ("二零一五年", ["2015"]),
-    ("十二亿", ["1200000000"]),
-    ("一起去看一下", []),
-    ("I paid 1,200 dollars for twenty tickets", ["1200", "20"]),
-    ("订单号１２３４５", ["12345"]),
-])
+@pytest.mark.parametrize(
+    "text, values",
+    [
+        ("一共三万五千元", ["35000"]),
+        ("住三晚，两个人", ["3", "2"]),
+        ("一个人去", []),  # 一 + classifier is the article "a"
+        ("百分之十五的折扣", ["15"]),
+        ("二零一五年", ["2015"]),
+        ("十二亿", ["1200000000"]),
+        ("一起去看一下", []),
+        ("I paid 1,200 dollars for twenty tickets", ["1200", "20"]),
+        ("订单号１２３４５", ["12345"]),
+    ],
+)
 def test_numbers(text, values):
     assert language.numbers(text) == values
 
@@ -67,8 +73,9 @@ def test_lexicons_come_from_the_data_files():
     assert language.lexicon("xx") == language.Lexicon("xx")  # a language without a file: empty lists
 
 
-@pytest.mark.parametrize("word, stem", [("blockers", "block"), ("running", "run"), ("cities", "city"),
-                                        ("the", "the"), ("Owner's", "owner")])
+@pytest.mark.parametrize(
+    "word, stem", [("blockers", "block"), ("running", "run"), ("cities", "city"), ("the", "the"), ("Owner's", "owner")]
+)
 def test_stem(word, stem):
     assert language.stem(word) == stem
 

@@ -6,10 +6,15 @@ from streams.text.prompt import count_sections
 
 
 def request(**kw):
-    base = dict(request_id="r1", tenant="acme", service="search", decision_type="ranking",
-                state={"query": "red shoes", "locale": "en-US"},
-                history=[Turn(role="user", content="show me shoes"), Turn(role="assistant", content="here are some")],
-                candidates=[Candidate(id="a", text="red running shoes"), Candidate(id="b", text="blue sandals")])
+    base = dict(
+        request_id="r1",
+        tenant="acme",
+        service="search",
+        decision_type="ranking",
+        state={"query": "red shoes", "locale": "en-US"},
+        history=[Turn(role="user", content="show me shoes"), Turn(role="assistant", content="here are some")],
+        candidates=[Candidate(id="a", text="red running shoes"), Candidate(id="b", text="blue sandals")],
+    )
     return Request(**(base | kw))
 
 
@@ -50,8 +55,10 @@ def test_the_measured_context_counts_exactly_what_is_rendered_at_every_truncatio
     rng = random.Random(7)
     texts = arena_lines
     for _ in range(60):
-        turns = [Turn(role=rng.choice(["user", "assistant"]), content=rng.choice(texts) + rng.choice(["", " ", "?", "\n"]))
-                 for _ in range(rng.randint(0, 8))]
+        turns = [
+            Turn(role=rng.choice(["user", "assistant"]), content=rng.choice(texts) + rng.choice(["", " ", "?", "\n"]))
+            for _ in range(rng.randint(0, 8))
+        ]
         state = rng.choice([rng.choice(texts), {"query": rng.choice(texts)}])
         measured = measure_context(request(history=turns, state=state), model)
         for first in range(len(turns) + 1):

@@ -9,6 +9,7 @@ from tests.streams.text.test_gguf_vocab import need_smollm2
 
 ARENA = Path(settings_mod.load().shared_data) / "arena-hard"
 
+
 @pytest.fixture
 def registry():
     saved = dict(tokens.MODEL_ENCODINGS)
@@ -18,11 +19,19 @@ def registry():
     tokens.encoding_name.cache_clear()
 
 
-@pytest.mark.parametrize("model,encoding", [
-    ("gpt-4o", "o200k_base"), ("gpt-4o-mini-2024-07-18", "o200k_base"), ("gpt-4.1-nano", "o200k_base"),
-    ("gpt-4-0613", "cl100k_base"), ("gpt-4-turbo", "cl100k_base"), ("gpt-3.5-turbo", "cl100k_base"),
-    ("o3-mini", "o200k_base"), ("cl100k_base", "cl100k_base"),
-])
+@pytest.mark.parametrize(
+    "model,encoding",
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("gpt-4.1-nano", "o200k_base"),
+        ("gpt-4-0613", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("o3-mini", "o200k_base"),
+        ("cl100k_base", "cl100k_base"),
+    ],
+)
 def test_model_maps_to_encoding(model, encoding):
     assert tokens.encoding_name(model) == encoding
 
@@ -32,10 +41,15 @@ def test_unknown_model_lists_known_ones():
         tokens.encoding_name("llama-3-70b")
 
 
-@pytest.mark.parametrize("text,model,expected", [
-    ("", "gpt-4o", 0), ("hello world", "gpt-4o", 2), ("hello world", "gpt-3.5-turbo", 2),
-    ("<|endoftext|>", "gpt-3.5-turbo", 7),  # a special-token string is ordinary text, never the special token
-])
+@pytest.mark.parametrize(
+    "text,model,expected",
+    [
+        ("", "gpt-4o", 0),
+        ("hello world", "gpt-4o", 2),
+        ("hello world", "gpt-3.5-turbo", 2),
+        ("<|endoftext|>", "gpt-3.5-turbo", 7),  # a special-token string is ordinary text, never the special token
+    ],
+)
 def test_count(text, model, expected):
     assert tokens.count(text, model) == expected
 
@@ -105,8 +119,11 @@ def test_truncate_is_token_exact(max_tokens):
 @pytest.mark.parametrize("file", ["answers-gpt-3.5-turbo-0125.jsonl", "answers-gpt-4-0314.jsonl"])
 def test_counts_equal_arena_hard_token_len(file):
     rows = [orjson.loads(line)["choices"][0]["turns"][0] for line in (ARENA / file).open("rb")]
-    wrong = [(i, r["token_len"], tokens.count(r["content"], "gpt-3.5-turbo")) for i, r in enumerate(rows)
-             if tokens.count(r["content"], "gpt-3.5-turbo") != r["token_len"]]
+    wrong = [
+        (i, r["token_len"], tokens.count(r["content"], "gpt-3.5-turbo"))
+        for i, r in enumerate(rows)
+        if tokens.count(r["content"], "gpt-3.5-turbo") != r["token_len"]
+    ]
     assert len(rows) == 500 and wrong == []
 
 
@@ -125,21 +142,37 @@ def test_remembered_counts_are_bpe_counts_and_follow_a_remapping(registry):
     assert tokens.count(text, "my-model-x") == len(tokens.encoding("cl100k_base").encode_ordinary(text)) != before
 
 
-@pytest.mark.parametrize("left, right", [
-    ("the answer", "user: next"), ("is it?", "user: yes"), ("see above ...", "State: x"), ("3 < 4", "a"),
-    ("a list:", "1. first"), ("code ```", "assistant: ok"), ("ends  !!", "b"), ("数字 123", "state"),
-])
+@pytest.mark.parametrize(
+    "left, right",
+    [
+        ("the answer", "user: next"),
+        ("is it?", "user: yes"),
+        ("see above ...", "State: x"),
+        ("3 < 4", "a"),
+        ("a list:", "1. first"),
+        ("code ```", "assistant: ok"),
+        ("ends  !!", "b"),
+        ("数字 123", "state"),
+    ],
+)
 @pytest.mark.parametrize("model", ["gpt-4o", "gpt-3.5-turbo"])
 @pytest.mark.parametrize("separator", ["\n", "\n\n"])
 def test_a_derived_join_gives_the_exact_count_of_the_joined_text(left, right, model, separator):
     join = tokens.join_tokens(left, separator, right, model)
     assert join is not None
-    assert tokens.count(left + separator + right, model) == tokens.count(left, model) + join + tokens.count(right, model)
+    assert tokens.count(left + separator + right, model) == tokens.count(left, model) + join + tokens.count(
+        right, model
+    )
 
 
-@pytest.mark.parametrize("left, right, model", [
-    ("trailing space ", "user: x", "gpt-4o"), ("fine", " leading space", "gpt-4o"), ("fine", "/path", "gpt-4o"),
-    ("fine", "user: x", "all-MiniLM-L6-v2"),
-])
+@pytest.mark.parametrize(
+    "left, right, model",
+    [
+        ("trailing space ", "user: x", "gpt-4o"),
+        ("fine", " leading space", "gpt-4o"),
+        ("fine", "/path", "gpt-4o"),
+        ("fine", "user: x", "all-MiniLM-L6-v2"),
+    ],
+)
 def test_a_join_that_cannot_be_derived_says_so(left, right, model):
     assert tokens.join_tokens(left, "\n", right, model) is None

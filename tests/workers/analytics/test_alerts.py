@@ -1,4 +1,5 @@
 """Each alert rule fires on usage built to cross its threshold, and stays quiet below it."""
+
 import pytest
 
 from schemas.records import Alert

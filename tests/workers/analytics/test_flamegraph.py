@@ -1,4 +1,5 @@
 """Folded stacks from ClickHouse and the SVG flame graph rendered from them."""
+
 import datetime as dt
 import xml.etree.ElementTree as ET
 
@@ -16,8 +17,9 @@ def test_tree_sums_children_into_parents():
     assert root["children"]["a"]["children"]["b"]["value"] == 5
 
 
-@pytest.mark.parametrize("weight, root_title", [("tokens", "all: 1,000 tokens (100.0%)"),
-                                                ("cost", "all: $0.001000 (100.0%)")])
+@pytest.mark.parametrize(
+    "weight, root_title", [("tokens", "all: 1,000 tokens (100.0%)"), ("cost", "all: $0.001000 (100.0%)")]
+)
 def test_folded_stacks_render_to_an_svg_whose_frames_carry_their_weight(load, weight, root_title):
     client = load(requests_at(1, 4, 100), requests_at(1, 3, 200, service="payments", decision_type="risk", prefix="p"))
     stacks = flamegraph.folded(client, NOW - dt.timedelta(days=1), weight=weight)
@@ -27,8 +29,9 @@ def test_folded_stacks_render_to_an_svg_whose_frames_carry_their_weight(load, we
     assert root_title in titles
     if weight == "tokens":
         assert "payments: 600 tokens (60.0%)" in titles and "search: 400 tokens (40.0%)" in titles
-    widths = {g.find(f"{SVG}title").text.split(":")[0]: float(g.find(f"{SVG}rect").get("width"))
-              for g in svg.iter(f"{SVG}g")}
+    widths = {
+        g.find(f"{SVG}title").text.split(":")[0]: float(g.find(f"{SVG}rect").get("width")) for g in svg.iter(f"{SVG}g")
+    }
     assert widths["all"] == pytest.approx(flamegraph.WIDTH)
 
 

@@ -1,5 +1,6 @@
 """`jev lag` and workers.analytics.lag on the real local broker: lag per group, topic and partition, with multi-record
 batches (where tansu's ListOffsets LATEST would be wrong)."""
+
 import uuid
 
 import orjson
@@ -7,8 +8,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.broker import create_topics, free_port
-from workers.cli.main import main
 from workers.analytics.lag import consumer_lag, export_lag, partition_lag
+from workers.cli.main import main
 
 pytestmark = pytest.mark.integration
 PER_PARTITION, COMMITTED = 30, [10, 20, 30]
@@ -18,7 +19,11 @@ PER_PARTITION, COMMITTED = 30, [10, 20, 30]
 async def lagging(broker):
     """A 3-partition topic with 30 records per partition, sent in multi-record batches, and a group that
     committed 10, 20 and 30 of them: lag 20, 10, 0."""
-    bootstrap, topic, group = broker.url.removeprefix("kafka://"), f"lag-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap, topic, group = (
+        broker.url.removeprefix("kafka://"),
+        f"lag-{uuid.uuid4().hex[:8]}",
+        f"g-{uuid.uuid4().hex[:8]}",
+    )
     await create_topics(bootstrap, [topic], 3)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
     await producer.start()
@@ -41,7 +46,8 @@ async def test_partition_lag_is_end_minus_committed_per_partition(lagging):
     bootstrap, topic, group = lagging
     rows = await partition_lag(bootstrap, [group])
     assert [(r["topic"], r["partition"], r["committed"], r["end"], r["lag"]) for r in rows] == [
-        (topic, p, COMMITTED[p], PER_PARTITION, PER_PARTITION - COMMITTED[p]) for p in range(3)]
+        (topic, p, COMMITTED[p], PER_PARTITION, PER_PARTITION - COMMITTED[p]) for p in range(3)
+    ]
     assert await consumer_lag(bootstrap, group, [topic], 3) == {topic: 30}
 
 
@@ -88,9 +94,12 @@ async def test_a_partition_whose_end_was_not_read_makes_its_topic_unknown_not_dr
     from workers.analytics import lag
 
     async def rows(*args):
-        return [{"group": "g", "topic": "a", "partition": 0, "committed": 5, "end": 5, "lag": 0},
-                {"group": "g", "topic": "a", "partition": 1, "committed": 5, "end": None, "lag": None},
-                {"group": "g", "topic": "b", "partition": 0, "committed": 1, "end": 3, "lag": 2}]
+        return [
+            {"group": "g", "topic": "a", "partition": 0, "committed": 5, "end": 5, "lag": 0},
+            {"group": "g", "topic": "a", "partition": 1, "committed": 5, "end": None, "lag": None},
+            {"group": "g", "topic": "b", "partition": 0, "committed": 1, "end": 3, "lag": 2},
+        ]
+
     monkeypatch.setattr(lag, "partition_lag", rows)
     assert await lag.consumer_lag("broker:9092", "g", ["a", "b"], 2) == {"a": None, "b": 2}
 

@@ -1,4 +1,5 @@
 """The four levels on known usage (real embedded ClickHouse)."""
+
 import datetime as dt
 
 import pytest
@@ -19,16 +20,22 @@ def test_request_level_percentiles_and_stage_split(load):
 
 
 def test_session_level_is_a_rolling_24_hours(load):
-    client = load(requests_at(2, 3, 100, session="s1", prefix="a"), requests_at(30, 5, 100, session="s1", prefix="b"),
-                  requests_at(3, 1, 50, session="s2", prefix="c"))
+    client = load(
+        requests_at(2, 3, 100, session="s1", prefix="a"),
+        requests_at(30, 5, 100, session="s1", prefix="b"),
+        requests_at(3, 1, 50, session="s2", prefix="c"),
+    )
     s = levels.session_level(client, NOW)
     assert s["sessions"] == 2
     assert [(t["session_id"], t["requests"], t["tokens"]) for t in s["top"]] == [("s1", 3, 300), ("s2", 1, 50)]
 
 
 def test_service_level_per_hour_and_decision_type(load):
-    client = load(requests_at(1, 4, 100), requests_at(1, 4, 500, service="payments", decision_type="risk",
-                                                       prefix="p"), requests_at(5, 2, 200, prefix="old"))
+    client = load(
+        requests_at(1, 4, 100),
+        requests_at(1, 4, 500, service="payments", decision_type="risk", prefix="p"),
+        requests_at(5, 2, 200, prefix="old"),
+    )
     s = levels.service_level(client, WEEK)
     overall = {(r["service"], r["decision_type"]): r for r in s["overall"]}
     assert overall[("payments", "risk")]["p95"] == pytest.approx(500) and overall[("payments", "risk")]["requests"] == 4
@@ -44,8 +51,10 @@ def test_business_level_tokens_per_event(load):
     assert levels.business_level(client, WEEK)["weekly_leaderboard"][0]["business_event"] == "search_session"
 
 
-@pytest.mark.parametrize("by, key", [("service", "search"), ("decision_type", "ranking"), ("session", "s1"),
-                                     ("business_line", "marketplace")])
+@pytest.mark.parametrize(
+    "by, key",
+    [("service", "search"), ("decision_type", "ranking"), ("session", "s1"), ("business_line", "marketplace")],
+)
 def test_breakdown_sums_to_the_totals(load, by, key):
     client = load(requests_at(1, 5, 120, session="s1", nominal=200))
     rows = levels.breakdown(client, by, WEEK)
@@ -59,19 +68,36 @@ def test_breakdown_rejects_unknown_dimension(usage_db):
 
 
 def test_tier_shares_and_efficiency(load):
-    client = load(requests_at(1, 6, 100, tier="cache_l1", prefix="c"), requests_at(1, 2, 100, tier="fine"),
-                  requests_at(1, 2, 100, tier="fallback", prefix="f"))
+    client = load(
+        requests_at(1, 6, 100, tier="cache_l1", prefix="c"),
+        requests_at(1, 2, 100, tier="fine"),
+        requests_at(1, 2, 100, tier="fallback", prefix="f"),
+    )
     assert levels.tier_shares(client, WEEK) == {"cache_l1": 0.6, "fallback": 0.2, "fine": 0.2}
     eff = levels.efficiency(client, WEEK)
     assert eff == {"token_efficiency": 1.0, "cache_miss_rate": 0.4, "small_model_share": 0.8}
 
 
 def test_by_model_puts_jevs_count_beside_the_servers(load):
-    served = [e.derive(model="qwen-7b", server_input_tokens=105, server_cache_read_tokens=60, server_output_tokens=0,
-                       count_source="server")
-              for e in requests_at(1, 4, 100, prefix="srv") if e.stage == "score"]
+    served = [
+        e.derive(
+            model="qwen-7b",
+            server_input_tokens=105,
+            server_cache_read_tokens=60,
+            server_output_tokens=0,
+            count_source="server",
+        )
+        for e in requests_at(1, 4, 100, prefix="srv")
+        if e.stage == "score"
+    ]
     client = load(requests_at(1, 3, 50, prefix="local"), served)
     by = levels.by_model(client, WEEK)
-    assert by["qwen-7b"] == {"calls": 4, "tokens_jev": 400, "tokens_server": 420, "tokens_server_cached": 240,
-                             "drift": 0.05, "cost": pytest.approx(400e-6)}
+    assert by["qwen-7b"] == {
+        "calls": 4,
+        "tokens_jev": 400,
+        "tokens_server": 420,
+        "tokens_server_cached": 240,
+        "drift": 0.05,
+        "cost": pytest.approx(400e-6),
+    }
     assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["tokens_server_cached"] is None

@@ -1,6 +1,7 @@
 """The analyst's view: numbers for people, a time chart bucketed from the window with both series drawn, negative
 savings explained in place, L3 pre-answers apart from requests, an empty window that says why; and the HTML report
 and the flame graph as headless Chromium renders them (skipped where Chromium is not installed)."""
+
 import datetime as dt
 import json
 import re
@@ -15,12 +16,13 @@ from streams.runtime.usage_sink import UsageSink
 from workers.analytics import flamegraph, levels, numbers, report
 from workers.analytics.sample import usage_events
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.parametrize("value, shown", [(0, "$0"), (2e-06, "$0.00000200"), (0.0123, "$0.0123"),
-                                          (0.5, "$0.500"), (1234.5, "$1,234.50")])
+@pytest.mark.parametrize(
+    "value, shown", [(0, "$0"), (2e-06, "$0.00000200"), (0.0123, "$0.0123"), (0.5, "$0.500"), (1234.5, "$1,234.50")]
+)
 def test_costs_in_dollars_with_enough_digits(value, shown):
     assert numbers.dollars(value) == shown
 
@@ -33,20 +35,43 @@ def test_cells_by_column():
     assert numbers.cell("note", None) == "–"
 
 
-@pytest.mark.parametrize("span_s, bucket", [(20 * 60, 60), (2 * 3600, 60), (5 * 3600, 300), (24 * 3600, 900),
-                                            (7 * 86400, 6 * 3600), (90 * 86400, 86400)])
+@pytest.mark.parametrize(
+    "span_s, bucket",
+    [(20 * 60, 60), (2 * 3600, 60), (5 * 3600, 300), (24 * 3600, 900), (7 * 86400, 6 * 3600), (90 * 86400, 86400)],
+)
 def test_bucket_follows_the_window(span_s, bucket):
     assert levels.bucket_for(span_s) == bucket
 
 
 def pre_answer(of: str, ts: float) -> list[UsageEvent]:
     rid = f"{of}~l3~0"
-    base = dict(request_id=rid, ts=ts, tenant="t0", service="search", business_line="marketplace", session_id="s-1",
-                user_id="u-1", decision_type="ranking")
-    return [UsageEvent(event_id=f"{rid}:score:fine", stage="score", stack="t0;search;ranking;score;fine",
-                       input_tokens=40, nominal_tokens=40, **base),
-            UsageEvent(event_id=f"{rid}:postprocess", stage="postprocess", stack="t0;search;ranking;postprocess",
-                       outcome="fine", **base)]
+    base = dict(
+        request_id=rid,
+        ts=ts,
+        tenant="t0",
+        service="search",
+        business_line="marketplace",
+        session_id="s-1",
+        user_id="u-1",
+        decision_type="ranking",
+    )
+    return [
+        UsageEvent(
+            event_id=f"{rid}:score:fine",
+            stage="score",
+            stack="t0;search;ranking;score;fine",
+            input_tokens=40,
+            nominal_tokens=40,
+            **base,
+        ),
+        UsageEvent(
+            event_id=f"{rid}:postprocess",
+            stage="postprocess",
+            stack="t0;search;ranking;postprocess",
+            outcome="fine",
+            **base,
+        ),
+    ]
 
 
 @pytest.fixture
@@ -105,12 +130,31 @@ def test_an_empty_window_says_why(usage_db):
 def chromium_dom(tmp_path, html: str, script: str) -> str:
     """The DOM Chromium holds after loading `html` with `script` run at the end of the page."""
     page = tmp_path / "page.html"
-    page.write_text(html.replace("</body>", f"<script>{script}</script></body>") if "</body>" in html
-                    else f"<!doctype html><html><body>{html}<script>{script}</script></body></html>")
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom",
-                           page.as_uri()], capture_output=True, text=True, timeout=120)
+    page.write_text(
+        html.replace("</body>", f"<script>{script}</script></body>")
+        if "</body>" in html
+        else f"<!doctype html><html><body>{html}<script>{script}</script></body></html>"
+    )
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -144,8 +188,11 @@ def test_html_report_in_chromium(short_demo, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
 def test_flame_graph_in_chromium_zooms_on_click(tmp_path):
-    stacks = {"acme;search;ranking;score;fine": 700.0, "acme;search;ranking;ingest": 100.0,
-              "acme;payments;risk;score;rules": 200.0}
+    stacks = {
+        "acme;search;ranking;score;fine": 700.0,
+        "acme;search;ranking;ingest": 100.0,
+        "acme;payments;risk;score;rules": 200.0,
+    }
     svg = flamegraph.render_svg(stacks, "test", "nominal", note="no model tokens were spent: nominal shown")
     inline = svg.split("?>", 1)[1]
     script = """
@@ -175,9 +222,17 @@ def test_flame_graph_of_the_base_install_shows_nominal_tokens(usage_db, tmp_path
     for e in events:
         e.input_tokens = e.output_tokens = e.cache_read_tokens = 0
     UsageSink(usage_db).insert(events)
-    monkeypatch.setattr("workers.analytics.owner.answer",
-                        lambda settings, endpoint, body: ({"stacks": flamegraph.folded(
-                            usage_db, dt.datetime.now(UTC) - dt.timedelta(hours=1), weight=body["weight"])}, "test"))
+    monkeypatch.setattr(
+        "workers.analytics.owner.answer",
+        lambda settings, endpoint, body: (
+            {
+                "stacks": flamegraph.folded(
+                    usage_db, dt.datetime.now(UTC) - dt.timedelta(hours=1), weight=body["weight"]
+                )
+            },
+            "test",
+        ),
+    )
     out = tmp_path / "f.svg"
 
     class Args:

@@ -1,6 +1,14 @@
 """The metrics contract's helpers: which series the rules and dashboard read, and what a set of scrapes lacks."""
+
+from workers.analytics.scrape import (
+    BROKER_LOSS_ONLY,
+    GPU_ONLY,
+    labelled_samples,
+    missing_or_still,
+    referenced_series,
+    totals,
+)
 from workers.harness.demo import write_scrapes
-from workers.analytics.scrape import BROKER_LOSS_ONLY, GPU_ONLY, labelled_samples, missing_or_still, referenced_series, totals
 
 SCRAPE = """# HELP jev_decisions_total Decisions made.
 # TYPE jev_decisions_total counter
@@ -19,8 +27,9 @@ def test_referenced_series_name_their_readers_and_leave_gpu_ones_out_without_a_g
 
 
 def test_missing_and_zero_series_are_told_apart():
-    assert missing_or_still([SCRAPE], ["jev_decisions_total", "jev_breaker_trips_total", "jev_consumer_lag_messages"]) \
-        == {"jev_breaker_trips_total": "zero", "jev_consumer_lag_messages": "missing"}
+    assert missing_or_still(
+        [SCRAPE], ["jev_decisions_total", "jev_breaker_trips_total", "jev_consumer_lag_messages"]
+    ) == {"jev_breaker_trips_total": "zero", "jev_consumer_lag_messages": "missing"}
     assert labelled_samples(SCRAPE)['jev_decisions_total{decision_type="ranking",tier="fine"}'] == 3.0
 
 

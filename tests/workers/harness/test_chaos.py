@@ -1,17 +1,27 @@
 """`jev chaos`: an injected bad input counts as caught only when a dead letter for that very input comes back; its
 log and report say when faults happened and how long decisions stalled."""
+
 import asyncio
 import time
 
 from schemas.topics import name
 from streams.core.deadletter import dead_letter, undecodable
 from tests.conftest import consumed
-from workers.harness.chaos import Collector, hostile_inputs, injected_id, internal_poison, longest_gap, rejected_id, timed
+from workers.harness.chaos import (
+    Collector,
+    hostile_inputs,
+    injected_id,
+    internal_poison,
+    longest_gap,
+    rejected_id,
+    timed,
+)
 
 
 def test_each_injected_input_has_its_own_id():
-    ids = [injected_id(name("requests"), raw) for raw in hostile_inputs()] + [injected_id(t, raw)
-                                                                              for t, raw in internal_poison()]
+    ids = [injected_id(name("requests"), raw) for raw in hostile_inputs()] + [
+        injected_id(t, raw) for t, raw in internal_poison()
+    ]
     assert len(set(ids)) == len(ids)
 
 
@@ -23,14 +33,18 @@ def test_a_dead_letter_names_the_input_it_stands_for():
     assert rejected_id(letter) == injected_id(topic, poison)
     assert rejected_id(letter) != injected_id(name("scored"), poison)  # the same bytes sent elsewhere
     huge = hostile_inputs()[8]
-    assert len(huge) > 65_536 and rejected_id(undecodable(consumed(name("scored"), [huge])[0], ValueError())) \
-        == injected_id(name("scored"), huge)
+    assert len(huge) > 65_536 and rejected_id(
+        undecodable(consumed(name("scored"), [huge])[0], ValueError())
+    ) == injected_id(name("scored"), huge)
     assert rejected_id(dead_letter("bad_internal_message", "x", "score", poison)) == injected_id(name("score"), poison)
 
 
 def test_the_longest_gap_is_the_longest_stall_between_successive_first_decisions():
     assert longest_gap([5.0, 1.0, 2.0, 9.5, 10.0], started=0.5) == {  # from 5.0 to 9.5, after 3 decisions
-        "longest_gap_s": 4.5, "longest_gap_at_s": 4.5, "decided_before_longest_gap": 3}
+        "longest_gap_s": 4.5,
+        "longest_gap_at_s": 4.5,
+        "decided_before_longest_gap": 3,
+    }
     assert longest_gap([1.0])["longest_gap_s"] == 0.0 and longest_gap([])["decided_before_longest_gap"] == 0
 
 

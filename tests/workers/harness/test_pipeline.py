@@ -1,5 +1,6 @@
 """The pipeline harness reads how long a child took to start, each start-up phase it reported, and the CPU a
 process used."""
+
 import os
 import time
 

@@ -2,12 +2,12 @@ import orjson
 
 from schemas.records import Request
 from schemas.validate import decode
-from streams.text import language, tokens
+from streams.cache.semantic import partition_of
+from streams.core.switches import SWITCHES
 from streams.distill.work import Distiller
 from streams.ingest.decode import Admission, admit
-from streams.cache.semantic import partition_of
 from streams.output.stream import question_text
-from streams.core.switches import SWITCHES
+from streams.text import language, tokens
 from workers.harness import workload
 
 
@@ -30,8 +30,7 @@ def test_a_stream_share_adds_streamed_support_questions_and_leaves_the_default_m
     requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(200, seed=5, stream_share=0.1)]
     streamed = [r for r in requests if r.stream]
     assert 10 <= len(streamed) <= 40
-    assert all(r.kind == "generate" and r.decision_type == "customer_service" and not r.candidates
-               for r in streamed)
+    assert all(r.kind == "generate" and r.decision_type == "customer_service" and not r.candidates for r in streamed)
     assert {r.client for r in streamed} == {"web", "mobile"}
     assert {r.question_type for r in streamed} == {"", "fact", "creative"}
 
@@ -52,11 +51,14 @@ def test_a_deadline_share_puts_the_checkout_deadline_on_payment_screenings_only(
 def test_reworded_product_searches_keep_their_candidates_and_leave_the_rest_of_the_workload_as_it_was():
     def without_time(payloads):
         return [{k: v for k, v in orjson.loads(p).items() if k != "created_at"} for p in payloads]
+
     plain, reworded = without_time(workload.generate(400)), without_time(workload.generate(400, reword_share=1.0))
     changed = [(a, b) for a, b in zip(plain, reworded) if a != b]
     assert changed and all(a["decision_type"] == "ranking" for a, _ in changed)
-    assert all(a["candidates"] == b["candidates"] and {k for k in a if a[k] != b[k]} <= {"state", "history"}
-               for a, b in changed)
+    assert all(
+        a["candidates"] == b["candidates"] and {k for k in a if a[k] != b[k]} <= {"state", "history"}
+        for a, b in changed
+    )
     assert all(b["state"].startswith("Shopper query: ") for _, b in changed)
     assert len({b["state"] for _, b in changed}) > 0.8 * len(changed), "most wordings are new to L1"
 
@@ -64,14 +66,14 @@ def test_reworded_product_searches_keep_their_candidates_and_leave_the_rest_of_t
 def test_reworded_searches_share_the_l2_partition_of_their_intent_in_english_and_in_chinese():
     """Every wording of one search, in either language, is asked over the same SKU ids, so L2 can match it
     against the earlier wordings of that intent in its language (the partition holds the language)."""
-    requests = [decode(raw, Request, 1_048_576) for raw in
-                workload.generate(800, reword_share=1.0, chinese_share=0.3)]
+    requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(800, reword_share=1.0, chinese_share=0.3)]
     searches = [r for r in requests if r.decision_type == "ranking"]
     chinese = [r for r in searches if language.detect(r.state) == "zh"]
     english = [r for r in searches if language.detect(r.state) == "en"]
     assert len(chinese) + len(english) == len(searches) and 0.15 * len(searches) < len(chinese) < 0.5 * len(searches)
-    assert all(r.state.startswith("顾客搜索：") and all(language.detect(c.text) == "zh" for c in r.candidates)
-               for r in chinese)
+    assert all(
+        r.state.startswith("顾客搜索：") and all(language.detect(c.text) == "zh" for c in r.candidates) for r in chinese
+    )
     assert len({r.state for r in chinese}) > 0.8 * len(chinese), "most Chinese wordings are new to L1"
     by_ids = lambda r: frozenset(c.id for c in r.candidates)  # noqa: E731
     assert {by_ids(r) for r in chinese} == {by_ids(r) for r in english}, "the same items in both languages"
@@ -86,41 +88,55 @@ def test_reworded_searches_share_the_l2_partition_of_their_intent_in_english_and
 def test_chinese_rewordings_leave_the_rest_of_the_workload_as_it_was():
     def without_time(payloads):
         return [{k: v for k, v in orjson.loads(p).items() if k != "created_at"} for p in payloads]
+
     english = without_time(workload.generate(400, reword_share=1.0, chinese_share=0.2))
     plain = without_time(workload.generate(400, chinese_share=0.2))
-    assert [a for a in english if a["decision_type"] != "ranking"] == \
-        [a for a in plain if a["decision_type"] != "ranking"]
+    assert [a for a in english if a["decision_type"] != "ranking"] == [
+        a for a in plain if a["decision_type"] != "ranking"
+    ]
 
 
 def test_a_chinese_share_replaces_new_decisions_with_chinese_tickets_and_keeps_the_rest():
     requests = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5, chinese_share=0.1)]
     chinese = [r for r in requests if r.service == "support-zh"]
     assert 10 <= len(chinese) <= 60
-    assert all(language.detect(r.state) == "zh" and r.decision_type == "customer_service" and
-               {c.id for c in r.candidates} == {a for a, _ in workload.ZH_ACTIONS} for r in chinese)
+    assert all(
+        language.detect(r.state) == "zh"
+        and r.decision_type == "customer_service"
+        and {c.id for c in r.candidates} == {a for a, _ in workload.ZH_ACTIONS}
+        for r in chinese
+    )
     plain = [decode(raw, Request, 1_048_576) for raw in workload.generate(300, seed=5)]
-    assert [r.state for r in requests if r.service != "support-zh"] == \
-        [p.state for r, p in zip(requests, plain) if r.service != "support-zh"]
+    assert [r.state for r in requests if r.service != "support-zh"] == [
+        p.state for r, p in zip(requests, plain) if r.service != "support-zh"
+    ]
 
 
 def test_a_chinese_share_asks_streamed_questions_in_chinese_too():
-    requests = [decode(raw, Request, 1_048_576)
-                for raw in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.3)]
+    requests = [
+        decode(raw, Request, 1_048_576) for raw in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.3)
+    ]
     streamed = [r for r in requests if r.stream]
     chinese = [r for r in streamed if language.detect(r.state) == "zh"]
     assert 0 < len(chinese) < len(streamed)
-    assert all(r.kind == "generate" and r.service == "support-zh" and
-               [(t.role, t.content) for t in r.history] == [("system", workload.POLICY_ZH)] for r in chinese)
+    assert all(
+        r.kind == "generate"
+        and r.service == "support-zh"
+        and [(t.role, t.content) for t in r.history] == [("system", workload.POLICY_ZH)]
+        for r in chinese
+    )
 
 
 def test_support_questions_share_the_store_policy_ahead_of_the_question_through_ingest_and_distill():
     """Every English support question is answered from the same policy, every Chinese one from the Chinese policy,
     and the context the generator gets (ingest, then distill) holds it first, untouched, and the question last:
     consecutive prompts share all of the policy's tokens (a model server reuses that prefix)."""
-    admission = Admission(1_048_576, "gpt-4o-mini", frozenset({"customer_service", "ranking", "risk_interception",
-                                                              "inventory_transfer"}))
-    payloads = [p for p in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.2)
-                if orjson.loads(p).get("stream")]
+    admission = Admission(
+        1_048_576, "gpt-4o-mini", frozenset({"customer_service", "ranking", "risk_interception", "inventory_transfer"})
+    )
+    payloads = [
+        p for p in workload.generate(600, seed=5, stream_share=0.2, chinese_share=0.2) if orjson.loads(p).get("stream")
+    ]
     works, _ = Distiller("")([admit(p, admission) for p in payloads], dict.fromkeys(SWITCHES, True), 0.0)
     for policy, service in ((workload.POLICY, "support"), (workload.POLICY_ZH, "support-zh")):
         mine = [w for w in works if w.request.service == service]
@@ -128,8 +144,7 @@ def test_support_questions_share_the_store_policy_ahead_of_the_question_through_
         shared = f"system: {policy}\n\nState: "
         assert all(w.context == shared + w.request.state for w in mine), service
         assert all(not w.dropped_turns for w in mine)
-        assert tokens.count(shared, "gpt-4o-mini") > 5 * max(tokens.count(w.request.state, "gpt-4o-mini")
-                                                             for w in mine)
+        assert tokens.count(shared, "gpt-4o-mini") > 5 * max(tokens.count(w.request.state, "gpt-4o-mini") for w in mine)
     english = next(w for w in works if w.request.service == "support")
     assert question_text(english.request) == english.request.state  # the stream's length follows the question
 

@@ -1,15 +1,16 @@
 """The scoring worker's micro-batch handler: decides every work of a batch, hands them on, and
 dead-letters an envelope that does not decode without losing the rest (what it returns, the Sender delivers);
 streamed answers go out as chunks through the Sender while the rest of their batch does not wait."""
+
 import asyncio
 import threading
 import time
 
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
-from tests.conftest import consumed
 from streams.scoring.batching import drive
 from streams.scoring.factory import build_engine
+from tests.conftest import consumed
 from workers.processes.scoring_worker import DECIDE_CHUNK, ScoringWorker
 
 
@@ -37,12 +38,25 @@ class Sender:
 
 
 def work(request_id: str) -> Work:
-    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "search",
-                                 "decision_type": "ranking", "state": "trail running shoes",
-                                 "candidates": [{"id": "a", "text": "trail running shoe"},
-                                                {"id": "b", "text": "leather loafer"}]})
-    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context="State: trail running shoes",
-                context_tokens=6, candidate_tokens=[3, 2], cache_key=f"k-{request_id}")
+    request = Request.from_data(
+        {
+            "request_id": request_id,
+            "tenant": "acme",
+            "service": "search",
+            "decision_type": "ranking",
+            "state": "trail running shoes",
+            "candidates": [{"id": "a", "text": "trail running shoe"}, {"id": "b", "text": "leather loafer"}],
+        }
+    )
+    return Work(
+        request=request,
+        admitted_at=0.0,
+        model="gpt-4o-mini",
+        context="State: trail running shoes",
+        context_tokens=6,
+        candidate_tokens=[3, 2],
+        cache_key=f"k-{request_id}",
+    )
 
 
 async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered(settings):
@@ -52,8 +66,7 @@ async def test_a_batch_is_decided_sent_on_and_a_poison_envelope_is_dead_lettered
     assert list(out.work) == ["scored"]
     decided = out.work["scored"]
     assert [w.request.request_id for w in decided] == ["s1", "s2"]
-    assert all(w.decision.request_id == w.request.request_id and w.decision.action_id in {"a", "b"}
-               for w in decided)
+    assert all(w.decision.request_id == w.request.request_id and w.decision.action_id in {"a", "b"} for w in decided)
     [rejected] = out.dead_letters
     assert rejected.reason == "bad_internal_message" and rejected.stage == "score"
     assert {e.request_id for e in out.usage} == {"s1", "s2"}
@@ -80,20 +93,23 @@ async def test_works_with_a_deadline_are_decided_first_and_their_decisions_sent_
     rest = out.work["scored"]
     assert [w.request.request_id for w in rest] == [f"p{i}" for i in range(30)]
     unordered = drive([worker.engine.deciding(w) for w in batch])  # the whole batch driven together, as it came
-    assert {d.request_id: (d.action_id, d.ranking) for d, _ in unordered} == \
-        {w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest}
+    assert {d.request_id: (d.action_id, d.ranking) for d, _ in unordered} == {
+        w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest
+    }
 
 
-async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings,
-                                                                                                 monkeypatch):
+async def test_a_batch_with_a_deadline_is_decided_before_batches_that_queued_earlier_without_one(settings, monkeypatch):
     worker = ScoringWorker(settings, engine=build_engine(settings.replace(backend="lexical")))
     worker.sender = Sender()
     order, decide_each = [], worker.decide_each
-    monkeypatch.setattr(worker, "decide_each", lambda works: order.append([w.request.request_id for w in works])
-                        or decide_each(works))
+    monkeypatch.setattr(
+        worker, "decide_each", lambda works: order.append([w.request.request_id for w in works]) or decide_each(works)
+    )
     await worker.deciding.acquire(0.0)  # a batch is being decided
-    waiting = [asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()])))
-               for items in ([work("a1"), work("a2")], [work("b1")], [work("c1"), checkout("c2")])]
+    waiting = [
+        asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=items).dumps()])))
+        for items in ([work("a1"), work("a2")], [work("b1")], [work("c1"), checkout("c2")])
+    ]
     await asyncio.sleep(0.05)
     assert not order and len(worker.deciding.waiters) == 3
     worker.deciding.release()
@@ -114,8 +130,11 @@ async def test_a_large_batch_holds_the_deciding_slot_one_chunk_at_a_time(setting
         return decide_each(works)
 
     monkeypatch.setattr(worker, "decide_each", recording)
-    large = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[
-        work(f"p{i}") for i in range(3 * DECIDE_CHUNK)]).dumps()])))
+    large = asyncio.create_task(
+        worker.handle(
+            consumed(name("score"), [WorkBatch(items=[work(f"p{i}") for i in range(3 * DECIDE_CHUNK)]).dumps()])
+        )
+    )
     while not order:
         await asyncio.sleep(0.001)
     urgent = asyncio.create_task(worker.handle(consumed(name("score"), [WorkBatch(items=[checkout("pay")]).dumps()])))
@@ -138,12 +157,28 @@ async def test_queue_ms_is_admission_to_the_start_of_the_batch_and_no_more_than_
 
 def streamed_work(request_id: str, client: str) -> Work:
     reference = "\n".join(f"Parcels to depot {i % 5} leave within {i} hours." for i in range(80))
-    request = Request.from_data({"request_id": request_id, "tenant": "acme", "service": "support",
-                                 "decision_type": "customer_service", "kind": "generate", "stream": True,
-                                 "client": client, "question_type": "creative", "state": "When?",
-                                 "contracts": {"max_output_tokens": 512}})
-    return Work(request=request, admitted_at=0.0, model="gpt-4o-mini", context=reference, context_tokens=900,
-                cache_key=f"k-{request_id}")
+    request = Request.from_data(
+        {
+            "request_id": request_id,
+            "tenant": "acme",
+            "service": "support",
+            "decision_type": "customer_service",
+            "kind": "generate",
+            "stream": True,
+            "client": client,
+            "question_type": "creative",
+            "state": "When?",
+            "contracts": {"max_output_tokens": 512},
+        }
+    )
+    return Work(
+        request=request,
+        admitted_at=0.0,
+        model="gpt-4o-mini",
+        context=reference,
+        context_tokens=900,
+        cache_key=f"k-{request_id}",
+    )
 
 
 async def test_streamed_answers_send_their_chunks_in_order_before_their_decisions(settings):

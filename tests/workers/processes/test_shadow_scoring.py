@@ -1,5 +1,6 @@
 """The scoring worker's shadow side: naive twins are decided only between served batches, go on to the scored
 topic (by cache key, as served work does) with shadow usage, and a twin too old is dropped with a usage row."""
+
 import asyncio
 import threading
 import time
@@ -21,22 +22,27 @@ def twin(request_id: str, admitted_at: float):
 
 
 async def test_twins_wait_for_served_work_and_stale_ones_are_dropped(settings):
-    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
-                           engine=build_engine(settings.replace(backend="lexical")))
-    messages = consumed(name("shadow"), [WorkBatch(items=[twin("n1", time.time()),
-                                                          twin("n2", time.time() - 3600)]).dumps(), b"{not json"])
+    worker = ScoringWorker(
+        settings.replace(shadow_max_age_ms=60_000), engine=build_engine(settings.replace(backend="lexical"))
+    )
+    messages = consumed(
+        name("shadow"),
+        [WorkBatch(items=[twin("n1", time.time()), twin("n2", time.time() - 3600)]).dumps(), b"{not json"],
+    )
     with worker.shadow.served_batch():  # a served batch is being decided
         shadow = asyncio.create_task(worker.shadow.handle(messages))
         await asyncio.sleep(0.2)
-        assert not shadow.done() and worker.shadow.decided == 0, \
+        assert not shadow.done() and worker.shadow.decided == 0, (
             "shadow work ran while a served batch was being decided"
+        )
     out = await shadow
     assert list(out.work) == ["scored"]
     decided = out.work["scored"]
     assert [(w.request.request_id, w.shadow, w.cache_key) for w in decided] == [("n1", "naive", "k-n1")]
     assert decided[0].decision.action_id in {"a", "b"}
     assert {(e.request_id, e.stage, e.outcome) for e in out.usage if e.request_id == "n2"} == {
-        ("n2", "shadow", "dropped:age")}
+        ("n2", "shadow", "dropped:age")
+    }
     assert {e.request_id for e in out.usage} == {"n1", "n2"}
     assert all(e.stage == "shadow" and e.nominal_tokens == 0 for e in out.usage)
     [rejected] = out.dead_letters
@@ -45,23 +51,28 @@ async def test_twins_wait_for_served_work_and_stale_ones_are_dropped(settings):
 
 
 async def test_under_steady_served_load_twins_are_dropped_not_held(settings):
-    worker = ScoringWorker(settings.replace(shadow_max_age_ms=300),
-                           engine=build_engine(settings.replace(backend="lexical")))
+    worker = ScoringWorker(
+        settings.replace(shadow_max_age_ms=300), engine=build_engine(settings.replace(backend="lexical"))
+    )
     with worker.shadow.served_batch():  # served work never pauses
-        out = await asyncio.wait_for(worker.shadow.handle(consumed(name("shadow"), [
-            WorkBatch(items=[twin("n1", time.time())]).dumps()])), timeout=5)
+        out = await asyncio.wait_for(
+            worker.shadow.handle(consumed(name("shadow"), [WorkBatch(items=[twin("n1", time.time())]).dumps()])),
+            timeout=5,
+        )
     assert (worker.shadow.decided, worker.shadow.dropped) == (0, 1)
     assert "scored" not in out.work and [e.outcome for e in out.usage] == ["dropped:age"]
 
 
 async def test_a_twin_never_decides_beside_a_served_batch(settings):
-    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
-                           engine=build_engine(settings.replace(backend="lexical")))
+    worker = ScoringWorker(
+        settings.replace(shadow_max_age_ms=60_000), engine=build_engine(settings.replace(backend="lexical"))
+    )
     served = [work("s1")]
     worker.shadow.deciding.acquire()  # a served batch is deciding in its worker thread (decide_each holds this)
     try:
-        shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
-            WorkBatch(items=[twin("n1", time.time())]).dumps()])))
+        shadow = asyncio.create_task(
+            worker.shadow.handle(consumed(name("shadow"), [WorkBatch(items=[twin("n1", time.time())]).dumps()]))
+        )
         await asyncio.sleep(0.3)
         assert not shadow.done() and worker.shadow.decided == 0, "a twin was decided beside a served batch"
     finally:
@@ -89,13 +100,15 @@ class Held(ExtractiveGenerator):
 async def test_a_generate_twin_waiting_on_its_model_holds_no_served_batch_back(settings):
     """A support question's twin is answered by the generator (a model server, seconds away) without the lock the
     scoring backends need: a served batch (a checkout screening) is decided meanwhile, not after the answer."""
-    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
-                           engine=build_engine(settings.replace(backend="lexical")))
+    worker = ScoringWorker(
+        settings.replace(shadow_max_age_ms=60_000), engine=build_engine(settings.replace(backend="lexical"))
+    )
     worker.shadow.engine.generator = held = Held()
     question = streamed_work("q1", "web")
     question.shadow, question.admitted_at = "naive", time.time()
-    shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
-        WorkBatch(items=[question, twin("n1", time.time())]).dumps()])))
+    shadow = asyncio.create_task(
+        worker.shadow.handle(consumed(name("shadow"), [WorkBatch(items=[question, twin("n1", time.time())]).dumps()]))
+    )
     assert await asyncio.to_thread(held.asked.wait, 10)
     [(decision, _)] = await asyncio.wait_for(asyncio.to_thread(worker.decide_each, [work("s1")]), timeout=5)
     assert decision.request_id == "s1" and decision.tier == "fine" and not shadow.done()
@@ -107,8 +120,9 @@ async def test_a_generate_twin_waiting_on_its_model_holds_no_served_batch_back(s
 async def test_a_served_decision_waits_for_the_twin_in_flight_not_the_twins_queued_behind_it(settings):
     """Under load a checkout screening fell back on its deadline while a chunk of twins was decided under one hold
     of the lock: served work now goes between two twins."""
-    worker = ScoringWorker(settings.replace(shadow_max_age_ms=60_000),
-                           engine=build_engine(settings.replace(backend="lexical")))
+    worker = ScoringWorker(
+        settings.replace(shadow_max_age_ms=60_000), engine=build_engine(settings.replace(backend="lexical"))
+    )
     naive = worker.shadow.engine
     decide_batch, started, twins_decided = naive.decide_batch, threading.Event(), []
 
@@ -120,8 +134,11 @@ async def test_a_served_decision_waits_for_the_twin_in_flight_not_the_twins_queu
         return results
 
     naive.decide_batch = slow
-    shadow = asyncio.create_task(worker.shadow.handle(consumed(name("shadow"), [
-        WorkBatch(items=[twin(f"n{i}", time.time()) for i in range(4)]).dumps()])))
+    shadow = asyncio.create_task(
+        worker.shadow.handle(
+            consumed(name("shadow"), [WorkBatch(items=[twin(f"n{i}", time.time()) for i in range(4)]).dumps()])
+        )
+    )
     assert await asyncio.to_thread(started.wait, 10)
     [(decision, _)] = await asyncio.wait_for(asyncio.to_thread(worker.decide_each, [work("s1")]), timeout=5)
     before = list(twins_decided)
@@ -137,7 +154,7 @@ def test_the_deciding_lock_lets_served_work_ahead_of_waiting_twins():
     deciding.acquire()  # a twin is being decided
 
     def take(who, served):
-        with (deciding if served else deciding.for_shadow()):
+        with deciding if served else deciding.for_shadow():
             order.append(who)
 
     twin_thread = threading.Thread(target=take, args=("twin", False))

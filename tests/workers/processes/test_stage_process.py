@@ -1,5 +1,6 @@
 """The stage process as `jev worker stream` runs it: its readiness file names when each start-up phase ended; it
 stops within JEV_STOP_GRACE_S of SIGTERM (it ignored SIGTERM for 12-25 s), and leaves no readiness marker behind."""
+
 import os
 import signal
 import subprocess
@@ -16,10 +17,23 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_the_stage_process_stops_soon_after_sigterm(tmp_path):
     with LocalBroker() as broker:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "JEV_BROKER": broker.url, "JEV_DATA_DIR": str(tmp_path),
-               "JEV_BACKEND": "lexical", "JEV_CACHE_EMBEDDER": "hashing", "JEV_STOP_GRACE_S": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "workers.processes.stage_process"], env=env, cwd=tmp_path,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "JEV_BROKER": broker.url,
+            "JEV_DATA_DIR": str(tmp_path),
+            "JEV_BACKEND": "lexical",
+            "JEV_CACHE_EMBEDDER": "hashing",
+            "JEV_STOP_GRACE_S": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.processes.stage_process"],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         ready = tmp_path / f"stages-{proc.pid}.ready"
         deadline = time.monotonic() + 240
         while not ready.exists():

@@ -20,6 +20,7 @@ The child also keeps the caller away from the pipeline and the machine:
 - errors come back as the ClickHouse error name and the message with every quoted value and everything after the
   first colon removed, so an error never carries row data.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,9 +48,16 @@ LOAD_ALLOWANCE_S = 60.0  # start-up and loading time allowed before the query li
 POLL_S = 0.25  # how often a waiting call looks at its sandbox: each look takes the owner's GIL from its pipeline
 
 
-def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
-        cancelled: threading.Event | None = None, snapshots: Snapshots | None = None,
-        pauser: Pauser | None = None) -> dict:
+def run(
+    client,
+    endpoint: str,
+    body: dict,
+    tenant: str | None,
+    limits: Limits,
+    cancelled: threading.Event | None = None,
+    snapshots: Snapshots | None = None,
+    pauser: Pauser | None = None,
+) -> dict:
     """`endpoint`'s answer to `body`, computed in a fresh sandbox that holds `tenant`'s rows of `client` (every
     tenant's for None or "*"), exported now or taken from `snapshots`, paused by `pauser` while the pipeline is
     busy. Raises QueryFailed with a message safe for the caller."""
@@ -60,14 +68,24 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
         folder = Path(work)
         folder.chmod(0o700)
         tables = snapshots.take(client, tenant, limits, folder) if snapshots else export(client, tenant, folder, limits)
-        (folder / "spec.json").write_bytes(orjson.dumps({"endpoint": endpoint, "body": body, "tables": tables,
-                                                         "limits": dataclasses.asdict(limits)}))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "LANG": "C.UTF-8",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-               **{k: v for k, v in os.environ.items() if k.startswith(INDEX_SETTINGS)}}
-        proc = subprocess.Popen([sys.executable, "-m", "workers.analytics.sandbox.child", work, str(os.getpid())],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                cwd=work)
+        (folder / "spec.json").write_bytes(
+            orjson.dumps({"endpoint": endpoint, "body": body, "tables": tables, "limits": dataclasses.asdict(limits)})
+        )
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": work,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            **{k: v for k, v in os.environ.items() if k.startswith(INDEX_SETTINGS)},
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.analytics.sandbox.child", work, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=work,
+        )
         deadline, loaded = time.monotonic() + limits.time_s + LOAD_ALLOWANCE_S, False
         if pauser is not None:
             pauser.add(proc)
@@ -80,9 +98,12 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
                 if not loaded and (folder / LOADED).exists():  # the query's own time starts now
                     loaded, deadline = True, min(deadline, time.monotonic() + limits.time_s + GRACE_S)
                 if time.monotonic() > deadline:
-                    raise QueryFailed(limits.over_time() if loaded else
-                                      f"stopped after {LOAD_ALLOWANCE_S:.0f} s of loading the caller's rows "
-                                      f"(JEV_QUERY_TIME_S={limits.time_s:g} more for the query); narrow --since")
+                    raise QueryFailed(
+                        limits.over_time()
+                        if loaded
+                        else f"stopped after {LOAD_ALLOWANCE_S:.0f} s of loading the caller's rows "
+                        f"(JEV_QUERY_TIME_S={limits.time_s:g} more for the query); narrow --since"
+                    )
                 (cancelled or threading.Event()).wait(POLL_S)
         finally:
             if pauser is not None:
@@ -92,9 +113,14 @@ def run(client, endpoint: str, body: dict, tenant: str | None, limits: Limits,
             out, err = proc.communicate()
     lines = out.strip().splitlines()
     if not lines:
-        raise QueryFailed(f"the query sandbox exited with code {proc.returncode} and no answer"
-                          + (f" ({public_error(RuntimeError(err.decode(errors='replace').strip().splitlines()[-1]))})"
-                             if err.strip() else ""))
+        raise QueryFailed(
+            f"the query sandbox exited with code {proc.returncode} and no answer"
+            + (
+                f" ({public_error(RuntimeError(err.decode(errors='replace').strip().splitlines()[-1]))})"
+                if err.strip()
+                else ""
+            )
+        )
     answer = orjson.loads(lines[-1])
     if "error" in answer:
         raise QueryFailed(answer["error"])

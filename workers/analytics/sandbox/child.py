@@ -1,6 +1,7 @@
 """The sandbox child (`python -m workers.analytics.sandbox.child DIR PARENT_PID`): it holds its own process to
 the caller's limits, loads the exported tables and views into a private engine, runs the caller's work there
 under those limits, and writes its answer as one JSON line."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -63,14 +64,21 @@ def alerts_of(client, body: dict) -> dict:
     from workers.analytics import alerts, source
 
     base = alerts.Thresholds()
-    changes = {k: type(getattr(base, k))(v) for k, v in (body.get("set") or {}).items()
-               if k in alerts.Thresholds.__dataclass_fields__ and k != "daily_budgets"}
+    changes = {
+        k: type(getattr(base, k))(v)
+        for k, v in (body.get("set") or {}).items()
+        if k in alerts.Thresholds.__dataclass_fields__ and k != "daily_budgets"
+    }
     thresholds = base.replace(**changes, daily_budgets={k: int(v) for k, v in (body.get("budgets") or {}).items()})
     return {"alerts": [a.asdict() for a in alerts.evaluate_alerts(client, thresholds, source.now())]}
 
 
-ENDPOINTS = {"query": lambda client, body: run_query(client, body.get("sql", "")), "report": report_of,
-             "flamegraph": stacks_of, "alerts": alerts_of}
+ENDPOINTS = {
+    "query": lambda client, body: run_query(client, body.get("sql", "")),
+    "report": report_of,
+    "flamegraph": stacks_of,
+    "alerts": alerts_of,
+}
 
 
 def lower_self(parent: int) -> None:
@@ -92,9 +100,11 @@ def stop_when_over(limits: Limits) -> threading.Timer:
     """From now, JEV_QUERY_TIME_S for the work (and ENGINE_FIRST_S, so a query the engine stops at that limit
     says so itself): then the child says so and exits, whatever its main thread is doing (the parent kills it
     if even this cannot run)."""
+
     def stop() -> None:
         os.write(1, orjson.dumps({"error": limits.over_time()}) + b"\n")
         os._exit(TIMED_OUT)
+
     timer = threading.Timer(limits.time_s + ENGINE_FIRST_S, stop)
     timer.daemon = True
     timer.start()

@@ -1,4 +1,5 @@
 """What a caller may see when its analytics work fails: never row data."""
+
 from __future__ import annotations
 
 import re

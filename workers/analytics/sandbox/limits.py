@@ -7,6 +7,7 @@ engine's limits do not reach (an answer's rows built in Python, a query stuck ou
   a cgroup needs a delegated hierarchy the host may not give;
 - time: the child stops itself JEV_QUERY_TIME_S (+ ENGINE_FIRST_S) after its tables are loaded, and its parent
   kills it GRACE_S after JEV_QUERY_TIME_S if it has not (sandbox.run), whatever it is doing."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,13 +25,17 @@ class Limits:
     threads: int = 1
 
     @classmethod
-    def of(cls, settings) -> "Limits":
+    def of(cls, settings) -> Limits:
         return cls(settings.query_time_s, settings.query_memory_mb, settings.query_threads)
 
     def query_settings(self) -> dict:
         """Readonly comes last: the engine applies settings in order and refuses any change after readonly=1."""
-        return {"max_execution_time": self.time_s, "max_memory_usage": self.memory_mb << 20,
-                "max_threads": self.threads, "readonly": 1}
+        return {
+            "max_execution_time": self.time_s,
+            "max_memory_usage": self.memory_mb << 20,
+            "max_threads": self.threads,
+            "readonly": 1,
+        }
 
     def process_bytes(self) -> int:
         """The child's data segment limit."""
@@ -43,12 +48,16 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit if hard == resource.RLIM_INFINITY else min(limit, hard)))
 
     def over_time(self) -> str:
-        return (f"stopped at JEV_QUERY_TIME_S={self.time_s:g}: the query ran longer; narrow --since or the query, "
-                f"or add a LIMIT")
+        return (
+            f"stopped at JEV_QUERY_TIME_S={self.time_s:g}: the query ran longer; narrow --since or the query, "
+            f"or add a LIMIT"
+        )
 
     def over_memory(self) -> str:
-        return (f"stopped at JEV_QUERY_MEMORY_MB={self.memory_mb}: the query or its answer needs more memory; "
-                f"aggregate, narrow the query or add a LIMIT")
+        return (
+            f"stopped at JEV_QUERY_MEMORY_MB={self.memory_mb}: the query or its answer needs more memory; "
+            f"aggregate, narrow the query or add a LIMIT"
+        )
 
 
 class Limited:
@@ -58,9 +67,11 @@ class Limited:
         self.client, self.limits = client, limits
 
     def query(self, sql: str, parameters: dict | None = None, settings: dict | None = None):
-        return self.client.query(sql, parameters=parameters, settings={**(settings or {}),
-                                                                       **self.limits.query_settings()})
+        return self.client.query(
+            sql, parameters=parameters, settings={**(settings or {}), **self.limits.query_settings()}
+        )
 
     def command(self, sql: str, parameters: dict | None = None, settings: dict | None = None):
-        return self.client.command(sql, parameters=parameters, settings={**(settings or {}),
-                                                                         **self.limits.query_settings()})
+        return self.client.command(
+            sql, parameters=parameters, settings={**(settings or {}), **self.limits.query_settings()}
+        )

@@ -1,4 +1,5 @@
 """Sandboxes paused while the pipeline is busy, and still given a minimum share of the time."""
+
 from __future__ import annotations
 
 import signal

@@ -1,6 +1,7 @@
 """The caller's rows out of the owner's engine: one fixed export per readable table (the registry's
 schemas.tables.TENANT_TABLES), the definitions of the views over them (TENANT_VIEWS), and the snapshots that
 let a stream of calls share one export per scope."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,9 @@ def readable_tables(client) -> list[str]:
         "SELECT name FROM system.tables WHERE database = currentDatabase() AND ((engine LIKE '%MergeTree' "
         "AND name IN {tables:Array(String)} AND name IN (SELECT table FROM system.columns "
         "WHERE database = currentDatabase() AND name = 'tenant')) OR (engine = 'View' AND name IN "
-        "{views:Array(String)}))", parameters={"tables": list(TENANT_TABLES), "views": list(TENANT_VIEWS)})
+        "{views:Array(String)}))",
+        parameters={"tables": list(TENANT_TABLES), "views": list(TENANT_VIEWS)},
+    )
     found = {r[0] for r in rows.result_rows}
     return [name for name in (*TENANT_TABLES, *TENANT_VIEWS) if name in found]
 
@@ -43,8 +46,10 @@ def export(client, tenant: str | None, folder: Path, limits: Limits, to_file: bo
     names = readable_tables(client)
     database, definitions = None, {}
     for name, ddl, db in client.query(
-            "SELECT name, create_table_query, database FROM system.tables WHERE database = currentDatabase() "
-            "AND name IN {names:Array(String)}", parameters={"names": names}).result_rows:
+        "SELECT name, create_table_query, database FROM system.tables WHERE database = currentDatabase() "
+        "AND name IN {names:Array(String)}",
+        parameters={"names": names},
+    ).result_rows:
         database, definitions[name] = db, ddl
     own = re.compile(rf"\b{re.escape(database or '')}\.(?=(?:{'|'.join(names)})\b)") if names else None
     for name in names:
@@ -55,11 +60,15 @@ def export(client, tenant: str | None, folder: Path, limits: Limits, to_file: bo
         settings = {"max_threads": 1, "max_memory_usage": limits.memory_mb << 20, "os_thread_priority": 19}
         target = folder / f"{name}.native"
         if to_file:
-            client.command(f"SELECT * FROM {name} {where} INTO OUTFILE {literal(str(target))} FORMAT Native",
-                           parameters=params, settings=settings)
+            client.command(
+                f"SELECT * FROM {name} {where} INTO OUTFILE {literal(str(target))} FORMAT Native",
+                parameters=params,
+                settings=settings,
+            )
         else:
-            target.write_bytes(client.raw_query(f"SELECT * FROM {name} {where}", parameters=params, fmt="Native",
-                                                settings=settings))
+            target.write_bytes(
+                client.raw_query(f"SELECT * FROM {name} {where}", parameters=params, fmt="Native", settings=settings)
+            )
     return names
 
 

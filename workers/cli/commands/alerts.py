@@ -1,4 +1,5 @@
 """`jev alerts`: evaluate the usage alerts now; print them, publish them, or POST them to a webhook."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,15 +9,27 @@ import orjson
 
 
 def register(sub) -> None:
-    p = sub.add_parser("alerts", help="evaluate usage alerts (p95 drift, session tokens, budgets, spikes, ...)",
-                       description="Computes the alerts from the usage aggregates in ClickHouse. Exit code 1 when "
-                                   "any alert fired.")
+    p = sub.add_parser(
+        "alerts",
+        help="evaluate usage alerts (p95 drift, session tokens, budgets, spikes, ...)",
+        description="Computes the alerts from the usage aggregates in ClickHouse. Exit code 1 when any alert fired.",
+    )
     p.add_argument("--tenant", default="", help="only this tenant's rows")
     p.add_argument("--json", action="store_true", help="one JSON line per alert, then a summary line")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a threshold, e.g. --set session_tokens_24h=8000 --set fallback_rate=0.1")
-    p.add_argument("--budget", action="append", default=[], metavar="DECISION_TYPE=TOKENS",
-                   help="daily token budget of a decision type (alert above budget_ratio of it)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a threshold, e.g. --set session_tokens_24h=8000 --set fallback_rate=0.1",
+    )
+    p.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="DECISION_TYPE=TOKENS",
+        help="daily token budget of a decision type (alert above budget_ratio of it)",
+    )
     p.add_argument("--publish", action="store_true", help="send the alerts to the alerts topic")
     p.add_argument("--webhook", metavar="URL", help="POST the alerts as JSON to this URL")
     p.set_defaults(func=run)
@@ -29,8 +42,10 @@ def thresholds(sets: list[str], budgets: list[str], settings=None):
     for item in sets:
         name, _, value = item.partition("=")
         if name not in Thresholds.__dataclass_fields__ or name == "daily_budgets":
-            raise ValueError(f"--set {item!r}: unknown threshold; known: "
-                             + ", ".join(f for f in Thresholds.__dataclass_fields__ if f != "daily_budgets"))
+            raise ValueError(
+                f"--set {item!r}: unknown threshold; known: "
+                + ", ".join(f for f in Thresholds.__dataclass_fields__ if f != "daily_budgets")
+            )
         changes[name] = type(getattr(base, name))(value)
     pairs = [b.partition("=") for b in budgets]
     return base.replace(**changes, daily_budgets={k: int(v) for k, _, v in pairs})
@@ -53,12 +68,16 @@ async def publish(settings, alerts) -> None:
 
 def run(args, settings) -> int:
     from schemas.records import Alert
-    from workers.analytics import alerts as alerts_mod, owner
+    from workers.analytics import alerts as alerts_mod
+    from workers.analytics import owner
 
     try:
         chosen = thresholds(args.set, args.budget, settings)
-        body = {"set": {k: getattr(chosen, k) for k in chosen.__dataclass_fields__ if k != "daily_budgets"},
-                "budgets": chosen.daily_budgets, "tenant": args.tenant}
+        body = {
+            "set": {k: getattr(chosen, k) for k in chosen.__dataclass_fields__ if k != "daily_budgets"},
+            "budgets": chosen.daily_budgets,
+            "tenant": args.tenant,
+        }
         found = [Alert(**a) for a in owner.answer(settings, "alerts", body)[0]["alerts"]]
         if args.publish and found:
             asyncio.run(publish(settings, found))

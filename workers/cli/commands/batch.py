@@ -1,4 +1,5 @@
 """`jev batch submit FILE.jsonl [--wait]` and `jev batch status ID`: async batch jobs (merged generation)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +13,12 @@ COLUMNS = ("member", "kind", "status", "sent", "retried", "label", "quota used",
 def register(sub) -> None:
     p = sub.add_parser("batch", help="submit async batch jobs (merged generation under per-member quotas)")
     cmds = p.add_subparsers(dest="batch_command", metavar="ACTION", required=True)
-    s = cmds.add_parser("submit", help="publish a job file (JSONL, one member per line) to the batch topic",
-                        description="Each line: {job, member, kind, template, quota_tokens, variables}. Without a "
-                                    "broker at JEV_BROKER, starts the local pipeline and waits for the results.")
+    s = cmds.add_parser(
+        "submit",
+        help="publish a job file (JSONL, one member per line) to the batch topic",
+        description="Each line: {job, member, kind, template, quota_tokens, variables}. Without a "
+        "broker at JEV_BROKER, starts the local pipeline and waits for the results.",
+    )
     s.add_argument("file", help="job file (JSONL)")
     s.add_argument("--wait", action="store_true", help="wait for every member's result and print the job report")
     s.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for results (default 900)")
@@ -43,8 +47,9 @@ def run_submit(args, settings) -> int:
         return 2
     local = not runner.broker_reachable(settings.bootstrap)
     if local:
-        err.print(f"no broker at {settings.broker}: starting the local pipeline for this job "
-                  f"(generator {settings.generator})")
+        err.print(
+            f"no broker at {settings.broker}: starting the local pipeline for this job (generator {settings.generator})"
+        )
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"job {members[0].job}", total=len(members))
         on_result = lambda done: progress.update(task, completed=done)  # noqa: E731
@@ -53,8 +58,11 @@ def run_submit(args, settings) -> int:
         else:
             report, results = asyncio.run(runner.submit(settings, members, args.wait, args.timeout, on_result))
     if report is None:
-        print(orjson.dumps({"job": members[0].job, "members": len(members), "submitted": True}).decode()
-              if args.json else f"submitted job {members[0].job}: {len(members)} members")
+        print(
+            orjson.dumps({"job": members[0].job, "members": len(members), "submitted": True}).decode()
+            if args.json
+            else f"submitted job {members[0].job}: {len(members)} members"
+        )
         return 0
     runner.save_report(settings.data_dir, members[0].job, report, results)
     show(report, results, args.json)
@@ -62,8 +70,8 @@ def run_submit(args, settings) -> int:
 
 
 def run_status(args, settings) -> int:
-    from workers.cli import batch_runner as runner
     from streams.batch.report import summarize
+    from workers.cli import batch_runner as runner
 
     if runner.broker_reachable(settings.bootstrap):
         submitted, found = asyncio.run(runner.read_topics(settings.bootstrap, args.job, None, 30.0))
@@ -74,8 +82,11 @@ def run_status(args, settings) -> int:
             return 0
     saved = runner.saved_report(settings.data_dir, args.job)
     if saved is None:
-        print(f"job {args.job!r}: not on the broker at {settings.broker} and no saved report under "
-              f"{settings.data_dir}/batch (submit it with --wait to keep one)", file=sys.stderr)
+        print(
+            f"job {args.job!r}: not on the broker at {settings.broker} and no saved report under "
+            f"{settings.data_dir}/batch (submit it with --wait to keep one)",
+            file=sys.stderr,
+        )
         return 1
     from schemas.batch import BatchResult
 
@@ -94,8 +105,17 @@ def show(report: dict, results: list, as_json: bool) -> None:
 
     table = Table(*COLUMNS, title=f"job {report['job']}")
     for r in results:
-        table.add_row(r.member, r.kind, r.status, r.sent, "yes" if r.retried else "", r.label,
-                      f"{r.quota_used}/{r.quota_tokens}", str(r.individual_tokens), ", ".join(r.trimmed))
+        table.add_row(
+            r.member,
+            r.kind,
+            r.status,
+            r.sent,
+            "yes" if r.retried else "",
+            r.label,
+            f"{r.quota_used}/{r.quota_tokens}",
+            str(r.individual_tokens),
+            ", ".join(r.trimmed),
+        )
     console = Console()
     console.print(table)
     for r in results:

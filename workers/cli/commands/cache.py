@@ -1,5 +1,6 @@
 """`jev cache`: build labeled pairs, calibrate the L2 threshold per embedder, evaluate the L2 decision, and
 replay labelled pairs as traffic through the live L2 decision with learned thresholds."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from streams.cache import calibration
+from streams.cache import calibration, training
 from streams.cache.embedders import EMBEDDERS, load_embedder
-from streams.cache import training
 from streams.cache.evidence import PooledEvidence
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
@@ -76,8 +76,10 @@ plain output says it in words).
   jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
 
-EMBEDDER_HELP = (f"auto, {', '.join(EMBEDDERS)} (by-language: minilm for English, e5 for Chinese and other "
-                 "languages; default: JEV_CACHE_EMBEDDER)")
+EMBEDDER_HELP = (
+    f"auto, {', '.join(EMBEDDERS)} (by-language: minilm for English, e5 for Chinese and other "
+    "languages; default: JEV_CACHE_EMBEDDER)"
+)
 
 
 def register(sub) -> None:
@@ -85,61 +87,104 @@ def register(sub) -> None:
     cmds = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
 
     pairs = cmds.add_parser("pairs", help="write a labeled pairs file (JSONL) from a public data set")
-    pairs.add_argument("--from-stsb", action="store_true", required=True,
-                       help="STS-B under JEV_SHARED_DATA/sts-b: score >= 4 -> label 1, <= 2 -> 0, middle skipped")
+    pairs.add_argument(
+        "--from-stsb",
+        action="store_true",
+        required=True,
+        help="STS-B under JEV_SHARED_DATA/sts-b: score >= 4 -> label 1, <= 2 -> 0, middle skipped",
+    )
     pairs.add_argument("--split", default="dev", choices=["train", "dev", "test"])
     pairs.add_argument("--out", help="output file (default: stdout)")
     pairs.set_defaults(func=run_pairs)
 
-    for name, func, text in (("calibrate", run_calibrate, "pick and save the L2 threshold for a target precision"),
-                             ("evaluate", run_evaluate, "precision, recall, hit rate and latency of the L2 decision")):
+    for name, func, text in (
+        ("calibrate", run_calibrate, "pick and save the L2 threshold for a target precision"),
+        ("evaluate", run_evaluate, "precision, recall, hit rate and latency of the L2 decision"),
+    ):
         c = cmds.add_parser(name, help=text)
         c.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
         c.add_argument("--embedder", help=EMBEDDER_HELP)
-        c.add_argument("--model-check", help="second-opinion model after the lexical checks: none, auto, or an "
-                                             "embedder name (default: JEV_CACHE_MODEL_CHECK)")
+        c.add_argument(
+            "--model-check",
+            help="second-opinion model after the lexical checks: none, auto, or an "
+            "embedder name (default: JEV_CACHE_MODEL_CHECK)",
+        )
         c.add_argument("--no-verify", action="store_true", help="cosine only, no verification checks")
         c.add_argument("--json", action="store_true", help="print JSON lines, the summary last")
         c.set_defaults(func=func)
         if name == "calibrate":
             c.add_argument("--target-precision", type=float, default=0.95)
         else:
-            c.add_argument("--threshold", type=float, default=0.0,
-                           help="cosine threshold (default: the calibrated one for the embedder)")
+            c.add_argument(
+                "--threshold",
+                type=float,
+                default=0.0,
+                help="cosine threshold (default: the calibrated one for the embedder)",
+            )
             c.add_argument("--show", type=int, default=10, help="false hits and misses to list in the table")
     register_replay(cmds)
 
 
 def register_replay(cmds) -> None:
-    r = cmds.add_parser("replay", help="replay labelled pairs through the live L2 decision with learned thresholds",
-                        description=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r = cmds.add_parser(
+        "replay",
+        help="replay labelled pairs through the live L2 decision with learned thresholds",
+        description=REPLAY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     r.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
-    r.add_argument("--shadow-rate", type=float, default=0.02,
-                   help="share of served hits whose verdict is learned (default 0.02, as JEV_SHADOW_RATE)")
+    r.add_argument(
+        "--shadow-rate",
+        type=float,
+        default=0.02,
+        help="share of served hits whose verdict is learned (default 0.02, as JEV_SHADOW_RATE)",
+    )
     r.add_argument("--max-error", type=float, help="false-hit rate bound (default: JEV_CACHE_MAX_ERROR)")
     r.add_argument("--confidence", type=float, help="confidence of the bound (default: JEV_CACHE_ERROR_CONFIDENCE)")
     r.add_argument("--embedder", help=EMBEDDER_HELP)
-    r.add_argument("--model-check", help="second embedder whose cosine the verifier reads: none, auto, or an "
-                                         "embedder name (default: JEV_CACHE_MODEL_CHECK)")
-    r.add_argument("--floor", type=float, default=0.0,
-                   help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
+    r.add_argument(
+        "--model-check",
+        help="second embedder whose cosine the verifier reads: none, auto, or an "
+        "embedder name (default: JEV_CACHE_MODEL_CHECK)",
+    )
+    r.add_argument(
+        "--floor",
+        type=float,
+        default=0.0,
+        help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)",
+    )
     r.add_argument("--seed", type=int, help="shuffle the order text_b is asked in (default: file order)")
     r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
-    r.add_argument("--promote-margin", type=float,
-                   help="near-miss band below the serving threshold, in verifier probability; 0 = no promotion "
-                        "(default: JEV_CACHE_PROMOTE_MARGIN)")
+    r.add_argument(
+        "--promote-margin",
+        type=float,
+        help="near-miss band below the serving threshold, in verifier probability; 0 = no promotion "
+        "(default: JEV_CACHE_PROMOTE_MARGIN)",
+    )
     r.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     r.set_defaults(func=run_replay)
 
-    t = cmds.add_parser("train-verifier", help="fit the L2 verifier's starting weights from labelled pairs",
-                        description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones '
-                                 "you report on")
+    t = cmds.add_parser(
+        "train-verifier",
+        help="fit the L2 verifier's starting weights from labelled pairs",
+        description=TRAIN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument(
+        "pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones you report on'
+    )
     t.add_argument("--embedder", help=EMBEDDER_HELP)
-    t.add_argument("--model-check", help="second embedder whose cosine is a feature: none, auto, or an embedder "
-                                         "name (default: JEV_CACHE_MODEL_CHECK)")
-    t.add_argument("--floor", type=float, default=0.0,
-                   help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)")
+    t.add_argument(
+        "--model-check",
+        help="second embedder whose cosine is a feature: none, auto, or an embedder "
+        "name (default: JEV_CACHE_MODEL_CHECK)",
+    )
+    t.add_argument(
+        "--floor",
+        type=float,
+        default=0.0,
+        help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)",
+    )
     t.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     t.set_defaults(func=run_train_verifier)
 
@@ -149,36 +194,60 @@ def run_replay(args, settings) -> int:
         pairs = calibration.read_pairs(args.pairs)
         embedder = load_embedder(args.embedder or settings.cache_embedder)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
-            embedder.name, settings.cache_semantic_threshold)
-        learner = ThresholdLearner(args.max_error or settings.cache_max_error,
-                                   args.confidence or settings.cache_error_confidence,
-                                   explore=settings.cache_explore_rate)
+            embedder.name, settings.cache_semantic_threshold
+        )
+        learner = ThresholdLearner(
+            args.max_error or settings.cache_max_error,
+            args.confidence or settings.cache_error_confidence,
+            explore=settings.cache_explore_rate,
+        )
         check_ = check_name(args.model_check or settings.cache_model_check, embedder.name)
         decision = decision_name(embedder.name, check_)
         evidence = PooledEvidence(load_verifier(decision, settings.data_dir), learner)
         margin = settings.cache_promote_margin if args.promote_margin is None else args.promote_margin
-        cache = SemanticCache(embedder, floor, evidence=evidence, max_entries=max(len(pairs), 1),
-                              check=load_model_check(check_, 0.0), promote_margin=margin)
-        summary = replay(cache, pairs, args.shadow_rate, seed=args.seed, explore=not args.no_explore,
-                         progress=_progress(len(pairs), "replaying text_b questions"))
+        cache = SemanticCache(
+            embedder,
+            floor,
+            evidence=evidence,
+            max_entries=max(len(pairs), 1),
+            check=load_model_check(check_, 0.0),
+            promote_margin=margin,
+        )
+        summary = replay(
+            cache,
+            pairs,
+            args.shadow_rate,
+            seed=args.seed,
+            explore=not args.no_explore,
+            progress=_progress(len(pairs), "replaying text_b questions"),
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    summary = {**summary, "embedder": embedder.name, "model_check": check_ or None, "floor": floor,
-               "verifier": evidence.verifier.name, "verifier_fits": evidence.verifier.fits,
-               "certifying_verdicts": evidence.stats()["verdicts"],
-               "calibration_verdicts": evidence.calibration_verdicts,
-               "certifying_disagreements": evidence.stats()["disagreements"],
-               "pairs_file": str(args.pairs), "refusals": dict(cache.refusals)}
+    summary = {
+        **summary,
+        "embedder": embedder.name,
+        "model_check": check_ or None,
+        "floor": floor,
+        "verifier": evidence.verifier.name,
+        "verifier_fits": evidence.verifier.fits,
+        "certifying_verdicts": evidence.stats()["verdicts"],
+        "calibration_verdicts": evidence.calibration_verdicts,
+        "certifying_disagreements": evidence.stats()["disagreements"],
+        "pairs_file": str(args.pairs),
+        "refusals": dict(cache.refusals),
+    }
     if args.json:
         print(orjson.dumps(summary).decode())
         return 0
     precision = "n/a (no hits)" if summary["precision"] is None else f"{summary['precision']:.3f}"
-    print(f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
-          f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
-          f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}; {summary['promoted']} "
-          f"near-misses promoted of {summary['promotion_judgements']} judged, {summary['promoted_hits']} hits "
-          f"through them ({summary['promoted_false_hits']} false)")
+    print(
+        f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
+        f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
+        f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}; {summary['promoted']} "
+        f"near-misses promoted of {summary['promotion_judgements']} judged, {summary['promoted_hits']} hits "
+        f"through them ({summary['promoted_false_hits']} false)"
+    )
     if summary["final_threshold"] is None:
         print(uncertified(summary["certification"], summary["target_error"], summary["confidence"]))
     return 0
@@ -188,13 +257,17 @@ def uncertified(certification: dict, max_error: float, confidence: float) -> str
     """Why no threshold was certified, and what would change it (ThresholdLearner.explain's findings)."""
     first = certification["first_test"]
     if first is None:
-        return (f"no threshold certified: {certification['verdicts']} verdicts are too few to test one at "
-                f"{max_error} with confidence {confidence}; replay more pairs")
-    return (f"no threshold certified: the {first['verdicts']} best-scored of {certification['verdicts']} verdicts "
-            f"(verifier score >= {first['score']}) hold {first['disagreements']} disagreements "
-            f"({first['disagreements'] / first['verdicts']:.1%}), where a {max_error} bound at confidence "
-            f"{confidence} allows {first['allowed']}. A threshold is served once the best-scored verdicts hold no "
-            f"more: raise --max-error, or rank better (jev cache train-verifier on pairs like these)")
+        return (
+            f"no threshold certified: {certification['verdicts']} verdicts are too few to test one at "
+            f"{max_error} with confidence {confidence}; replay more pairs"
+        )
+    return (
+        f"no threshold certified: the {first['verdicts']} best-scored of {certification['verdicts']} verdicts "
+        f"(verifier score >= {first['score']}) hold {first['disagreements']} disagreements "
+        f"({first['disagreements'] / first['verdicts']:.1%}), where a {max_error} bound at confidence "
+        f"{confidence} allows {first['allowed']}. A threshold is served once the best-scored verdicts hold no "
+        f"more: raise --max-error, or rank better (jev cache train-verifier on pairs like these)"
+    )
 
 
 def run_train_verifier(args, settings) -> int:
@@ -204,10 +277,16 @@ def run_train_verifier(args, settings) -> int:
         check = check_name(args.model_check or settings.cache_model_check, embedder.name)
         decision = decision_name(embedder.name, check)
         floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
-            embedder.name, settings.cache_semantic_threshold)
-        verifier, summary = training.train(embedder, pairs, floor, check=load_model_check(check, 0.0),
-                                           bounds=(settings.cache_max_error, *training.BOUNDS),
-                                           confidence=settings.cache_error_confidence)
+            embedder.name, settings.cache_semantic_threshold
+        )
+        verifier, summary = training.train(
+            embedder,
+            pairs,
+            floor,
+            check=load_model_check(check, 0.0),
+            bounds=(settings.cache_max_error, *training.BOUNDS),
+            confidence=settings.cache_error_confidence,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -217,10 +296,12 @@ def run_train_verifier(args, settings) -> int:
         print(orjson.dumps(summary).decode())
     else:
         certified = summary["certifies"][str(settings.cache_max_error)]
-        print(f"{decision}: fitted on {summary['candidates']} candidates ({summary['right']} right) from "
-              f"{summary['pairs']} pairs; saved to {path}. Its {summary['calibration_candidates']} calibration "
-              f"verdicts alone certify {certified['served']} candidates ({certified['errors']} wrong) at bound "
-              f"{settings.cache_max_error}")
+        print(
+            f"{decision}: fitted on {summary['candidates']} candidates ({summary['right']} right) from "
+            f"{summary['pairs']} pairs; saved to {path}. Its {summary['calibration_candidates']} calibration "
+            f"verdicts alone certify {certified['served']} candidates ({certified['errors']} wrong) at bound "
+            f"{settings.cache_max_error}"
+        )
     return 0
 
 
@@ -245,6 +326,7 @@ def _progress(total: int, description: str):
     def wrap(items):
         with progress:
             yield from progress.track(items, total=total, description=description)
+
     return wrap
 
 
@@ -259,8 +341,9 @@ def run_calibrate(args, settings) -> int:
     pairs = calibration.read_pairs(args.pairs)
     embedder, check, decision = _decision(args, settings)
     scores = calibration.cosines(embedder, pairs)
-    verified = (np.ones(len(pairs), dtype=bool) if args.no_verify
-                else np.array([verify(p.text_a, p.text_b).ok for p in pairs]))
+    verified = (
+        np.ones(len(pairs), dtype=bool) if args.no_verify else np.array([verify(p.text_a, p.text_b).ok for p in pairs])
+    )
     labels = np.array([p.label for p in pairs])
     try:
         if check:
@@ -271,18 +354,27 @@ def run_calibrate(args, settings) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    record = {**point, "target_precision": args.target_precision, "verify": not args.no_verify,
-              "source": str(args.pairs)}
+    record = {
+        **point,
+        "target_precision": args.target_precision,
+        "verify": not args.no_verify,
+        "source": str(args.pairs),
+    }
     store = calibration.ThresholdStore(settings.data_dir)
     store.save(decision, record)
     if args.json:
-        print(orjson.dumps({"embedder": embedder.name, "model_check": check or None, **record,
-                            "saved": str(store.path)}).decode())
+        print(
+            orjson.dumps(
+                {"embedder": embedder.name, "model_check": check or None, **record, "saved": str(store.path)}
+            ).decode()
+        )
     else:
         second = f", model check {check} {point['check_threshold']:.4f}" if check else ""
-        print(f"{decision}: threshold {point['threshold']:.4f}{second} -> precision {point['precision']:.3f}, "
-              f"recall {point['recall']:.3f}, hit rate {point['hit_rate']:.3f} on {point['pairs']} pairs; "
-              f"saved to {store.path}")
+        print(
+            f"{decision}: threshold {point['threshold']:.4f}{second} -> precision {point['precision']:.3f}, "
+            f"recall {point['recall']:.3f}, hit rate {point['hit_rate']:.3f} on {point['pairs']} pairs; "
+            f"saved to {store.path}"
+        )
     return 0
 
 
@@ -292,11 +384,22 @@ def run_evaluate(args, settings) -> int:
     store = calibration.ThresholdStore(settings.data_dir)
     threshold = store.threshold(decision, args.threshold or settings.cache_semantic_threshold)
     model_check = load_model_check(check, store.check_threshold(decision))
-    rows = calibration.decide(embedder, pairs, threshold, use_verify=not args.no_verify,
-                              progress=_progress(len(pairs), "L2 decisions"), check=model_check)
-    summary = {"embedder": embedder.name, "threshold": threshold, "verify": not args.no_verify,
-               "model_check": check or None, "check_threshold": model_check.threshold if model_check else None,
-               **calibration.summarize(rows)}
+    rows = calibration.decide(
+        embedder,
+        pairs,
+        threshold,
+        use_verify=not args.no_verify,
+        progress=_progress(len(pairs), "L2 decisions"),
+        check=model_check,
+    )
+    summary = {
+        "embedder": embedder.name,
+        "threshold": threshold,
+        "verify": not args.no_verify,
+        "model_check": check or None,
+        "check_threshold": model_check.threshold if model_check else None,
+        **calibration.summarize(rows),
+    }
     if args.json:
         out = sys.stdout.buffer
         for row in rows:
@@ -310,7 +413,7 @@ def run_evaluate(args, settings) -> int:
     false_hits = [r for r in rows if r["hit"] and not r["label"]]
     misses = sorted((r for r in rows if r["label"] and not r["hit"]), key=lambda r: -r["cosine"])
     for kind, chosen in (("false hit", false_hits), ("miss", misses)):
-        for r in chosen[:args.show]:
+        for r in chosen[: args.show]:
             table.add_row(kind, f"{r['cosine']:.3f}", r["refused"], r["text_a"], r["text_b"])
     console = Console()
     console.print(table)

@@ -1,4 +1,5 @@
 """`jev config`: the settings in effect and the env var behind each."""
+
 from __future__ import annotations
 
 import orjson

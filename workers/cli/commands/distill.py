@@ -1,4 +1,5 @@
 """`jev distill FILE.jsonl`: distill conversations with the distill stage's code and report the savings."""
+
 from __future__ import annotations
 
 import sys
@@ -15,10 +16,14 @@ from streams.distill.report import Summary, distill_all, reduction
 
 
 def register(sub) -> None:
-    p = sub.add_parser("distill", help="distill conversations (JSONL of {\"messages\": [...]}) and report savings")
+    p = sub.add_parser("distill", help='distill conversations (JSONL of {"messages": [...]}) and report savings')
     p.add_argument("file", help='JSONL, one {"messages": [{"role", "content", "ts"?}]} per line ("-" = stdin)')
-    p.add_argument("--budget", type=int, default=None,
-                   help="history token budget (default: the decision type's policy; 0 = no budget)")
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="history token budget (default: the decision type's policy; 0 = no budget)",
+    )
     p.add_argument("--decision-type", default="default", help="policy to apply (streams/distill/policies.yaml)")
     p.add_argument("--policies", default=None, help="YAML file of distill policies (default: JEV_DISTILL_POLICIES)")
     p.add_argument("--model", default="", help="tokenizer/model (default: JEV_DEFAULT_MODEL)")
@@ -40,13 +45,24 @@ def _run(args, settings) -> int:
     policy = load_policy(args.decision_type, settings.distill_policies if args.policies is None else args.policies)
     switches = {f"distill.{layer}": False for layer in args.off}
     path = "/dev/stdin" if args.file == "-" else args.file
-    results = distill_all(read_jsonl(path), model=args.model or settings.default_model, budget=args.budget,
-                          policy=policy, switches=switches, now=time.time() if args.now is None else args.now)
+    results = distill_all(
+        read_jsonl(path),
+        model=args.model or settings.default_model,
+        budget=args.budget,
+        policy=policy,
+        switches=switches,
+        now=time.time() if args.now is None else args.now,
+    )
     summary = Summary()
     rows = []
     stderr = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("distilled {task.completed} conversations"), console=stderr,
-                  transient=True, disable=not stderr.is_terminal) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("distilled {task.completed} conversations"),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    ) as progress:
         task = progress.add_task("distill", total=None)
         for number, (messages, result) in enumerate(results):
             summary.add(messages, result)
@@ -68,10 +84,18 @@ def _print_table(rows, summary: Summary) -> None:
     table = Table("#", "tokens before", "after", "reduction", "kept", "dropped (reason)")
     for number, result in rows:
         dropped = ", ".join(f"{i}:{reason}" for i, reason in result.dropped)
-        table.add_row(str(number), str(result.tokens_before), str(result.tokens_after),
-                      f"{reduction(result):.0%}", str(len(result.kept)), dropped)
+        table.add_row(
+            str(number),
+            str(result.tokens_before),
+            str(result.tokens_after),
+            f"{reduction(result):.0%}",
+            str(len(result.kept)),
+            dropped,
+        )
     console = Console()
     console.print(table)
     total = summary.as_json()
-    console.print(f"{total['conversations']} conversations · median reduction {total['median_reduction']:.0%} · "
-                  f"last user turn kept {total['last_user_kept']:.0%} · grew {total['grew']}")
+    console.print(
+        f"{total['conversations']} conversations · median reduction {total['median_reduction']:.0%} · "
+        f"last user turn kept {total['last_user_kept']:.0%} · grew {total['grew']}"
+    )

@@ -1,4 +1,5 @@
 """`jev schema NAME`: the JSON Schema upstream producers validate against."""
+
 from __future__ import annotations
 
 import orjson
@@ -6,9 +7,15 @@ import orjson
 from schemas import records
 from schemas.jsonschema import document
 
-RECORDS = {"request": records.Request, "decision": records.Decision, "usage": records.UsageEvent,
-           "control": records.Control, "rejection": records.Rejection, "alert": records.Alert,
-           "chunk": records.Chunk}
+RECORDS = {
+    "request": records.Request,
+    "decision": records.Decision,
+    "usage": records.UsageEvent,
+    "control": records.Control,
+    "rejection": records.Rejection,
+    "alert": records.Alert,
+    "chunk": records.Chunk,
+}
 
 
 def register(sub) -> None:

@@ -1,4 +1,5 @@
 """`jev templates lint|render`: check prompt templates' contracts, or render one within its budget."""
+
 from __future__ import annotations
 
 import sys
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import orjson
 
-from streams.text import tokens
 from streams.ingest import templates as tpl
 from streams.ingest.contracts import ContractError
+from streams.text import tokens
 
 MAX_INSTRUCTION_TOKENS = 300
 
@@ -16,8 +17,9 @@ MAX_INSTRUCTION_TOKENS = 300
 def register(sub) -> None:
     p = sub.add_parser("templates", help="lint or render prompt templates (token budgets and contracts)")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    lint_p = actions.add_parser("lint", help=f"flag instructions over {MAX_INSTRUCTION_TOKENS} tokens and "
-                                             f"variables without a contract")
+    lint_p = actions.add_parser(
+        "lint", help=f"flag instructions over {MAX_INSTRUCTION_TOKENS} tokens and variables without a contract"
+    )
     lint_p.add_argument("paths", nargs="*", help="template files or directories (default: the bundled templates)")
     lint_p.add_argument("--model", help="tokenizer to count with (default: JEV_DEFAULT_MODEL)")
     lint_p.add_argument("--json", action="store_true", help="one JSON line per template, then a summary")
@@ -42,8 +44,10 @@ def lint(template: tpl.Template, model: str) -> dict:
     instruction = sum(tokens.count(s.source, model) for s in template.sections if s.instruction)
     problems = []
     if instruction > MAX_INSTRUCTION_TOKENS:
-        problems.append(f"instruction is {instruction} tokens, over {MAX_INSTRUCTION_TOKENS}: move detail into "
-                        f"variables or split the decision")
+        problems.append(
+            f"instruction is {instruction} tokens, over {MAX_INSTRUCTION_TOKENS}: move detail into "
+            f"variables or split the decision"
+        )
     if not any(s.instruction for s in template.sections):
         problems.append("no section is marked instruction: true")
     used = tpl.referenced_variables(template)
@@ -52,8 +56,14 @@ def lint(template: tpl.Template, model: str) -> dict:
     for name, contract in sorted(template.variables.items()):
         if contract.max_tokens is None:
             problems.append(f"variable {name!r} has no max_tokens in its contract")
-    return {"template": template.id, "version": template.version, "path": template.path,
-            "instruction_tokens": instruction, "budget": template.budget, "problems": problems}
+    return {
+        "template": template.id,
+        "version": template.version,
+        "path": template.path,
+        "instruction_tokens": instruction,
+        "budget": template.budget,
+        "problems": problems,
+    }
 
 
 def run_lint(args, settings) -> int:
@@ -64,8 +74,16 @@ def run_lint(args, settings) -> int:
         try:
             rows.append(lint(tpl.load(path), model))
         except ContractError as exc:
-            rows.append({"template": path.stem, "version": "", "path": str(path), "instruction_tokens": 0,
-                         "budget": 0, "problems": [str(exc)]})
+            rows.append(
+                {
+                    "template": path.stem,
+                    "version": "",
+                    "path": str(path),
+                    "instruction_tokens": 0,
+                    "budget": 0,
+                    "problems": [str(exc)],
+                }
+            )
     flagged = sum(1 for r in rows if r["problems"])
     if args.json:
         for row in rows:
@@ -77,8 +95,12 @@ def run_lint(args, settings) -> int:
 
         table = Table("template", "instruction tokens", "budget", "problems", title=f"template lint ({model})")
         for r in rows:
-            table.add_row(f"{r['template']} v{r['version']}", str(r["instruction_tokens"]), str(r["budget"]),
-                          "\n".join(r["problems"]) or "[green]ok[/green]")
+            table.add_row(
+                f"{r['template']} v{r['version']}",
+                str(r["instruction_tokens"]),
+                str(r["budget"]),
+                "\n".join(r["problems"]) or "[green]ok[/green]",
+            )
         Console().print(table)
     return 1 if flagged else 0
 
@@ -87,8 +109,9 @@ def run_render(args, settings) -> int:
     model = args.model or settings.default_model
     tokens.configure(settings.tokenizers)
     try:
-        template = (tpl.load(args.template) if Path(args.template).is_file()
-                    else tpl.Templates.from_dir().get(args.template))
+        template = (
+            tpl.load(args.template) if Path(args.template).is_file() else tpl.Templates.from_dir().get(args.template)
+        )
         raw = sys.stdin.buffer.read() if args.vars == "-" else Path(args.vars).read_bytes()
         rendered = tpl.render(template, orjson.loads(raw), model)
     except (ContractError, OSError, orjson.JSONDecodeError) as exc:
@@ -98,6 +121,9 @@ def run_render(args, settings) -> int:
         print(orjson.dumps(rendered.__dict__).decode())
     else:
         print(rendered.text)
-        print(f"\n[{rendered.tokens} tokens of {template.budget}; level {rendered.level}"
-              f"{'; ' + '; '.join(rendered.cut) if rendered.cut else ''}]", file=sys.stderr)
+        print(
+            f"\n[{rendered.tokens} tokens of {template.budget}; level {rendered.level}"
+            f"{'; ' + '; '.join(rendered.cut) if rendered.cut else ''}]",
+            file=sys.stderr,
+        )
     return 0

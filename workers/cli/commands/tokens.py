@@ -1,4 +1,5 @@
 """`jev tokens count`: exact token counts of text lines, or of one field of each JSONL line."""
+
 from __future__ import annotations
 
 import sys

@@ -1,12 +1,16 @@
 """`jev worker stream|score`: run one process of the pipeline against JEV_BROKER."""
+
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("worker", help="run a pipeline process: the Faust stages or a scoring worker",
-                       description="`stream` runs every Faust stage (ingest, distill, cache, postprocess, usage "
-                                   "sink) and owns the ClickHouse connection; `score` runs a scoring worker. "
-                                   "Scale out by running more of either against the same broker.")
+    p = sub.add_parser(
+        "worker",
+        help="run a pipeline process: the Faust stages or a scoring worker",
+        description="`stream` runs every Faust stage (ingest, distill, cache, postprocess, usage "
+        "sink) and owns the ClickHouse connection; `score` runs a scoring worker. "
+        "Scale out by running more of either against the same broker.",
+    )
     p.add_argument("role", choices=["stream", "score"])
     p.set_defaults(func=run)
 

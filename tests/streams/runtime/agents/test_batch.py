@@ -1,4 +1,5 @@
 """The batch agents on the real local broker: a 12-department job in, one result per member out."""
+
 import asyncio
 import json
 import uuid
@@ -24,17 +25,28 @@ SAMPLE = Path(__file__).parents[4] / "streams" / "batch" / "sample_weekly_report
 @pytest.fixture
 async def batch_app(settings, broker):
     """Only the batch agents, on the session broker, with the extractive generator."""
-    settings = settings.replace(broker=broker.url, app_id=f"batch-{uuid.uuid4().hex[:8]}", generator="extractive",
-                                batch_window_ms=500)
+    settings = settings.replace(
+        broker=broker.url, app_id=f"batch-{uuid.uuid4().hex[:8]}", generator="extractive", batch_window_ms=500
+    )
     (Path(settings.data_dir) / "faust").mkdir(parents=True, exist_ok=True)
     await create_topics(settings.bootstrap, [t.name for t in TOPICS.values()], settings.partitions)
-    app = faust.App(settings.app_id, broker=settings.broker, store="memory://", web_enabled=False,
-                    datadir=str(Path(settings.data_dir) / "faust"), topic_partitions=settings.partitions,
-                    broker_session_timeout=6, broker_heartbeat_interval=1, consumer_auto_offset_reset="earliest")
-    batch_agent.register(app, Topics(app, settings.partitions), settings,
-                         app.service(Sender(settings.bootstrap, settings.partitions)))
-    worker = faust.Worker(app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False,
-                          redirect_stdouts=False, quiet=True)
+    app = faust.App(
+        settings.app_id,
+        broker=settings.broker,
+        store="memory://",
+        web_enabled=False,
+        datadir=str(Path(settings.data_dir) / "faust"),
+        topic_partitions=settings.partitions,
+        broker_session_timeout=6,
+        broker_heartbeat_interval=1,
+        consumer_auto_offset_reset="earliest",
+    )
+    batch_agent.register(
+        app, Topics(app, settings.partitions), settings, app.service(Sender(settings.bootstrap, settings.partitions))
+    )
+    worker = faust.Worker(
+        app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False, redirect_stdouts=False, quiet=True
+    )
     worker.spinner = None
     await worker.start()
     yield settings
@@ -42,15 +54,19 @@ async def batch_app(settings, broker):
 
 
 async def usage_events(bootstrap: str, job: str) -> list:
-    consumer = AIOKafkaConsumer(name("usage"), bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=None)
+    consumer = AIOKafkaConsumer(name("usage"), bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
     await consumer.start()
     try:
         batches = await consumer.getmany(timeout_ms=2000)
     finally:
         await consumer.stop()
-    return [e for msgs in batches.values() for m in msgs for e in UsageBatch.loads(m.value).events
-            if e.business_event == job]
+    return [
+        e
+        for msgs in batches.values()
+        for m in msgs
+        for e in UsageBatch.loads(m.value).events
+        if e.business_event == job
+    ]
 
 
 async def test_job_gets_every_result_within_quota_and_fewer_tokens(batch_app, tmp_path):
@@ -58,8 +74,12 @@ async def test_job_gets_every_result_within_quota_and_fewer_tokens(batch_app, tm
     job = f"weekly-{uuid.uuid4().hex[:6]}"
     broken = json.loads(lines[0]) | {"member": "tiny-quota", "quota_tokens": 20}
     path = tmp_path / "job.jsonl"
-    path.write_text("\n".join(json.dumps(json.loads(line) | {"job": job}) for line in lines)
-                    + "\n" + json.dumps(broken | {"job": job}) + "\n")
+    path.write_text(
+        "\n".join(json.dumps(json.loads(line) | {"job": job}) for line in lines)
+        + "\n"
+        + json.dumps(broken | {"job": job})
+        + "\n"
+    )
     members = runner.read_job(str(path))
     assert len(members) == 13
 
@@ -85,8 +105,9 @@ async def test_bad_member_goes_to_dead_letters(batch_app):
         await producer.send_and_wait(name("batch"), orjson.dumps({"job": "x", "member": "m"}), key=b"x")
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(name("rejected"), bootstrap_servers=batch_app.bootstrap,
-                                auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        name("rejected"), bootstrap_servers=batch_app.bootstrap, auto_offset_reset="earliest", group_id=None
+    )
     await consumer.start()
     found = []
     try:

@@ -1,4 +1,5 @@
 """`jev report`, `jev sql`, `jev flamegraph`, `jev alerts` through the CLI on the shared embedded ClickHouse."""
+
 import asyncio
 import time
 import xml.etree.ElementTree as ET
@@ -37,8 +38,14 @@ def test_report_html_has_the_plots(filled, tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", "--html", str(out), "--since", "24h"]) == 0
     html = out.read_text()
-    for heading in ("Tokens over time", "Savings by mechanism", "Tier shares", "Top sessions", "Weekly leaderboard",
-                    "Efficiency indices"):
+    for heading in (
+        "Tokens over time",
+        "Savings by mechanism",
+        "Tier shares",
+        "Top sessions",
+        "Weekly leaderboard",
+        "Efficiency indices",
+    ):
         assert heading in html
     assert html.count("<svg") >= 3 and "http" not in html.split("<body>")[1]
 
@@ -75,8 +82,9 @@ def test_owner_serves_queries_with_its_token(filled, clickhouse_dsn):
     async def scenario():
         async with QueryServer(clickhouse_dsn):
             owner = orjson.loads(owner_file(clickhouse_dsn).read_bytes())
-            answer = await asyncio.to_thread(ask_owner, clickhouse_dsn, "query",
-                                           {"sql": "SELECT count() AS n FROM usage_events"})
+            answer = await asyncio.to_thread(
+                ask_owner, clickhouse_dsn, "query", {"sql": "SELECT count() AS n FROM usage_events"}
+            )
             return owner, answer
 
     owner, answer = asyncio.run(scenario())
@@ -93,8 +101,9 @@ def test_owner_refuses_a_wrong_token(filled, clickhouse_dsn):
     async def scenario():
         async with QueryServer(clickhouse_dsn):
             url = orjson.loads(owner_file(clickhouse_dsn).read_bytes())["url"]
-            req = urllib.request.Request(url, data=b'{"sql": "SELECT 1"}', method="POST",
-                                         headers={"Authorization": "Bearer wrong"})
+            req = urllib.request.Request(
+                url, data=b'{"sql": "SELECT 1"}', method="POST", headers={"Authorization": "Bearer wrong"}
+            )
             with pytest.raises(urllib.error.HTTPError) as err:
                 await asyncio.to_thread(urllib.request.urlopen, req, None, 5)
             return err.value.code

@@ -16,8 +16,22 @@ def read_rows(path: Path) -> list[dict]:
 def test_calibrate_then_evaluate_with_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     monkeypatch.setattr("streams.cache.calibration.MIN_HITS", 5)
-    assert main(["cache", "calibrate", "--pairs", str(QUESTION_PAIRS), "--target-precision", "0.95",
-                 "--embedder", "hashing", "--json"]) == 0
+    assert (
+        main(
+            [
+                "cache",
+                "calibrate",
+                "--pairs",
+                str(QUESTION_PAIRS),
+                "--target-precision",
+                "0.95",
+                "--embedder",
+                "hashing",
+                "--json",
+            ]
+        )
+        == 0
+    )
     saved = orjson.loads(capsys.readouterr().out.strip())
     assert saved["embedder"] == "hashing" and saved["precision"] >= 0.95
     assert orjson.loads((tmp_path / "cache_thresholds.json").read_bytes())["hashing"]["threshold"] == saved["threshold"]
@@ -51,8 +65,9 @@ def test_calibrate_then_evaluate_with_a_model_check(tmp_path, monkeypatch, capsy
 
 def test_evaluate_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
-    assert main(["cache", "evaluate", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
-                 "--threshold", "0.3"]) == 0
+    assert (
+        main(["cache", "evaluate", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--threshold", "0.3"]) == 0
+    )
     out = capsys.readouterr().out
     assert "precision" in out and "recall" in out
 
@@ -87,23 +102,34 @@ def test_replay_prints_the_summary_keys_and_serves_nothing_without_evidence(tmp_
     assert "no threshold certified" in said and "too few to test one at 0.05" in said
 
 
-@pytest.mark.parametrize("asked,again", [("How do I configure feature number {i} today?",
-                                           "how do i configure feature number {i} today"),
-                                          ("今天怎么设置第{i}号功能？", "今天怎么设置第{i}号功能")])
-def test_replay_says_why_nothing_is_served_when_the_best_scored_verdicts_disagree_too_often(tmp_path, monkeypatch,
-                                                                                              capsys, asked, again):
+@pytest.mark.parametrize(
+    "asked,again",
+    [
+        ("How do I configure feature number {i} today?", "how do i configure feature number {i} today"),
+        ("今天怎么设置第{i}号功能？", "今天怎么设置第{i}号功能"),
+    ],
+)
+def test_replay_says_why_nothing_is_served_when_the_best_scored_verdicts_disagree_too_often(
+    tmp_path, monkeypatch, capsys, asked, again
+):
     """The same near-identical questions (English, Chinese), one pair in five labelled different: the verdicts at
     the top of the ranking disagree 20% of the time, the 5% bound is never certified, and the replay says how far
     off it is."""
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_bytes(b"".join(orjson.dumps({"text_a": asked.format(i=i), "text_b": again.format(i=i),
-                                             "label": int(i % 5 != 0)}) + b"\n" for i in range(300)))
+    pairs.write_bytes(
+        b"".join(
+            orjson.dumps({"text_a": asked.format(i=i), "text_b": again.format(i=i), "label": int(i % 5 != 0)}) + b"\n"
+            for i in range(300)
+        )
+    )
     assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0"]) == 0
     said = capsys.readouterr().out.splitlines()[-1]
     assert said.startswith("no threshold certified: the ") and "raise --max-error" in said
-    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0",
-                 "--json"]) == 0
+    assert (
+        main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0", "--json"])
+        == 0
+    )
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     first = summary["certification"]["first_test"]
     assert summary["hits"] == 0 and summary["final_threshold"] is None
@@ -115,12 +141,25 @@ def test_replay_learns_and_serves_once_the_evidence_allows(tmp_path, monkeypatch
     agreeing) soon pass the test, and the later questions are served, all right."""
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_bytes(b"".join(orjson.dumps({"text_a": f"How do I configure feature number {w} today?",
-                                             "text_b": f"how do i configure feature number {w} today", "label": 1})
-                               + b"\n" for w in ("alpha beta gamma delta epsilon zeta eta theta iota kappa "
-                                                 "lambda omicron sigma tau upsilon " * 20).split()[:300]))
-    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0",
-                 "--json"]) == 0
+    pairs.write_bytes(
+        b"".join(
+            orjson.dumps(
+                {
+                    "text_a": f"How do I configure feature number {w} today?",
+                    "text_b": f"how do i configure feature number {w} today",
+                    "label": 1,
+                }
+            )
+            + b"\n"
+            for w in (
+                "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon " * 20
+            ).split()[:300]
+        )
+    )
+    assert (
+        main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--promote-margin", "0", "--json"])
+        == 0
+    )
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["hits"] > 0 and summary["false_hits"] == 0 and summary["precision"] == 1.0
     assert summary["promoted"] == summary["promotion_judgements"] == 0, "promotion off"
@@ -154,10 +193,16 @@ def test_replay_counts_a_hit_on_a_repeated_text_a_as_its_own_pairs(tmp_path, mon
     words = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon " * 20).split()
     rows = []
     for w in words[:300]:
-        rows.append({"text_a": f"How do I configure feature {w} today?", "text_b": f"Where is feature {w} set?",
-                     "label": 0})  # fills the entry first; its own text_b is another question
-        rows.append({"text_a": f"how do I configure  feature {w} today?",
-                     "text_b": f"how do i configure feature {w} today", "label": 1})
+        rows.append(
+            {"text_a": f"How do I configure feature {w} today?", "text_b": f"Where is feature {w} set?", "label": 0}
+        )  # fills the entry first; its own text_b is another question
+        rows.append(
+            {
+                "text_a": f"how do I configure  feature {w} today?",
+                "text_b": f"how do i configure feature {w} today",
+                "label": 1,
+            }
+        )
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--json"]) == 0
@@ -171,8 +216,14 @@ def test_replay_promotes_near_misses_judged_the_same_and_serves_their_repeats(tm
     and its repeats are served through it, in English and Chinese; labelled 0, it is never promoted. A repeat
     that names another text_a is right by the pair that promoted it, and counted apart."""
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
-    same = [("How do I reset the router?", "How can I reset the router?"), ("请问红笔今天怎么退货？", "请问红笔今天怎么退货呢")]
-    different = [("How do I buy the router?", "How do I return the router?"), ("请问蓝伞今天怎么退货？", "请问蓝伞今天怎么换货？")]
+    same = [
+        ("How do I reset the router?", "How can I reset the router?"),
+        ("请问红笔今天怎么退货？", "请问红笔今天怎么退货呢"),
+    ]
+    different = [
+        ("How do I buy the router?", "How do I return the router?"),
+        ("请问蓝伞今天怎么退货？", "请问蓝伞今天怎么换货？"),
+    ]
     rows = [{"text_a": a, "text_b": b, "label": 1} for a, b in same]
     rows += [{"text_a": a, "text_b": b, "label": 0} for a, b in different]
     rows += [{"text_a": a, "text_b": b.upper(), "label": 1} for a, b in same] * 2  # asked again (case is no change)
@@ -180,13 +231,30 @@ def test_replay_promotes_near_misses_judged_the_same_and_serves_their_repeats(tm
     rows.append({"text_a": "Where do I buy a modem?", "text_b": same[0][1], "label": 0})  # Quora repeats a text_b
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    assert main(["cache", "replay", "--pairs", str(pairs), "--embedder", "hashing", "--floor", "0.3",
-                 "--promote-margin", "0.94", "--json"]) == 0  # the hashing embedder's cosines are low: a wide band
+    assert (
+        main(
+            [
+                "cache",
+                "replay",
+                "--pairs",
+                str(pairs),
+                "--embedder",
+                "hashing",
+                "--floor",
+                "0.3",
+                "--promote-margin",
+                "0.94",
+                "--json",
+            ]
+        )
+        == 0
+    )  # the hashing embedder's cosines are low: a wide band
     summary = orjson.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["final_threshold"] is None, "nothing certified"
     assert summary["promote_margin"] == 0.94
-    assert summary["promotion_judgements"] == 4, "each pair judged once: a promoted key serves its repeats, and a " \
-                                                 "disagreement vetoes its entry at that cosine"
+    assert summary["promotion_judgements"] == 4, (
+        "each pair judged once: a promoted key serves its repeats, and a disagreement vetoes its entry at that cosine"
+    )
     assert summary["promoted"] == 2 and summary["promoted_hits"] == summary["hits"] == 5
     assert summary["promoted_false_hits"] == summary["false_hits"] == 0 and summary["precision"] == 1.0
     assert summary["promoted_strict_false_hits"] == 1, "right by the judged pair; its own pair names another text_a"
@@ -197,10 +265,12 @@ def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatc
     pairs = tmp_path / "train.jsonl"
     rows = []
     for n, w in enumerate("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma tau omega".split()):
-        rows += [{"text_a": f"How do I reset the {w} router?", "text_b": f"how do I reset the {w} router", "label": 1},
-                 {"text_a": f"Where is the {w} warehouse?", "text_b": f"Who runs the {w} warehouse today?", "label": 0},
-                 {"text_a": f"如何重置{w}路由器？", "text_b": f"如何重置{w}路由器", "label": 1},
-                 {"text_a": f"{w}仓库在哪里？", "text_b": f"今天谁管理{w}仓库？", "label": 0}]
+        rows += [
+            {"text_a": f"How do I reset the {w} router?", "text_b": f"how do I reset the {w} router", "label": 1},
+            {"text_a": f"Where is the {w} warehouse?", "text_b": f"Who runs the {w} warehouse today?", "label": 0},
+            {"text_a": f"如何重置{w}路由器？", "text_b": f"如何重置{w}路由器", "label": 1},
+            {"text_a": f"{w}仓库在哪里？", "text_b": f"今天谁管理{w}仓库？", "label": 0},
+        ]
     pairs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows + read_rows(QUESTION_PAIRS)))
     assert main(["cache", "train-verifier", str(pairs), "--embedder", "hashing", "--floor", "0.2", "--json"]) == 0
     trained = orjson.loads(capsys.readouterr().out.splitlines()[-1])
@@ -237,8 +307,7 @@ def test_replay_leaves_exact_repeats_to_l1(tmp_path, monkeypatch, capsys):
 
 def test_replay_rejects_a_bad_shadow_rate(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
-    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing",
-                 "--shadow-rate", "2"]) == 1
+    assert main(["cache", "replay", "--pairs", str(QUESTION_PAIRS), "--embedder", "hashing", "--shadow-rate", "2"]) == 1
     assert "shadow rate must be in [0, 1]" in capsys.readouterr().err
 
 

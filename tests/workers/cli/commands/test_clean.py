@@ -1,4 +1,5 @@
 """`jev clean FILE --field PATH --json`: the stage's cleanup over one field of each JSONL line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,9 @@ def answers(tmp_path) -> Path:
 
 
 def test_one_line_per_text_then_a_summary(capsys, answers):
-    lines = run_json(capsys, str(answers), "--field", "choices.0.turns.0.content", "--model", "gpt-4o",
-                     "--max-tokens", "40")
+    lines = run_json(
+        capsys, str(answers), "--field", "choices.0.turns.0.content", "--model", "gpt-4o", "--max-tokens", "40"
+    )
     first, second, third, summary = lines
     assert first["text"] == "Paris is the capital of France." and first["removed"] == ["preamble", "closer"]
     assert first["tokens_before"] == tokens.count(ROWS[0]["choices"][0]["turns"][0]["content"], "gpt-4o")
@@ -42,8 +44,9 @@ def test_one_line_per_text_then_a_summary(capsys, answers):
     assert summary["tokens_removed"] == sum(x["tokens_before"] - x["tokens_after"] for x in lines[:3])
 
 
-@pytest.mark.parametrize("field, message", [("choices.0.turns", "holds list, not text"),
-                                            ("choices.5.turns", "index 5 out of range")])
+@pytest.mark.parametrize(
+    "field, message", [("choices.0.turns", "holds list, not text"), ("choices.5.turns", "index 5 out of range")]
+)
 def test_bad_field_names_the_problem(capsys, answers, field, message):
     assert main(["clean", str(answers), "--field", field, "--json"]) == 2
     assert message in capsys.readouterr().err

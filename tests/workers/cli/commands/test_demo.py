@@ -2,6 +2,7 @@
 saying why and how to install it), --model-url with the concurrency the server takes, and the settings the served
 demo writes (the server's model behind the generator, and behind the escalation tier with --escalate; one slot,
 answers cut short)."""
+
 from importlib import resources
 
 import orjson
@@ -9,8 +10,8 @@ import pytest
 import yaml
 
 from streams.output import stream as stream_mod
-from workers.harness import demo as demo_mod
 from workers.cli.main import main
+from workers.harness import demo as demo_mod
 
 
 @pytest.fixture
@@ -48,8 +49,7 @@ def test_no_model_server_and_a_bad_concurrency(ran, capsys):
     assert "--model-concurrency" in capsys.readouterr().err
 
 
-def test_served_settings_put_the_servers_model_behind_generate_and_escalation_only_when_asked(monkeypatch,
-                                                                                               settings):
+def test_served_settings_put_the_servers_model_behind_generate_and_escalation_only_when_asked(monkeypatch, settings):
     class Listed:
         def json(self):
             return {"data": [{"id": "smollm2-135m-instruct"}]}
@@ -64,7 +64,8 @@ def test_served_settings_put_the_servers_model_behind_generate_and_escalation_on
     assert types["defaults"] == bundled["defaults"]
     lengths = stream_mod.load(served.stream_config).lengths
     assert max(lengths.values()) == demo_mod.SERVED_ANSWER_TOKENS and served.generator == "smollm2-135m-instruct"
-    escalating = yaml.safe_load(open(demo_mod.served_settings(settings, "http://127.0.0.1:8000/v1",
-                                                              escalate=True).decision_types))
+    escalating = yaml.safe_load(
+        open(demo_mod.served_settings(settings, "http://127.0.0.1:8000/v1", escalate=True).decision_types)
+    )
     assert escalating["tiers"]["escalation"] == "smollm2-135m-instruct"
     assert escalating["defaults"]["timeout_ms"] == demo_mod.SERVED_TIMEOUT_MS

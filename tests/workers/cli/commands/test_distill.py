@@ -1,14 +1,20 @@
 """`jev distill FILE.jsonl --json`: one line per conversation, then the summary."""
+
 import orjson
 import pytest
 
 from workers.cli.main import main
 
 CONVERSATIONS = [
-    {"messages": [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello! How can I help?"},
-                  {"role": "user", "content": "I am so frustrated, this is terrible!! " * 6},
-                  {"role": "assistant", "content": "Sorry to hear that, I understand. " * 8},
-                  {"role": "user", "content": "How do I reset my password?"}]},
+    {
+        "messages": [
+            {"role": "user", "content": "Hi!"},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "I am so frustrated, this is terrible!! " * 6},
+            {"role": "assistant", "content": "Sorry to hear that, I understand. " * 8},
+            {"role": "user", "content": "How do I reset my password?"},
+        ]
+    },
     {"messages": [{"role": "user", "content": "Just one question: what is 2+2?"}]},
 ]
 
@@ -29,8 +35,9 @@ def test_json_lines_then_summary(jsonl, capsys):
     assert [d["reason"] for d in first["dropped"]] == ["semantic:chit-chat"] * 2 + ["semantic:venting"] * 2
     assert single["kept"] == [0] and single["tokens_after"] == single["tokens_before"]
     assert summary["conversations"] == 2 and summary["last_user_kept"] == 1.0 and summary["grew"] == 0
-    assert summary["median_reduction"] == pytest.approx((1 - first["tokens_after"] / first["tokens_before"]) / 2,
-                                                        abs=1e-4)
+    assert summary["median_reduction"] == pytest.approx(
+        (1 - first["tokens_after"] / first["tokens_before"]) / 2, abs=1e-4
+    )
 
 
 def test_layer_off_and_budget(jsonl, capsys):

@@ -1,4 +1,5 @@
 """The streaming fields and the Chunk record are in the JSON Schemas `jev schema` prints."""
+
 import orjson
 
 from schemas.topics import TOPICS
@@ -13,7 +14,10 @@ def schema(name: str, capsys) -> dict:
 def test_request_schema_has_the_stream_fields(capsys):
     props = schema("request", capsys)["properties"]
     assert (props["stream"], props["client"], props["question_type"]) == (
-        {"type": "boolean"}, {"type": "string"}, {"type": "string"})
+        {"type": "boolean"},
+        {"type": "string"},
+        {"type": "string"},
+    )
 
 
 def test_chunk_schema_and_topic(capsys):

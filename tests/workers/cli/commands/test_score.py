@@ -1,17 +1,31 @@
 import orjson
 import pytest
 
-from workers.cli.main import main as cli
 from streams.models.loaded import available
+from workers.cli.main import main as cli
 
 LINES = [
-    {"request_id": "r1", "state": "A man is playing a guitar.", "label": "c2",
-     "candidates": [{"id": "c0", "text": "A cat sleeps on the sofa."}, {"id": "c1", "text": "Stocks fell today."},
-                    {"id": "c2", "text": "A man plays the guitar."}, {"id": "c3", "text": "A dog runs in a park."},
-                    {"id": "c4", "text": "A woman is cooking."}, {"id": "c5", "text": "Kids play football."},
-                    {"id": "c6", "text": "It is raining."}, {"id": "c7", "text": "A guitar lies on a table."}]},
-    {"request_id": "r2", "state": {"risk_score": 0.99}, "decision_type": "risk_interception",
-     "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}]},
+    {
+        "request_id": "r1",
+        "state": "A man is playing a guitar.",
+        "label": "c2",
+        "candidates": [
+            {"id": "c0", "text": "A cat sleeps on the sofa."},
+            {"id": "c1", "text": "Stocks fell today."},
+            {"id": "c2", "text": "A man plays the guitar."},
+            {"id": "c3", "text": "A dog runs in a park."},
+            {"id": "c4", "text": "A woman is cooking."},
+            {"id": "c5", "text": "Kids play football."},
+            {"id": "c6", "text": "It is raining."},
+            {"id": "c7", "text": "A guitar lies on a table."},
+        ],
+    },
+    {
+        "request_id": "r2",
+        "state": {"risk_score": 0.99},
+        "decision_type": "risk_interception",
+        "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}],
+    },
 ]
 
 
@@ -44,10 +58,13 @@ def test_minilm_cascade_spends_fewer_tokens_than_fine_only(tmp_path, capsys, mon
     assert 0 < cascade["tokens_actual"] < fine["tokens_actual"]
 
 
-@pytest.mark.parametrize("content,message", [
-    ('{"request_id": "x"}\n', "needs request_id, state and candidates"),
-    ("not json\n", "requests.jsonl:1"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ('{"request_id": "x"}\n', "needs request_id, state and candidates"),
+        ("not json\n", "requests.jsonl:1"),
+    ],
+)
 def test_bad_lines_name_the_line_and_the_fix(tmp_path, content, message):
     path = tmp_path / "requests.jsonl"
     path.write_text(content)
@@ -56,8 +73,9 @@ def test_bad_lines_name_the_line_and_the_fix(tmp_path, content, message):
 
 
 def test_model_names_a_pool_entry_as_the_fine_tier(tmp_path, capsys, monkeypatch):
-    rows = run_score(tmp_path, capsys, monkeypatch, "auto", "--model", "lexical", "--mode", "fine-only",
-                     "--timeout-ms", "5000")
+    rows = run_score(
+        tmp_path, capsys, monkeypatch, "auto", "--model", "lexical", "--mode", "fine-only", "--timeout-ms", "5000"
+    )
     assert rows[-1]["model"] == "lexical" and rows[0]["chain"][-1] == "fine:lexical"
     assert rows[-1]["fine_models"] == {"lexical": sum("fine:lexical" in row["chain"] for row in rows[:-1])} != {}
     assert rows[-1]["tokens_server"] is None and rows[-1]["drift"] is None
@@ -81,8 +99,24 @@ def test_model_url_points_the_pool_entry_at_its_server(tmp_path, capsys):
     """A server that is not there: the decision falls back with the reason, and the call went to that URL."""
     path = tmp_path / "requests.jsonl"
     path.write_text(orjson.dumps(LINES[0]).decode() + "\n")
-    assert cli.main(["score", str(path), "--json", "--model", "smollm2-server", "--model-url",
-                     "http://127.0.0.1:9/v1", "--mode", "fine-only", "--timeout-ms", "30000"]) == 0
+    assert (
+        cli.main(
+            [
+                "score",
+                str(path),
+                "--json",
+                "--model",
+                "smollm2-server",
+                "--model-url",
+                "http://127.0.0.1:9/v1",
+                "--mode",
+                "fine-only",
+                "--timeout-ms",
+                "30000",
+            ]
+        )
+        == 0
+    )
     row, summary = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert row["tier"] == "fallback" and row["chain"][0].startswith("fallback:model_unavailable")
     assert summary["model"] == "smollm2-server" and summary["fallbacks"] == 1 and summary["calls_per_decision"] > 0
