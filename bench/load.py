@@ -468,9 +468,9 @@ async def run_bare(settings, payloads: list[bytes], broker_pid: int) -> dict:
 
 
 async def bare_reference(settings, payloads: list[bytes], warm_n: int = 500) -> None:
-    """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as DESIGN.md measured. Warms
-    on `warm_n` of `payloads` under other ids, prints `warm`, then counts the len(payloads) the parent publishes;
-    prints when the last of them was inserted, with its CPU since it was warm."""
+    """count tokens → ClickHouse sink, two Faust agents, micro-batched between them as Jev's internal topics are
+    (docs/architecture.md). Warms on `warm_n` of `payloads` under other ids, prints `warm`, then counts the
+    len(payloads) the parent publishes; prints when the last of them was inserted, with its CPU since it was warm."""
     import faust
 
     from infra import clickhouse

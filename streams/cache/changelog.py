@@ -7,7 +7,7 @@ another one taking over a killed one's partitions, starts with the same L2 entri
 follow-up statistics. Every stage process applies every record (a question can match an entry filled under
 any Kafka partition, so L2 is whole in each process, like a global table); records a process wrote itself
 are skipped when it reads them back (`origin`). A rebuild from the beginning rather than a Faust table
-changelog, because the local broker's ListOffsets LATEST is wrong (DESIGN.md), and applying a record twice
+changelog, because the local broker's ListOffsets LATEST is wrong (docs/operations.md), and applying a record twice
 at recovery is harmless for fills (the same question replaces its entry) and rare for verdicts.
 """
 

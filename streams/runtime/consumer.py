@@ -80,7 +80,7 @@ async def follow_from_start(
 class CaughtUp:
     """Whether a group-less consumer has read every partition up to the end that partition had when it started:
     the high watermark of the first fetch response that named it (the log's true end; the local broker's
-    ListOffsets can fall short of it, DESIGN.md). Records written later do not hold it back, so a topic that is
+    ListOffsets can fall short of it, docs/operations.md). Records written later do not hold it back, so a topic that is
     written all the time (the requests-seen log under load) is caught up as soon as what it held is read."""
 
     def __init__(self, consumer):

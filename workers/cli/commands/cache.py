@@ -73,7 +73,7 @@ along the run, and certification: at the first threshold the learner's latest fi
 disagreements among them and the most the bound allows there (why nothing is served, when nothing is; the
 plain output says it in words).
 
-  jev cache replay --pairs ../shared/data/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
+  jev cache replay --pairs $JEV_SHARED_DATA/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
 """
 
 EMBEDDER_HELP = (
