@@ -6,8 +6,9 @@ BASE := $(VENV)/.installed-base
 EMBED := $(VENV)/.installed-embed
 FULL := $(VENV)/.installed-full
 SERVER := $(VENV)/.installed-model-server
+LINT := $(VENV)/.installed-lint
 
-.PHONY: demo test install install-full model-server bench clean
+.PHONY: demo test install install-full model-server lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +64,15 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 	rm -rf $(LLAMA_BUILD)
 	touch $@
 
+# The lint gate's tools: ruff and mypy at the dev extra's pins, over the base install (mypy reads the types of the
+# pipeline's dependencies); no model stacks.
+LINT_TOOLS := $(BIN)/python -c "import tomllib; dev = tomllib.load(open('pyproject.toml', 'rb'))['project'] \
+	['optional-dependencies']['dev']; print(' '.join(d for d in dev if d.split('=')[0] in ('ruff', 'mypy')))"
+
+$(LINT): pyproject.toml $(BASE)
+	$(BIN)/pip install -q $$($(LINT_TOOLS))
+	touch $@
+
 install: $(BASE)
 install-full: $(FULL)
 model-server: $(SERVER)
@@ -75,6 +85,12 @@ demo: $(EMBED)
 
 test: $(FULL) $(SERVER)
 	$(BIN)/pytest -q
+
+# ruff (lint and format, config in pyproject.toml) over the tree, mypy over streams/ and schemas/.
+lint: $(LINT)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(FULL)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b | tail -n 1; done
