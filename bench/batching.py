@@ -6,10 +6,10 @@ a fresh instance scores every decision one by one (`score`, one backend call per
 does without batching), and another fresh instance scores the same decisions in micro-batches of --batch requests
 (`score_many`, one backend call per micro-batch, as the scoring worker does). The two alternate micro-batch by
 micro-batch (the machine is shared: load drifts). Each way has its own encoding cache (streams/core/encodings.py),
-empty at the start, so both meet the same repeats. Model loading is outside the timing; `speedup` is wall-clock, `cpu_speedup` process CPU time.
-Per backend: candidates/s each way, `speedup` (batched over one by one), `max_score_diff` (largest absolute
-difference of any candidate's score) and whether the metered tokens (input, cache_read) are identical.
-Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
+empty at the start, so both meet the same repeats. Model loading is outside the timing; `speedup` is wall-clock,
+`cpu_speedup` process CPU time. Per backend: candidates/s each way, `speedup` (batched over one by one),
+`max_score_diff` (largest absolute difference of any candidate's score) and whether the metered tokens (input,
+cache_read) are identical. Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
 
     .venv/bin/python bench/batching.py [--requests 64] [--batch 16] [--candidates 20] [--smollm2-requests 4]
 """

@@ -3,8 +3,8 @@
 Runs `SCRIPT ARGS…` (a bench/ script that prints one JSON object last) in each checkout with that checkout on
 PYTHONPATH, alternating the order every round (before, after; after, before; …) so drift on a shared machine
 falls on both sides alike. Reports each side's runs and the median of every numeric figure they share, and
-after ÷ before for each. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`; --same-script runs the after
-checkout's copy of a benchmark the before code does not have.
+after ÷ before for each. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`; --same-script runs
+the after checkout's copy of a benchmark the before code does not have.
 
     .venv/bin/python bench/before_after.py --before /tmp/jev-before --after . --rounds 2 -- \
         bench/load.py --rates 100,200 --burst 3000 --trials 1

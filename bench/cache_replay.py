@@ -5,9 +5,9 @@ slice, the rest the dev part. No parameter is fitted to either (the learner star
 the held-out slice did inform one design choice, spending alpha over fits (streams/cache/learning.py). Each run replays
 one slice through the live L2 decision (streams/cache/replay.py: every text_a filled, then every text_b
 asked, the learned verifier scoring candidates with its starting weights, the pooled learner starting empty;
-the shipped weights were fitted on the dev part, never on the held-out slice) at each --targets error bound, in file order and in --seeds shuffled
-orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each text is embedded
-once per run. Last stdout line: one JSON object.
+the shipped weights were fitted on the dev part, never on the held-out slice) at each --targets error bound, in file
+order and in --seeds shuffled orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each
+text is embedded once per run. Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2] [--write DIR]
         [--promote-margins 0,0.2]

@@ -1,7 +1,8 @@
 """The model path against the raw model, side by side in one run: what the pipeline makes of the model's speed.
 
-Requests: the bundled workload's ranking and inventory-transfer decisions (workers.harness.workload.model_path_requests),
-whose candidates repeat as the demo's do (the same warehouses, the same hold / review / block) and, with
+Requests: the bundled workload's ranking and inventory-transfer decisions
+(workers.harness.workload.model_path_requests), whose candidates repeat as the demo's do (the same warehouses, the same
+hold / review / block) and, with
 --repeat-share (0.3, the demo's), a share of whole requests repeated. The rules tier and the L1/L2/L3 caches are
 switched off through the control topic, so every request is scored by the model tiers (fine: JEV_BACKEND, MiniLM
 by default).
@@ -103,8 +104,9 @@ async def scored_works(bootstrap: str, ids: set[str]) -> list:
 
 
 def raw_seconds(settings, works: list) -> tuple[float, float, int, int]:
-    """Seconds (wall, then this thread's CPU) the fine tier's model alone takes to encode what the engine asks of it for `works` (micro-batches
-    of JEV_SCORE_BATCH_MAX, cache off), with the texts it encoded and the decisions that fell back."""
+    """Seconds (wall, then this thread's CPU) the fine tier's model alone takes to encode what the engine asks of it for
+    `works` (micro-batches of JEV_SCORE_BATCH_MAX, cache off), with the texts it encoded and the decisions that fell
+    back."""
     models.configure(settings.model_threads)
     with encodings.using(encodings.EncodingCache(0)):
         engine = build_engine(settings.replace(encoding_cache_mb=0))

@@ -9,8 +9,8 @@ published at once; decisions_per_s is the burst over the time to decide all of i
 each kind of process (stage processes, scoring workers, broker) spent on it, from /proc; the idle CPU the same
 processes spent in the 5 s before the burst (polling, heartbeats) is taken off for marginal_cpu_ms_per_decision.
 On a loaded machine the idle reading is noisy (it can exceed what the burst took), so --record writes the raw
-figures: upper bounds that include the idle polling of a pipeline running far below its capacity. The machines these ran on
-have 2 cores shared with other work: CPU per decision is the figure that carries over, rates do not.
+figures: upper bounds that include the idle polling of a pipeline running far below its capacity. The machines these ran
+on have 2 cores shared with other work: CPU per decision is the figure that carries over, rates do not.
 --record writes the CPU figures of the 1 × 1 configuration to workers/planner/fleet_costs.json for `jev plan`.
 Last stdout line: {configs: [...], scorer_speedup_2_vs_1, stage_speedup_2_vs_1, ...}.
 

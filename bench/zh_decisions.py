@@ -8,7 +8,8 @@ Two kinds, 20 candidates each, ids opaque (c0..c19 in a shuffled order), one rig
   opening of its answer and of 19 other answers of the split.
 A dialog or question is held out by a hash of its text (a fifth of them), so no state of the held-out files
 was seen while tuning; distractors come from the same split, so a held-out file holds no dev text at all and its
-candidate texts recur across its decisions, as an action catalogue does. Writes <out>/zh-{next_turn,answer}-{dev,heldout}.jsonl; last stdout line: one JSON object.
+candidate texts recur across its decisions, as an action catalogue does. Writes
+<out>/zh-{next_turn,answer}-{dev,heldout}.jsonl; last stdout line: one JSON object.
 
     .venv/bin/python bench/zh_decisions.py --out /tmp/zh-decisions [--limit 400]
 """

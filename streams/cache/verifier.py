@@ -3,8 +3,8 @@
 It scores the single best candidate a question meets in L2 (the nearest cached question that passed the
 verification checks, verify.py) from features every install has: the primary embedder's cosine, the model
 check's cosine where one is configured (multilingual e5), how far the next neighbour with another answer lies
-behind (a crowded neighbourhood is ambiguous), the overlap of the two questions' word units, the words and key terms only
-one side has, the length ratio, two offsets shared by all partitions (Han text; a decide request), and
+behind (a crowded neighbourhood is ambiguous), the overlap of the two questions' word units, the words and key terms
+only one side has, the length ratio, two offsets shared by all partitions (Han text; a decide request), and
 word order, function words and question words (verify.differences: "Why did X win?" is not "Did X win?").
 One logistic regression over all partitions (pooled: a partition with few verdicts borrows the others'),
 numpy only. Its starting weights are those `jev cache train-verifier` fitted offline on labelled pairs

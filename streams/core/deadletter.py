@@ -56,7 +56,8 @@ def undecodable(message, exc: Exception, stage: str = "") -> Rejection:
 
 
 def forged(message, reason: str) -> Rejection:
-    """The dead letter of an internal message Jev did not write (streams.security.signing), kept for whoever investigates."""
+    """The dead letter of an internal message Jev did not write (streams.security.signing), kept for whoever
+    investigates."""
     return dead_letter(
         "forged_record",
         f"{message.topic}[{message.partition}]@{message.offset}: {reason}; only "

@@ -1,6 +1,7 @@
 """Earliest deadline first. A request's caller may set `deadline_ms` (a checkout screening: 300 ms), counted from its
 admission; whatever holds several requests, works or calls serves the nearest deadline first:
-- ingest admits the requests with a deadline first and sends them on before the rest (streams/runtime/agents/ingest.py: it
+- ingest admits the requests with a deadline first and sends them on before the rest (streams/runtime/agents/ingest.py:
+it
   reads deadline_ms before decoding, with the tenant);
 - `deadline_first`: the works of a micro-batch in the parts they are handled in, those with a deadline (earliest
   first) before the rest (the cache lookup, before the rest's L2 embedding; the scoring engine, before the rest's

@@ -2,8 +2,8 @@
 
 The semantic layer never folds a short user turn whose constraints no later user turn restates ("住三晚",
 "评分5分以上", "《无与伦比的美丽》", "霞云岭国家森林公园", "at 9:30 on Friday"): a conversation's last question often
-leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come from streams.text.language (digits, number words, Chinese numerals); place
-suffixes from the language's word lists.
+leans on them without repeating them. (The budget and the time layer still may: a budget is a hard cap.) Numbers come
+from streams.text.language (digits, number words, Chinese numerals); place suffixes from the language's word lists.
 """
 
 from __future__ import annotations

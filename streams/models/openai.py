@@ -11,9 +11,9 @@ llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on on
   most `options.max_concurrency` (8) in flight per server, the rest queued earliest deadline first.
 - faults: retries inside the deadline and a circuit per server (streams/models/http.py), then
   `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`; `fallback:deadline` or
-  `fallback:timeout` when the caller's deadline or the decision type's budget ran out, queued or at the server). A malformed body is a failure; a missing `usage` leaves the server's count empty
-  (Jev's count stands); usage repeated cumulatively in every stream chunk or sent after `finish_reason` is read
-  once, the last one seen.
+  `fallback:timeout` when the caller's deadline or the decision type's budget ran out, queued or at the server). A
+  malformed body is a failure; a missing `usage` leaves the server's count empty (Jev's count stands); usage repeated
+  cumulatively in every stream chunk or sent after `finish_reason` is read once, the last one seen.
 
 Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard; a chat call's prompt with
 what the model's chat template adds where the tokenizer carries one, `gguf:`) and the server's

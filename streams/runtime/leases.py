@@ -1,5 +1,6 @@
 """Hard budgets on Kafka: the owner of each budget partition (`BudgetOwner`) and a stage process's lease client
-(`LeaseClient`). The logic is pure (streams.budgets.lease_owner, streams.budgets.lease_holder); this module moves its events.
+(`LeaseClient`). The logic is pure (streams.budgets.lease_owner, streams.budgets.lease_holder); this module moves its
+events.
 
 Every stage process runs both. The owners share the consumer group `<app_id>-budget` on the budget topic, so each
 partition, and with it each budget key, has one owner at a time. An owner that is assigned a partition reads it
@@ -67,9 +68,9 @@ class BudgetOwner:
         return (b.hard_tokens, b.period) if b is not None and b.hard_tokens is not None else None
 
     async def run(self) -> None:
-        """Own budget partitions until stopped. The consumer runs on a loop of its own (streams.runtime.consumer.OwnLoop),
-        so its heartbeats go out while the process's loop is busy (a member dropped from the group makes every
-        owner read its partitions again); sends go to the Sender on the process's loop."""
+        """Own budget partitions until stopped. The consumer runs on a loop of its own
+        (streams.runtime.consumer.OwnLoop), so its heartbeats go out while the process's loop is busy (a member dropped
+        from the group makes every owner read its partitions again); sends go to the Sender on the process's loop."""
         self.main = asyncio.get_running_loop()
         own = OwnLoop(f"jev-{self.group}")
         try:

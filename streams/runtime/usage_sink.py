@@ -159,8 +159,8 @@ def refused(event, reason: str):
 
 def read_envelopes(messages: list, now: float | None = None, window_days: int = 7) -> tuple[list, list]:
     """The usage events of a micro-batch of UsageBatch messages, each checked (decode.usage_event); a dead letter
-    for each message Jev did not write (streams.security.signing: unsigned or badly signed, counted as forged), each that is
-    not a UsageBatch and each event that fails its check (the rest go on)."""
+    for each message Jev did not write (streams.security.signing: unsigned or badly signed, counted as forged), each
+    that is not a UsageBatch and each event that fails its check (the rest go on)."""
     events, rejected = [], []
     for message in messages:
         reason = signing.check(message)

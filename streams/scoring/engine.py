@@ -73,7 +73,8 @@ class Engine:
         return results
 
     def deadline_first(self, works: list[Work]) -> list[list[int]]:
-        """The parts `works` are decided in (streams.core.deadlines.deadline_first): one when deadlines are not honoured."""
+        """The parts `works` are decided in (streams.core.deadlines.deadline_first): one when deadlines are not
+        honoured."""
         return deadlines.deadline_first(works, self.deadline)
 
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:

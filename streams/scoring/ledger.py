@@ -3,8 +3,9 @@
 Units. Actual tokens are exact in the tokenizer of the backend that processed them (its `model`);
 cache_read is the subset of input served from a cache. A model server's own count (its `usage`) is kept beside
 Jev's per section, and settles the decision's totals and cost where the server reported it. Nominal tokens use
-the request's model (tiktoken, the counts ingest put on the Work) and follow ONE definition in every mode: every candidate scored by the
-fine tier with the context re-sent each time, Σ_i (context + candidate_i). The sections split that total:
+the request's model (tiktoken, the counts ingest put on the Work) and follow ONE definition in every mode: every
+candidate scored by the fine tier with the context re-sent each time, Σ_i (context + candidate_i). The sections
+split that total:
   rules           the rules tier answered: the whole nominal, zero actual
   cascade         candidates the coarse tier pruned (beyond the widest beam); actual = coarse tier's tokens
   beam            candidates the widest beam would have kept but the dynamic beam pruned

@@ -304,8 +304,9 @@ def notes(topic: str) -> dict:
 @pytest.mark.parametrize("layer", DISTILL_LAYERS)
 async def test_distill_layer_off(live, layer):
     """Each layer saves tokens while on (a usage event of its own), none while off, and the request then sends a
-    longer context with each candidate. A layer acts only where the history is over the policy's budget when its turn comes:
-    the time layer is shown with the semantic layer off in both rounds (else semantic folding leaves it nothing)."""
+    longer context with each candidate. A layer acts only where the history is over the policy's budget when its turn
+    comes: the time layer is shown with the semantic layer off in both rounds (else semantic folding leaves it
+    nothing)."""
     body = notes if layer == "time" else conversation
     if layer == "time":
         await switch(live, "distill.semantic", False)

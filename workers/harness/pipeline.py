@@ -61,8 +61,8 @@ class Pipeline:
         scorers: int = 1,
         metrics: bool = False,
     ):
-        """`stages_process`: run the Faust stages in a child process (`python -m workers.processes.stage_process`) that owns
-        ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
+        """`stages_process`: run the Faust stages in a child process (`python -m workers.processes.stage_process`) that
+        owns ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
         `stages`, `scorers`: stage processes and scoring workers. Stage processes past the first run as children
         with JEV_USAGE_SINK=0 (one process owns the embedded ClickHouse) and a data directory of their own.
         `metrics`: every child process serves /metrics on a port of its own and the in-process stages export

@@ -6,7 +6,8 @@ Per decision type (C context tokens, N candidates, d tokens per candidate descri
   cascade    = I × (C + min(N, K) × X)   only the top K candidates reach the big model (X = d shared, else C + d)
   optimized  = (1 − rules_share) × (1 − cache_hit_rate) × cascade
 Savings are attributed in that order: rules, cache, shared context, cascade; they sum to naive − optimized.
-The summary's `fleet` sizes the processes, GPUs and partitions for the mix from measured costs (workers/planner/fleet.py).
+The summary's `fleet` sizes the processes, GPUs and partitions for the mix from measured costs
+(workers/planner/fleet.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The stage process, the production entry (`jev worker stream`, `python -m workers.processes.stage_process`): every Faust
-stage agent in one process."""
+"""The stage process, the production entry (`jev worker stream`, `python -m workers.processes.stage_process`): every
+Faust stage agent in one process."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ def serve_stages() -> None:
     """The Faust stage process (`jev worker stream`): every stage agent; ClickHouse through the durable sink,
     answering `jev sql` for other processes; /metrics when JEV_METRICS_PORT is set; secrets redacted in logs.
 
-    Writes <data_dir>/stages-<pid>.ready once the app runs (its StartupPhases as JSON). Events spilled while ClickHouse was unavailable
-    (or by a killed predecessor) are drained from <data_dir>/spill. With JEV_USAGE_SINK=0 (every stage process
-    but one, when several run) it opens no ClickHouse and sends its usage by the topic only.
+    Writes <data_dir>/stages-<pid>.ready once the app runs (its StartupPhases as JSON). Events spilled while ClickHouse
+    was unavailable (or by a killed predecessor) are drained from <data_dir>/spill. With JEV_USAGE_SINK=0 (every stage
+    process but one, when several run) it opens no ClickHouse and sends its usage by the topic only.
     """
     from streams import settings as settings_mod
     from streams.core.metrics import start_metrics_server

@@ -1,5 +1,5 @@
-"""cache: answer locally (L1, then rules: streams.runtime.answer), else from L2 (semantic), through the postprocess step,
-or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
+"""cache: answer locally (L1, then rules: streams.runtime.answer), else from L2 (semantic), through the postprocess
+step, or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
 holds (streams.runtime.local), so what arrives here is mostly the rest.
 
 The cache-state topic: every stage process reads it from its beginning and keeps following it (a group-less

@@ -5,8 +5,8 @@ Tenant isolation by construction: the owner copies the caller's rows out of its 
 table (`SELECT * FROM t WHERE tenant = {tenant}`, the tenant a query parameter; every tenant for the admin scope)
 in ClickHouse's Native format, and a fresh child process (`python -m workers.analytics.sandbox.child DIR`) loads
 them into the same table definitions in its own engine under a private temporary directory, with the views over
-them, then runs the caller's work there: `jev sql`'s query, the report, the flame graph or the alerts. Another tenant's rows are not in that
-engine, so no query text, PREWHERE, throwIf oracle or error message can reach them.
+them, then runs the caller's work there: `jev sql`'s query, the report, the flame graph or the alerts. Another tenant's
+rows are not in that engine, so no query text, PREWHERE, throwIf oracle or error message can reach them.
 
 The child also keeps the caller away from the pipeline and the machine:
 - every query runs with readonly=1 (no writes, no table functions such as file(), url(), remote(); no SETTINGS
