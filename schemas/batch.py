@@ -78,6 +78,7 @@ class BatchResult(Record):
     quota_tokens: int = 0
     output_budget: int = 0
     quota_used: int = 0  # block + output of the call that produced the result
+    tenant: str = ""  # the member's: the Sender also sends the result to that tenant's reply topic
     individual_tokens: int = 0
     trimmed: list[str] = []
     cost: float = 0.0

@@ -178,6 +178,7 @@ class Decision(Record):
     latency_ms: float = 0.0  # admission to the decision's postprocess: queue_ms + service
     queue_ms: float = 0.0  # admission to the start of the work that decided it (queueing behind earlier work)
     error: str = ""
+    tenant: str = ""  # whose request it answers: the Sender also sends it to that tenant's reply topic
 
 
 class UsageEvent(Record):
@@ -236,6 +237,7 @@ class Chunk(Record):
     progress: int  # 0..100
     final: bool = False
     ts: float = 0.0  # unix seconds when the chunk was released
+    tenant: str = ""  # whose request it answers: the Sender sends it to that tenant's reply topic
 
 
 class Rejection(Record):
@@ -248,6 +250,7 @@ class Rejection(Record):
     ts: float
     request_id: str = ""
     retry_after_s: float = 0.0  # rate_limited: the seconds after which the tenant may send again
+    tenant: str = ""  # the request's tenant where known: its reply topic gets this without `original`
 
 
 class Control(Record):

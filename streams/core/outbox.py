@@ -20,6 +20,9 @@ class Outbox:
     records: list[tuple[str, bytes | None, bytes]] = field(default_factory=list)  # (topic short name, key, value)
     placed: list[tuple[str, int | None, bytes]] = field(default_factory=list)  # (topic short name, partition, value)
     chunks: list[Chunk] = field(default_factory=list)  # of streamed answers, in order; acknowledged before the rest
+    # (reply kind, tenant, key, value) for a tenant's own reply topic (streams.core.tenants.reply_topic), where
+    # the record carries no tenant the Sender could route it by (decisions, chunks, review and dead letters do)
+    replies: list[tuple[str, str, bytes | None, bytes]] = field(default_factory=list)
 
     def send_work(self, topic: str, works: list[Work]) -> Outbox:
         if works:

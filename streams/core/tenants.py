@@ -94,6 +94,73 @@ def request_key(tenant: str, request_id: str) -> str:
     return f"{len(tenant)}:{tenant}/{len(request_id)}:{request_id}"
 
 
+# A tenant's replies (decisions, chunks of streamed answers, rejections, decisions held for review, batch results)
+# go to topics under one prefix per tenant, `jev.tenant.<slug>.`, so one prefixed Kafka ACL gives a tenant's
+# principals its replies and nothing else. Jev's own all-tenant copies stay on the internal topics of
+# schemas/topics.py (docs/operations.md, the ACL table).
+REPLY_KINDS = ("decisions", "chunks", "rejected", "review", "batch_results")
+REPLY_PREFIX = "jev.tenant."
+SLUG_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def slug(tenant: str) -> str:
+    """`tenant` (any spelling: made canonical first) as a topic-name part that no other tenant shares.
+
+    Kafka topic names allow `[a-zA-Z0-9._-]`, at most 249 characters; a tenant name may hold `.`, `_` and CJK
+    ideographs. Letters, digits and `-` stay as they are; every run of other characters becomes `_`, each
+    character as its code point in 3 base-36 digits, and `_` again unless the name ends there (`wayne.corp` is
+    `wayne_01a_corp`, `中文` is `_ffxk1z`). The slug decodes back to the name (`unslug`), so two tenants never
+    share one, and it holds no `.`: the prefix `jev.tenant.<slug>.` of one tenant is never a prefix of another's
+    topics. The longest (64 ideographs) is 193 characters."""
+    name = canonical(tenant)
+    out, run = [], False
+    for char in name:
+        if char in SLUG_PLAIN:
+            if run:
+                out.append("_")
+                run = False
+            out.append(char)
+            continue
+        if not run:
+            out.append("_")
+            run = True
+        code = ord(char)
+        out.append(BASE36[code // 1296] + BASE36[code // 36 % 36] + BASE36[code % 36])
+    return "".join(out)
+
+
+def unslug(text: str) -> str:
+    """The tenant name `slug` made `text` from (ValueError for a string no tenant's slug is)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "_":
+            out.append(text[i])
+            i += 1
+            continue
+        i += 1
+        while i < len(text) and text[i] != "_":
+            digits = text[i : i + 3]
+            if len(digits) < 3 or any(d not in BASE36 for d in digits):
+                raise ValueError(f"{text!r} is not a tenant slug: an escape needs 3 base-36 digits at {i}")
+            out.append(chr(int(digits, 36)))
+            i += 3
+        i += 1
+    return "".join(out)
+
+
+def reply_topic(kind: str, tenant: str) -> str:
+    """The topic carrying `kind` replies (one of REPLY_KINDS) to `tenant`: jev.tenant.<slug>.<kind>.v1."""
+    if kind not in REPLY_KINDS:
+        raise ValueError(f"no reply topic of kind {kind!r}: choose one of {', '.join(REPLY_KINDS)}")
+    return f"{REPLY_PREFIX}{slug(tenant)}.{kind}.v1"
+
+
+def reply_topics(tenant: str) -> list[str]:
+    """Every reply topic of `tenant`, in REPLY_KINDS order."""
+    return [reply_topic(kind, tenant) for kind in REPLY_KINDS]
+
+
 SIGNATURE_HEADER = "jev-tenant-sig"
 MIN_KEY_BYTES = 16
 

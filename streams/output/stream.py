@@ -366,12 +366,13 @@ def reserved_output(request: Request, config: StreamConfig | None = None) -> int
     return request.contracts.max_output_tokens
 
 
-def chunk_text(request_id: str, text: str, plan: Plan, model: str, now: float = 0.0) -> list[Chunk]:
-    """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream, whole."""
+def chunk_text(request_id: str, text: str, plan: Plan, model: str, now: float = 0.0, tenant: str = "") -> list[Chunk]:
+    """An answer that exists already (a cache hit, a rule, a fallback) as the chunks of a stream, whole, for
+    `tenant` (whose reply topic they go to)."""
     chunker = Chunker(
         request_id, length=max(tokens.count(text, model), 1), chunk_tokens=plan.chunk_tokens, model=model, cut=False
     )
-    return [c.derive(ts=now) for c in chunker.feed(text) + chunker.finish()]
+    return [c.derive(ts=now, tenant=tenant) for c in chunker.feed(text) + chunker.finish()]
 
 
 def streamed(decision: Decision) -> bool:

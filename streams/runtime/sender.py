@@ -8,11 +8,18 @@ stores each once). The other way round, a killed process could leave a request's
 its usage: the redelivery then gets the first decision again (streams.idempotency.requests) and meters nothing,
 and the request stays unbilled (`jev chaos`: `lost`, decided without usage rows).
 
+Replies go twice: to Jev's all-tenant topics (jev.decisions.v1, jev.chunks.v1, jev.rejected.v1, jev.review.v1,
+jev.batch_results.v1: Jev's operators, replay, analytics and the harness read them) and to the topics of the tenant
+each answers, `jev.tenant.<slug>.<kind>.v1` (streams.core.tenants.reply_topic), created on first use, the only
+ones an upstream principal may read. A rejection reaches its tenant without the original request (the reason and
+detail say what to fix); the original stays on jev.rejected.v1 for the operators. A reply whose tenant is not
+known (a request too broken to name one) stays internal.
+
 One batching aiokafka producer for chunks of streamed answers, decisions, review, usage, work envelopes, dead
-letters, alerts and batch records, in the stage process and the scoring worker alike. Faust's own producer sends every record as a batch
-of its own (producer_max_batch_size=1, for tansu's end offsets and table recovery), one in flight per partition:
-under load its queue grew to hundreds of messages, adding tens of ms per hop; it carries the L1 table's
-changelog only."""
+letters, alerts and batch records, in the stage process and the scoring worker alike. Faust's own producer
+sends every record as a batch of its own (producer_max_batch_size=1, for tansu's end offsets and table
+recovery), one in flight per partition: under load its queue grew to hundreds of messages, adding tens of ms
+per hop; it carries the L1 table's changelog only."""
 
 from __future__ import annotations
 
@@ -25,11 +32,13 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from infra.broker import create_topics
 from schemas.records import UsageBatch
 from schemas.topics import name
 from streams.core.envelopes import BATCH_TARGET_BYTES, MAX_MESSAGE_BYTES, encode_batches
 from streams.core.inflight import IN_FLIGHT, WORK_TOPICS
 from streams.core.outbox import Outbox
+from streams.core.tenants import reply_topic, reply_topics
 from streams.idempotency.requests import LOG_TOPIC
 from streams.runtime.partitioning import group_by_partition, kafka_partition, partition_for
 from streams.security import signing
@@ -42,6 +51,12 @@ def encode(record) -> bytes:
     return orjson.dumps(record.to_representation())
 
 
+def told_tenant(rejection) -> bytes:
+    """A rejection as its tenant reads it: reason, detail and retry time, without the original request (up to
+    64 KB of it, which only Jev's operators read, on jev.rejected.v1)."""
+    return orjson.dumps({**rejection.to_representation(), "original": ""})
+
+
 class Sender(mode.Service):
     """`deliver(outbox)` returns once the broker has all of it. `partitions`: the stage topics' partition
     count, which keys map onto (streams.runtime.partitioning)."""
@@ -50,6 +65,7 @@ class Sender(mode.Service):
         super().__init__(**kwargs)
         self.bootstrap, self.partitions = bootstrap, partitions
         self.producer: AIOKafkaProducer | None = None
+        self.tenant_topics: dict[str, asyncio.Task] = {}  # tenant -> the creation of its reply topics
 
     async def on_start(self) -> None:
         self.producer = AIOKafkaProducer(
@@ -110,17 +126,20 @@ class Sender(mode.Service):
         )
         IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
         if outbox.chunks:
-            futures += await self.send_keyed(name("chunks"), [(c.request_id, encode(c), []) for c in outbox.chunks])
+            chunks = [(c.tenant, (c.request_id, encode(c), [])) for c in outbox.chunks]
+            futures += await self.send_keyed(name("chunks"), [record for _, record in chunks])
+            futures += await self.send_replies("chunks", chunks)
         if outbox.decisions:
-            futures += await self.send_keyed(
-                name("decisions"),
-                [
-                    (d.request_id, encode(d), [(k, v.encode()) for k, v in headers.items()])
-                    for d, headers in outbox.decisions
-                ],
-            )
+            decisions = [
+                (d.tenant, (d.request_id, encode(d), [(k, v.encode()) for k, v in headers.items()]))
+                for d, headers in outbox.decisions
+            ]
+            futures += await self.send_keyed(name("decisions"), [record for _, record in decisions])
+            futures += await self.send_replies("decisions", decisions)
         if outbox.review:
-            futures += await self.send_keyed(name("review"), [(d.request_id, encode(d), []) for d in outbox.review])
+            review = [(d.tenant, (d.request_id, encode(d), [])) for d in outbox.review]
+            futures += await self.send_keyed(name("review"), [record for _, record in review])
+            futures += await self.send_replies("review", review)
         if outbox.usage:
             futures.append(await send(name("usage"), UsageBatch(events=outbox.usage).dumps()))
         for topic, works in outbox.work.items():
@@ -130,6 +149,11 @@ class Sender(mode.Service):
                 ]
         if keyed := [(r.request_id, encode(r), []) for r in outbox.dead_letters if r.request_id]:
             futures += await self.send_keyed(name("rejected"), keyed)  # a flood's rate_limited: thousands a batch
+        if told := [(r.tenant, (r.request_id, told_tenant(r), [])) for r in outbox.dead_letters if r.tenant]:
+            futures += await self.send_replies("rejected", told)
+        for kind, tenant, key, value in outbox.replies:
+            await self.tenant_ready(tenant)
+            futures.append(await send(reply_topic(kind, tenant), value, key=key))
         for rejection in outbox.dead_letters:
             if not rejection.request_id:
                 futures.append(await send(name("rejected"), encode(rejection)))
@@ -141,6 +165,29 @@ class Sender(mode.Service):
         for topic, partition, value in outbox.placed:  # the partition was chosen by the stage (a budget key's)
             futures.append(await send(name(topic), value, partition=partition))
         return futures
+
+    async def send_replies(self, kind: str, records: list[tuple[str, tuple[str, bytes, list]]]) -> list[asyncio.Future]:
+        """`records` ((tenant, (key, value, headers)) each) on their tenants' `kind` reply topics; a record with no
+        tenant went to the all-tenant topic only."""
+        by_tenant: dict[str, list] = {}
+        for tenant, record in records:
+            if tenant:
+                by_tenant.setdefault(tenant, []).append(record)
+        futures = []
+        for tenant, group in by_tenant.items():
+            await self.tenant_ready(tenant)
+            futures += await self.send_keyed(reply_topic(kind, tenant), group)
+        return futures
+
+    async def tenant_ready(self, tenant: str) -> None:
+        """Create `tenant`'s reply topics the first time this process replies to it (once, however many sends
+        wait for it; a failed creation is tried again by the next send)."""
+        task = self.tenant_topics.get(tenant)
+        if task is None or (task.done() and task.exception() is not None):
+            task = self.tenant_topics[tenant] = asyncio.ensure_future(
+                create_topics(self.bootstrap, reply_topics(tenant), self.partitions)
+            )
+        await asyncio.shield(task)
 
     async def send_keyed(
         self, topic: str, encoded: list[tuple[str, bytes, list]], partition_of=partition_for

@@ -66,7 +66,7 @@ def stream_answer(
         nonlocal first_wall
         for chunk in chunks:
             clock.wait(pacer.wait(chunk.tokens, clock.now(), switches["postprocess.throttle"]))
-            chunk = chunk.derive(ts=clock.wall())
+            chunk = chunk.derive(ts=clock.wall(), tenant=req.tenant)
             first_wall = first_wall or chunk.ts
             sink(chunk)
             sent.append(chunk)

@@ -93,8 +93,11 @@ def register(app, topics, settings, sender) -> None:
             )
         return state["generator"]
 
-    def result_record(result: BatchResult) -> tuple[str, bytes, bytes]:
-        return "batch_results", result.job.encode(), result.dumps()
+    def result_records(result: BatchResult, member: BatchMember, out: Outbox) -> None:
+        """The result on the all-tenant batch_results topic and on its member's tenant's own reply topic."""
+        value = result.derive(tenant=member.tenant).dumps()
+        out.records.append(("batch_results", result.job.encode(), value))
+        out.replies.append(("batch_results", member.tenant, result.job.encode(), value))
 
     async def aggregate_members(raws: list) -> Outbox:
         """One window of batch members: merged calls generated, members that cannot join one answered failed."""
@@ -108,8 +111,9 @@ def register(app, topics, settings, sender) -> None:
         for group in aggregate.group(members, settings.batch_window_max):
             calls, failed = aggregate.plan(group, cfg, model, retry_rate.rate(group[0].template))
             for result in failed:
-                out.records.append(result_record(result))
-                out.usage.append(usage(result, next(m for m in group if m.member == result.member), model))
+                member = next(m for m in group if m.member == result.member)
+                result_records(result, member, out)
+                out.usage.append(usage(result, member, model))
             for call in calls:
                 call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
                 out.records.append(("batch_merged", call.job.encode(), call.dumps()))
@@ -123,9 +127,10 @@ def register(app, topics, settings, sender) -> None:
         if call.sent == "merged":
             retry_rate.record(call.template, [r.retried for r in results])
         members = {s.member.member: s.member for s in call.shares}
-        return Outbox(
-            usage=[usage(r, members[r.member], model) for r in results], records=[result_record(r) for r in results]
-        )
+        out = Outbox(usage=[usage(r, members[r.member], model) for r in results])
+        for result in results:
+            result_records(result, members[result.member], out)
+        return out
 
     @app.agent(topics.batch, name="aggregate_batch")
     async def aggregate_batch(stream):

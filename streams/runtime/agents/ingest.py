@@ -94,6 +94,7 @@ def register(
                         raw,
                         request_id,
                         retry_after_s=round(wait, 3),
+                        tenant=tenant,
                     )
                 )
                 continue
@@ -112,6 +113,7 @@ def register(
                 verdict, first = requests.check(req.tenant, req.request_id, raw, print_)
                 if verdict == REDELIVERY:  # admitted once already: no second reservation, model call or usage
                     if first is not None:
+                        first = first.derive(tenant=req.tenant)
                         out.decisions.append((first, http_headers(first)))
                     continue
                 if verdict == CONFLICT:
@@ -134,7 +136,7 @@ def register(
                         "over_budget", held.reason, "ingest", raw, result.request.request_id, result.admitted_at
                     )
             if isinstance(result, Rejection):
-                out.dead_letters.append(result)
+                out.dead_letters.append(result.derive(tenant=tenant) if tenant else result)
                 continue
             limiter.spend(tenant, charged_tokens(len(raw), result.context_tokens + sum(result.candidate_tokens)), now)
             admitted.append(result)

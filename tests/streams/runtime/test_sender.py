@@ -100,7 +100,7 @@ async def test_one_outbox_delivers_work_usage_review_dead_letters_alerts_and_rec
         deadline = time.monotonic() + 30
         while len(got) < len(wanted) and time.monotonic() < deadline:
             for tp, msgs in (await consumer.getmany(timeout_ms=1000)).items():
-                got.update({tp.topic: (tp.partition, m) for m in msgs if rid.encode() in (m.value or b"")})
+                got.update((tp.topic, (tp.partition, m)) for m in msgs if rid.encode() in (m.value or b""))
     finally:
         await consumer.stop()
     assert set(got) == {name(s) for s in wanted}
@@ -279,3 +279,40 @@ async def test_a_requests_usage_is_acknowledged_before_anything_that_says_it_was
     finally:
         await consumer.stop()
     assert sorted(e.stage for e in events) == ["ingest", "postprocess"]
+
+
+async def test_replies_reach_their_tenants_topics_and_a_rejection_there_drops_the_original(broker):
+    """Decisions, chunks, review, rejections and batch replies of two tenants (one of them Chinese): each tenant's
+    reply topics hold its own records only, created on first use; the all-tenant topics hold everyone's, and a
+    rejection's original request stays there."""
+    from streams.core.deadletter import dead_letter
+    from streams.core.tenants import reply_topic
+
+    bootstrap = broker.url.removeprefix("kafka://")
+    await create_topics(bootstrap, [name("decisions"), name("chunks"), name("review"), name("rejected")], 4)
+    run = uuid.uuid4().hex[:6]
+    tenants = {"a": f"acme{run}", "z": f"客服{run}"}
+    outbox = Outbox()
+    for who, tenant in tenants.items():
+        outbox.decisions.append((Decision(request_id=f"{who}-d", tier="rules", tenant=tenant), {}))
+        outbox.review.append(Decision(request_id=f"{who}-v", tier="llm", tenant=tenant))
+        outbox.chunks.append(
+            Chunk(request_id=f"{who}-c", seq=0, text="你好", tokens=1, tokens_so_far=1, progress=100, tenant=tenant)
+        )
+        outbox.dead_letters.append(dead_letter("over_budget", "why", "ingest", b"x" * 1000, f"{who}-r", tenant=tenant))
+        outbox.replies.append(("batch_results", tenant, b"job", b'{"job": "%s"}' % who.encode()))
+    outbox.dead_letters.append(dead_letter("bad_json", "not JSON", "ingest", b"{", "nobody"))  # no tenant known
+    sender = Sender(bootstrap, 4)
+    await sender.start()
+    await sender.deliver(outbox)
+    await sender.stop()
+    for who, tenant in tenants.items():
+        got = await read(bootstrap, [reply_topic(k, tenant) for k in ("decisions", "chunks", "review", "rejected")], 4)
+        keys = sorted(m.key.decode() for _, _, m in got)
+        assert keys == sorted(f"{who}-{k}" for k in "dcvr")
+        rejection = next(Rejection.loads(m.value) for t, _, m in got if t == reply_topic("rejected", tenant))
+        assert rejection.original == "" and rejection.reason == "over_budget" and rejection.detail == "why"
+        batch = await read(bootstrap, [reply_topic("batch_results", tenant)], 1)
+        assert [orjson.loads(m.value)["job"] for _, _, m in batch] == [who]
+    internal = await read(bootstrap, [name("rejected")], 3, "a-r")
+    assert len(Rejection.loads(internal[0][2].value).original) == 1000  # the operators keep the original
