@@ -1,16 +1,11 @@
 """Tenant isolation on a ClickHouse server: one user per tenant, row policies that show it its own rows only, and a
-read-only settings profile with the query limits.
-
-The embedded engine (chdb) has no access control; there each analytics call runs in a sandbox engine holding only
-the caller's rows (workers/analytics/sandbox/). Against a server, run what this prints once per change of the
-tenant list, with a user that may create users and row policies (as the server's DDL migration):
+read-only settings profile with the query limits (the embedded engine has no access control: there every analytics
+call runs in a sandbox, workers/analytics/sandbox/). Run what this prints once per change of the tenant list:
 
     python -m infra.clickhouse.access --tokens tokens.json --database jev | clickhouse-client --multiquery
 
-`--tokens` is the JEV_QUERY_TOKENS file ({"<token>": "<tenant>"}): each tenant's user authenticates with its
-token (stored as its SHA-256, never in clear), so a tenant holds one secret for Jev's endpoints and the server.
-Row policies are permissive per user: once a table has one, a user without a policy reads no row of it, so the
-admin users (the pipeline's, dashboards') get a policy that shows every row.
+Each tenant's user authenticates with its JEV_QUERY_TOKENS token (stored as its SHA-256), so a tenant holds one
+secret for Jev's endpoints and the server; the admin users get a policy that shows every row.
 """
 
 from __future__ import annotations

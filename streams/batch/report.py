@@ -1,12 +1,9 @@
 """Job report: merged vs individual-call tokens and cost, quota compliance, failures — from the results alone.
 
-tokens_merged counts what the merged calls (and any retries) reserve: prompt plus max output tokens, each
-member charged its share. tokens_individual counts one call per member on the same basis: the shared
-instructions re-sent with its block, plus its output budget. Members of a group where merging would not pay
-are sent individually (`individual_calls`), so tokens_merged never exceeds tokens_individual but for retries,
-which count too: a merged call whose retries made it cost more says so (`notes`), and the planner sends the
-next windows of that template individually while its retry rate stays that high. tokens_merged_actual uses
-the output actually generated.
+tokens_merged counts what the merged calls (and any retries) reserve, each member charged its share;
+tokens_individual counts one call per member on the same basis, so the two compare what merging saved. A merged
+call whose retries made it cost more says so (`notes`), and the planner sends that template's next windows
+individually while its retry rate stays that high.
 """
 
 from __future__ import annotations

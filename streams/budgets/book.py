@@ -1,12 +1,9 @@
 """Hard and soft token/cost budgets per scope and period, with atomic reservations.
 
-A request reserves its worst case (input + max output tokens, and their cost) against every budget of
-its scopes *before* any model work, and settles with the actuals afterwards, releasing the rest.
-`reserve` is one synchronous check-and-update under a lock (no await inside), so concurrent asyncio
-tasks or threads can never overshoot a hard budget. Budgets arrive as control records
-(kind="budget", key="tenant:acme" or "tenant:acme@month"); `snapshot`/`restore` persist the book.
-This book is one process's view: with several stage processes, hard token limits are enforced by leases from each
-budget's owner (streams.budgets, `leased_tokens`), and the book keeps soft budgets, alerts and cost limits.
+A request reserves its worst case against every budget of its scopes before any model work and settles with the
+actuals afterwards. `reserve` is one synchronous check-and-update under a lock, so concurrent tasks or threads
+never overshoot a hard budget. This is one process's view: with several stage processes, hard token limits are
+enforced by leases (streams.budgets.lease_owner), and the book keeps soft budgets, alerts and cost limits.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""The owner of hard token budgets: the partition of the budget topic that holds a budget's key grants slices of
-it (leases) to stage processes, so no process ever needs a global lock and no budget is overshot.
+"""The owner of hard token budgets: the partition of the budget topic that holds a budget's key grants slices of it
+(leases) to stage processes, so no process needs a global lock and no budget is overshot.
 
-State is the fold of the budget log's grant, settle, return and reclaim events (schemas.records.BudgetEvent), so
-an owner that takes a partition over (after a crash or a rebalance) rebuilds it by reading the partition from the
-start. Per budget and window the owner keeps what is spent (`used`, from settles) and what each lease still holds:
-
-    held(lease) = granted − reserved-and-settled − returned
-
-and grants only while used + Σ held + asked ≤ hard limit: the sum of everything that can still be spent never
-passes the limit. A lease's held part comes back three ways: settles (wherever the decision completes, with its
-actual tokens), the holder's return of its unused balance (when the lease expires or the holder stops), and the
-owner's reclaim of whatever is still held once the lease expired and the reservations made against it can no
-longer be spent (`grace`: the scoring engine spends no model tokens on a reservation older than that). A crashed
-process's leases thus come back `lease_s + grace` after their last grant.
-
-Stranding: at the end of a period, budget sits unused in leases only up to what each holder was granted and has
-not reserved: at most holders × max(lease_share × hard limit, the largest single request) per budget.
+State is the fold of the partition's grant, settle, return and reclaim events, so a new owner rebuilds it by
+reading the partition from the start. It grants only while spent + everything leases still hold + the ask ≤ the
+hard limit, and reclaims what an expired lease still holds once its reservations can no longer be spent. What
+leases can strand at a period's end, and the timing assumptions: docs/architecture.md, "Replicas".
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Cache-state records: L2 fills, L2 verdicts and L3 follow-up observations, as plain JSON dicts. A promoted
-near-miss is the fill of its alias entry (the entry names the question it is an alias of).
+"""Cache-state records: L2 fills (a promoted near-miss is the fill of its alias entry), L2 verdicts and L3 follow-up
+observations, as plain JSON dicts.
 
-The cache stage queues one record per change; the cache agent sends them to the cache-state topic and, at
-start, reads that topic from its beginning and applies every record (`apply`), so a restarted process, or
-another one taking over a killed one's partitions, starts with the same L2 entries, learned thresholds and
-follow-up statistics. Every stage process applies every record (a question can match an entry filled under
-any Kafka partition, so L2 is whole in each process, like a global table); records a process wrote itself
-are skipped when it reads them back (`origin`). A rebuild from the beginning rather than a Faust table
-changelog, because the local broker's ListOffsets LATEST is wrong (docs/operations.md), and applying a record twice
-at recovery is harmless for fills (the same question replaces its entry) and rare for verdicts.
+Every stage process reads the cache-state topic from its beginning and applies every record (`apply`), so a
+restarted process, or one taking over another's partitions, holds the same L2 entries, learned thresholds and
+follow-up statistics; a process skips its own records (`origin`). A rebuild from the beginning rather than a Faust
+table changelog, because the local broker's ListOffsets LATEST is wrong (docs/operations.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Nearest-neighbour index over normalized vectors: exact numpy up to `max_exact` rows, faiss HNSW beyond.
 
-Scores are inner products (cosines for normalized rows). Each added vector gets a stable id (a counter).
-Removing one deletes its row from the exact index (the last row moves into its place). HNSW cannot delete:
-a removed row becomes a tombstone that searches skip, and once tombstones pass REBUILD_FRACTION of the rows
-the index is rebuilt from the live ones, so memory stays bounded by the live size. An HNSW rebuild takes
-seconds at 100k rows, so a background thread builds it (faiss releases the GIL) while the old index keeps
-serving; the next call swaps it in, with the rows added and removed meanwhile carried over.
-
-faiss runs one OpenMP team per search call; a single query gains nothing from it and, on shared cores, waits
-at the team's barrier for a thread the scheduler has not run yet (measured: HNSW search p99 43 ms at load ~20
-with the default team of 2, the work itself ~0.5 ms). So searches run with one thread, and builds with all
-the process may use (OpenMP's thread count is per calling thread in libgomp, faiss-cpu's runtime).
+Scores are inner products. HNSW cannot delete, so a removed row is a tombstone that searches skip, and past
+REBUILD_FRACTION of tombstones the index is rebuilt from the live rows on a background thread while the old one
+keeps serving, so memory stays bounded by the live size. Searches run with one OpenMP thread (a team waits at its
+barrier on shared cores; docs/architecture.md has the measurement), builds with all the process may use.
 """
 
 from __future__ import annotations

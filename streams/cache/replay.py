@@ -1,38 +1,11 @@
 """Replay a labelled pairs file as traffic through the live L2 decision (`jev cache replay`).
 
-Every `text_a` is asked and answered first: each fills the cache as a miss would (its answer names its
-pair; repeated questions share one entry). Then every `text_b` is asked, in file order (or shuffled by a
-seed). A `text_b` that is a cached `text_a` up to the exact cache's normalization (spacing, Unicode form) is
-answered by L1 in the live pipeline before L2 is asked: it is counted as an `exact_hits` and not asked of L2.
-Every other one goes through SemanticCache.probe with the partition's learned threshold:
-- a hit is right only when the entry it hit is its own `text_a` and the pair is labelled 1;
-- a served hit's verdict reaches the learner at the shadow rate (the label stands in for the shadow
-  comparison);
-- a miss whose verified neighbour was refused by the learned threshold (or by exploration: a share of
-  what it would serve) is answered anyway, and in the live
-  stage its answer is compared with the neighbour's (CacheStage.fill): here the label stands in for that
-  comparison, at rate 1 (`explore=False` turns this evidence off).
-`text_b` answers do not fill the cache: whether they answer other pairs' questions is not labelled.
-Promotion (the cache's `promote_margin`): a miss whose candidate is a near-miss is judged as the live stage's
-naive twin would judge it, the label standing in for the comparison of the naive answer with the cached one,
-and only where that comparison is labelled: the candidate is the pair's own `text_a` (judged the same when the
-pair is labelled 1); a candidate from another pair is not labelled and is never promoted. The judgement lands
-before the next request is asked (live, it lands when the twin is decided). Promoted `text_b` questions are
-keys of their `text_a` answers from then on: a later request asking one (up to case and spacing) is served
-through it. Such a hit serves the answer that the judgement approved for that very question, so it is right by
-the label of the pair that promoted the key (the replay's judge), whichever `text_a` the later pair names:
-Quora repeats a `text_b` with other `text_a`s, which say nothing about the promoted answer. Those later pairs
-are counted apart (`promoted_strict_false_hits`: wrong under issue 18's own-`text_a` rule). A hit through an alias
-from another question is right only when the alias's target is the pair's own `text_a`, as any hit.
-(`promoted_hits`, `promoted_false_hits`; also counted in hits and false_hits.)
-A hit counts as its own pair's when the entry's question is the pair's `text_a` up to case, spacing and
-Unicode form (Quora repeats a question across pairs: one entry then holds it, and a `text_b` hitting it hit
-its own question, not another pair's).
-`hit_ratio` is L2 hits over all requests (every `text_b`), `per_request_error` false hits over all requests
-(vCache's delta; the bound itself is per served hit, the stricter one), `curve` the running
-[requests asked, hit ratio, precision] at CURVE_POINTS points of the run; `certification` what the learner's
-latest fit found at the first threshold it tested (ThresholdLearner.explain: why nothing is served, when nothing is).
-The learner starts with the verifier's calibration verdicts only (evidence.py), as a fresh deployment does.
+Every `text_a` is asked first and fills the cache as a miss would; then every `text_b` is asked, in file order or
+shuffled by a seed, through SemanticCache.probe with the partition's learned threshold, the label standing in for
+the shadow comparison (served hits, explored near-misses, promotions). A hit is right only when it hit its own
+pair's `text_a` and the pair is labelled 1. The learner starts with the verifier's calibration verdicts only, as a
+fresh deployment does. Reports hits, false hits, `hit_ratio`, `per_request_error`, the run's `curve` and why
+nothing was certified (`certification`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Is a cached question really the same question? Checks on top of the cosine, each naming why it refuses.
 
-Near-duplicate questions that mean something else usually differ by one word: a number or year, a
-negation, an antonym, an ordinal, swapped roles, a narrower scope, or a different key term (an entity or
-rare word). The number, negation, ordinal and antonym checks read English and Chinese, and so does the key-term
-check on identifiers, quoted terms, Latin names in CJK text and CJK places (streams/text/keyterms.py); the word-order
-check reads Chinese through its relation words (广州到湛江 / 湛江到广州); the English name and rare-word checks need
-words, so they run on Latin-script text only. The word lists are the languages' own (streams/text/lang/, read through
-streams/text/language.py)."""
+Near-duplicate questions that mean something else usually differ by one word: a number or year, a negation, an
+antonym, an ordinal, swapped roles, a narrower scope or a different key term. The checks read English and
+Chinese (word lists in streams/text/lang/, key terms in streams/text/keyterms.py); the English name and rare-word
+checks need words, so they run on Latin-script text only.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """The encoding cache of a process: a text's encoding by a model, reused across requests and micro-batches.
 
-Keyed by model and a hash of the text (blake2b, 16 bytes), so two models never share an entry and a state or
-candidate met again, in the same micro-batch or hours later, is a cache read instead of model input. Bounded
-by memory (JEV_ENCODING_CACHE_MB): each entry counts its encoding's bytes plus a fixed overhead for its key and
-bookkeeping, and the least recently used entries go first. Hits, misses, evictions and bytes are exported as
-Prometheus metrics (jev_encoding_cache_*) by model.
-
-A cache read returns the very array the model produced, so scores are identical with and without the cache;
-only the token accounting differs: a read's tokens are reported as cache_read tokens (a subset of input tokens,
-as in OTel GenAI). With the cache off (0 MB) every text of every call is encoded and nothing is a read.
-
-One cache per process (`shared()`, sized by `configure`, which the engine's builder calls once); the backends
-that embed ask it in their encode path.
+Keyed by model and a hash of the text, bounded by memory (JEV_ENCODING_CACHE_MB, least recently used first), so
+a state or candidate met again is a cache read instead of model input. A read returns the very array the model
+produced, so scores are identical with and without the cache; its tokens are metered as cache_read tokens. One
+cache per process (`shared()`, sized once by `configure`).
 """
 
 from __future__ import annotations

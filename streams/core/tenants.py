@@ -1,31 +1,10 @@
 """Tenant identity: one spelling per tenant, and keys that never let two (tenant, request) pairs meet.
 
-A tenant name is what budgets, idempotency, usage rows and reports are keyed by, so two spellings of one name
-would be two tenants: a hard budget on `wayne` evaded by `Wayne`, `wayne ` or a Cyrillic `а`. Every name that
-enters (a request's tenant, JEV_TENANTS) goes through `canonical`:
-
-1. NFKC: compatibility forms become their plain letters (full-width `ｗａｙｎｅ` is `wayne`) and a letter with
-   a combining accent becomes one character;
-2. surrounding white space trimmed;
-3. case folded (`Wayne` is `wayne`): a tenant is never told apart from another by case alone, and folding
-   rather than rejecting keeps upstream producers that capitalise working;
-4. checked against the tenant character set: ASCII letters and digits, `.`, `_`, `-`, and CJK ideographs
-   (U+3400–U+4DBF, U+4E00–U+9FFF), 1 to 64 characters, starting with a letter, digit or ideograph. Anything
-   else is refused as `bad_tenant`, naming the character: control, zero-width and bidi characters (U+200B,
-   U+202E, …) that hide in a name, letters of other scripts that look like Latin ones (Cyrillic `а`), accented
-   letters, spaces inside a name and `/`.
-
-Keys built from a tenant and a request id (`request_key`) prefix each part with its length, so `acme/coll` + `r1`
-and `acme` + `coll/r1` stay apart whatever characters a request id holds.
-
-Which producer may spend as which tenant: with JEV_TENANT_KEYS (a JSON file {tenant: key}, mode 0600), every
-request carries the header `jev-tenant-sig: <hex HMAC-SHA256(its tenant's key, b"jev-tenant-v1\0" + the
-message value)>`; one without it, or signed with another key, is refused `unauthenticated_tenant`. Each upstream
-producer holds the keys of the tenants it serves only, so no producer can write `"tenant": "globex"` and spend as
-globex. Without the file any producer may name any tenant: JEV_TENANTS=* (the default) then admits any valid
-name, which is what `make demo` and a single trusted producer need; a deployment with several producers lists
-its tenants (JEV_TENANTS) and binds them (JEV_TENANT_KEYS), or gives each producer a requests topic of its own
-through Kafka ACLs (a record's content cannot be tied to a Kafka principal by the broker).
+Budgets, idempotency, usage and reports are keyed by the tenant name, so two spellings would be two tenants (a hard
+budget on `wayne` evaded by `Wayne` or a Cyrillic `а`). `canonical` applies NFKC, trims, case-folds and checks the
+tenant character set (ASCII letters and digits, `.`, `_`, `-`, CJK ideographs), refusing anything else as
+`bad_tenant`; `request_key` prefixes each part with its length. Which producer may spend as which tenant
+(JEV_TENANTS, JEV_TENANT_KEYS, signed requests): docs/operations.md.
 """
 
 from __future__ import annotations

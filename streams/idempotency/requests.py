@@ -1,25 +1,10 @@
 """Requests are idempotent by (tenant, request_id).
 
-A redelivery (Kafka's at-least-once, or an upstream retry) of the same content is admitted once: it reserves no
-budget again, does no model work again, and gets the first decision (re-sent when that decision is known here;
-while the first is still in flight, its decision answers both). The same id with different content is a
-different request reusing an id: rejected as duplicate_request_id, so 40 requests under one id cannot share one
-reservation and overspend a hard budget, and one tenant's id cannot borrow another tenant's reservation.
-
-The content fingerprint leaves out created_at (a retry may restamp it). The state is bounded (JEV_IDEMPOTENCY_MAX
-entries, oldest dropped first) and outlives the process: ingest writes each admitted request's fingerprint, and
-postprocess each first decision, to the requests-seen topic (keyed by streams.core.tenants.request_key, so a compacted
-topic keeps the latest per request; a request decided where it was admitted writes its decided record alone),
-which every stage process reads from its beginning and keeps following before it admits anything
-(streams/runtime/agents/ingest.py). So a redelivery after a restart, or one that reaches another process after a
-rebalance, gets the first decision again and spends nothing; so does scored work read again after a restart
-(postprocess sends the first decision again instead of deciding anew). The Sender queues a decision's record
-ahead of the decision, so a process killed between the two leaves the record, and the decision is sent again;
-and it has the request's usage acknowledged before either (streams/runtime/sender.py), so a request found decided here
-was metered: its usage is not sent again.
-A request admitted but not yet decided when its process stopped is admitted again by the process that sees its
-redelivery (its work may have died with the first process; at-least-once); one whose first admission is still
-in flight in another live process is too.
+A redelivery of the same content is admitted once: no second reservation or model work, and it gets the first
+decision. The same id with different content is refused as duplicate_request_id, so requests sharing an id cannot
+share a reservation and overspend a hard budget. The state is bounded (JEV_IDEMPOTENCY_MAX) and outlives the
+process: admissions and first decisions go to the requests-seen topic, which every stage process reads before it
+admits anything, and the Sender has a request's usage acknowledged first, so a request found decided was metered.
 """
 
 from __future__ import annotations

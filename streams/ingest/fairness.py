@@ -1,19 +1,9 @@
 """Fairness between tenants at ingest: a per-tenant admission rate and a fair order inside each micro-batch.
 
-Rates (JEV_TENANT_RATES, `tenant=REQUESTS_PER_S:TOKENS_PER_S`, comma-separated, `*` for every tenant not named,
-0 = no limit on that axis) are token buckets holding BURST_S seconds of rate. A request is checked against its
-tenant's buckets before any decoding work: when the requests bucket is empty or the tokens bucket is in debt it
-is rejected `rate_limited` with the seconds after which the tenant may send again (`retry_after_s` of the
-Rejection), never dropped silently; that check is all a flood costs. An admitted request takes one request and,
-once its tokens are counted, its input tokens or a quarter of its bytes, whichever is more (counting costs by
-the size of what was sent, before any truncation), from the tokens bucket, which may go into debt: the next
-requests wait for it.
-The buckets are per ingest process: with several stage processes, each admits its own share of the partitions.
-
-Fair order: the requests of a micro-batch are taken in deficit round-robin over tenants, weighed by their bytes
-(QUANTUM bytes per tenant per round, a request costing at least one), so the work a batch sends on (and the
-scoring workers take in order) interleaves tenants: a flood queues behind its own tenant, and a tenant's large
-records behind its small ones.
+Rates (JEV_TENANT_RATES) are token buckets on requests and tokens per tenant, checked before any decoding: an
+over-rate request is rejected `rate_limited` with `retry_after_s`, never dropped silently, so a flood costs that
+check alone. Inside a micro-batch, requests are taken in deficit round-robin over tenants weighed by their bytes,
+so a flood queues behind its own tenant. The buckets are per ingest process.
 """
 
 from __future__ import annotations

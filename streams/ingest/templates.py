@@ -1,11 +1,8 @@
 """Prompt templates (Jinja2) with a token budget, variable and output contracts, and prioritised sections.
 
-A template is a YAML file (see streams/ingest/templates/*.yaml):
-    id, version, budget (max prompt tokens), policy (reject | degrade),
-    output: {max_tokens, min_tokens}, variables: {name: {max_tokens, required, key_fields}},
-    sections: [{name, priority, required, instruction, text (Jinja2)}]
-Rendering counts tokens exactly; over budget, `reject` raises and `degrade` goes full → drop the
-lowest-priority optional sections → keep only the key fields of structured variables, recording each cut.
+A template is a YAML file (id, version, budget, policy reject | degrade, output and variable contracts, sections
+with priorities). Rendering counts tokens exactly; over budget, `reject` raises and `degrade` drops the
+lowest-priority optional sections, then keeps only the key fields of structured variables, recording each cut.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The extractive generator: no model. Deterministic: it copies source lines, and every output is labelled
-"extractive" (engine `extractive` in the model pool; Jev's count is in `count_model`'s tokenizer).
+"""The extractive generator: no model. It copies source lines, deterministically, and labels every output
+"extractive" (engine `extractive` in the model pool), so the demo and tests generate without a model.
 
-Prompt layout it understands (the batch prompts use it):
-    Sections:
-    - <Section>: <what it holds>
-    ### member <id> (..., answer within <N> tokens)
-    <source lines>
-    ### end
-It answers each member with "=== <id> ===" (left out when the prompt holds one member) and one
-"<Section>: ..." line per section. The member's facts (whatever their field names or nesting, as
-streams/batch/render.py lays them out) each go to the section whose name and description they fit best,
-field names weighing most, within N tokens; a section no fact fits reads "none reported".
-A prompt without member blocks gets its leading lines, within max_tokens.
+It answers each member block of a batch prompt (`### member <id>` … `### end`) with one "<Section>: ..." line per
+section, the member's facts placed in the section they fit best, within the member's token allowance; a prompt
+without member blocks gets its leading lines, within max_tokens.
 """
 
 from __future__ import annotations

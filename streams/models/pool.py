@@ -1,12 +1,9 @@
-"""The model pool: every model Jev may call, as configuration (JEV_MODELS, a YAML file; the bundled models.yaml
-by default). Tiers in decision_types.yaml and the generator name entries of it.
+"""The model pool: every model Jev may call, as configuration (JEV_MODELS, a YAML file; the bundled models.yaml by
+default). Tiers in decision_types.yaml and the generator name entries of it.
 
-An entry: engine (a name in streams/models/registry.py), model (what the engine loads or the server calls it),
-base_url, api key source (api_key_env: an environment variable's name, or api_key_file: a file holding the key;
-the key itself is read when a call needs it and is never printed or logged), tokenizer (Jev's own count: a
-tiktoken encoding, hf:<dir> or gguf:<model file>), price_per_million (input, cached_input, output, USD), context_length,
-channel (fast / balanced / precise) and engine options. Loading a pool registers each model's tokenizer and prices, so
-usage rows of that model are counted and priced as configured.
+An entry names its engine (streams/models/registry.py), model, server and API key source (the key is read when a
+call needs it, never printed), tokenizer, prices, context length and channel. Loading a pool registers each
+model's tokenizer and prices, so its usage rows are counted and priced as configured.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What every engine gives, whatever runs it (in-process model, HTTP model server, no model at all).
 
-A scorer scores candidates against a context: `score(context, candidates) -> Scored` (and optionally
-`score_many(items)` for a micro-batch of decisions in one go). A generator answers a prompt:
-`generate(prompt, max_tokens) -> Generated`, and `stream(prompt, max_tokens) -> Streaming`, the same answer as
-text pieces in order while it is generated.
-
-Two counts of one call: the engine's own (`input_tokens`, `cache_read_tokens`, `output_tokens`, in the model's
-tokenizer where Jev has it) and, where a model server reported one, the server's (`server`, a `Usage`), which
-settles the bill. An engine that cannot reach its model raises `ModelUnavailable`; the scoring engine falls back
-with reason `model_unavailable`.
+A scorer scores candidates against a context (`score`, and `score_many` for a micro-batch); a generator answers a
+prompt (`generate`, and `stream` for text pieces in order). Each call carries two counts: the engine's own and,
+where a model server reported one, the server's (`server`), which settles the bill. An engine that cannot reach
+its model raises `ModelUnavailable`, and the scoring engine falls back with that reason.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""The generator router: a generate request goes to a channel of the model pool (fast, balanced, precise: each
-entry's `channel`) chosen by its difficulty, its latency budget and its remaining budget; the validator sends a
-low-confidence answer to the next channel up and meters both calls (seed 004 §4.2).
-
-- difficulty: the distilled context's tokens (over `balanced_from` → balanced, over `precise_from` → precise) and
-  a creative question (one step up);
-- latency budget: a request with a deadline_ms under `fast_deadline_ms` stays on the fast channel;
-- remaining budget: a request its budget degraded (tier_cap set) goes to the cheapest channel and never escalates.
-The validator escalates when the answer's confidence (the mean probability of its tokens, where the engine reports
-one) is under the decision type's `escalate_below`. A channel with no model takes the nearest one above, else
-below. JEV_GENERATOR with several pool names builds the router; one name is a single generator.
+"""The generator router: a generate request goes to a channel of the model pool (fast, balanced, precise) chosen by
+its difficulty (context tokens, a creative question), its latency budget and its remaining budget (a degraded
+request takes the cheapest channel and never escalates). The validator sends a low-confidence answer (under the
+decision type's `escalate_below`) to the next channel up and meters both calls. JEV_GENERATOR with several pool
+names builds the router; one name is a single generator.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""vLLM in-process on a GPU (the `gpu` extra, imported lazily): scoring, candidates against a shared context
-prefix, and generation (greedy chat completion, streamed by stepping the engine).
+"""vLLM in-process on a GPU (the `gpu` extra, imported lazily): scoring candidates against a shared context prefix,
+and generation (greedy chat completion, streamed by stepping the engine).
 
-vLLM skips its prefix cache when prompt_logprobs is set, so likelihood scoring of the candidate tokens
-would re-encode the context every time. Instead every prompt is `context + candidate + question` with the
-context FIRST (so prefix caching serves it from the KV cache after the first candidate) and the score is
-read from the first generated token's logprobs over two fixed labels: log P(" Yes") − log P(" No").
-Measure it on your own labeled decisions before ordering tiers: small models score near chance this way.
-
-Tokens: input = prompt tokens of every candidate; cache_read = the prompt tokens vLLM reports as served
-from its prefix cache (RequestOutput.num_cached_tokens); output = 1 generated token per candidate.
+vLLM skips its prefix cache when prompt_logprobs is set, so each prompt is `context + candidate + question`, the
+context first so the prefix cache serves it, and the score is log P(" Yes") − log P(" No") of the first generated
+token. Small models score near chance this way: measure on your own labelled decisions before ordering tiers.
 """
 
 from __future__ import annotations

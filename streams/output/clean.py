@@ -1,12 +1,8 @@
 """Cleanup of generated text: drop what callers pay for but never need, never the content.
 
-Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…："), trailing closers ("I hope this
-helps!", "希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer
-(or every fence, with `fences: extract`). Code inside fences is never touched. A preamble or closer that
-carries a number or a name is not removed as a sentence: a preamble loses only its filler words, a closer
-stays; a Chinese closing sentence loses the filler clauses among its clauses and keeps the others
-("希望对您有帮助，记得三天内付款！" → "记得三天内付款！"). Numbers are digits, and Chinese numerals too
-(streams.text.language). Patterns: patterns.yaml.
+Removed only: a leading preamble ("Sure! Here is …:", "好的，以下是…："), trailing closers ("I hope this helps!",
+"希望对您有帮助"), leaked debug markers, runs of blank lines, and a fence wrapping the whole answer. Code inside
+fences is never touched, and a sentence that carries a number or a name keeps it. Patterns: patterns.yaml.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ CLOSER_WINDOW = 600  # characters from the end in which closing sentences are lo
 LOWER_WORD = re.compile(r"[a-z]+\b")
 OPENING_END = re.compile(r"\n(?=\S)")  # a line break before a non-space: no token spans it
 OPENING_WINDOW = 400  # characters of a cleaned answer in which its rewritten opening line must end
+OPENING_VIEW = 1000  # characters at the start of an answer read in simplified form: more than any opening spans
 # A number, or a word starting upper case: a name (Python, SystemVerilog, GCD, HTML5) unless it merely opens
 # a sentence (Sure, Here, Let); "I" and its contractions are no names.
 CONTENT_TOKEN = re.compile(r"\d+(?:[.,:/]\d+)*|[A-Za-z][A-Za-z0-9'’_-]*")
@@ -42,6 +39,7 @@ NOT_NAMES = frozenset(
 )  # how assistants name themselves in filler: "As an AI", "作为一个AI助手"
 MAX_INTERJECTIONS = 4  # filler openings removed one after another ("好的！作为一个AI助手，很高兴为您解答。")
 CLAUSE = re.compile(r"[^，,；;]+[，,；;]?")  # a clause of a sentence, with the comma that ends it
+WORDS = re.compile(r"[^\W_]")  # a letter or digit (any script): a "sentence" without one is no sentence
 
 
 def content_tokens(text: str, openers: bool = False) -> Counter:
@@ -156,25 +154,28 @@ def _filler_opening(text: str, p: Patterns, followed: bool) -> re.Match | None:
 def _strip_preamble(prose: str, p: Patterns, followed: bool) -> str:
     """Drop a leading interjection, then a "Here is …:" line if anything follows it (`followed`: code does).
     A preamble that carries content (a number, a name) loses only its filler words: "Sure! Here is a
-    Python function that …:" → "A Python function that …:"."""
-    m = p.restated_request.match(prose)
+    Python function that …:" → "A Python function that …:". Patterns match the simplified form of Chinese
+    (language.simplified: the same positions), so traditional text loses the same fillers."""
+    view = language.simplified(prose[:OPENING_VIEW]) + prose[OPENING_VIEW:]
+    m = p.restated_request.match(view)
     if m and content_tokens(prose[: m.end()]):
         m = None  # "Sure, I'd be happy to help you build a CLI in Rust.": only "Sure, " goes
-    m = m or _filler_opening(prose, p, followed)
-    rest = prose[m.end() :] if m else prose
+    m = m or _filler_opening(view, p, followed)
+    at = m.end() if m else 0
     for _ in range(MAX_INTERJECTIONS - 1):
-        more = _filler_opening(rest, p, followed) if m else None
+        more = _filler_opening(view[at:], p, followed) if m else None
         if not more or not more.group().strip():
             break
-        rest = rest[more.end() :]
-    lead = p.lead_in.match(rest)
+        at += more.end()
+    rest = prose[at:]
+    lead = p.lead_in.match(view, at)
     capitalise = bool(m)
-    if lead and (followed or rest[lead.end() :].strip()):
-        if not content_tokens(rest[: lead.end()]):
-            rest = rest[lead.end() :]
-        elif filler := p.filler.match(rest):
-            rest, capitalise = rest[filler.end() :], True
-    if rest is not prose:
+    if lead and (followed or rest[lead.end() - at :].strip()):
+        if not content_tokens(prose[at : lead.end()]):
+            rest = prose[lead.end() :]
+        elif filler := p.filler.match(view, at):
+            rest, capitalise = prose[filler.end() :], True
+    if rest != prose:
         rest = LEADING_BLANK.sub("", rest.lstrip(" \t"))
     if capitalise and (word := LOWER_WORD.match(rest)):
         rest = word.group(0).capitalize() + rest[word.end() :]
@@ -213,16 +214,20 @@ def _last_sentence_start(body: str, floor: int) -> int | None:
 def closer_rest(sentence: str, p: Patterns) -> str | None:
     """What stays of a closing sentence: "" when it is a closer, the sentence less its filler clauses when it is
     a CJK sentence that mixes them with content, None when it is no closer. A clause or sentence that carries a
-    number or a name is content."""
+    number or a name is content. Chinese is matched in its simplified form (traditional closers go too)."""
     stripped = sentence.strip()
-    if p.closer.fullmatch(stripped):
+    if p.closer.fullmatch(language.simplified(stripped)):
         return None if content_tokens(stripped) else ""
     if not language.has_cjk(stripped) or not language.is_cjk(language.detect(stripped)):
         return None
     end = stripped[-1] if stripped[-1] in "。！？!?.~" else ""
     clauses = CLAUSE.findall(stripped.removesuffix(end) if end else stripped)
     kept = [
-        c for c in clauses if not (p.closer.fullmatch(c.rstrip("，,；;") + (end or "。")) and not content_tokens(c))
+        c
+        for c in clauses
+        if not (
+            p.closer.fullmatch(language.simplified(c.rstrip("，,；;")) + (end or "。")) and not content_tokens(c)
+        )
     ]
     if len(kept) == len(clauses):
         return None
@@ -233,6 +238,8 @@ def _strip_closers(prose: str, p: Patterns) -> str:
     body = prose.rstrip()
     while body:
         start = _last_sentence_start(body, max(0, len(body) - CLOSER_WINDOW))
+        if start and not WORDS.search(body, start):  # a trailing emoji ("希望对您有帮助！😊") closes the sentence before
+            start = _last_sentence_start(body[:start], max(0, len(body) - CLOSER_WINDOW))
         rest = None if start is None else closer_rest(body[start:], p)
         if rest is None:
             break  # not a closer, or one that names something ("… with your Django app"): kept

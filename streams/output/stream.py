@@ -1,13 +1,9 @@
-"""Streamed answers: the plan of one stream (question type → output length, client → chunk size and pace),
-the cleanup of text as it is generated, its cut into ordered Chunks, and the token bucket that paces them.
+"""Streamed answers: the plan of one stream (question type → output length, client → chunk size and pace), the
+cleanup of text as it is generated, its cut into ordered Chunks, and the token bucket that paces them.
 
-Pure: the caller feeds generated text, gets Chunks back, asks the Pacer how long to wait before sending
-each (it passes the clock and sleeps itself). The configuration is stream.yaml (settings.stream_config).
-
-Cleanup while streaming gives what postprocess's clean() gives on the whole text, without holding it all:
-text is released at sentence ends; the start of the answer goes through clean() once (the preamble), debug
-lines and blocks are removed as they complete, and closing sentences ("I hope this helps!") are held back
-and dropped only if nothing but closers follows them. Code inside fences is released untouched.
+Pure: the caller feeds generated text, gets Chunks back and asks the Pacer how long to wait. Cleanup gives what
+clean() gives on the whole text without holding it all: text is released at sentence ends, and closing sentences
+are held back and dropped only if nothing but closers follows them. Configuration: stream.yaml.
 """
 
 from __future__ import annotations

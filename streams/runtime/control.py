@@ -1,14 +1,9 @@
 """The control plane on Kafka: kill switches, versions and budgets, latest value per key.
 
-Every process (the stage process, scoring workers) runs a ControlReader: a group-less consumer that reads the
-control topic from the beginning and keeps reading, so a new process starts with the current values and a
-change reaches every process within its poll interval, without a restart.
-
-The stage process also keeps what it has read (ControlReader `keep`: the newest record per kind and key, in
-<data_dir>/control.json) and checks every JEV_CONTROL_CHECK_S that the topic still holds it: a restarted local
-broker has lost every record, and processes started after that would see every switch on and no budgets. What
-the topic lacks, or holds only in an older version, is published again, so they start with the state the
-old processes had.
+Every process runs a ControlReader: a group-less consumer that reads the control topic from the beginning and
+keeps reading, so a new process starts with the current values and a change reaches every process without a
+restart. The stage process also keeps the newest record per key (<data_dir>/control.json) and publishes again what
+the topic lacks every JEV_CONTROL_CHECK_S, since a restarted local broker has lost every record.
 """
 
 from __future__ import annotations

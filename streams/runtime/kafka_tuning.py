@@ -1,32 +1,11 @@
-"""Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that
-never pass a message no agent has handled. Every consumer of Jev's (`tune`) also backs off while idle and reads a
-partition again from its beginning when a restarted broker's log of it ends before its position (a Faust
-consumer's commits of it then start again at the new log's first offset).
+"""Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that never
+pass a message no agent has handled. Every consumer of Jev's (`tune`) also backs off while idle and reads a
+partition again from its beginning when a restarted broker's log of it ends before its position.
 
-Short fetch wait: Faust hard-codes fetch_max_wait_ms=1500 for its consumers. Brokers that hold a fetch open
-well past the arrival of data (tansu notices new data only every fraction of the wait: a median 13 ms late,
-up to 49, on a 100 ms wait; 0.2-0.5 s late on 1 s) then add up to that per pipeline hop, so Jev's stages
-fetch with a short wait while data flows, and back off to IDLE_FETCH_WAIT_MS while it does not: at 5 ms an
-idle consumer made tansu spend 9-18% of a core, and an idle pipeline (stages, scoring worker, one reader)
-~90% of a core in all (55% with the back-off).
-
-Commits (faust-streaming 0.15.3, aiokafka 0.14). Faust acknowledges each message once its agent is done with
-it and commits, per partition, up to the end of the first run of consecutive acknowledged offsets. Three
-things let that run start past a message that was never handled (one Faust dropped while it paused the flow
-for a rebalance or a table recovery):
-- `Consumer._new_offset` checks the head of the run only when the partition has a committed offset, and then
-  lets it start one past it (`min(acked) - committed > 1`);
-- aiokafka's `seek_to_committed`, which Faust calls to read dropped messages again, does not move a partition
-  whose committed offset is missing or 0;
-- the fetch loop records a message as read even when the flow was suspended before it was delivered, and
-  drops any later message below that read offset, so a message dropped while a stale fetch was being walked
-  was dropped again when the seek brought it back.
-Chaos runs that SIGKILL the stage process and restart it lost usage events and decisions this way, without an
-error anywhere. Here a partition without a committed offset is sought to its beginning (auto_offset_reset is
-earliest); a commit covers only a run of acknowledged offsets that starts where the partition was committed,
-or where it was sought to; and the fetch loop delivers every message it fetches (a message read twice after a
-seek is handled twice: at-least-once, idempotent by request and event id). Faust's gap intervals (offsets it
-infers were compacted away) are not counted as acknowledged: the stage topics are not compacted.
+Why: Faust hard-codes a 1.5 s fetch wait, which a broker that holds fetches open adds to every hop; and as shipped
+(faust-streaming 0.15.3, aiokafka 0.14) its consumer could commit past messages it dropped during a rebalance or
+table recovery, which lost usage events and decisions in chaos runs. docs/architecture.md has the three causes and
+the measurements.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Hard budgets on Kafka: the owner of each budget partition (`BudgetOwner`) and a stage process's lease client
-(`LeaseClient`). The logic is pure (streams.budgets.lease_owner, streams.budgets.lease_holder); this module moves its
-events.
+(`LeaseClient`). The logic is pure (streams.budgets.lease_owner, lease_holder); this module moves its events.
 
-Every stage process runs both. The owners share the consumer group `<app_id>-budget` on the budget topic, so each
-partition, and with it each budget key, has one owner at a time. An owner that is assigned a partition reads it
-from the start and folds its grants, settles, returns and reclaims back into state (the log is the changelog);
-lease requests it finds at or past the group's committed offset it answers (a request answered before a crash is
-recognised by its id). Grants go back on the budget topic (so they are part of the state) and to the holder on the
-leases topic. Sends are awaited before offsets are committed.
+The owners share the consumer group `<app_id>-budget`, so each budget key has one owner at a time, which folds its
+partition from the start and answers the lease requests at or past the group's committed offset. Grants go back
+on the budget topic (part of the state) and to the holder on the leases topic; sends are awaited before commits.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Local answers where requests are admitted, without a topic hop: ingest answers the L1 hits and rule matches
 (streams.runtime.answer) of the cache-key partitions this worker holds.
 
-The cache agent reads `distilled` by cache-key partition and owns the same partitions of the L1 table. For a
-work whose partition this worker holds actively (every partition, with one worker), ingest can answer it
-itself, which skips one envelope encode, one produce, one fetch, Faust's per-message decode and a hop of
-latency; a rule match also skips the L2 embedding and two more hops through a scoring worker. The rest, and
-works whose partition another worker holds (or none yet, before the first assignment), go on to the cache
-agent, which takes the same step before L2. A work with a caller's deadline that is not answered here and that L2
-and L3 cannot match (a structured state, not words: a checkout screening) has nothing left at the cache agent but
-the hop, which waits behind whatever batch that agent is embedding: it goes to the scoring workers at once."""
+That skips an envelope, a produce, a fetch and a hop of latency (a rule match also skips the L2 embedding and a
+scoring worker). The rest go on to the cache agent, which takes the same step before L2; a work with a deadline
+that L2 and L3 cannot match (a structured state) goes straight to the scoring workers.
+"""
 
 from __future__ import annotations
 

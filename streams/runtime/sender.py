@@ -1,25 +1,11 @@
-"""The one Sender: every stage's Outbox goes to Kafka through it, delivered before the stage's input is
-committed (at-least-once; records carry idempotency keys: request ids, event ids).
+"""The one Sender: every stage's Outbox goes to Kafka through one batching aiokafka producer, delivered before the
+stage's input is committed (at-least-once; records carry idempotency keys).
 
-An outbox's usage events are acknowledged before the rest of it is sent: a request is metered before anything
-says it was handled (its requests-seen record, its work, its decision). A process killed in between leaves the
-usage, and the redelivery, which finds no trace of the request, sends it again under the same event ids (the sink
-stores each once). The other way round, a killed process could leave a request's requests-seen record without
-its usage: the redelivery then gets the first decision again (streams.idempotency.requests) and meters nothing,
-and the request stays unbilled (`jev chaos`: `lost`, decided without usage rows).
-
-Replies go twice: to Jev's all-tenant topics (jev.decisions.v1, jev.chunks.v1, jev.rejected.v1, jev.review.v1,
-jev.batch_results.v1: Jev's operators, replay, analytics and the harness read them) and to the topics of the tenant
-each answers, `jev.tenant.<slug>.<kind>.v1` (streams.core.tenants.reply_topic), created on first use, the only
-ones an upstream principal may read. A rejection reaches its tenant without the original request (the reason and
-detail say what to fix); the original stays on jev.rejected.v1 for the operators. A reply whose tenant is not
-known (a request too broken to name one) stays internal.
-
-One batching aiokafka producer for chunks of streamed answers, decisions, review, usage, work envelopes, dead
-letters, alerts and batch records, in the stage process and the scoring worker alike. Faust's own producer
-sends every record as a batch of its own (producer_max_batch_size=1, for tansu's end offsets and table
-recovery), one in flight per partition: under load its queue grew to hundreds of messages, adding tens of ms
-per hop; it carries the L1 table's changelog only."""
+An outbox's usage events are acknowledged before the rest is sent, so a request is metered before anything says
+it was handled; a process killed in between leaves usage its redelivery resends under the same event ids. Replies
+also go to the topics of the tenant each answers (`jev.tenant.<slug>.<kind>.v1`), the only ones an upstream
+principal may read. Faust's own producer carries the L1 table's changelog only.
+"""
 
 from __future__ import annotations
 

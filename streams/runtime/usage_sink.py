@@ -1,19 +1,9 @@
 """usage sink: UsageBatch envelopes → column inserts into ClickHouse, off the event loop.
 
-Read by its own BatchConsumer (group `<app_id>-usage`), which commits a micro-batch's offsets only after
-insert() returned. Exactly once under that at-least-once delivery: before inserting, the sink drops events
-whose event_id is in the batch already or in usage_event_ids (every id stored in the last 2 days, a RocksDB
-key-value table fed by a materialized view), so plain sums and the aggregates count each event once. Two sinks
-racing on the same events (a rebalance) can both insert; ReplacingMergeTree on event_id then collapses
-usage_events (read with FINAL), not the aggregates. Measured on chdb 26.9: `insert_deduplication_token` drops a
-repeated block from usage_events but its materialized views still receive it, so it is not used here.
-
-No record can poison it: each event is type-checked at decode (streams/usage/decode.py) and a bad one is
-dead-lettered (`bad_usage_event`) while the rest of its batch goes on; the events of one insert span at most
-MAX_PARTITIONS days (ClickHouse refuses an insert touching more than max_partitions_per_insert_block, 100); and
-an insert that fails while ClickHouse answers is split in halves until the rows it refuses are found. Those are
-set aside with ClickHouse's reason (`take_set_aside()`: dead-lettered as `usage_insert_refused`, or written to
-the spill's quarantine when they came from a spill file), never retried.
+Its BatchConsumer commits a micro-batch only after the insert returned; exactly once on top of that: events whose
+event_id is in the batch already or in usage_event_ids (the last 2 days) are dropped first. No record can poison
+it: each event is checked at decode (streams/usage/decode.py) and a bad one dead-lettered; an insert spans a
+bounded number of days; an insert ClickHouse refuses is split until the refused rows are found and set aside.
 """
 
 from __future__ import annotations

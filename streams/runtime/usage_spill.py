@@ -1,20 +1,9 @@
 """SpillingSink: keeps usage events when ClickHouse cannot take them, and writes them after it recovers.
 
-Wraps any object with `insert(events) -> int` (the UsageSink). When the inner insert raises, the events are
-appended to a durable local queue: JSON-lines segment files of at most `max_memory_events` events, each
-written to a temporary name, fsync'ed and renamed, so a crash never leaves half a segment. insert() then
-returns, the stage commits its Kafka offsets, and memory stays bounded by one segment. A background thread
-retries the oldest segment with exponential backoff and deletes it once the inner insert returned; segments
-left by a crashed process are drained by the next one that opens the same directory. A segment written twice
-(crash between insert and delete) is harmless: the inner sink drops event_ids it already stored.
-
-Backpressure: past `max_spilled_events` on disk, insert() blocks (retrying) instead of spilling more, so the
-stage stops consuming and Kafka holds the rest.
-
-A segment never blocks the queue for ever: a line that does not decode as a checked usage event (a segment an
-older version spilled with a poisoned record in it) and a row the inner sink refuses while ClickHouse answers
-(its `take_set_aside()`) go to `quarantine/` beside the segments, one JSON line each with the reason, and the
-rest of the segment is written. Only an outage (the inner insert raises) keeps a segment for another try.
+When the inner insert raises, the events go to a durable local queue (fsync'ed JSON-lines segments, renamed into
+place), so the stage can commit and memory stays bounded; a background thread retries the oldest segment with
+backoff. Past `max_spilled_events` insert() blocks instead, so Kafka holds the rest. A line that does not decode,
+or a row ClickHouse refuses, goes to `quarantine/` with its reason, so a segment never blocks the queue for ever.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The batch driver: runs the decisions of one micro-batch side by side and makes ONE backend call per tier round
 for all of them.
 
-Each decision is a generator (streams.scoring.steps) that yields the backend calls it needs. The driver starts
-every decision, groups the calls they wait on by backend, scores each group with one `score_many` call (MiniLM
-encodes every context and candidate of the group together; the causal LM pads them into shared forward passes;
-vLLM gets them in one generate call) and resumes each decision with its own result. Decisions that need another
-tier (fine after coarse, escalation, the next level of a hierarchy) meet again in the next round. Inside one
-backend's call, decisions are served in their order, so caches see texts in the same order as one decision after
-another would, and the tokens metered are the same.
-
-Inside a round, the shortest call goes first (`Pace`: each backend's measured seconds per text). A decision's
-time budget runs from its start and its breakers are checked before its next tier, so a decision whose cheap
-coarse call was served after another group's long model call would have spent its budget waiting on work that is
-not its own: Chinese tickets, whose lexical coarse call shared a round with English fine-only decisions, fell back
-on the timeout behind MiniLM's batch."""
+Each decision is a generator of backend calls (streams.scoring.steps); the driver groups the calls by backend,
+scores each group with one `score_many` call and resumes each decision with its own result, in order, so caches
+and metered tokens are as for one decision after another. Inside a round the shortest call goes first (`Pace`), so
+a decision's time budget is not spent waiting on another backend's long call.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """The decision engine: rules first, then the model tiers (cascade ranking, or hierarchy descent for multi-step
 decisions) under the decision's breakers, then rollout.
 
-Pure given its backends: the scoring worker calls `decide_batch`, `jev score` and bench/cascade.py call the same
-code offline. Each decision is a generator of backend calls (streams.scoring.steps); `decide_batch` drives a
-micro-batch of them together, one backend call per tier round (streams.scoring.batching). The concepts live
-beside it: ranking.py, hierarchy.py, breakers.py, rollout.py, rule_tier.py, generate.py, factory.py (building the
-engine from settings); token attribution per mechanism in ledger.py.
+Pure given its backends: the scoring worker calls `decide_batch`, and `jev score` and bench/cascade.py call the
+same code offline. Each decision is a generator of backend calls driven a micro-batch at a time
+(streams.scoring.batching); the concepts live beside it (ranking, hierarchy, breakers, rollout, rule_tier,
+generate, factory, ledger).
 """
 
 from __future__ import annotations

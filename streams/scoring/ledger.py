@@ -1,21 +1,10 @@
 """Per-decision token accounting, attributed per mechanism: one UsageEvent per tier or mechanism.
 
-Units. Actual tokens are exact in the tokenizer of the backend that processed them (its `model`);
-cache_read is the subset of input served from a cache. A model server's own count (its `usage`) is kept beside
-Jev's per section, and settles the decision's totals and cost where the server reported it. Nominal tokens use
-the request's model (tiktoken, the counts ingest put on the Work) and follow ONE definition in every mode: every
-candidate scored by the fine tier with the context re-sent each time, Σ_i (context + candidate_i). The sections
-split that total:
-  rules           the rules tier answered: the whole nominal, zero actual
-  cascade         candidates the coarse tier pruned (beyond the widest beam); actual = coarse tier's tokens
-  beam            candidates the widest beam would have kept but the dynamic beam pruned
-  shared_context  the context sent once instead of once per kept candidate: (kept − 1) × context
-  fine            the fine tier's fresh tokens, with the share of nominal they stand for
-  state_cache     the fine tier's cache reads (a cached state encoding, KV, or candidate embedding)
-  escalation      the escalation tier's tokens (nominal 0: spending beyond the naive baseline)
-  hierarchy       what a multi-step decision saved over scoring every leaf (the remainder)
-so Σ nominal over a decision's events = Σ_i (context + candidate_i), and nominal − actual per section is
-the saving that mechanism made.
+Actual tokens are exact in the tokenizer of the backend that processed them, with a model server's own count beside
+them where it reported one. Nominal tokens follow ONE definition in every mode, every candidate scored by the fine
+tier with the context re-sent each time, Σ_i (context + candidate_i), split into sections (rules, cascade, beam,
+shared_context, fine, state_cache, escalation, hierarchy), so nominal − actual per section is that mechanism's
+saving.
 """
 
 from __future__ import annotations

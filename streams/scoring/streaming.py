@@ -1,20 +1,10 @@
-"""The scoring engine's path for a generate request that asks for a stream: the generator's text, cleaned as
-it comes, cut into Chunks by the client's size, each released when the response's token bucket allows it
-(unless the postprocess.throttle switch is off) and handed to the engine's chunk sink (the scoring worker
-sends it on jev.chunks.v1). Then the Decision with the totals, and one usage row for the whole stream, with
-its time to first chunk and tokens per second.
+"""The scoring engine's path for a generate request that asks for a stream: the generator's text, cleaned as it
+comes, cut into Chunks by the client's size, paced by the response's token bucket and handed to the engine's chunk
+sink; then the Decision with the totals and one usage row for the whole stream.
 
-The row meters what the generator generated (what its server bills): its output tokens are the engine's count of
-every generated token (a model server's own count where its stream carried one, an in-process model's generated ids;
-else the text read, counted in the generator model's tokenizer from the pool), beside the server's usage where it
-reported one. What the client got
-is its `delivered_tokens`, the sum of its chunks in the request model's tokenizer; what lies between was generated
-and never delivered: cleanup's cuts, the length cut, a withheld sentence.
-
-A released sentence with a sensitive word (postprocess.scan) is never sent: the stream ends there with its
-final chunk, and the decision keeps the withheld text (postprocess routes it to review).
-
-Pure given the engine's backends, sink, clock and sleep (a test passes a fake clock and records the waits).
+The row meters what was generated (the server's count where it sent one), with `delivered_tokens`, the sum of the
+chunks, beside it. A sentence with a sensitive word is never sent: the stream ends there and the decision goes to
+review. Pure given the engine's backends, sink, clock and sleep.
 """
 
 from __future__ import annotations

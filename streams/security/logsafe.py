@@ -1,12 +1,9 @@
-"""Keep secrets out of logs: a logging filter that redacts DSN passwords, bearer tokens and API keys, and no
-message payloads (prompt text) at any log level.
+"""Keep secrets out of logs: redact DSN passwords, bearer tokens and API keys, and never log message payloads
+(prompt text) at any level.
 
-install() wraps the log record factory, so every record from every logger (Faust's, aiokafka's, ours) has
-its message, %-arguments and exception text redacted when it is created, before any handler, whenever the
-handlers were configured. RedactingFilter does the same for one handler where the factory cannot be used.
-It also holds the library loggers whose debug records print whole Kafka messages (PAYLOAD_LOGGERS: every
-request, decision and answer text sent or fetched) at INFO, so JEV_LOG_LEVEL=debug shows Jev's own debug
-records and the libraries' others, never a prompt.
+install() wraps the log record factory, so every record from every logger is redacted when it is created, before
+any handler; RedactingFilter does it for one handler. The library loggers that print whole Kafka messages are held
+at INFO, so JEV_LOG_LEVEL=debug never shows a prompt.
 """
 
 from __future__ import annotations

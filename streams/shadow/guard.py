@@ -1,12 +1,9 @@
 """The guard: each mechanism's agreement against its floor, and what Jev does when it falls below.
 
-A mechanism is judged once it has `min_sample` verdicts in its window (the verdicts since its last action,
-at most `window`): when the Wilson lower bound of the share it kept is under its floor, the guard tightens
-it through its knob (L2 similarity up, cascade beam wider, distillation's history budget up), or, where it has no knob
-or the knob is at its limit or did not take, switches it off through its kill switch. Every action is a control record
-on the control topic (so an operator can revert it the same way) and an alert naming the revert. A mechanism with
-neither knob nor switch (breakers, budgets) only alerts. Rules, breakers and budgets override the model on
-purpose, so only labelled verdicts (where accuracy can be compared) judge them.
+Once a mechanism has `min_sample` verdicts in its window and the Wilson lower bound of the share it kept is under
+its floor, the guard tightens its knob or switches it off, as a control record an operator can revert, with an
+alert naming the revert. Rules, breakers and budgets override the model on purpose, so only labelled verdicts judge
+them.
 """
 
 from __future__ import annotations

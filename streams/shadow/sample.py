@@ -1,11 +1,9 @@
 """Which requests are also decided the naive way, and their naive twins.
 
-Ingest samples a share of each decision type (JEV_SHADOW_RATE) by a stable hash of the request id, so a
-redelivered request is sampled again or not at all. A sampled Work is marked "served" and goes on as usual;
-its twin, marked "naive", holds the whole context (no truncation, no distillation) and goes to the scoring
-workers on the shadow topic, keyed by the served Work's cache key, so both decisions meet in the stage
-process that owns that cache partition. Shadow yields first: nothing is sampled from a micro-batch that
-filled up (ingest is behind) or crossed a budget threshold, and those skips are metered.
+Ingest samples JEV_SHADOW_RATE of each decision type by a stable hash of the request id, so a redelivery is sampled
+again or not at all. The twin holds the whole context and goes to the scoring workers keyed by the served Work's
+cache key, so both decisions meet in the process that owns that partition. Shadow yields first: nothing is sampled
+from a full or over-budget micro-batch, and those skips are metered.
 """
 
 from __future__ import annotations

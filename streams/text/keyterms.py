@@ -1,17 +1,9 @@
 """The key terms of a text in any script: what a reworded question must keep to still be the same question.
 
-A paraphrase may change every other word, but not the thing it names:
-- identifiers: a letter run holding digits (INV-0004, A320, ab-12, SKU8841), kept whole and case-folded;
-- numbers, by value, in digits, English number words or Chinese numerals (streams.text.language.numbers: 三晚 and
-  3晚 are one number);
-- quoted and titled terms: "…", “…”, ‘…’, 「…」, 『…』, 《…》, 〈…〉 (a book, film, product or exact phrase);
-- Latin-script names inside CJK text (iPhone, Python, Costco: in Chinese, Latin letters are nearly always a name);
-- CJK named places and venues: Han characters ending in one of the language's place suffixes (北京饭店,
-  国家森林公园; streams/text/lang/zh.yaml `place_suffixes`), by their last PLACE_CHARS characters (no segmenter says
-  where a name begins: 帮我订北京饭店).
-English names and rare words are read by the cache's word-level checks (streams/cache/verify.py); this module
-adds what those miss outside Latin script. The lists live in streams/text/lang/; nothing here is language-specific
-code beyond the script ranges.
+A paraphrase may change every other word, but not the thing it names: identifiers (INV-0004, A320), numbers by
+value (三晚 and 3晚), quoted and titled terms (“…”, 《…》), Latin-script names inside CJK text, and CJK places by
+their suffix (北京饭店). The lists live in streams/text/lang/; the cache's word-level checks (streams/cache/verify.py)
+read English names and rare words.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Language-aware text handling, in one place: which language a text is in, its word units, and the word lists of
-each language (stop words, negations, number words, fillers), read from the data files in streams/text/lang/.
+each language (stop words, negations, number words, fillers) from streams/text/lang/.
 
-Space-delimited scripts split into lowercased words; CJK runs (Chinese, Japanese kana, Korean hangul) have no
-spaces, so their units are overlapping character bigrams, a one-character run being its own unit. Bigrams
-measured better than nothing at all and need no segmenter: "预订酒店" gives 预订 订酒 酒店, and the two real
-words among them match wherever the same words are written. Mixed text ("iPhone 15 的价格") yields both kinds.
-Search (the lexical tier) also takes each CJK character (`unigrams=True`, as Lucene's CJK bigram filter with
-outputUnigrams): a question and its answer often share a character but no bigram (脑子 / 脑力, 睡不着 / 入睡).
+Space-delimited scripts split into lowercased words; CJK runs have no spaces, so their units are overlapping
+character bigrams ("预订酒店": 预订 订酒 酒店), which need no segmenter (docs/architecture.md compares them with
+jieba). Search also takes each CJK character (`unigrams=True`): a question and its answer often share a character
+but no bigram (脑子 / 脑力).
 """
 
 from __future__ import annotations
@@ -124,6 +122,22 @@ def lexicon(lang: str) -> Lexicon:
         frozenset(_words(data.get("fillers"))),
         data,
     )
+
+
+@functools.cache
+def _to_simplified() -> dict[int, str]:
+    pairs = _words(lexicon("zh").data.get("traditional"))
+    bad = [pair for pair in pairs if len(pair) != 2]
+    if bad:
+        raise ValueError(f"{DATA / 'zh.yaml'}: traditional holds {bad[:3]}; write each pair as two characters")
+    return {ord(pair[0]): pair[1] for pair in pairs}
+
+
+def simplified(text: str) -> str:
+    """`text` with the traditional characters of zh.yaml's `traditional` list in their simplified form, one
+    character for one, so positions in the result are positions in `text`: a pattern written once in simplified
+    characters then matches both scripts (這些資訊對你有所幫助 reads as 这些资讯对你有所帮助)."""
+    return text.translate(_to_simplified()) if has_cjk(text) else text
 
 
 def stem(word: str) -> str:

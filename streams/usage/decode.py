@@ -1,11 +1,9 @@
 """A usage event checked at decode, before it can reach a ClickHouse insert.
 
-Every field of UsageEvent is checked against its declared type and the column it lands in (UInt32 token counts,
-UInt16 iteration, finite non-negative floats, strings of bounded length), and `ts` against a window around now:
-each day is a ClickHouse partition, so a producer stamping events on a hundred different days could otherwise
-make one insert touch more partitions than ClickHouse allows. Every stage stamps its events when it makes them,
-so an honest event is never far from now. A record that fails any check raises BadUsage naming the field and
-what it should be; the caller dead-letters it (reason `bad_usage_event`) and goes on with the rest.
+Every field is checked against its declared type and column (UInt32 token counts, finite non-negative floats,
+bounded strings) and `ts` against a window around now, since each day is a ClickHouse partition and an insert may
+touch only so many. A record that fails raises BadUsage naming the field and what it should be; the caller
+dead-letters it (`bad_usage_event`) and goes on with the rest.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Query limits that hold on the sandbox process itself, not only inside its engine: an answer too large to build
-stops at JEV_QUERY_MEMORY_MB, one too slow to build at JEV_QUERY_TIME_S (issue 31: `SELECT
-arrayJoin(range(100000000))` ran 91 s and grew to 7 GB against 30 s and 1 GiB); and an admin call never waits
-behind tenants' calls."""
+stops at JEV_QUERY_MEMORY_MB, one too slow to build at JEV_QUERY_TIME_S; and an admin call never waits behind
+tenants' calls.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Consumer lag per group, topic and partition: end offset − committed offset.
 
-End offsets are the high watermark of a Fetch response, not ListOffsets(LATEST): tansu answers that with the
-last batch's base offset + 1, wrong whenever a produced batch holds more than one record (measured: 1 instead
-of 33 after 33 records sent in batches); its Fetch high watermark is right. Committed offsets come from
-OffsetFetch through a consumer of the group that joins nothing (tansu's admin ListConsumerGroupOffsets
-response does not parse in aiokafka 0.14), so reading lag never disturbs the group.
+End offsets are the high watermark of a Fetch response, not ListOffsets(LATEST), which the local broker answers
+wrong whenever a produced batch holds more than one record (docs/operations.md). Committed offsets come from
+OffsetFetch through a consumer that joins no group, so reading lag never disturbs the group.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The query endpoints of the embedded engine's owner, and how other processes reach them.
 
-One process may hold a chdb data directory at a time, so the process that writes (the pipeline) serves the
-analytics surfaces to the others (`jev sql`, `jev report`, `jev flamegraph`, `jev alerts`) and to tenants.
-Every call, local or served, runs through sandbox.run: a child engine holding only the caller's rows, under the
-query limits (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS), never on the pipeline's threads.
-
-The owner starts a QueryServer on 127.0.0.1 (ephemeral port) and writes `<dir>.owner.json` (mode 0600, set on
-the file whatever existed before) with its URL and a random bearer token that reads every tenant; readers find
-it next to the data directory. JEV_QUERY_TOKENS adds tokens that each read one tenant (tenancy.load_tokens).
-Every endpoint takes a JSON body and answers JSON; an admin token may narrow a call to one tenant with
-"tenant", a tenant token reads its own tenant only; each token has at most JEV_QUERY_CONCURRENCY calls running
-(more get 429), admin calls run on threads of their own (never queued behind tenants'), and a call whose client
-goes away is cancelled (its sandbox killed):
-  POST /query      {"sql"}                             → {"columns", "rows"}
-  POST /report     {"since", "by"}                     → the report of `jev report --json`
-  POST /flamegraph {"since", "service", "weight"}      → {"stacks": {folded stack: weight}}
-  POST /alerts     {"set", "budgets"}                  → {"alerts": [alert records]}
-Server DSNs (http://) need no owner: every process connects to the server itself.
+One process may hold a chdb data directory at a time, so the pipeline serves the analytics surfaces (`jev sql`,
+`report`, `flamegraph`, `alerts`) to other processes and to tenants over 127.0.0.1, its URL and an admin token in
+`<dir>.owner.json` (mode 0600). Every call runs through sandbox.run under the query limits; a tenant token reads
+its own tenant only; each token has at most JEV_QUERY_CONCURRENCY calls running, admin calls never queue behind
+tenants', and a call whose client goes away is cancelled. Endpoints: POST /query, /report, /flamegraph, /alerts.
 """
 
 from __future__ import annotations

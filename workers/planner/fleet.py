@@ -1,23 +1,9 @@
 """Fleet sizing for `jev plan`: stage processes, scoring workers (CPU) or GPUs, partitions and the ClickHouse insert
 rate a traffic mix needs, from per-decision costs the benchmarks measured.
 
-The costs live in workers/planner/fleet_costs.json, one entry per figure with its value, unit, the command that measured
-it and what it was measured on; benchmarks update it (`bench/scale.py --record`), and `jev plan --costs FILE`
-takes another file (figures measured on the production machines). The arithmetic, per second at `qps`:
-
-  model share m        = (1 − rules_share) × (1 − cache_hit_rate)    decisions that reach the model tiers
-  stage CPU            = qps × ((1 − m) × stage_cpu_ms_per_cached_decision + m × stage_cpu_ms_per_model_decision)
-  stage processes      = ⌈stage CPU / (1,000 ms × utilization)⌉       one process uses at most one core
-  fine candidates      = Σ_type share × iterations × min(candidates, cascade_top_k or candidates)
-  scoring workers      = ⌈qps × m × fine candidates × scorer_cpu_ms_per_candidate / (1,000 ms × utilization)⌉
-  GPUs                 = ⌈qps × m × fine candidates / (gpu candidates/s at the mix's context length × utilization)⌉
-  partitions           = the next power of two ≥ 2 × max(stage processes, scoring workers or GPUs)
-  ClickHouse rows/s    = qps × usage_rows_per_decision (inserts/s: rows/s ÷ rows per insert, one per sink flush)
-  one more core buys   = 1,000 ms × utilization ÷ the CPU one decision takes over every process on its path:
-                         rules/cache: stage_cpu_ms_per_cached_decision; model: stage_cpu_ms_per_model_decision +
-                         fine candidates × scorer_cpu_ms_per_candidate; the mix: the two weighted by m
-GPU throughput is interpolated linearly in context tokens between the measured points (and scaled as 1/context
-beyond them). Utilization (default 0.7) leaves headroom for bursts and rebalances.
+The costs live in workers/planner/fleet_costs.json, each with the command that measured it (`bench/scale.py
+--record` updates it; `jev plan --costs FILE` takes another). The arithmetic and a worked example are in
+docs/planner.md.
 """
 
 from __future__ import annotations

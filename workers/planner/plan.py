@@ -1,13 +1,9 @@
 """The token planner: tokens and cost per decision and per day for a traffic mix, naive vs optimized.
 
-Per decision type (C context tokens, N candidates, d tokens per candidate description, I iterations):
-  naive      = I × (C + N × (C + d))     the context once, then every candidate re-reads it with its description
-  shared     = I × (C + N × d)           the context is encoded once (prefix/state cache) and shared
-  cascade    = I × (C + min(N, K) × X)   only the top K candidates reach the big model (X = d shared, else C + d)
-  optimized  = (1 − rules_share) × (1 − cache_hit_rate) × cascade
-Savings are attributed in that order: rules, cache, shared context, cascade; they sum to naive − optimized.
-The summary's `fleet` sizes the processes, GPUs and partitions for the mix from measured costs
-(workers/planner/fleet.py).
+Per decision type the naive path re-reads the context with every candidate; the optimized one shares it, sends only
+the cascade's top K to the big model, and skips what rules and caches answer. Savings are attributed in that order
+(rules, cache, shared context, cascade) and sum to naive − optimized; docs/planner.md has the formulas. The
+summary's `fleet` sizes the processes for the mix (workers/planner/fleet.py).
 """
 
 from __future__ import annotations

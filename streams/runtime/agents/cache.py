@@ -1,16 +1,11 @@
-"""cache: answer locally (L1, then rules: streams.runtime.answer), else from L2 (semantic), through the postprocess
-step, or pass the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker
-holds (streams.runtime.local), so what arrives here is mostly the rest.
+"""cache: answer locally (L1, then rules: streams.runtime.answer), else from L2 through the postprocess step, or pass
+the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker holds
+(streams.runtime.local), so what arrives here is mostly the rest.
 
-The cache-state topic: every stage process reads it from its beginning and keeps following it (a group-less
-consumer, like the control reader), so a process started after a crash, or one taking over another's
-partitions, holds the same L2 entries, learned thresholds and L3 statistics as the process that wrote them.
-Each message is {"origin": process id, "records": [...]} (changelog.py), keyed by its origin so that one
-process's records stay in order; a process skips its own messages. The stage queues a change as it happens;
-they go out through the one Sender every STATE_FLUSH_S, apart from the micro-batches.
-
-The naive twins of near-misses (promotion, streams/cache/stage.py) go to the shadow topic with the batch's
-misses; their decisions come back through postprocess, which judges them (CacheStage.promote)."""
+Every stage process follows the cache-state topic from its beginning (a group-less consumer), so it holds the same
+L2 entries, thresholds and L3 statistics as the processes that wrote them; its own changes go out through the one
+Sender every STATE_FLUSH_S. Naive twins of near-misses (promotion) go to the shadow topic with the batch's misses.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The stage process as `jev worker stream` runs it: its readiness file names when each start-up phase ended; it
-stops within JEV_STOP_GRACE_S of SIGTERM (it ignored SIGTERM for 12-25 s), and leaves no readiness marker behind."""
+stops within JEV_STOP_GRACE_S of SIGTERM, and leaves no readiness marker behind.
+"""
 
 import os
 import signal

@@ -1,24 +1,10 @@
 """Where every analytics query runs: a child process with its own engine that holds only the rows its caller may
-read.
+read, so no query text, error or side channel can reach another tenant's rows.
 
-Tenant isolation by construction: the owner copies the caller's rows out of its engine with one fixed query per
-table (`SELECT * FROM t WHERE tenant = {tenant}`, the tenant a query parameter; every tenant for the admin scope)
-in ClickHouse's Native format, and a fresh child process (`python -m workers.analytics.sandbox.child DIR`) loads
-them into the same table definitions in its own engine under a private temporary directory, with the views over
-them, then runs the caller's work there: `jev sql`'s query, the report, the flame graph or the alerts. Another tenant's
-rows are not in that engine, so no query text, PREWHERE, throwIf oracle or error message can reach them.
-
-The child also keeps the caller away from the pipeline and the machine:
-- every query runs with readonly=1 (no writes, no table functions such as file(), url(), remote(); no SETTINGS
-  clause can lift the limits) and with max_execution_time, max_memory_usage and max_threads from the settings
-  (JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB, JEV_QUERY_THREADS), and the child process itself is held to the same
-  time and memory (limits.py), so rows built outside the engine stop there too;
-- a caller's own SQL passes tenancy.check_ast first (one SELECT; Jev's tables only; no scalar file());
-- the child runs in the idle CPU class (SCHED_IDLE) with a minimal environment (of JEV_* only the index ranges
-  JEV_INDEX_*, no secrets), dies with its parent, and is killed when its time is up or its caller goes away
-  (`cancelled`);
-- errors come back as the ClickHouse error name and the message with every quoted value and everything after the
-  first colon removed, so an error never carries row data.
+The owner copies the caller's rows out with one fixed query per table, and a fresh child loads them into the same
+table definitions and runs the caller's work there, read-only, under JEV_QUERY_TIME_S, JEV_QUERY_MEMORY_MB and
+JEV_QUERY_THREADS (held on the process too: limits.py), in the idle CPU class, with no secrets in its
+environment. Errors come back without row data.
 """
 
 from __future__ import annotations

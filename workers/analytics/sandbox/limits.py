@@ -1,12 +1,9 @@
-"""The limits a caller's analytics work runs under, enforced twice: inside the engine (readonly=1,
-max_execution_time, max_memory_usage, max_threads on every query) and on the sandbox process itself, where the
-engine's limits do not reach (an answer's rows built in Python, a query stuck outside the engine's checks):
-- memory: the child's data segment (RLIMIT_DATA: heap and anonymous mappings, where both the engine and Python
-  allocate) is capped at JEV_QUERY_MEMORY_MB plus ENGINE_MB, the engine's own footprint once started, so an
-  allocation past it fails in the child. RLIMIT_AS would count the engine's 1.8 GB of mapped code as well;
-  a cgroup needs a delegated hierarchy the host may not give;
-- time: the child stops itself JEV_QUERY_TIME_S (+ ENGINE_FIRST_S) after its tables are loaded, and its parent
-  kills it GRACE_S after JEV_QUERY_TIME_S if it has not (sandbox.run), whatever it is doing."""
+"""The limits a caller's analytics work runs under, enforced twice: inside the engine (readonly, time, memory and
+threads on every query) and on the sandbox process itself, where the engine's limits do not reach (rows built in
+Python, a query stuck outside the engine's checks): its data segment is capped at JEV_QUERY_MEMORY_MB plus the
+engine's own footprint (RLIMIT_DATA), and it stops itself JEV_QUERY_TIME_S after its tables are loaded, its
+parent killing it GRACE_S later if it has not.
+"""
 
 from __future__ import annotations
 
