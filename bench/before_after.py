@@ -1,13 +1,11 @@
 """One benchmark, two checkouts, side by side in one run: the code before a change against the code after it.
 
-Runs `SCRIPT ARGS…` (a bench/ script that prints one JSON object last) in each checkout with that checkout on
-PYTHONPATH, alternating the order every round (before, after; after, before; …) so drift on a shared machine
-falls on both sides alike. Reports each side's runs and the median of every numeric figure they share, and
-after ÷ before for each. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`; --same-script runs
-the after checkout's copy of a benchmark the before code does not have.
+Runs `SCRIPT ARGS…` in each checkout with that checkout on PYTHONPATH, alternating the order every round so drift
+on a shared machine falls on both sides alike, and reports the median of every numeric figure both print and after
+÷ before. Make the "before" checkout with `git worktree add /tmp/jev-before <commit>`; --same-script runs the after
+checkout's copy of a benchmark the before code lacks.
 
-    .venv/bin/python bench/before_after.py --before /tmp/jev-before --after . --rounds 2 -- \
-        bench/load.py --rates 100,200 --burst 3000 --trials 1
+    .venv/bin/python bench/before_after.py --before /tmp/jev-before --after . --rounds 2 -- bench/load.py --trials 1
 """
 
 from __future__ import annotations

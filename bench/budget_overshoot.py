@@ -1,17 +1,12 @@
 """Atomic budget reservations under concurrency: throughput and overshoot against one hard budget.
 
-1,000 concurrent reservations (asyncio tasks, then threads) race for one hard token budget that fits
-only part of them; each reserves input + max output, "calls the model", and settles with its actuals.
-Side by side, a gateway that checks spend before the call and adds it after (the usual failure) runs
-the same traffic.
+1,000 concurrent reservations race for a hard token budget that fits only part of them, beside a gateway that
+checks spend before the call and adds it after (the usual failure). --processes N spreads them over N processes
+with the stage process's lease runtime on the local broker, beside N processes that each enforce their own view.
+`overshoot_tokens` counts tokens spent past the limit (target 0); `processes.stranded_tokens` what the leased run
+left unspent while requests were refused. Last stdout line: one JSON object.
 
---processes N (N > 1) runs the same 1,000 requests spread over N processes on the local broker, each with the
-stage process's budget runtime (streams.runtime.leases: a budget owner in the shared group and a lease client),
-reserving concurrently, "calling the model" for 0-10 ms, and settling through the budget topic. Side by side, N
-processes that each enforce their own view of the budget (what one BudgetBook per process did) run the same split.
-`overshoot_tokens` counts tokens actually spent past the hard limit in every run; `processes.stranded_tokens` is
-what the leased run left unspent of the limit while requests were refused.
-Last stdout line: one JSON object (reservations_per_s, overshoot_tokens; target 0).
+    .venv/bin/python bench/budget_overshoot.py [--processes 3]
 """
 
 from __future__ import annotations

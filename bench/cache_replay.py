@@ -1,13 +1,9 @@
 """L2 with learned thresholds, replayed on labelled pairs it never saw: precision and recall per target error.
 
-qqp-dev (8,000 Quora pairs) is split deterministically by a hash of each pair: about 30% is the held-out
-slice, the rest the dev part. No parameter is fitted to either (the learner starts empty on each replay);
-the held-out slice did inform one design choice, spending alpha over fits (streams/cache/learning.py). Each run replays
-one slice through the live L2 decision (streams/cache/replay.py: every text_a filled, then every text_b
-asked, the learned verifier scoring candidates with its starting weights, the pooled learner starting empty;
-the shipped weights were fitted on the dev part, never on the held-out slice) at each --targets error bound, in file
-order and in --seeds shuffled orders; STS-B test pairs (>= 4 duplicates, <= 2 different) are replayed the same way. Each
-text is embedded once per run. Last stdout line: one JSON object.
+qqp-dev is split by a hash of each pair into a held-out slice (~30%) and a dev part; the shipped verifier weights
+were fitted on the dev part only, and the learner starts empty on each replay. Each run replays a slice through
+the live L2 decision (streams/cache/replay.py) at each --targets error bound, in file order and --seeds shuffled
+orders, and STS-B test pairs the same way. Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_replay.py [--slice held_out|dev|both] [--targets 0.05,0.1,0.2] [--write DIR]
         [--promote-margins 0,0.2]

@@ -1,17 +1,11 @@
-"""Cascade quality vs cost on labeled decisions built from STS-B, with the default CPU tiers.
+"""Cascade quality vs cost on labelled decisions built from STS-B, with the default CPU tiers.
 
-Each decision: sentence 1 of an STS-B pair scoring >= 4 is the state, its sentence 2 the right candidate;
-distractors are other pairs' sentence 2: the nearest neighbours of the right candidate by MiniLM, the
-nearest neighbours of the state by word overlap, and random ones. Candidate ids are opaque (c0..cN in a
-shuffled order). The three modes run on the same decisions with the same engine code as `jev score`;
-tokens are every model token any tier processed (cache reads included, as input), so
-token_ratio = cascade tokens / fine-only tokens. Last stdout line: one JSON object.
+Each decision: an STS-B sentence (pair score >= 4) as the state, its pair as the right candidate among hard and
+random distractors. Cascade, fine-only and coarse-only run on the same decisions with `jev score`'s code;
+token_ratio = cascade tokens ÷ fine-only tokens. --out writes the decisions as `jev score` input instead
+(sts-dev.jsonl and a held-out fifth, sts-heldout.jsonl). Last stdout line: one JSON object.
 
-    .venv/bin/python bench/cascade.py [--limit 200] [--candidates 20]
-    .venv/bin/python bench/cascade.py --out /tmp/en-decisions [--limit 200] [--candidates 20]
-
---out writes the decisions as `jev score` input instead of scoring them: <out>/sts-dev.jsonl and sts-heldout.jsonl,
-a decision held out by a hash of its state (a fifth), so a model tuned on dev is measured on states it never saw.
+    .venv/bin/python bench/cascade.py [--limit 200] [--candidates 20] [--out DIR]
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Distill benchmark: ShareGPT multi-turn conversations (and Arena-Hard prompts) through the distill stage.
 
-Runs the default policy, each layer switched off, and a few budgets side by side; prints progress to
-stderr and one JSON object last: median_reduction, last_user_kept, conversations_per_s (per core: CPU
-seconds of this single-threaded process, best of 3 passes), per-layer tokens before/after and the
-reduction distribution.
-ShareGPT conversations are cut after their last user turn (the history sent with that question).
+Runs the default policy, each layer switched off, and a few budgets side by side, each conversation cut after its
+last user turn. Last stdout line: median_reduction, last_user_kept, conversations_per_s (CPU seconds of this one
+thread, best of 3 passes), per-layer tokens before/after and the reduction distribution.
 
     .venv/bin/python bench/distill.py [--limit 3000] [--model gpt-4o-mini]
 """

@@ -1,12 +1,9 @@
-"""Other tenants' decision latency while one tenant keeps large records in flight (issue 31).
+"""Other tenants' decision latency while one tenant keeps large records in flight.
 
-Each loaded wave of acme's and globex's requests is published right behind tenant `mallory`'s --huge records of
---huge-bytes (1 MB: over JEV_MAX_RECORD_BYTES, rejected too_large unparsed) and --large records just under the
-limits (a history of 2 KB turns, --large-bytes in all: admitted, each tens of thousands of tokens to count, until
-mallory's rate in --rates is spent (by default 2 requests/s and 20,000 tokens/s; 50/s for every other tenant),
-then rate_limited). The runner, waves and ratios:
-bench/tenant_mix.py. Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, outcomes of
-mallory's records, ...).
+Each loaded wave of acme's and globex's requests is published right behind tenant `mallory`'s --huge records over
+JEV_MAX_RECORD_BYTES (rejected too_large unparsed) and --large records just under the limits (admitted until its
+rate in --rates is spent, then rate_limited). Runner, waves and ratios: bench/tenant_mix.py.
+Last stdout line: {p50_ratio, p95_ratio, silent, rate_limited, outcomes, ...}.
 
     PYTHONPATH=. .venv/bin/python bench/hostile_load.py [--huge 21] [--large 21] [--waves 4] [--wave 5]
 """

@@ -1,11 +1,8 @@
-"""CPU per request of the stage process's hot path, in-process: ingest's micro-batch handler on requests the
-rules tier answers (decode, validate, count, budgets, distill, the local answer, postprocess, usage, encoding
-for Kafka), with the Kafka producer replaced by one that acknowledges at once. No broker and no other process
-share the measure, so it reads steadier than bench/load.py's cpu_ms_per_decision on a busy machine.
-
-It finds the stage's send path and handler by name, so it also runs in a checkout whose stages sent through
-Faust topics and a RecordProducer (`app.jev_topics.records`, `handle`) for a before/after comparison
-(bench/before_after.py). Last stdout line: {requests, cpu_us_per_request, producer_calls}.
+"""CPU per request of the stage process's hot path, in-process: ingest's micro-batch handler on requests the rules
+tier answers (decode, validate, count, budgets, distill, the local answer, postprocess, usage, encoding), with a
+producer that acknowledges at once, so no broker or other process shares the measure. It finds the send path and
+handler by name, so it also runs in older checkouts (bench/before_after.py).
+Last stdout line: {requests, cpu_us_per_request, producer_calls}.
 
     .venv/bin/python bench/ingest_cpu.py [--batches 21] [--size 500]
 """

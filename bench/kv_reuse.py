@@ -1,13 +1,9 @@
-"""Candidates/s of the CPU fine backend (SmolLM2 PMI) with the context's KV cache computed once and
-reused for every candidate (batched), vs one full forward pass of context + candidate per candidate.
-
-Same decisions, same run, caches cleared before each method; also reports the largest score difference
-between the two (they compute the same PMI). Last stdout line: one JSON object with `speedup`.
+"""Candidates/s of the CPU fine backend (SmolLM2 PMI) with the context's KV cache computed once and reused for every
+candidate, vs one full forward pass per candidate: same decisions, caches cleared before each method, and the
+largest score difference between the two. --threads 1 by default: torch's one thread per core oversubscribes a
+small shared machine. Last stdout line: one JSON object with `speedup`.
 
     .venv/bin/python bench/kv_reuse.py [--limit 4] [--candidates 12] [--threads 1]
-
---threads 1 by default: on a small shared machine torch's default of one thread per core oversubscribes
-the CPU and runs several times slower.
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
 """Load: the local pipeline at rising request rates, against a bare two-agent Faust pipeline on the same broker.
 
-Pipeline: the Faust stages in their own process (as deployed), one scoring worker, ClickHouse sink. Each step
-publishes at a fixed rate for --step-s seconds; a request's latency is the time from publishing it to reading
-its decision. The rate rises until a step does not keep up (below: every request decided, at >= 90% of the
-offered rate, no queue building up) or its p99 is over --p99-ms, or --max-total-s is spent. Then a burst of
---burst requests is published at once: the ramp's requests again under new ids, cycled (the rules/cache path), long
-enough that micro-batch windows do not dominate either side. decisions_per_s is the burst size over the time to
-decide it all (saturated; the pipeline is already running).
-Bare reference (a child process, same broker): `count_tokens` (take(1000, within=50 ms), tiktoken count, one
-UsageBatch per micro-batch) → `sink_usage` (the same UsageSink) into its own ClickHouse directory. Both sides are
-timed alike: warmed first (the pipeline by the ramp; the bare child by 500 requests of its own, so its tokenizer
-load and first inserts fall outside the timing), then the same burst is published at once from this process,
-timed from its first send to the last decision read (pipeline) or the last row inserted (bare). The pipeline
-stays up, idle, while the bare reference runs (measured idle, in % of a core: stages 17, scoring worker 4, the
-broker 24 serving every reader's polls).
-Burst and bare run alternate --trials times (the machines are shared and noisy): decisions_per_s, bare_events_per_s
-and ratio_to_bare are the pair with the median ratio; `trials` lists every pair.
-Last stdout line: {decisions_per_s, bare_events_per_s, ratio_to_bare, p99_ms, lost, steps, ...}: p99_ms is every
-decision's p99 at the highest rate sustained, p99_rules_cache_ms the p99 there over the decisions the rules tier or
-a cache made (the rest went through the model tiers, after an L2 embedding of the question); each step has both;
-cpu_ms_per_decision is the CPU each process (stages, scoring worker, broker) spent per decision during the bursts,
-bare_cpu_ms_per_event the same for the bare child and the broker during the bare runs;
-hop_median_ms splits the latency of the highest rate step by topic; each step and probe counts the tiers that decided
-its requests (`tiers`), and `controls` lists the control records published during the run (the shadow guard's
-actions: a switch it turned off changes the pipeline under test).
-Latency at half capacity, per path (`half_capacity`), at half of the path's SUSTAINED capacity: the highest rate
-it keeps up with when requests arrive paced at that rate (every request decided, >= 90% of the rate, no queue
-building up over the step), found by bisecting with --probes paced steps (`probes`) — not from a burst, whose larger
-micro-batches decide more per second than steady traffic allows, so half a burst rate can still overload it. The
-rules/cache path: the ramp's requests again under new ids, bisected between the ramp's last kept-up and first missed
-rate, then --half-s seconds at half, twice: on the run's pipeline after everything above (`rules_cache_after_run`)
-and on a fresh pipeline warmed by the ramp's requests at once (`rules_cache`, p99_rules_cache_half_ms). The model
-path: a second pipeline with the fine tier --model-backend (auto: MiniLM when installed), rules and caches switched
-off; its burst capacity from --model-burst fresh requests, then
-paced steps of --model-step-s from 0.8 of it, then half. Each: p50/p95/p99 of its decisions, publishing to decision
-read (goals: model path p99 under the 800 ms decision timeout, rules/cache path p99 <= 100 ms), and each decision's
-own split, queue_ms (admission to the start of the work that decided it) and service_ms (the rest). Every paced
-step and probe also reports `cpu_cores`: the cores each process kept busy while it ran (stages, scoring worker,
-broker, and `bench`, this process publishing and reading), so a latency can be read against what was left of the
-machine. The local broker costs more per message as its logs grow: tansu 0.6.0 (memory storage) lists every
-batch a partition ever stored on each fetch that returns data, and deletes none (DeleteRecords is unimplemented).
+Paced steps at --rates find the highest rate the pipeline keeps up with (every request decided, >= 90% of the rate,
+no queue building up); bursts of --burst requests, alternated --trials times with the bare reference (count tokens
+→ the same ClickHouse sink) on the same requests, give decisions_per_s and ratio_to_bare (the median pair). Each
+path (rules/cache, model) is then run at half its SUSTAINED capacity, found by --probes paced steps, for its
+p50/p95/p99 (goals: rules/cache p99 <= 100 ms, model path under the 800 ms decision timeout), with each step's
+`cpu_cores`, `tiers` and the guard's `controls`. Last stdout line: {decisions_per_s, bare_events_per_s,
+ratio_to_bare, p99_ms, lost, steps, half_capacity, cpu_ms_per_decision, ...}.
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
         [--half-s 20] [--model-burst 100] [--model-backend auto] [--probes 3] [--model-step-s 10]

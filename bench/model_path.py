@@ -1,33 +1,12 @@
 """The model path against the raw model, side by side in one run: what the pipeline makes of the model's speed.
 
-Requests: the bundled workload's ranking and inventory-transfer decisions
-(workers.harness.workload.model_path_requests), whose candidates repeat as the demo's do (the same warehouses, the same
-hold / review / block) and, with
---repeat-share (0.3, the demo's), a share of whole requests repeated. The rules tier and the L1/L2/L3 caches are
-switched off through the control topic, so every request is scored by the model tiers (fine: JEV_BACKEND, MiniLM
-by default).
-
-1. Pipeline, encoding cache off (JEV_ENCODING_CACHE_MB=0): the local pipeline (stages in a child process, one
-   scoring worker) decides 20 warm-up requests, then --rounds bursts of --burst new requests, each published at
-   once; decisions_per_s is a burst over the time to decide all of it.
-2. Raw model (the ceiling), right after each burst, while that pipeline stays up, idle: the burst's Works as the
-   scoring worker read them from the score topic (distilled contexts) are decided again in this process by the
-   same engine with the cache off, recording every text list the fine tier's model was asked to encode; then only
-   those encoder calls are timed, with the model's own encode, the same model and the same threads
-   (JEV_MODEL_THREADS) as the worker.
-   raw_decisions_per_s is the burst over that time; ratio_to_raw = (1) ÷ (2): the share of the model's own
-   throughput the pipeline delivers, per round (`rounds_ratio_to_raw`); the median round is reported.
-3. Pipeline, encoding cache on (JEV_ENCODING_CACHE_MB, 64 by default): the same, with the burst's requests under
-   new ids; encoding_cache_hit_ratio is the scoring worker's hits ÷ look-ups during the burst, from its /metrics.
-
-On a shared machine every process gets a slice of the cores, and the pipeline runs three (stages, scoring worker,
-broker) against the raw model's one thread, so the rate ratio reads low under load: cpu_ratio_to_raw compares CPU
-instead, the raw encoder's CPU per decision over the marginal CPU per decision of the pipeline's processes during
-the burst (from /proc, less what each spent idle, polling, in the 5 s before it, as bench/scale.py does), which
-drifts far less; cpu_ms_per_decision gives each process's share. Run it twice and quote both.
-Last stdout line: {ratio_to_raw, rounds_ratio_to_raw, decisions_per_s (cache on), encoding_cache_hit_ratio,
-cpu_ratio_to_raw, decisions_per_s_cache_off, raw_decisions_per_s, cache_speedup, ...}: the cache-off figures are the
-median round's.
+The bundled workload's ranking and inventory decisions, with the rules tier and caches switched off, go through the
+local pipeline (encoding cache off) in --rounds bursts of --burst; after each burst the same encoder calls are timed
+on the raw model in this process, with the same threads. ratio_to_raw = pipeline ÷ raw decisions/s, the median
+round; cpu_ratio_to_raw compares CPU per decision instead, which drifts less on a shared machine (run it twice and
+quote both). A last burst with the encoding cache on gives decisions_per_s and encoding_cache_hit_ratio.
+Last stdout line: {ratio_to_raw, rounds_ratio_to_raw, decisions_per_s, encoding_cache_hit_ratio, cpu_ratio_to_raw,
+decisions_per_s_cache_off, raw_decisions_per_s, cache_speedup, ...}.
 
     .venv/bin/python bench/model_path.py [--burst 200] [--rounds 3] [--repeat-share 0.3] [--backend minilm]
 """

@@ -1,20 +1,14 @@
 """Jev's OpenAI-compatible engine vs direct httpx calls to the same server: same prompts, same concurrency.
 
-Decisions: the demo workload's decide requests (workers/harness/workload.py, seed 11: not the demo's seed 7), each
-context rendered as the scoring workers render it. "direct" sends each decision's prompt (the one Jev builds: the
-context once, the candidates under letters) to /completions itself, with max_tokens 1 and logprobs, through one
-httpx.AsyncClient and a semaphore of --concurrency; "jev" scores the same decisions with the engine's score_many
-(its own pool, retries, circuit and the same bound). The two alternate round by round (the machine is shared: load
-drifts, and a server's prompt cache favours whoever goes second: the order alternates), after a warm-up round
-that puts every prompt in the server's prompt cache. Generate: --generate prompts answered by a streamed chat completion
-each way (Jev's stream() vs a direct SSE read). `ratio_to_direct` is Jev's throughput over direct's;
-`calls_per_decision` the HTTP calls Jev made per decision. Jev's count (the pool entry's tokenizer: smollm2-server
-counts in its GGUF's own vocabulary) and the server's are summed over the decide calls for the drift.
+Decide: the demo workload's decisions scored through the engine's score_many (pool, retries, circuit) against the
+same prompts sent to /completions directly, rounds alternating who goes first after a warm-up round. Generate:
+--generate streamed chat completions each way. `ratio_to_direct` is Jev's throughput over direct's,
+`calls_per_decision` Jev's HTTP calls per decision, `drift` Jev's token count against the server's. Without --url
+it starts the local llama.cpp server (infra/model_server.py) and stops it after.
+Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
 
     .venv/bin/python bench/model_server.py [--url http://127.0.0.1:PORT/v1] [--model smollm2-server]
         [--decisions 48] [--concurrency 4] [--rounds 4] [--generate 6]
-Without --url it starts the local llama.cpp server (infra/model_server.py) and stops it after.
-Last stdout line: {decide: {...}, generate: {...}, ratio_to_direct, calls_per_decision, drift}.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Prefix reuse on a model server: the demo's support questions answered one after another (as the demo's one-slot
-server answers them), with the shared support policy first (what ingest and distill hand the generator: the policy,
-a system turn, then the question) vs the question first and the same policy after it. Same prompts, same tokens,
-same server, one run; the two layouts alternate block by block (--rounds, each round new questions: a prompt the
-server answered before would be a whole-prompt hit), English and Chinese questions mixed as the demo mixes them
-(workers/harness/workload.py, seed 13: not the demo's seed 7).
-
-A server that keeps the KV cache of earlier prompts (llama.cpp's llama-server: each slot's last prompt and its
-prompt cache; vLLM with prefix caching) reads only the question of a shared-first prompt, and says how many prompt
-tokens its cache served in the streamed answer's `usage` (prompt_tokens_details.cached_tokens).
+"""Prefix reuse on a model server: the demo's support questions answered one after another with the shared support
+policy first (as ingest and distill hand it to the generator) vs the question first, alternating block by block,
+English and Chinese mixed. A server that keeps earlier prompts' KV cache reads only the question of a policy-first
+prompt, and reports the tokens its cache served (`usage.prompt_tokens_details.cached_tokens`).
+Starts the local llama.cpp server (infra/model_server.py) and stops it after.
+Last stdout line: {shared_first: {...}, question_first: {...}, ratio_p50, ratio_p95}.
 
     .venv/bin/python bench/prefix_reuse.py [--questions 12] [--rounds 2] [--max-tokens 16]
-Starts the local llama.cpp server (infra/model_server.py, one thread per idle core) and stops it after.
-Last stdout line: {shared_first: {...}, question_first: {...}, ratio_p50, ratio_p95} (each layout: first piece ms
-p50/p95, prompt tokens in Jev's count and in the server's, and the prompt tokens the server's cache served).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The four-level queries (request, session, service, business) over N usage rows on the embedded ClickHouse.
 
-Rows are generated inside ClickHouse (INSERT … SELECT FROM numbers(N), four events per request over 7 days,
-50,000 sessions), so the materialized views fill exactly as from the sink. Each level's query runs --repeat
-times over the whole 7 days; the best time counts. Also timed: the flame-graph fold and the alert rules.
-Last stdout line: one JSON object (max_query_s = the slowest of the four levels; target < 1 s at 10M rows).
+Rows are generated inside ClickHouse (four events per request over 7 days, 50,000 sessions), so the materialized
+views fill as from the sink; each level's query runs --repeat times over the 7 days, the best time counting, and the
+flame-graph fold and alert rules are timed too. Last stdout line: one JSON object (max_query_s, the slowest level;
+target < 1 s at 10M rows).
 
-    .venv/bin/python bench/queries.py [--rows 1000000] [--rows 10000000 for the issue's target]
+    .venv/bin/python bench/queries.py [--rows 1000000]
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Scale-out on the model path: decisions/s and CPU per decision with 1 and 2 scoring workers, and with 1 and 2
-stage processes, side by side in one run on the same requests.
+stage processes, side by side in one run on the same requests (rules and caches switched off).
 
-Every request takes the model path: the bundled workload's ranking and inventory-transfer requests (no repeats),
-with the rules tier and the L1/L2/L3 caches switched off through the control topic, scored by the fine tier
-(JEV_BACKEND, MiniLM by default). Per configuration (stage processes × scoring workers): the local pipeline starts
-(stages in child processes, as deployed), 20 warm-up requests are decided, then a burst of --burst requests is
-published at once; decisions_per_s is the burst over the time to decide all of it, and cpu_ms_per_decision the CPU
-each kind of process (stage processes, scoring workers, broker) spent on it, from /proc; the idle CPU the same
-processes spent in the 5 s before the burst (polling, heartbeats) is taken off for marginal_cpu_ms_per_decision.
-On a loaded machine the idle reading is noisy (it can exceed what the burst took), so --record writes the raw
-figures: upper bounds that include the idle polling of a pipeline running far below its capacity. The machines these ran
-on have 2 cores shared with other work: CPU per decision is the figure that carries over, rates do not.
---record writes the CPU figures of the 1 × 1 configuration to workers/planner/fleet_costs.json for `jev plan`.
+Per configuration: the local pipeline starts, 20 warm-up requests are decided, then a burst of --burst is
+published at once; decisions_per_s is the burst over the time to decide it, cpu_ms_per_decision each kind of
+process's CPU from /proc (marginal_: less the idle CPU of the 5 s before). CPU per decision is the figure that
+carries over between machines; --record writes the 1 × 1 figures to workers/planner/fleet_costs.json for `jev plan`.
 Last stdout line: {configs: [...], scorer_speedup_2_vs_1, stage_speedup_2_vs_1, ...}.
 
     .venv/bin/python bench/scale.py [--burst 150] [--backend minilm] [--record]

@@ -1,15 +1,10 @@
 """Usage-sink throughput into the embedded ClickHouse vs a raw clickhouse-connect insert of the same rows.
 
-Both write the same UsageEvent records into the same migrated usage_events (materialized views included), in
-batches of settings.sink_batch_max, tables emptied before every pass. The raw insert builds each batch's columns
-(to_columns, the fastest way there is) and inserts them: nothing else. The sink does what it does in the stage:
-drops events whose event_id it has stored already (one probe of usage_event_ids per batch), builds the columns,
-inserts, and updates its metrics. `prebuilt` is the raw insert of columns built before the clock starts.
-A warm-up pass of each comes first (the first inserts into fresh tables are slower); then --rounds rounds, each
-timing the three passes back to back (their order rotating round to round), so a ratio compares passes that saw
-the same load on a shared machine. ratio_to_raw = the median over rounds of raw seconds / sink seconds (rows/s
-figures: medians too); ratio_to_prebuilt the same against `prebuilt`. `sink_ms_per_batch` splits the sink's
-time per batch (a separate pass): probe (the dedup), columns, insert, metrics. Last stdout line: one JSON object.
+Both write the same UsageEvent records into the migrated usage_events (views included), in batches of
+settings.sink_batch_max. The sink does what it does in the stage (dedup probe, columns, insert, metrics); the raw
+insert builds the columns and inserts; `prebuilt` inserts columns built before the clock starts. After a warm-up,
+--rounds rounds time the passes back to back in rotating order. ratio_to_raw = the median of raw ÷ sink seconds;
+`sink_ms_per_batch` splits the sink's time. Last stdout line: one JSON object.
 
     .venv/bin/python bench/sink.py [--requests 20000] [--rounds 5]
 """

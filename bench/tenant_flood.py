@@ -1,11 +1,9 @@
-"""Other tenants' decision latency while one tenant floods ingest with 5,000 requests at once (issue 31).
+"""Other tenants' decision latency while one tenant floods ingest with 5,000 requests at once.
 
-Each loaded wave of acme's and globex's requests is published right behind --flood new requests of tenant
-`flood` (the runner, waves and ratios: bench/tenant_mix.py). Over its admission rate (JEV_TENANT_RATES, --rates:
-by default 2 requests/s for `flood`, as its contract would set it, 50/s for every other tenant) the flood is
-rejected `rate_limited` with a retry-after before any decoding work, and what it is allowed is taken in turn with
-the other tenants inside each micro-batch, so the others do not wait behind it.
-Last stdout line: one JSON object (p50_ratio, p95_ratio, silent, rate_limited, outcomes of the flood, ...).
+Each loaded wave of acme's and globex's requests is published right behind --flood requests of tenant `flood`,
+whose admission rate (--rates, JEV_TENANT_RATES) rejects most of them `rate_limited` before any decoding; what it
+is allowed is taken in turn with the other tenants. Runner, waves and ratios: bench/tenant_mix.py.
+Last stdout line: {p50_ratio, p95_ratio, silent, rate_limited, outcomes, ...}.
 
     PYTHONPATH=. .venv/bin/python bench/tenant_flood.py [--flood 5000] [--waves 4] [--wave 5]
 """

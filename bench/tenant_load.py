@@ -1,19 +1,10 @@
 """Decision latency of the pipeline with and without a tenant running the heaviest analytics it is allowed.
 
-Starts the local pipeline with the stage process apart (`jev worker stream`: it owns ClickHouse and serves the
-query endpoints), preloads --rows usage rows into its ClickHouse (three tenants), then runs --waves pairs of
-waves of --wave new requests each: a baseline wave with no analytics, and a loaded wave while one tenant token
-keeps more than JEV_QUERY_CONCURRENCY heavy queries going on the owner's endpoint (a 4-way self cross join that
-runs into JEV_QUERY_TIME_S, and a groupArray of 1 KB strings that runs into JEV_QUERY_MEMORY_MB). The two waves
-of a pair are the two halves of one generated mix of requests, with the same number of each decision type;
-which goes first alternates from pair to pair, and each is sent after the same --settle-s of quiet (baseline)
-or load (loaded), so both see the same machine and the same idle time. The tenant's callers run in a process
-of their own and leave when their wave is done (their running queries are cancelled by the owner, as for any
-caller that goes away). Latency = publish to decision received, per request. The per-pair p50s are printed
-too: the spread the ratios are read against. JEV_QUERY_YIELD_S=0 in the environment runs the same with the
-owner's sandboxes never paused (the comparison for the pause).
-Last stdout line: one JSON object (baseline and loaded p50/p95/mean in ms and per tier, the loaded/baseline
-ratios per tier and over the same mix, tenant queries answered).
+The local pipeline (the stage process apart, owning ClickHouse) is preloaded with --rows usage rows; then --waves
+pairs of waves of --wave requests: a baseline wave, and a loaded wave while one tenant token keeps more than
+JEV_QUERY_CONCURRENCY heavy queries running (a cross join into JEV_QUERY_TIME_S, a groupArray into
+JEV_QUERY_MEMORY_MB). The two waves of a pair split one mix evenly and alternate order. Latency = publish to
+decision received. Last stdout line: baseline and loaded p50/p95/mean per tier and the loaded/baseline ratios.
 
     .venv/bin/python bench/tenant_load.py [--rows 300000] [--waves 12] [--wave 10]
 """

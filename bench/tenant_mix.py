@@ -1,15 +1,10 @@
 """The shared runner of bench/hostile_load.py and bench/tenant_flood.py: decision latency of well-behaved tenants
 (acme and globex) with and without a hostile tenant's load, side by side in one run.
 
-Starts the local pipeline with the stage process apart (`jev worker stream`) and JEV_TENANT_RATES set (--rates),
-then runs --waves pairs of waves of --wave requests per tenant: a baseline wave alone, and a loaded wave
-published right behind the hostile tenant's records (so they queue behind them on the requests topic). The two
-waves of a pair are the two halves of one generated mix (tenant_load.split: the same number of each decision
-type) and which goes first alternates, each after --settle-s of quiet. Latency = publish to decision received.
-Every record sent, hostile ones included, must come back as a decision or a rejection: `silent` counts those that
-did not within --timeout-s; `outcomes` counts the hostile records by what came back (decided, rate_limited,
-too_large, ...). The ratios are tenant_load.ratios: loaded over baseline per tier that answered, weighted by
-how many requests each tier answered (`_raw`: the overall percentiles).
+The local pipeline runs with JEV_TENANT_RATES (--rates); --waves pairs of waves split one mix evenly, a baseline
+wave alone and a loaded one right behind the hostile records, alternating order. Every record must come back as a
+decision or a rejection (`silent` counts those that did not); the ratios are loaded over baseline per tier,
+weighted by the requests each tier answered (tenant_load.ratios).
 """
 
 from __future__ import annotations

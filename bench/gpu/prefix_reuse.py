@@ -1,15 +1,10 @@
 """GPU scoring with and without a shared-context prefix, on the device's own torch + transformers.
 
-The device machine reaches no network, so neither vLLM (bench/gpu/run.sh) nor the SmolLM2 weights (98 MB,
-over the 64 MiB a call may carry) can get there. This measures the same scoring method as the CPU fine
-backend (streams/models/smollm2.py: the context's KV cache computed once, repeated across the candidates)
-on a randomly initialised model of SmolLM2-135M's architecture, in bf16. Speed does not depend on the weights;
-accuracy is not measured here.
-
-Per micro-batch of B requests × N candidates: `shared` runs one pass over the B contexts, repeats each
-context's KV N times and runs one pass over the B×N candidates; `separate` runs every context+candidate as its
-own sequence. Prints one JSON object (candidates_per_s and p99 batch latency per mode, speedup, and the
-prefix-cache hit rate = context tokens read from the cache / all tokens the model attended as input).
+The device reaches no network, so this measures the CPU fine backend's scoring method (streams/models/smollm2.py:
+the context's KV computed once, repeated across the candidates) on a randomly initialised model of SmolLM2-135M's
+shape in bf16: speed does not depend on the weights, and accuracy is not measured. Per micro-batch of B requests ×
+N candidates, `shared` against `separate` (every context+candidate its own sequence). Prints one JSON object
+(candidates_per_s and p99 batch latency per mode, speedup, prefix-cache hit rate).
 """
 
 from __future__ import annotations

