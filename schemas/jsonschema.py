@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
@@ -10,13 +11,16 @@ import faust
 PRIMITIVES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
+UNIONS = (typing.Union, types.UnionType)  # Optional[X] and X | None (how annotations now spell it)
+
+
 def _schema(tp: Any) -> dict:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return {}
     if tp in PRIMITIVES:
         return {"type": PRIMITIVES[tp]}
-    if origin is typing.Union:
+    if origin in UNIONS:
         inner = [a for a in args if a is not type(None)]
         return {"anyOf": [_schema(a) for a in inner] + [{"type": "null"}]}
     if origin in (list, list):

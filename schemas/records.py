@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import types
 import typing
 from typing import Any
 
@@ -11,6 +12,9 @@ import faust
 
 TIERS = ("rules", "cache_l1", "cache_l2", "cache_l3", "coarse", "fine", "llm", "fallback")
 _SCALARS = (type(None), str, int, float, bool)
+
+
+UNIONS = (typing.Union, types.UnionType)  # Optional[X] and X | None (how annotations now spell it)
 
 
 class Record(faust.Record, abstract=True, include_metadata=False, serializer="json"):
@@ -100,7 +104,7 @@ def _plan(cls: type) -> tuple:
             nested = (False, tp)
         elif typing.get_origin(tp) is list and args and _is_record(args[0]):
             nested = (True, args[0])
-        elif typing.get_origin(tp) is typing.Union and any(map(_is_record, args)):
+        elif typing.get_origin(tp) in UNIONS and any(map(_is_record, args)):
             nested = (False, next(filter(_is_record, args)))
         else:
             nested = None

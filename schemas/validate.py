@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 import json
 import re
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
 import faust
 import orjson
+
+UNIONS = (typing.Union, types.UnionType)  # Optional[X] and X | None (how annotations now spell it)
 
 
 class Invalid(ValueError):
@@ -45,7 +48,7 @@ def _checker(tp: Any) -> Check | None:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return None
-    if origin is typing.Union:
+    if origin in UNIONS:
         inner, nullable = _checker(next(a for a in args if a is not type(None))), type(None) in args
         if inner is None or not nullable:
             return inner

@@ -31,3 +31,18 @@ def test_given_values_are_kept_and_nested_records_decoded():
     r = request(contracts={"max_output_tokens": 64}, candidates=[{"id": "a", "text": "保留库存"}])
     assert r.contracts.max_output_tokens == 64 and r.contracts.max_input_tokens == 8000
     assert r.candidates[0].text == "保留库存"
+
+
+def test_a_nested_optional_record_spelled_x_or_none_encodes_and_decodes():
+    """`decision: Decision | None` (the spelling pyupgrade writes) is a nested record like Optional[Decision]."""
+    import orjson
+
+    from schemas.records import Decision, Work
+
+    work = Work.from_data(
+        {"request": {"request_id": "r", "tenant": "a", "service": "s", "decision_type": "d", "state": "x"},
+         "admitted_at": 0.0, "model": "m"}
+    )
+    work.decision = Decision(request_id="r", tier="llm", text="你好")
+    back = Work.from_data(orjson.loads(orjson.dumps(work.to_representation())))
+    assert isinstance(back.decision, Decision) and back.decision.text == "你好"
