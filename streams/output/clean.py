@@ -225,9 +225,7 @@ def closer_rest(sentence: str, p: Patterns) -> str | None:
     kept = [
         c
         for c in clauses
-        if not (
-            p.closer.fullmatch(language.simplified(c.rstrip("，,；;")) + (end or "。")) and not content_tokens(c)
-        )
+        if not (p.closer.fullmatch(language.simplified(c.rstrip("，,；;")) + (end or "。")) and not content_tokens(c))
     ]
     if len(kept) == len(clauses):
         return None
@@ -238,7 +236,7 @@ def _strip_closers(prose: str, p: Patterns) -> str:
     body = prose.rstrip()
     while body:
         start = _last_sentence_start(body, max(0, len(body) - CLOSER_WINDOW))
-        if start and not WORDS.search(body, start):  # a trailing emoji ("希望对您有帮助！😊") closes the sentence before
+        if start and not WORDS.search(body, start):  # a trailing emoji ("希望对您有帮助！😊") ends the one before
             start = _last_sentence_start(body[:start], max(0, len(body) - CLOSER_WINDOW))
         rest = None if start is None else closer_rest(body[start:], p)
         if rest is None:

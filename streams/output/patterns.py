@@ -13,6 +13,8 @@ from streams.output.sensitive import SensitiveScanner
 
 BUNDLED = Path(__file__).with_name("patterns.yaml")
 FENCE_MODES = ("keep", "extract")
+# blanks and emoji a closer may end with ("Happy coding! 🚀", "希望对您有帮助！😊")
+EMOJI_TAIL = r"[\s\u2600-\u27bf\ufe0f\u200d\U0001f300-\U0001faff]*"
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def load(path: str = "") -> Patterns:
             preamble.get("restated_requests", []), "preamble.restated_requests", file, before=r"\s*", after=r"[ \t]*"
         ),
         filler=_alternation(preamble.get("fillers", []), "preamble.fillers", file, before=r"\s*", after=r"[ \t]*"),
-        closer=_alternation(raw.get("closers", []), "closers", file, after=r"\s*"),
+        closer=_alternation(raw.get("closers", []), "closers", file, after=EMOJI_TAIL),
         debug_line=_alternation(
             debug.get("lines", []), "debug.lines", file, before="^", after=r"[ \t]*(?:\n|\Z)", flags=re.MULTILINE
         ),
