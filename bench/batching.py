@@ -1,15 +1,10 @@
 """Scoring batched across requests vs one request at a time, per CPU backend, on the same decisions.
 
-Decisions from STS-B train (held out: the cascade benchmark and the cache calibration use dev/test): sentence 1
-of a pair is the state, its sentence 2 plus randomly drawn other sentences are the candidates. For each backend
-a fresh instance scores every decision one by one (`score`, one backend call per request, as the scoring worker
-does without batching), and another fresh instance scores the same decisions in micro-batches of --batch requests
-(`score_many`, one backend call per micro-batch, as the scoring worker does). The two alternate micro-batch by
-micro-batch (the machine is shared: load drifts). Each way has its own encoding cache (streams/core/encodings.py),
-empty at the start, so both meet the same repeats. Model loading is outside the timing; `speedup` is wall-clock,
-`cpu_speedup` process CPU time. Per backend: candidates/s each way, `speedup` (batched over one by one),
-`max_score_diff` (largest absolute difference of any candidate's score) and whether the metered tokens (input,
-cache_read) are identical. Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
+Decisions from STS-B train; for each backend one fresh instance scores every decision one by one (`score`) and
+another in micro-batches of --batch (`score_many`, as the scoring worker does), alternating micro-batch by
+micro-batch, each with its own empty encoding cache. Per backend: candidates/s each way, `speedup` (wall clock),
+`cpu_speedup`, `max_score_diff` and whether the metered tokens are identical.
+Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
 
     .venv/bin/python bench/batching.py [--requests 64] [--batch 16] [--candidates 20] [--smollm2-requests 4]
 """

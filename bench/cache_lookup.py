@@ -1,15 +1,9 @@
 """L2 lookup latency at N entries on CPU, excluding embedding: exact numpy vs faiss HNSW, side by side.
 
-Vectors are random normalized 384-d rows (MiniLM's width); each query is a stored row plus noise
-(cosine ~0.93), so the true neighbour is known. Random 384-d data is the worst case for HNSW recall
-(full intrinsic dimension); a missed neighbour costs a cache miss, never a wrong answer.
-Last stdout line: one JSON object; `p99_ms` is SemanticCache.lookup (index + threshold + verification)
-with the default exact-index limit, i.e. HNSW beyond it; `verifier_p99_ms` the same lookup on the same index
-with pooled evidence (evidence.py: the learned verifier scores the best verified candidate, its threshold
-certified beforehand by synthetic verdicts so that hits are served), queries asked in other words than the
-entries hold (so the word features are computed on real differences). Then churn at the size cap (= --entries): --churn
-times the entries are filled anew, evicting the least recently used (HNSW tombstones, rebuilt past a quarter);
-`churn_p99_ms` is the lookup latency after that, `evicted_hits` must be 0.
+Random normalized 384-d rows (MiniLM's width, the worst case for HNSW recall), each query a stored row plus noise.
+`p99_ms` is SemanticCache.lookup (index, threshold, verification), `verifier_p99_ms` the same with pooled evidence
+and the learned verifier on reworded queries; then --churn × the entries are filled anew at the size cap
+(`churn_p99_ms`; `evicted_hits` must be 0). Last stdout line: one JSON object.
 
     .venv/bin/python bench/cache_lookup.py [--entries 100000] [--queries 1000] [--churn 0.4]
 """

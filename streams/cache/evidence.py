@@ -1,24 +1,10 @@
 """Pooled L2 evidence: every partition's verdicts in one pool, one verifier, one certified threshold.
 
-Issue 18 learned a cosine threshold per partition; each partition then needed 118+ clean verdicts of its own
-before it served anything, and most never got them. Here one learned verifier (verifier.py) turns a candidate
-into P(correct), with language and decision kind among its features, and one ThresholdLearner certifies the
-lowest probability served, from the verdicts of all partitions: the bound holds per served hit over the
-pool (JEV_CACHE_MAX_ERROR at JEV_CACHE_ERROR_CONFIDENCE, learning.py's fixed-sequence test, every fit
-spending its share of alpha).
-
-The verifier is refitted online, and a score fitted on a verdict cannot also certify it (it would pass by
-having been fitted). So each verdict falls, by a hash of the pair it judged (the cached entry's key and the
-question asked; never its outcome, nor its feature row, so a change of features keeps every verdict in its
-fold), in one of two folds: FIT_SHARE of them refit the verifier, the rest certify it. A refit rescores the certifying
-verdicts and tests again (another fit, at a smaller alpha).
-
-The verifier's calibration verdicts (verifier.py: mined from labelled pairs its weights were not fitted on)
-open the certifying fold, so a threshold can be certified before live verdicts come; they never refit it.
-
-Per entry (vCache's per-embedding refinement, the conservative side of it): an entry whose cached answer
-drew a disagreement at cosine c is never served again at a cosine <= c, whichever fold the verdict fell in.
-Exploration (learning.py): a share of what the threshold would serve is refused, so verdicts keep coming.
+One learned verifier (verifier.py) turns a candidate into P(correct), and one ThresholdLearner certifies the lowest
+probability served from all partitions' verdicts (a threshold per partition needed more verdicts than most ever
+got). A score fitted on a verdict cannot also certify it, so verdicts fall by a hash of the pair they judged into a
+refit fold and a certifying fold; the verifier's calibration verdicts open the certifying fold and set a floor that
+live verdicts only tighten. Decide and generate traffic are certified in pools of their own.
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
 """L2 thresholds learned from verdicts, so the false-hit rate stays under a target with stated confidence.
 
-A verdict says whether a cached answer agreed with the answer the naive path gave for the question that
-matched it: the shadow sample of served hits (CacheStage.learn), and every miss whose nearest verified
-neighbour was refused only for its score (the miss is answered anyway, and its answer is compared with the
-neighbour's: evidence that costs no tokens, as vCache's exploration, arXiv 2502.03771). Whether a
-candidate gets a verdict depends on its score (served hits at the shadow rate, refused ones at rate 1),
-never on its correctness, so each verdict is a fair sample of the error at its score. Refused candidates
-lie below the served ones, at the error-prone end of any tail above the current threshold, which makes
-the unweighted tail estimate conservative. (Weighting shadow verdicts by 1 / rate would be unbiased too,
-but one weighted error then swings a partition between served and off: measured on synthetic streams.)
-
-The threshold of a partition is chosen by fixed-sequence testing (Learn-then-Test, Angelopoulos et al.
-2021): candidate thresholds are tested from the most conservative (GRID_TOP) downwards; at each, the null
-hypothesis "the false-hit rate of candidates scoring at least t exceeds max_error" is rejected when the
-binomial tail of the errors seen is at most the fit's level (exact, or the Wilson bound where the normal
-approximation holds); the first threshold that fails ends the descent.
-Testing in a fixed order needs no multiplicity correction, so the chosen threshold's false-hit rate is at
-most max_error with probability at least `confidence`, for verdicts exchangeable with the traffic to come.
-Thresholds with too few verdicts above them are skipped, not failed: the first tested has at least twice
-the count at which a clean record (no error) would just pass (118 for a first fit at 0.05 and 0.9), at
-least MIN_VERDICTS,
-and at least FIRST_TEST_SHARE of the partition's verdicts, so one early error among few verdicts at the
-very top does not end the descent. A skip depends on counts only, never on the errors, so the guarantee
-holds. A partition with no threshold passing serves no L2 hit.
-
-Fits repeat as verdicts arrive (each time the new verdicts pass REFIT_FRACTION of those kept), and every
-fit is another chance to pass by luck. So the k-th fit of a partition tests at level alpha / (k (k + 1)):
-these sum to alpha, and the bound holds for every threshold the partition ever serves at once (a union
-bound over the fits). On the Quora held-out slice at a 0.2 target, testing each fit at alpha instead
-served hits whose false-hit rate reached 0.24. And once a threshold serves, its region gets verdicts
-only at the shadow rate: a share `explore` of the candidates it would serve are refused anyway (answered,
-then compared: vCache's exploration), which keeps verdicts coming where hits are served.
-
-Per entry: a question that drew a disagreeing verdict at score s is never served again at a score <= s
-(an entry whose neighbourhood holds a different question: the GPTCache #694 and semantic-router #2691
-false hits, reversed meaning and negation, are of this kind when the lexical checks miss them).
-The floor (`cache.l2.min_similarity`, a tune control from the agreement guard) raises every partition.
+Verdicts come from the shadow sample of served hits and from misses whose verified neighbour was refused only for
+its score (answered anyway and compared: vCache's exploration), so each is a fair sample of the error at its score.
+A partition's threshold is chosen by fixed-sequence testing (Learn-then-Test), from the most conservative down;
+the k-th fit tests at level alpha / (k (k + 1)), so the bound holds over every threshold ever served. A partition
+with no threshold passing serves no L2 hit; an entry that drew a disagreement at score s is never served again at
+a score <= s. The figures behind these choices: docs/architecture.md, "Figures behind the design".
 """
 
 from __future__ import annotations

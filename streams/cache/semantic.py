@@ -1,29 +1,11 @@
 """L2 semantic cache: the nearest cached question in the same partition, served only if verified.
 
-A partition is the tuple of context constraints (tenant, decision type, user segment, language, output
-format); each has its own index, so a hit can never cross them. A neighbour must pass the calibrated
-cosine threshold AND the verification checks (verify.py), then the model check if one is configured
-(modelcheck.py); the first of the top-k that passes them all is the hit. Entries filled ahead of time by
-L3 are marked predictive and reported apart. The cache holds at most `max_entries` over all partitions;
-the least recently hit or filled entry is evicted first.
-
-With pooled evidence (evidence.py, the stage's default) the cosine threshold is only the exploration floor:
-the first verified neighbour above it is the one candidate, the learned verifier (verifier.py) scores it,
-and it is served only when the pool's certified threshold allows that score (no evidence: nothing served).
-With a bare ThresholdLearner (learning.py) the cosine itself is the score, learned per partition. `probe`
-returns the refused candidate too, so the answer to the miss can be compared with the candidate's and
-learned from. An L3 pre-answer asked by its very question (up to case and spacing) is no semantic guess and
-is served without the learner.
-
-Promotion of near-misses (Krites, arXiv 2602.13165): with `promote_margin`, a candidate refused by the
-certified threshold whose verifier probability lies within the margin below it (below 1 - the bound where
-that is lower, or where nothing is certified yet) is marked `near_miss`. The miss is answered as usual and the
-pair is judged out of band (the cache stage sends the request's naive twin as shadow work and compares the
-naive answer with the cached one); judged the same, `promote` makes the request's question a key of the
-cached answer (an alias, `Entry.alias_of`). An alias asked by its very question (up to case and spacing) was
-judged, so it is served without the learner, like an L3 pre-answer; a nearby question still needs the verifier
-and the certified threshold. A fresh alias keeps its key against a plain fill of the same question; a shadow
-verdict that disagrees with an alias served to its very question removes it (demotion).
+A partition is the tuple of context constraints (tenant, decision type, segment, language, format), each with its
+own index, so a hit never crosses them. A neighbour must pass the cosine floor and the verification checks
+(verify.py); with pooled evidence (evidence.py) the learned verifier scores it and it is served only where the
+certified threshold allows. `probe` returns a refused candidate too, so the miss's answer can be learned from, and
+marks near-misses for promotion (Krites): judged the same by the naive twin, the question becomes an alias key of
+the cached answer. At most `max_entries`, least recently used evicted first.
 """
 
 from __future__ import annotations

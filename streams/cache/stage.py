@@ -1,19 +1,10 @@
 """The cache stage's state and decisions: L1 exact (a Faust table), L2 semantic (in memory), L3 predictive
 (pre-answers of the follow-ups sessions usually ask next, kept in L2 marked predictive), versions.
 
-A version bump marks entries stale instead of expiring them: a stale entry is served once while one refresh
-of it is queued (never two for the same key), and the refreshed answer replaces it.
-
-L2 serves a hit only where the partition's learned threshold allows it (learning.py): a work that met an L2
-candidate carries it in `work.cache_match`, and the verdict on it comes back through `learn` (the shadow
-comparison of a served hit) or through `fill` (the miss's own answer compared with the refused candidate's).
-Every L2 fill, verdict and L3 observation is also queued in `changes` (changelog.py) for the cache-state
-topic, from which a restarted or new stage process rebuilds the same state (`restore`).
-
-Promotion (semantic.py): a miss whose candidate is a near-miss gets a naive twin (`judge_twins`, sent as shadow
-work by the cache agent, metered as shadow, never as serving spend); when its naive answer is back, `promote`
-compares it with the candidate's cached answer and, judged the same, makes the question a key of that answer.
-A promotion is queued for the cache-state topic as the fill of its alias entry, so a restart rebuilds it.
+A version bump marks entries stale: a stale entry is served once while one refresh of it is queued. L2 serves a hit
+only where the learned threshold allows it, and the verdicts come back through `learn` and `fill`. Every L2 fill,
+verdict, promotion and L3 observation is queued in `changes` for the cache-state topic, from which a restarted or
+new stage process rebuilds the same state (`restore`).
 """
 
 from __future__ import annotations

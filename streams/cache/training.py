@@ -1,19 +1,10 @@
 """Offline fit of the L2 verifier's starting weights from labelled pairs (`jev cache train-verifier`).
 
-The verifier judges the candidates L2 really meets, so it is fitted on those: every `text_a` is cached, every
-`text_b` asks, and its best verified neighbour (the one the live decision would judge) becomes a training
-row, labelled right only when that neighbour is its own `text_a` and the pair is labelled 1 (replay.py's
-rule). Rows are mined through SemanticCache.probe with pooled evidence that has no verdicts yet, so nothing is
-served and every candidate is returned with its feature row.
-
-The pairs are split by a hash of each pair: CALIBRATION_SHARE of them are not fitted on; their candidates,
-scored by the fitted weights, are the verifier's calibration verdicts (verifier.py), and the summary's
-`errors_top_N` counts wrong candidates among the N the weights rank highest there, out of sample.
-
-`certifies` says, per error bound, what the first certifying test (learning.py, the same fixed-sequence test
-live serving passes) would serve from the calibration verdicts alone: the candidates served and the wrong
-ones among them. Labels that call paraphrases different cap what any ranking can certify: on Quora's pairs
-about one in ten of the most similar verified candidates is labelled different, which no 5% bound passes.
+The verifier is fitted on the candidates L2 really meets: every `text_a` is cached, every `text_b` asks, and its
+best verified neighbour becomes a training row, right only when it is the pair's own `text_a` and the pair is
+labelled 1. A hash-drawn share of the pairs is kept out of the fit as calibration verdicts; the summary counts
+wrong candidates among the top N there (`errors_top_N`) and, per error bound, what the certifying test would serve
+from them alone (`certifies`).
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """The learned L2 verifier: P(the cached answer is right for the asked question | what the pair looks like).
 
-It scores the single best candidate a question meets in L2 (the nearest cached question that passed the
-verification checks, verify.py) from features every install has: the primary embedder's cosine, the model
-check's cosine where one is configured (multilingual e5), how far the next neighbour with another answer lies
-behind (a crowded neighbourhood is ambiguous), the overlap of the two questions' word units, the words and key terms
-only one side has, the length ratio, two offsets shared by all partitions (Han text; a decide request), and
-word order, function words and question words (verify.differences: "Why did X win?" is not "Did X win?").
-One logistic regression over all partitions (pooled: a partition with few verdicts borrows the others'),
-numpy only. Its starting weights are those `jev cache train-verifier` fitted offline on labelled pairs
-(saved in the data dir), else the shipped ones (verifier.json, fitted the same way on the development
-part of qqp-dev); online it is refitted from verdicts (evidence.py), pulled towards the starting weights.
-
-One feature scale for all three: the weights apply to standardized features ((row - shift) / spread, the mean
-and spread of each column over the rows the starting weights were fitted on, saved with them), so the
-offline fit, every online refit and every score the certifying test compares read the same columns, and the
-ridge weighs each feature alike. Raw, e5's cosines of verified candidates lie within 0.9-1 and MiniLM's within
-0.75-1: a ridge on such a narrow raw column holds back the weight it needs (the bias cannot follow), and an
-online refit on raw columns pulled towards weights fitted on standardized ones (cosine 16.3, bias -14 for
-MiniLM) moves them along directions the offline fit never weighed. A column that did not vary there (Han on
-all-Chinese pairs) standardizes to 0 and starts at weight 0. Weights saved without a scale (the shipped MiniLM
-ones, fitted raw: refitted on standardized features they ranked no better and certified less on held-out Quora
-pairs) read raw features, and so do their refits.
-
-Weights come with calibration verdicts: `train-verifier` fits on one part of the labelled pairs and keeps the
-feature rows and outcomes of the candidates mined from the other part, which the fit never saw. They are
-verdicts like live ones (exchangeable with traffic like those pairs), so they join the certifying fold and the
-threshold can be certified before the first live verdict; live verdicts join the same test and, being newer,
-push them out of its window (learning.MAX_VERDICTS).
+It scores the single best verified candidate from features every install has (the cosines, the margin to the next
+neighbour with another answer, word and key-term overlap, length, word order and question words) with one
+logistic regression pooled over all partitions, numpy only, on standardized features (one scale for the offline
+fit, online refits and certification). Starting weights come from `jev cache train-verifier` or the shipped
+verifier.json, with calibration verdicts that let a threshold be certified before the first live verdict.
 """
 
 from __future__ import annotations

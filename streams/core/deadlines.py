@@ -1,15 +1,9 @@
-"""Earliest deadline first. A request's caller may set `deadline_ms` (a checkout screening: 300 ms), counted from its
-admission; whatever holds several requests, works or calls serves the nearest deadline first:
-- ingest admits the requests with a deadline first and sends them on before the rest (streams/runtime/agents/ingest.py:
-it
-  reads deadline_ms before decoding, with the tenant);
-- `deadline_first`: the works of a micro-batch in the parts they are handled in, those with a deadline (earliest
-  first) before the rest (the cache lookup, before the rest's L2 embedding; the scoring engine, before the rest's
-  model calls);
-- `Slots`: slots handed out earliest deadline first: what a model server's calls queue for
-  (streams/models/http.py: its `max_concurrency`) and what a scoring worker's micro-batches queue for to be decided
-  (one at a time), so a checkout screening's batch is not decided after every batch that arrived before it.
-  Asyncio only: acquire and release on one event loop."""
+"""Earliest deadline first. A caller may set a request's `deadline_ms`, counted from its admission; whatever holds
+several requests, works or calls serves the nearest deadline first: ingest admits and sends on the requests with a
+deadline first, `deadline_first` orders the works of a micro-batch, and `Slots` hands out a model server's call
+slots and a scoring worker's turns to decide earliest deadline first, so a checkout screening is not decided after
+every batch that arrived before it. Asyncio only: acquire and release on one event loop.
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,10 @@
-"""The OpenAI-compatible HTTP engine (engine `openai`): any server speaking the OpenAI API (vLLM, llama.cpp's
-llama-server, SGLang, TGI, Ollama, a hosted provider), through async httpx on one background event loop.
+"""The OpenAI-compatible HTTP engine (engine `openai`): any server speaking the OpenAI API (vLLM, llama-server,
+SGLang, TGI, Ollama, a hosted provider), through async httpx on one background event loop.
 
-- generate: POST /chat/completions, streamed with `stream_options.include_usage` (or whole when not streamed).
-- decide: every candidate of one decision in ONE call, the shared context sent once. `options.decide` picks how:
-  `completions` (default: /completions, the candidates listed under letters, max_tokens 1, the score of each is
-  its letter's log-probability among the top logprobs), `chat` (the same through /chat/completions, for servers
-  without /completions), `rerank` (/rerank of a reranker model: query = context, documents = candidates) or
-  `generative_scoring` (vLLM's /generative-scores: query = context, items = candidates, scored by
-  log P(yes) − log P(no) over `options.label_token_ids`). A micro-batch's decisions go as concurrent calls, at
-  most `options.max_concurrency` (8) in flight per server, the rest queued earliest deadline first.
-- faults: retries inside the deadline and a circuit per server (streams/models/http.py), then
-  `ModelUnavailable` and the scoring engine's fallback (`fallback:model_unavailable`; `fallback:deadline` or
-  `fallback:timeout` when the caller's deadline or the decision type's budget ran out, queued or at the server). A
-  malformed body is a failure; a missing `usage` leaves the server's count empty (Jev's count stands); usage repeated
-  cumulatively in every stream chunk or sent after `finish_reason` is read once, the last one seen.
-
-Two counts per call: Jev's (the pool entry's tokenizer, else cl100k_base, Jev's standard; a chat call's prompt with
-what the model's chat template adds where the tokenizer carries one, `gguf:`) and the server's
-`usage` (prompt, prompt_tokens_details.cached_tokens, completion) in `Scored.server` / `Generated.server`. Jev counts
-a prompt before it is sent (the budget's reservation); an answer's output is what the server generated, by the count
-the server sent with it (OpenAI's final `usage` chunk, or usage repeated in every chunk as vLLM's
-`continuous_usage_stats` sends it), Jev's count of the text only where it sent none (count_output).
-The API key comes from the pool entry's source at call time; it goes only into the Authorization header.
+generate: /chat/completions, streamed with usage. decide: every candidate of one decision in ONE call, the context
+sent once (`options.decide`: completions, chat, rerank or generative_scoring). Faults go through streams/models/http.py,
+then `ModelUnavailable` and the engine's fallback. Two counts per call: Jev's (counted before the call, for the
+budget) and the server's `usage`, which settles the bill; an answer's output is the server's count where it sent one.
 """
 
 from __future__ import annotations

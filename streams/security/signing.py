@@ -1,24 +1,10 @@
-"""Signatures on the internal records only Jev writes: control, budget, leases, requests-seen and usage.
+"""Signatures on the records only Jev writes and then acts on: every internal topic, control and verdicts.
 
-Any client with write access to the broker could otherwise raise a budget, grant itself a lease, settle a negative
-spend, plant a first decision or rewrite a bill. Every producer of those topics signs each message, and every
-consumer refuses a message whose signature is missing or wrong: the refusal is logged with its reason, counted in
-`jev_forged_records_total{topic}` (alert JevForgedRecords) and the record is not applied.
-
-The signature is HMAC-SHA256 over b"jev-v1", the full topic name and the message value (the exact bytes sent, so
-nothing is re-encoded to check it), in the message header `jev-sig` as `<key id>:<hex digest>`; binding the topic
-keeps a record signed for one topic from being replayed on another. The key id is the first 8 hex digits of the
-key's SHA-256, so a consumer holding several keys (a rotation) checks the one that signed.
-
-Keys (JEV_SIGNING_KEY_FILE): comma-separated files, the first signs and every one verifies, so a rotation is
-new,old on every process, then new alone once no old-key record is still to be read. When the setting is empty
-the key is <data_dir>/signing.key. The signing key's file is created when missing (streams.security.secret_files: random,
-mode 0600, atomically, so processes starting together share one): `make demo`, the tests and a `jev worker
-stream` beside `jev switch set` sign with the data directory's key with no setup. Processes of one fleet with
-data directories of their own name one file (docker-compose.yml: a volume every Jev container mounts).
-
-One keyring per process: `configure(settings)` at start (create_app, the scoring worker, the pipeline harness);
-a process that never calls it loads its settings from the environment on first use.
+Any client with write access to the broker could otherwise raise a budget, grant itself a lease, plant a decision
+or rewrite a bill. Every producer signs each message (HMAC-SHA256 over b"jev-v1", the topic and the value, header
+`jev-sig: <key id>:<hex>`) and every consumer refuses one unsigned or wrongly signed: logged, counted in
+`jev_forged_records_total{topic}`, not applied. Keys (JEV_SIGNING_KEY_FILE) rotate as new,old; the default key is
+created in the data directory. One keyring per process (`configure(settings)`); docs/operations.md has the setup.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""A GGUF model file's own tokenizer, built from its metadata (`tokenizer.ggml.*`), for Jev's count of a model that
-a llama.cpp server runs (tokenizer spec `gguf:<file>`, parsed in streams/text/tokens.py).
+"""A GGUF model file's own tokenizer, built from its metadata (`tokenizer.ggml.*`), for Jev's count of a model that a
+llama.cpp server runs (tokenizer spec `gguf:<file>`, parsed in streams/text/tokens.py).
 
-Only the key-value header of the file is read (a few MB, well under a second; the `gguf` package's reader parses
-every field into numpy views and took 6.6 s on the SmolLM2 file, transformers' GGUF tokenizer 26 s with torch), and
-nothing is downloaded. The vocabulary and merges become a byte-level BPE in the `tokenizers` library, with the
-pre-tokenizer llama.cpp applies for the file's `tokenizer.ggml.pre`: `smollm` splits digits one by one (SmolLM2:
-"12345" is five tokens), `default`/`gpt2` is GPT-2's. Other tokenizer kinds (SentencePiece `llama`, Llama-3's
-`llama-bpe` regex, ...) raise an error that names the fix (a tokenizer.json through `hf:<dir>`).
-
-`chat_framing` is what the file's chat template (`tokenizer.chat_template`, rendered as llama.cpp's server renders
-it) adds around one user message: a server bills it as prompt tokens of every chat call (SmolLM2: 30, its default
-system prompt and the role markers).
+Only the file's key-value header is read, and nothing is downloaded. The vocabulary and merges become a byte-level
+BPE with the pre-tokenizer llama.cpp applies for the file's `tokenizer.ggml.pre` (`smollm`, `default`/`gpt2`); other
+kinds raise an error that names the fix (a tokenizer.json through `hf:<dir>`). `chat_framing` is what the chat
+template adds around one user message, which a server bills as prompt tokens of every chat call.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Who reads what on the query surfaces, and the parse gate every caller's own SQL passes.
 
-Isolation itself is by construction (workers/analytics/sandbox/): a caller's work runs in a child engine that
-holds only the rows its scope may read. Before a caller's SQL runs there, check_query parses it with ClickHouse
-(EXPLAIN AST, which reads nothing) and refuses, for every scope: more than one SELECT, a SETTINGS or FORMAT
-clause, any table function (file, url, remote, numbers, merge, …), scalar functions that read outside the tables
-(file, dictGet, joinGet), and any table that is not one of Jev's usage tables (system, information_schema, other
-databases). The sandbox's readonly=1 refuses table functions a second time.
+Isolation itself is by construction (workers/analytics/sandbox/). Before a caller's SQL runs there, check_query
+parses it with ClickHouse (EXPLAIN AST, which reads nothing) and refuses more than one SELECT, SETTINGS or FORMAT
+clauses, table functions, scalar functions that read outside the tables, and any table that is not one of Jev's.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`jev chaos`: run the local pipeline, inject faults mid-stream, and account for every request and token.
 
-Faults: SIGKILL of a stage process (the one that owns ClickHouse, or with --stages N another one) and/or a
-scoring worker (each restarted at once; the broker keeps their uncommitted input, so redelivery is
-at-least-once), a ClickHouse outage of S seconds (the stage's
-SpillingSink holds the events on disk and writes them after recovery), and hostile inputs mixed into the
-stream (each must come back as a dead letter with a reason). The audit runs in a child process because the
-ClickHouse directory belongs to one process at a time.
+Faults: SIGKILL of a stage process and/or a scoring worker (each restarted at once), a ClickHouse outage (the
+SpillingSink holds the events on disk), and hostile inputs mixed into the stream (each must come back as a dead
+letter with a reason). The audit runs in a child process because the ClickHouse directory belongs to one process.
 """
 
 from __future__ import annotations
