@@ -51,8 +51,8 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
     for i in range(0, len(items), batch):
         group = items[i : i + batch]
         for way, run, out in (
-            ("one", lambda: [single.score(c, cands) for c, cands in group], one),
-            ("many", lambda: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many),
+            ("one", lambda group=group: [single.score(c, cands) for c, cands in group], one),
+            ("many", lambda group=group: score_many(batched, [Call(batched, c, cands) for c, cands in group]), many),
         ):
             wall, cpu = time.perf_counter(), time.process_time()
             with encodings.using(caches[way]):

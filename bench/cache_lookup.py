@@ -165,9 +165,7 @@ def _churn(
         kept += int(hit is not None and hit.value == p)
     queried = set(picks.tolist())
     evicted = [i for i in range(n) if i not in queried][: len(picks)]
-    evicted_hits = sum(
-        bool(hit := cache.lookup(partition, "x", vector=vectors[i])) and hit.value == i for i in evicted
-    )
+    evicted_hits = sum(bool(hit := cache.lookup(partition, "x", vector=vectors[i])) and hit.value == i for i in evicted)
     return {
         "churn_entries": n,
         "churn_s": round(churn_s, 1),

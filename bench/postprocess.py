@@ -115,7 +115,7 @@ def main() -> int:
         figures = throughputs(
             {
                 "clean": (lambda text, model: clean(text, model=model, config=patterns), chosen),
-                "tokenizer": (lambda text, model: encoders[model].encode_ordinary(text), chosen),
+                "tokenizer": (lambda text, model, encoders=encoders: encoders[model].encode_ordinary(text), chosen),
                 "scan": (lambda text, _: patterns.scanner.scan(text), chosen),
             },
             size,

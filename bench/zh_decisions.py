@@ -87,9 +87,11 @@ def main() -> None:
     data = Path(settings_mod.load().shared_data) / "zh-dev"
     if not data.is_dir():
         raise SystemExit(f"{data}: no zh-dev data; set JEV_SHARED_DATA to the folder that holds zh-dev/")
-    read = lambda name: [json.loads(line) for line in (data / name).read_text(encoding="utf-8").splitlines() if line][
-        : args.limit or None
-    ]
+
+    def read(name: str) -> list:
+        lines = (data / name).read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line][: args.limit or None]
+
     rng = random.Random(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     counts = {}

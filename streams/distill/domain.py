@@ -55,7 +55,7 @@ def off_domain(
         total = sum(counts.values()) + len(CJK.findall(low)) // 2
         all_low = [lowered.setdefault(j, contents[j].lower()) for j in range(len(contents))]
 
-        def tfidf(term: str, n: int) -> float:
+        def tfidf(term: str, n: int, total: int = total, all_low: list[str] = all_low) -> float:
             df = sum(1 for text in all_low if term in text)
             return n / total * (math.log((1 + len(all_low)) / (1 + df)) + 1)
 

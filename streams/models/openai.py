@@ -140,7 +140,9 @@ class OpenAIEngine:
             try:
                 self.served_name = str(body["data"][0]["id"])
             except (KeyError, IndexError, TypeError):
-                raise ModelUnavailable(f"{self.base_url}/models lists no model; name it as `model:` in the pool")
+                raise ModelUnavailable(
+                    f"{self.base_url}/models lists no model; name it as `model:` in the pool"
+                ) from None
         return self.served_name
 
     async def request(self, srv: Server, method: str, path: str, payload: dict | None, deadline: float) -> dict:

@@ -138,7 +138,7 @@ class CausalLMBackend:
         for c, value in zip(prior_texts, values[len(rows) :]):
             self.priors[c] = value
         conditional = iter(values[: len(rows)])
-        for (context, candidates), result in zip(items, results):
+        for (_, candidates), result in zip(items, results):
             result.scores = [next(conditional) - self.priors[c] for c in candidates]
         self.remember(items, states)
         return results

@@ -18,8 +18,8 @@ def _cut_point(head: str) -> int:
     floor = int(len(head) * MIN_KEEP)
     for pattern in (SENTENCE_END, WHITESPACE):
         last = None
-        for last in pattern.finditer(head, floor):
-            pass
+        for match in pattern.finditer(head, floor):
+            last = match
         if last is not None:
             return last.end() if pattern is SENTENCE_END else last.start()
     return len(head)

@@ -131,7 +131,10 @@ def chat_framing(meta: dict, tok) -> int:
     if not template:
         return 0
     vocab = meta["tokenizer.ggml.tokens"]
-    special = lambda key: vocab[meta[key]] if key in meta else ""
+
+    def special(key: str) -> str:
+        return vocab[meta[key]] if key in meta else ""
+
     text = (
         jinja2.sandbox.ImmutableSandboxedEnvironment()
         .from_string(template)

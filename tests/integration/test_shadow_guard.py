@@ -118,7 +118,7 @@ async def waves(pipe: Pipeline, follow: Follow, payloads: list[bytes], size: int
     for i in range(0, len(payloads), size):
         await pipe.publish(payloads[i : i + size])
         ids = {orjson.loads(p)["request_id"] for p in payloads[i : i + size]}
-        assert await follow.until(lambda: ids <= follow.decisions.keys()), "a wave got no decisions"
+        assert await follow.until(lambda ids=ids: ids <= follow.decisions.keys()), "a wave got no decisions"
 
 
 def agreement(verdicts: list[Verdict]) -> float:
@@ -148,9 +148,16 @@ async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(
         try:
             loose = requests("loose", LOOSE, seed=1)
             await waves(pipe, follow, loose)
-            tuned = lambda: [c.value for c in follow.controls if (c.kind, c.key) == ("tune", "cache.l2.min_similarity")]
-            switched = lambda: [c for c in follow.controls if (c.kind, c.key) == ("switch", "cache.l2") and not c.value]
-            acted = lambda: switched() or (tuned() and tuned()[-1] >= 0.95)
+
+            def tuned() -> list:
+                return [c.value for c in follow.controls if (c.kind, c.key) == ("tune", "cache.l2.min_similarity")]
+
+            def switched() -> list:
+                return [c for c in follow.controls if (c.kind, c.key) == ("switch", "cache.l2") and not c.value]
+
+            def acted() -> bool:
+                return bool(switched() or (tuned() and tuned()[-1] >= 0.95))
+
             assert await follow.until(acted), f"the guard did not tighten L2 or switch it off: {follow.controls}"
             assert tuned() == sorted(set(tuned())) and tuned()[0] > 0.05, "each tightening raised the threshold"
             knob = pipe.app.jev_guard.knobs["cache.l2"]
@@ -171,7 +178,10 @@ async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(
             if switched():
                 assert not any(follow.decisions[i].tier == "cache_l2" for i in ids), "L2 still served after the switch"
             assert agreement(second) >= 0.9 > agreement(first), (agreement(first), agreement(second))
-            stored = lambda: int(pipe.ch.query("SELECT count() FROM shadow_verdicts FINAL").result_rows[0][0])
+
+            def stored() -> int:
+                return int(pipe.ch.query("SELECT count() FROM shadow_verdicts FINAL").result_rows[0][0])
+
             assert await follow.until(lambda: stored() == len(follow.verdicts), 60), (stored(), len(follow.verdicts))
             every = list(follow.verdicts.values())  # phase 1's verdicts that came after `first` was taken included
             n, agreed = pipe.ch.query(

@@ -62,7 +62,8 @@ async def test_streams_are_ordered_metered_paced_and_switchable(settings, clickh
         rows = {
             rid: (delivered, first, rate, out)
             for rid, delivered, first, rate, out in pipe.ch.query(
-                "SELECT request_id, delivered_tokens, first_chunk_ms, tokens_per_s, output_tokens FROM usage_events FINAL "
+                "SELECT request_id, delivered_tokens, first_chunk_ms, tokens_per_s, output_tokens "
+                "FROM usage_events FINAL "
                 "WHERE stage = 'score' AND section = 'stream'"
             ).result_rows
         }

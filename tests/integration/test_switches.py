@@ -358,7 +358,10 @@ async def l3_round(live, tag: str) -> list[str]:
 
 async def test_cache__l3_off(live):
     follower = live[1]
-    pre_answers = lambda ids: [rid for rid in follower.usage if "~l3~" in rid and rid.split("~l3~")[0] in ids]
+
+    def pre_answers(ids) -> list:
+        return [rid for rid in follower.usage if "~l3~" in rid and rid.split("~l3~")[0] in ids]
+
     on = await l3_round(live, "l3on")
     await asyncio.sleep(3.0)  # the pre-answer is scored after the request it follows is answered
     await switch(live, "cache.l3", False)
@@ -405,9 +408,10 @@ async def test_score__cascade_off(live):
         "cascade",
     )
     follower = live[1]
-    fine = lambda ids: [
-        e for rid in ids for e in follower.usage[rid] if e.stage == "score" and e.stack.endswith(";fine")
-    ]
+
+    def fine(ids) -> list:
+        return [e for rid in ids for e in follower.usage[rid] if e.stage == "score" and e.stack.endswith(";fine")]
+
     assert all(e.candidates < 10 for e in fine(on)) and fine(on)
     assert [e.candidates for e in fine(off)] == [10]  # the fine tier scored every candidate
     assert input_tokens(follower, off) > input_tokens(follower, on)
@@ -426,7 +430,10 @@ async def test_postprocess__cleanup_off(live):
         live, "postprocess.cleanup", [generated(text.format(n=1))], [generated(text.format(n=2))], "cleanup"
     )
     follower = live[1]
-    sent = lambda rid: tokens.count(follower.decisions[rid].text, "gpt-4o-mini")
+
+    def sent(rid: str) -> int:
+        return tokens.count(follower.decisions[rid].text, "gpt-4o-mini")
+
     assert sent(on[0]) < follower.decisions[on[0]].output_tokens  # the closer was cut
     assert sent(off[0]) == follower.decisions[off[0]].output_tokens  # as generated
 

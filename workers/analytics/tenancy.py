@@ -108,7 +108,7 @@ def load_tokens(path: str) -> dict[str, str]:
     try:
         tokens = orjson.loads(file.read_bytes())
     except orjson.JSONDecodeError as e:
-        raise SystemExit(f'JEV_QUERY_TOKENS={path}: not JSON ({e}); expected {{"<token>": "<tenant or *>"}}')
+        raise SystemExit(f'JEV_QUERY_TOKENS={path}: not JSON ({e}); expected {{"<token>": "<tenant or *>"}}') from None
     if not isinstance(tokens, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v for k, v in tokens.items()
     ):

@@ -89,7 +89,8 @@ def test_malformed_members_are_retried_alone():
     ids = list(answers)
     # member 0 lost its Risks line, member 1 is missing, member 2 is over budget; member 3 intact
     broken = [
-        f"=== {ids[0]} ===\n" + "\n".join(l for l in answers[ids[0]].splitlines() if not l.startswith("Risks")),
+        f"=== {ids[0]} ===\n"
+        + "\n".join(line for line in answers[ids[0]].splitlines() if not line.startswith("Risks")),
         f"=== {ids[2]} ===\n" + answers[ids[2]] + "\n" + "filler " * 300,
         f"=== {ids[3]} ===\n" + answers[ids[3]],
     ]

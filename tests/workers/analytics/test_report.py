@@ -170,7 +170,8 @@ def test_html_report_in_chromium(short_demo, tmp_path):
     script = """
     var lines = Array.from(document.querySelectorAll('svg.timechart .series')).map(function (l) {
       var b = l.getBBox(); return {series: l.dataset.series, width: b.width, height: b.height}; });
-    var labels = Array.from(document.querySelectorAll('svg.timechart .xlabel')).map(function (t) { return t.textContent; });
+    var labels = Array.from(document.querySelectorAll('svg.timechart .xlabel'))
+      .map(function (t) { return t.textContent; });
     var bars = Array.from(document.querySelectorAll('.barlabel')).map(function (t) { return t.textContent; });
     var pre = document.createElement('pre'); pre.id = 'checks';
     pre.textContent = JSON.stringify({lines: lines, labels: labels, bars: bars, text: document.body.innerText});
@@ -201,7 +202,8 @@ def test_flame_graph_in_chromium_zooms_on_click(tmp_path):
     var before = +target.querySelector('rect').getAttribute('width');
     target.dispatchEvent(new MouseEvent('click', {bubbles: true}));
     var after = +target.querySelector('rect').getAttribute('width');
-    var hidden = frames.filter(function (g) { return g.style.display === 'none'; }).map(function (g) { return g.dataset.p; });
+    var hidden = frames.filter(function (g) { return g.style.display === 'none'; })
+      .map(function (g) { return g.dataset.p; });
     var pre = document.createElement('pre'); pre.id = 'checks';
     pre.textContent = JSON.stringify({frames: frames.length, before: before, after: after, hidden: hidden,
                                       text: document.body.innerText});

@@ -264,7 +264,7 @@ def test_train_verifier_saves_weights_that_replay_then_uses(tmp_path, monkeypatc
     monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path))
     pairs = tmp_path / "train.jsonl"
     rows = []
-    for n, w in enumerate("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma tau omega".split()):
+    for w in "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma tau omega".split():
         rows += [
             {"text_a": f"How do I reset the {w} router?", "text_b": f"how do I reset the {w} router", "label": 1},
             {"text_a": f"Where is the {w} warehouse?", "text_b": f"Who runs the {w} warehouse today?", "label": 0},
