@@ -13,8 +13,8 @@ from streams.output.sensitive import SensitiveScanner
 
 BUNDLED = Path(__file__).with_name("patterns.yaml")
 FENCE_MODES = ("keep", "extract")
-# blanks and emoji a closer may end with ("Happy coding! 🚀", "希望对您有帮助！😊")
-EMOJI_TAIL = r"[\s\u2600-\u27bf\ufe0f\u200d\U0001f300-\U0001faff]*"
+# blanks, tildes and emoji a closer may end with ("Happy coding! 🚀", "希望对您有帮助！😊", "随时找我哦～")
+EMOJI_TAIL = r"[\s~\uff5e\u2600-\u27bf\ufe0f\u200d\U0001f300-\U0001faff]*"
 
 
 @dataclass(frozen=True)

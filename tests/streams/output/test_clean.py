@@ -306,3 +306,114 @@ def test_chinese_preambles_and_closers_trimmed_to_their_filler(case):
 def test_a_chinese_closer_holding_a_number_keeps_the_number():
     text = "订单已发货。希望对您有帮助，三天内不满意可以退货！"
     assert clean(text, model="gpt-4o-mini").text == "订单已发货。三天内不满意可以退货！"
+
+
+ZH_BODY = "水在标准大气压下100摄氏度沸腾。"
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        "好的，让我们一步一步来解决这个问题。",
+        "这是一个非常有趣且复杂的问题。",
+        "嗯，这是个好问题。",
+        "感谢你的提问，这是一个很有意思的话题。",
+        "我理解你的担忧。",
+        "很抱歉听到你生病了。",
+        "当然，我可以帮你解答。",
+        "你好呀！",
+        "當然可以！",  # traditional script: matched on its simplified form
+        "這是一個很好的問題！",
+    ],
+)
+def test_chinese_filler_openings_go_by_structure(opening):
+    body = ZH_BODY + "海拔越高，沸点越低。"  # two sentences: a greeting before one alone is the answer itself
+    c = clean(opening + body, model="gpt-4o")
+    assert (c.text, c.removed) == (body, ["preamble"])
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [
+        "希望这能帮助你更好地理解。",
+        "希望您早日康复！",
+        "希望你度过一个愉快的假期！",
+        "祝您生活愉快，工作顺利！",
+        "希望能尽快解决这个问题，让你们全家都能安心、幸福。",
+        "如果你需要，我可以帮你制定一个详细的计划。",
+        "如果你有任何其他问题，欢迎随时向我提问。",
+        "有需要的话随时找我哦～",
+        "还有什么我可以帮你的吗？",
+        "感谢您的耐心阅读。",
+        "希望对您有帮助！😊",  # an emoji after the closer
+        "希望这些建议对你有帮助！如果有其他问题，随时告诉我哦！",  # two closing sentences
+        "希望這些資訊對你有所幫助！",  # traditional script
+        "如果您遇到問題，請隨時回到這裡，我會盡力協助您。",
+    ],
+)
+def test_chinese_filler_closings_go_by_structure(closing):
+    c = clean(ZH_BODY + "\n\n" + closing, model="gpt-4o")
+    assert (c.text, c.removed) == (ZH_BODY, ["closer"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # look like an opening filler, carry content
+        "好的产品离不开好的设计。" + ZH_BODY,  # an interjection needs punctuation after it
+        "收到快递后，先检查包装是否完好。" + ZH_BODY,
+        "嗯字在这里表示同意。" + ZH_BODY,
+        "当然不是，地球是圆的。" + ZH_BODY,
+        "这是一个误解。" + ZH_BODY,
+        "这个问题很常见，约有七成的人遇到过。" + ZH_BODY,
+        "很抱歉，我无法提供这方面的信息。" + ZH_BODY,  # a refusal is the answer
+        "我理解的相对论有两部分：狭义相对论和广义相对论。",
+        # look like a closing filler, carry advice, a name or a number
+        ZH_BODY + "如果有问题，可以联系购买的商家进行售后服务。",
+        ZH_BODY + "如果问题指的是其它含义，建议明确提问，以便得到更准确的回答。",
+        ZH_BODY + "希望你们通过对话解决这个误解，并确保牛得到喂养。",
+        ZH_BODY + "祝福的话可以写“生日快乐，万事如意”。",
+        ZH_BODY + "祝你生日快乐！",  # a wish for an occasion is what a card asked for
+        ZH_BODY + "如果你喜欢科幻，我可以推荐《三体》。",
+        ZH_BODY + "谢谢在日语里说ありがとう。",
+        ZH_BODY + "请在12月31日前完成续费。",
+        ZH_BODY + "如果症状持续超过三天，请及时就医。",
+        "祝你一切顺利！",  # the whole answer: never cleaned away
+    ],
+)
+def test_chinese_lookalikes_that_carry_content_stay(text):
+    c = clean(text, model="gpt-4o")
+    assert c.text == text and c.removed == []
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Use a set.\n\nHappy coding! 🚀", "Use a set."),  # an emoji after the closer
+        ("Use a set. I hope this helps! 😊", "Use a set."),
+        ("Certainly! Paris is the capital of France.", "Paris is the capital of France."),
+    ],
+)
+def test_english_fillers_go_emoji_and_all(text, expected):
+    assert clean(text, model="gpt-4o").text == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Good luck charms are popular in Japan.",
+        "If you have any questions about the lease, call the landlord at 555-0100.",
+        "Thanks to the GIL, one thread runs Python bytecode at a time.",
+        "Enjoy your meal is a phrase waiters say.",
+        "Sure enough, the test failed twice.",
+    ],
+)
+def test_english_lookalikes_that_carry_content_stay(text):
+    c = clean(text, model="gpt-4o")
+    assert c.text == text and c.removed == []
+
+
+def test_a_chinese_filler_closer_before_a_content_sentence_stays():
+    """Closers are taken from the end only: one followed by advice is left with it (the advice ends the answer)."""
+    text = ZH_BODY + "希望对你有帮助！如果发烧超过38.5度，请及时就医。"
+    assert clean(text, model="gpt-4o").text == text

@@ -88,3 +88,11 @@ def test_no_cjk_character_means_no_cjk_language(text):
 @pytest.mark.parametrize("text", ["希望对您有帮助！", "帮我查一下iPhone 15的价格", "ありがとう", "감사합니다"])
 def test_cjk_characters_are_found(text):
     assert language.has_cjk(text) and language.is_cjk(language.detect(text))
+
+
+def test_simplified_maps_traditional_one_character_for_one():
+    text = "希望這些資訊對你有所幫助！Hello 3"
+    out = language.simplified(text)
+    assert out == "希望这些资讯对你有所帮助！Hello 3" and len(out) == len(text)
+    assert language.simplified("plain English, no CJK") == "plain English, no CJK"
+    assert language.simplified("简体中文不变") == "简体中文不变"
