@@ -380,6 +380,16 @@ class Settings:
         "1: below its floor a mechanism is tightened or switched off, with an alert and a "
         "control record; 0: verdicts are only recorded.",
     )
+    gateway_keys_file: str = _doc(
+        "",
+        "File of the HTTP gateway's API keys (`jev gateway keys add`): a hash and a tenant per key, never the key; "
+        "re-read when it changes, so keys added or revoked apply without a restart. Empty = "
+        "<data_dir>/gateway_keys.json.",
+    )
+    gateway_timeout_s: float = _doc(
+        120.0,
+        "Seconds the HTTP gateway waits for a request's decision (or a stream's next chunk) before it answers 504.",
+    )
     log_level: str = _doc("warning", "Log level of workers.")
     stop_grace_s: float = _doc(
         2.0,

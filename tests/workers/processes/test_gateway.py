@@ -1,0 +1,301 @@
+"""The HTTP gateway against the real pipeline (local broker, embedded ClickHouse, the stages and a scoring worker),
+called by real clients: the official openai SDK (plain and streamed, its usage equal to what ClickHouse metered for
+the request), `curl -N` on the stream, plain HTTP for the native decisions endpoint, in English and Chinese; keys
+that map to tenants (added and revoked while it runs), OpenAI-shaped errors, two tenants that never see each
+other's answers, a caller that hangs up mid-stream still metered, and the README's two snippets run as written."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from workers.harness.pipeline import Pipeline, free_port, known_decision_types
+from workers.processes import gateway
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+
+QUESTIONS = {
+    "en": "My parcel to Lyon is three days late. Where is it?\nReference: parcels to Lyon arrive in 3 days.",
+    "zh": "我寄往上海的包裹晚了三天，现在在哪里？\n参考：寄往上海的包裹三天内送达。",
+}
+DECISIONS = {
+    "en": ("Customer: the mug arrived broken and I want my money back.", ["Offer a discount", "Issue a refund"]),
+    "zh": ("顾客：杯子到货时已经碎了，我要退款。", ["给下次订单打折", "为破损的杯子退款"]),
+}
+LONG_REFERENCE = "\n".join(
+    f"Parcels to warehouse {h} leave within {h % 47 + 1} hours of payment and arrive in {h % 5 + 2} working days."
+    for h in range(40)
+)
+
+
+@contextlib.asynccontextmanager
+async def served_gateway(settings):
+    """The pipeline and the gateway in front of it: (pipeline, base URL, key store)."""
+    async with Pipeline(settings, known_decision_types()) as pipe:
+        port = free_port()
+        runner = await gateway.start(pipe.settings, port=port)
+        try:
+            yield pipe, f"http://127.0.0.1:{port}", gateway.keys_for(pipe.settings)
+        finally:
+            await runner.cleanup()
+
+
+async def metered(pipe, tenant: str, request_id: str) -> tuple[int, int]:
+    """Input and output tokens ClickHouse holds for the request (every stage but the shadow twin), once its
+    postprocess row (written with its decision) has landed."""
+    where = "tenant = {t:String} AND request_id = {r:String}"
+    for _ in range(100):
+        done = pipe.ch.query(
+            f"SELECT count() FROM usage_events FINAL WHERE {where} AND stage = 'postprocess'",
+            parameters={"t": tenant, "r": request_id},
+        ).result_rows[0][0]
+        if done:
+            break
+        await asyncio.sleep(0.2)
+    row = pipe.ch.query(
+        f"SELECT sum(input_tokens), sum(output_tokens), count() FROM usage_events FINAL WHERE {where} "
+        "AND stage != 'shadow'",
+        parameters={"t": tenant, "r": request_id},
+    ).result_rows[0]
+    assert row[2] > 0, f"no usage rows for {tenant}/{request_id}"
+    return int(row[0]), int(row[1])
+
+
+async def chat_both_ways(pipe, sdk: openai.AsyncOpenAI, tenant: str, model: str, lang: str) -> None:
+    """One plain and one streamed completion (with include_usage); each one's usage is what ClickHouse metered."""
+    plain = await sdk.chat.completions.create(
+        model=model,
+        messages=[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": QUESTIONS[lang]}],
+        max_tokens=48,
+    )
+    assert plain.choices[0].message.content.strip() and plain.choices[0].finish_reason in ("stop", "length")
+    rid = plain.id.removeprefix("chatcmpl-")
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens) == await metered(pipe, tenant, rid)
+    assert plain.usage.total_tokens == plain.usage.prompt_tokens + plain.usage.completion_tokens
+
+    stream = await sdk.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": QUESTIONS[lang] + ("\n" + "again" if lang == "en" else "\n再问一次")}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage, finish = [], None, None
+    async for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        if chunk.usage:
+            usage = chunk.usage
+    assert "".join(parts).strip() and finish == "stop" and usage is not None
+    rid = chunk.id.removeprefix("chatcmpl-")
+    assert (usage.prompt_tokens, usage.completion_tokens) == await metered(pipe, tenant, rid)
+    if lang == "zh":
+        assert re.search(r"[\u4e00-\u9fff]", "".join(parts))
+
+
+async def curl_stream(url: str, key: str, body: dict) -> list[str]:
+    proc = await asyncio.create_subprocess_exec(
+        "curl",
+        "-sN",
+        f"{url}/v1/chat/completions",
+        "-H",
+        f"Authorization: Bearer {key}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        orjson.dumps(body).decode(),
+        stdout=subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    return [line.removeprefix("data: ") for line in out.decode().splitlines() if line.startswith("data: ")]
+
+
+def readme_snippet(heading: str) -> str:
+    """The first python block under the README line that starts with `heading`."""
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index(heading) :]
+    return re.search(r"```python\n(.*?)```", after, re.S).group(1)
+
+
+async def run_snippet(code: str, env: dict) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode()
+
+
+async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_db):
+    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn, tenant_rates="slow=1:1000000")
+    async with served_gateway(settings) as (pipe, url, keys):
+        _, acme = keys.add("acme")
+        _, globex = keys.add("globex")
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=acme, max_retries=0)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/health") as r:
+                assert r.status == 200
+            models = [m.id for m in (await sdk.models.list()).data]
+            assert models == [m.name for m in gateway.generator_models(pipe.settings)] and models
+
+            for model in models:
+                for lang in ("en", "zh"):
+                    await chat_both_ways(pipe, sdk, "acme", model, lang)
+
+            # curl -N on the stream: data events, the last [DONE], the usage event before it
+            events = await curl_stream(
+                url,
+                acme,
+                {
+                    "model": models[0],
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": QUESTIONS["zh"] + "\n第三次"}],
+                },
+            )
+            assert events[-1] == "[DONE]" and len(events) >= 3
+            parsed = [orjson.loads(e) for e in events[:-1]]
+            assert parsed[0]["choices"][0]["delta"]["role"] == "assistant"
+            assert parsed[-1]["choices"] == [] and parsed[-1]["usage"]["total_tokens"] > 0
+
+            # errors in OpenAI's shape
+            with pytest.raises(openai.AuthenticationError) as wrong:
+                await openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="jev-wrong", max_retries=0).models.list()
+            assert wrong.value.status_code == 401 and wrong.value.code == "invalid_api_key"
+            async with http.post(f"{url}/v1/chat/completions", json={"model": models[0]}) as r:
+                assert r.status == 401 and (await r.json())["error"]["code"] == "missing_api_key"
+            with pytest.raises(openai.NotFoundError) as unknown:
+                await sdk.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "hi"}])
+            assert unknown.value.code == "model_not_found" and unknown.value.param == "model"
+            for bad, param in (
+                ({"messages": []}, "messages"),
+                ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+                ({"messages": [{"role": "user", "content": "你好"}], "tenant": "globex"}, "tenant"),
+                ({"messages": [{"role": "user", "content": "hi"}], "decision_type": "nope"}, "decision_type"),
+            ):
+                async with http.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": models[0], **bad},
+                    headers={"Authorization": f"Bearer {acme}"},
+                ) as r:
+                    error = (await r.json())["error"]
+                    assert r.status == 400 and error["param"] == param and error["message"], error
+            slow_sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=keys.add("slow")[1], max_retries=0)
+            limited = None
+            for i in range(6):  # JEV_TENANT_RATES: one request a second for tenant slow
+                try:
+                    await slow_sdk.chat.completions.create(
+                        model=models[0], messages=[{"role": "user", "content": f"question {i}?"}]
+                    )
+                except openai.RateLimitError as exc:
+                    limited = exc
+                    break
+            assert limited is not None and int(limited.response.headers["Retry-After"]) >= 1
+            assert limited.code == "rate_limit_exceeded"
+
+            # the native decisions endpoint, English and Chinese
+            for lang, (state, texts) in DECISIONS.items():
+                body = {
+                    "decision_type": "customer_service",
+                    "state": state,
+                    "candidates": [{"id": f"c{i}", "text": t} for i, t in enumerate(texts)],
+                }
+                async with http.post(
+                    f"{url}/v1/decisions", json=body, headers={"Authorization": f"Bearer {acme}"}
+                ) as r:
+                    answer = await r.json()
+                    assert r.status == 200, answer
+                assert answer["action_id"] in ("c0", "c1") and answer["tier"], (lang, answer)
+                assert {x["id"] for x in answer["ranking"]} <= {"c0", "c1"}
+
+            # two tenants, the same idempotency key: each gets its own answer, never the other's
+            same = {"Idempotency-Key": "shared-id-1"}
+            acme_reply = await sdk.chat.completions.create(
+                model=models[0],
+                messages=[
+                    {"role": "user", "content": "Acme order 7781: where is it?\nReference: order 7781 ships Monday."}
+                ],
+                extra_headers=same,
+            )
+            globex_reply = await openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key=globex, max_retries=0
+            ).chat.completions.create(
+                model=models[0],
+                messages=[{"role": "user", "content": "环球订单 5512 在哪里？\n参考：订单 5512 周五发货。"}],
+                extra_headers=same,
+            )
+            assert "7781" in acme_reply.choices[0].message.content
+            assert "5512" in globex_reply.choices[0].message.content
+            assert "5512" not in acme_reply.choices[0].message.content
+            assert "7781" not in globex_reply.choices[0].message.content
+
+            # a caller hanging up mid-stream: the gateway stops waiting; the answer is still generated and metered
+            body = {
+                "model": models[0],
+                "stream": True,
+                "client": "mobile",
+                "question_type": "creative",
+                "messages": [{"role": "user", "content": "How long does delivery take?\n" + LONG_REFERENCE}],
+            }
+            async with http.post(
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {acme}"}
+            ) as r:
+                rid = r.headers["X-Request-Id"]
+                first = await r.content.readline()
+                assert first.startswith(b"data: ")
+                r.close()
+            _, output = await metered(pipe, "acme", rid)
+            delivered = pipe.ch.query(
+                "SELECT delivered_tokens FROM usage_events FINAL WHERE request_id = {r:String} AND section = 'stream'",
+                parameters={"r": rid},
+            ).result_rows
+            assert output > 0 and delivered and delivered[0][0] > 0
+
+            # keys revoked and added while it runs
+            assert keys.revoke(acme)
+            with pytest.raises(openai.AuthenticationError):
+                await sdk.models.list()
+            fresh = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=keys.add("acme")[1], max_retries=0)
+            assert (await fresh.models.list()).data
+
+            # the README's snippets, as written, against this gateway and pipeline
+            env = {"JEV_API_KEY": keys.add("acme")[1], "JEV_BROKER": pipe.settings.broker}
+            sdk_code = readme_snippet("With the OpenAI SDK").replace("http://127.0.0.1:8080", url)
+            assert "completion_tokens" in await run_snippet(sdk_code, env)
+            client_out = await run_snippet(readme_snippet("With Jev's client library"), env)
+            assert re.search(r"\b(refund|discount)\b", client_out), client_out
+
+
+@pytest.mark.model_server
+async def test_the_served_model_through_the_gateway(model_server, settings, clickhouse_dsn, usage_db):
+    """SmolLM2 on llama.cpp's server answers through the gateway: every model /v1/models lists, plain and streamed,
+    English and Chinese, usage equal to ClickHouse's (the server's own counts, reconciled by the pipeline)."""
+    from workers.harness.demo import served_settings
+
+    settings = served_settings(
+        settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn), model_server.url, 1, False
+    )
+    async with served_gateway(settings) as (pipe, url, keys):
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=keys.add("acme")[1], max_retries=0, timeout=300)
+        models = [m.id for m in (await sdk.models.list()).data]
+        assert models == [model_server.model]
+        for lang in ("en", "zh"):
+            await chat_both_ways(pipe, sdk, "acme", models[0], lang)
