@@ -24,6 +24,8 @@ MAX_PARTITIONS = 10_000
 FIRST_TEST_SHARE = 0.1  # the first tested threshold holds at least this share of the verdicts above it
 REFIT_FRACTION = 0.1  # refit once the new verdicts pass this share of those kept (each fit spends alpha)
 MAX_VETOES = 100_000  # entries with a disagreement remembered, over all partitions
+NEAR_BAND = 0.05  # scores this close above the threshold are where a verdict teaches most
+NEAR_WEIGHT, FAR_WEIGHT = 2.0, 0.5  # the explore rate, times these, near the threshold and far above it
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -122,12 +124,16 @@ class ThresholdLearner:
             part.fits, part.pending = part.fits + tested, 0
         return max(part.threshold, self.floor)
 
-    def allows(self, partition: tuple, question: str, score: float) -> bool:
-        """Serve a candidate of `partition` matching cached `question` at `score`?"""
+    def allows(self, partition: tuple, question: str, score: float, floor: float = -math.inf) -> bool:
+        """Serve a candidate of `partition` matching cached `question` at `score` (never below `floor`)?
+        Exploration refuses NEAR_WEIGHT times the explore rate within NEAR_BAND above the threshold, where a
+        verdict can move it, and FAR_WEIGHT times it further up: by score only, so verdicts stay fair samples."""
         veto = self.vetoes.get((partition, question))
-        if score < self.threshold(partition) or (veto is not None and score <= veto):
+        threshold = max(self.threshold(partition), floor)
+        if score < threshold or (veto is not None and score <= veto):
             return False
-        if self.explore and self.random.random() < self.explore:
+        rate = min(self.explore * (NEAR_WEIGHT if score - threshold < NEAR_BAND else FAR_WEIGHT), 0.5)
+        if self.explore and self.random.random() < rate:
             self.explored += 1
             return False
         return True

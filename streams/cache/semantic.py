@@ -28,6 +28,7 @@ from streams.cache.exact import normalize
 from streams.cache.index import VectorIndex
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
+from streams.cache.verifier import decisiveness
 from streams.cache.verifier import features as verifier_features
 from streams.cache.verify import verify as verify_pair
 
@@ -194,12 +195,14 @@ class SemanticCache:
         learner: ThresholdLearner | None = None,
         evidence: PooledEvidence | None = None,
         promote_margin: float = 0.0,
+        decide_evidence: PooledEvidence | None = None,
     ):
         """At most `max_entries` over all partitions: the least recently hit or filled entry is evicted first.
         Without a learner every verified neighbour above `threshold` is served (a fixed threshold). With pooled
         `evidence` (evidence.py) its verifier scores the best verified neighbour (the model check's cosine is
         one of its features instead of a gate) and its learner decides; `promote_margin` (with evidence) marks
-        the refused candidates within that margin below the serving threshold as near-misses (0: none)."""
+        the refused candidates within that margin below the serving threshold as near-misses (0: none);
+        `decide_evidence` (with evidence) certifies decide partitions apart, judged by decisions."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         if not 0 <= promote_margin < 1:
@@ -215,6 +218,7 @@ class SemanticCache:
         self.verify = verify
         self.check = check
         self.evidence = evidence
+        self.decide_evidence = decide_evidence if evidence is not None else None
         self.learner = evidence.learner if evidence is not None else learner
         self.min_cosine = 0.0  # with evidence: the tune control's floor on served cosines
         self.max_exact = max_exact
@@ -247,6 +251,12 @@ class SemanticCache:
             self.learner.floor = value
         else:
             self.threshold = value
+
+    def evidence_for(self, partition: tuple) -> PooledEvidence | None:
+        """The pool that certifies `partition`'s hits: the decide pool for a decide partition where there is one."""
+        if self.decide_evidence is not None and partition_kind(partition) == "decide":
+            return self.decide_evidence
+        return self.evidence
 
     def embed(self, text: str) -> np.ndarray:
         return self.embedder.embed([text])[0]
@@ -310,26 +320,27 @@ class SemanticCache:
     ) -> tuple[Hit | None, Candidate]:
         """The best verified neighbour, scored by the verifier and served where the pooled evidence allows."""
         cached = part.texts[id_]
+        evidence = self.evidence_for(partition)
         second = self.check.score(text, cached) if self.check is not None else None
-        row = verifier_features(
-            text, cached, float(cosine), float(next_cosine), second, decide=partition_kind(partition) == "decide"
-        )
-        p = self.evidence.score(row)
+        decide = partition_kind(partition) == "decide"
+        decisive = decisiveness(part.entry(id_).value) if decide else 0.0
+        row = verifier_features(text, cached, float(cosine), float(next_cosine), second, decide, decisive)
+        p = evidence.score(row)
         key = entry_key(partition, cached)
-        if cosine < self.min_cosine or not self.evidence.allows(key, float(cosine), p):
+        if cosine < self.min_cosine or not evidence.allows(key, float(cosine), p):
             self.refusals["learned_threshold"] += 1
-            near = _same_question(cached) != _same_question(text) and self._near_miss(key, float(cosine), p)
+            near = _same_question(cached) != _same_question(text) and self._near_miss(evidence, key, float(cosine), p)
             return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near, text)
         self.recency.move_to_end((partition, id_))
         hit = self._hit(partition, part, id_, key, p)
         return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)), asked=text)
 
-    def _near_miss(self, key: str, cosine: float, p: float) -> bool:
+    def _near_miss(self, evidence: PooledEvidence, key: str, cosine: float, p: float) -> bool:
         """Refused by the certified threshold (not by exploration, a veto or the tune floor) with p within the
         promotion margin below it."""
-        if not self.promote_margin or cosine < self.min_cosine or self.evidence.vetoed(key, cosine):
+        if not self.promote_margin or cosine < self.min_cosine or evidence.vetoed(key, cosine):
             return False
-        threshold = self.evidence.threshold()
+        threshold = evidence.threshold()
         return min(threshold, 1 - self.learner.max_error) - self.promote_margin <= p < threshold
 
     def promote(self, partition: tuple, text: str, target: str, vector: np.ndarray | None = None) -> Entry | None:
@@ -355,7 +366,7 @@ class SemanticCache:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
         disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
         if self.evidence is not None and candidate.features:
-            self.evidence.observe(
+            self.evidence_for(candidate.partition).observe(
                 entry_key(candidate.partition, candidate.question),
                 candidate.features,
                 candidate.cosine,

@@ -19,7 +19,7 @@ from streams.cache import changelog
 from streams.cache.calibration import ThresholdStore
 from streams.cache.embedders import load_embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
-from streams.cache.evidence import PooledEvidence
+from streams.cache.evidence import DECIDE, DECIDE_POOL, PooledEvidence
 from streams.cache.exact import BoundedLRU, cache_key
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
@@ -70,11 +70,15 @@ class CacheStage:
             embedder = load_embedder(settings.cache_embedder)
             check = check_name(settings.cache_model_check, embedder.name)
             decision, store = decision_name(embedder.name, check), ThresholdStore(settings.data_dir)
-            evidence = (
-                PooledEvidence(load_verifier(decision, settings.data_dir), self.learner)
-                if self.learner is not None
-                else None
-            )
+            evidence = decide = None
+            if self.learner is not None:
+                evidence = PooledEvidence(load_verifier(decision, settings.data_dir), self.learner)
+                decide = PooledEvidence(
+                    load_verifier(decision + DECIDE, settings.data_dir),
+                    self.learner,
+                    pool=DECIDE_POOL,
+                    prior_bounds=True,
+                )
             self.semantic = SemanticCache(
                 embedder,
                 store.threshold(decision, settings.cache_semantic_threshold),
@@ -86,6 +90,7 @@ class CacheStage:
                 learner=self.learner,
                 evidence=evidence,
                 promote_margin=settings.cache_promote_margin if evidence else 0.0,
+                decide_evidence=decide,
             )
         self.vectors = BoundedLRU(PENDING_VECTORS)  # cache key -> L2 vector of a miss, reused at fill
         self.embedded = BoundedLRU(PENDING_VECTORS)  # question -> vector, recent questions

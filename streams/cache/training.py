@@ -75,6 +75,22 @@ def train(
         cache = SemanticCache(embedder, floor, check=check, evidence=never, max_entries=max(len(part), 1))
         mined.append(mine(cache, part) if part else (np.zeros((0, len(FEATURES))), np.zeros(0)))
     (rows, labels), (held, held_labels) = mined
+    verifier, summary = fit_rows(rows, labels, held, held_labels, ridge, bounds, confidence)
+    return verifier, {"pairs": len(pairs), **summary}
+
+
+def fit_rows(
+    rows: np.ndarray,
+    labels: np.ndarray,
+    held: np.ndarray,
+    held_labels: np.ndarray,
+    ridge: float = 1.0,
+    bounds=BOUNDS,
+    confidence: float = 0.9,
+) -> tuple[Verifier, dict]:
+    """(the verifier fitted on `rows`, whose calibration verdicts are `held`; a summary): the fit shared by labelled
+    pairs (train) and decision traffic (`jev cache train-verifier --decisions`, agreement with the naive path as
+    the label)."""
     if len(rows) < 2 * len(FEATURES) or labels.min(initial=1) == labels.max(initial=0):
         raise ValueError(
             f"{len(rows)} candidates ({int(labels.sum())} right) are too few to fit {len(FEATURES)} "
@@ -87,7 +103,6 @@ def train(
     order = np.argsort(-scores, kind="stable")
     top = {f"errors_top_{n}": int(n - held_labels[order[:n]].sum()) for n in (50, 100, 200, 500) if n <= len(held)}
     return verifier, {
-        "pairs": len(pairs),
         "candidates": len(rows),
         "right": int(labels.sum()),
         "calibration_candidates": len(held),

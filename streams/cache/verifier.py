@@ -31,6 +31,7 @@ FEATURES = (
     "order",
     "all_overlap",
     "asks",
+    "decisive",
 )
 SHIPPED = Path(__file__).with_name("verifier.json")
 STORE = "verifier.json"  # in the data dir: weights `jev cache train-verifier` fitted
@@ -39,10 +40,17 @@ MAX_EXTRA = 10.0  # words only one side has, counted up to this
 
 
 def features(
-    query: str, cached: str, cosine: float, next_cosine: float, second: float | None = None, decide: bool = False
+    query: str,
+    cached: str,
+    cosine: float,
+    next_cosine: float,
+    second: float | None = None,
+    decide: bool = False,
+    decisive: float = 0.0,
 ) -> np.ndarray:
     """The feature row of a (question, cached question) pair; `second` is the model check's cosine (the primary
-    cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none)."""
+    cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none), `decisive`
+    how decisively the cached decision was made (decisiveness(): 0 for a text answer)."""
     diff = differences(query, cached)
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
     return np.array(
@@ -60,9 +68,21 @@ def features(
             diff["order"],
             diff["all_overlap"],
             diff["asks"],
+            decisive,
         ],
         dtype=np.float64,
     )
+
+
+def decisiveness(value) -> float:
+    """How far the cached decision's choice led: (top score - runner-up) / (top - last) over its ranking, in
+    [0, 1] whatever the scorer's scale (0: a tie or no ranking). A rewording keeps a decisive choice; one made
+    between close confusers flips often."""
+    ranking = value.get("ranking") if isinstance(value, dict) else None
+    scores = sorted((float(r["score"]) for r in ranking or () if isinstance(r, dict) and "score" in r), reverse=True)
+    if len(scores) < 2 or scores[0] - scores[-1] <= 1e-12:
+        return 0.0
+    return (scores[0] - scores[1]) / (scores[0] - scores[-1])
 
 
 def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, steps: int = 25) -> np.ndarray:
@@ -151,16 +171,22 @@ def load_verifier(decision: str, data_dir: str | Path) -> Verifier:
     for path, source in ((Path(data_dir) / STORE, "trained"), (SHIPPED, "shipped")):
         if path.exists():
             record = json.loads(path.read_text()).get(decision)
-            if record is not None and set(record["weights"]) == set(FEATURES):
+            known = FEATURES[: len(record["weights"])] if record else ()
+            if record is not None and set(record["weights"]) == set(known):
+                # weights saved before the later FEATURES existed read them with weight 0 (scores unchanged)
                 held = record.get("calibration") or {"rows": [], "agreed": []}
-                rows = np.array(held["rows"], dtype=np.float64).reshape(-1, len(FEATURES))
+                rows = np.array(held["rows"], dtype=np.float64).reshape(-1, len(known))
+                rows = np.hstack([rows, np.zeros((len(rows), len(FEATURES) - len(known)))])
                 scale = record.get("scale") or {
                     "shift": dict.fromkeys(FEATURES, 0.0),
                     "spread": dict.fromkeys(FEATURES, 1.0),
                 }
-                shift, spread = (np.array([scale[k][f] for f in FEATURES]) for k in ("shift", "spread"))
+                shift, spread = (
+                    np.array([scale[k].get(f, 0.0 if k == "shift" else 1.0) for f in FEATURES])
+                    for k in ("shift", "spread")
+                )
                 return Verifier(
-                    np.array([record["weights"][f] for f in FEATURES]),
+                    np.array([record["weights"].get(f, 0.0) for f in FEATURES]),
                     f"{source}:{decision}",
                     (rows, np.array(held["agreed"], dtype=bool)),
                     shift,

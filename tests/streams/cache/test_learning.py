@@ -9,7 +9,7 @@ from schemas.records import Control, Decision, Request, Work
 from streams.cache.embedders import HashingEmbedder
 from streams.cache.exact import cache_key
 from streams.cache.learning import ThresholdLearner, binomial_cdf, error_bounded
-from streams.cache.semantic import SemanticCache, answers_agree
+from streams.cache.semantic import SemanticCache, answers_agree, partition_of
 from streams.cache.stage import CacheStage
 from streams.core.switches import SWITCHES
 
@@ -192,8 +192,9 @@ def test_stage_learns_from_misses_then_serves_and_learn_records_shadow_verdicts(
     """A miss refused for lack of evidence is answered and compared with its neighbour's answer (a verdict that
     costs no tokens); once the pooled verdicts of every partition certify the verifier's threshold, the stage
     serves L2 hits, and a shadow disagreement on one is learned and vetoes its entry."""
-    evidence = stage.semantic.evidence
     first = faq_work("r0", "How do I reset my password?")
+    evidence = stage.semantic.evidence_for(partition_of(first.request))  # a decide partition: the decide pool
+    assert evidence is stage.semantic.decide_evidence
     assert ask(stage, first) is None and first.cache_match == {}
     stage.fill(first, Decision(request_id="r0", tier="fine", action_id="a"), ALL_ON)
     refused = faq_work("r1", "how do I reset my password")

@@ -7,6 +7,7 @@ import pytest
 
 from schemas.records import Candidate as Option
 from schemas.records import Decision, Request, Work
+from streams.cache.evidence import DECIDE
 from streams.cache.exact import cache_key
 from streams.cache.modelcheck import check_name, decision_name
 from streams.cache.stage import JUDGE_SUFFIX, CacheStage
@@ -37,9 +38,9 @@ def new_stage(tmp_path, margin: float = 0.2) -> CacheStage:
     )
     weights = np.zeros(len(FEATURES))
     weights[0], weights[1] = -2.38, 6.98
-    save_verifier(
-        tmp_path, decision_name("hashing", check_name(settings.cache_model_check, "hashing")), Verifier(weights), {}
-    )
+    name = decision_name("hashing", check_name(settings.cache_model_check, "hashing"))
+    for record in (name, name + DECIDE):  # these works decide: the decide pool starts from the second
+        save_verifier(tmp_path, record, Verifier(weights), {})
     return CacheStage({}, settings)
 
 

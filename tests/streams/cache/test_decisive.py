@@ -1,0 +1,89 @@
+import math
+
+import numpy as np
+import pytest
+
+from streams.cache.evidence import CALIBRATION, DECIDE_POOL, POOL, PooledEvidence
+from streams.cache.learning import NEAR_BAND, ThresholdLearner
+from streams.cache.verifier import FEATURES, Verifier, decisiveness, features, load_verifier
+
+
+def ranked(*scores):
+    return {"action_id": "a", "ranking": [{"id": f"c{i}", "score": s} for i, s in enumerate(scores)]}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (ranked(0.9, 0.5, 0.1), 0.5),  # led by half the spread
+        (ranked(0.88, 0.88, 0.80), 0.0),  # a tie
+        (ranked(0.95, 0.85), 1.0),
+        ({"text": "a generated answer"}, 0.0),
+        (ranked(0.7), 0.0),
+    ],
+)
+def test_decisiveness_is_the_lead_over_the_spread(value, expected):
+    assert decisiveness(value) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [("How do I learn Python fast?", "How can I learn Python quickly?"), ("怎么快速学会游泳？", "如何快速学会游泳")],
+)
+def test_features_carry_decisiveness_last(query, cached):
+    row = features(query, cached, 0.9, 0.5, decide=True, decisive=0.7)
+    assert len(row) == len(FEATURES) and FEATURES[-1] == "decisive" and row[-1] == 0.7
+
+
+def test_weights_saved_before_decisiveness_read_it_at_weight_zero(tmp_path):
+    weights = {f: 0.1 for f in FEATURES[:-1]}
+    rows = [[1.0] * (len(FEATURES) - 1)]
+    (tmp_path / "verifier.json").write_text(
+        __import__("json").dumps({"old": {"weights": weights, "calibration": {"rows": rows, "agreed": [1]}}})
+    )
+    verifier = load_verifier("old", tmp_path)
+    assert verifier.weights[-1] == 0.0 and verifier.calibration[0].shape == (1, len(FEATURES))
+    row = np.ones(len(FEATURES))
+    assert verifier.probability(row) == verifier.probability(np.concatenate([row[:-1], [5.0]]))
+
+
+def clean_calibration(n: int) -> Verifier:
+    """A verifier scoring by the cosine column, with n calibration verdicts at cosines 0.70-0.99: those under
+    0.8 disagree."""
+    weights = np.zeros(len(FEATURES))
+    weights[0], weights[1] = -20.0, 25.0
+    rows = np.zeros((n, len(FEATURES)))
+    rows[:, 0], rows[:, 1] = 1.0, np.linspace(0.70, 0.99, n)
+    return Verifier(weights, calibration=(rows, rows[:, 1] >= 0.8))
+
+
+def test_the_prior_certifies_before_any_live_verdict_and_live_verdicts_only_tighten():
+    learner = ThresholdLearner(0.05, 0.9, explore=0.0)
+    decide = PooledEvidence(clean_calibration(300), learner, pool=DECIDE_POOL, prior_bounds=True)
+    prior = decide.threshold()
+    assert 0 < prior < 1 and prior == decide.prior
+    for _ in range(3000):  # agreeing verdicts just under the prior loosen the pooled threshold, not the served one
+        learner.observe(DECIDE_POOL, "k", prior - 0.05, True)
+    assert learner.threshold(DECIDE_POOL) < prior == decide.threshold()
+    assert not decide.allows("entry", 0.5, prior - 0.01) and decide.allows("entry", 0.99, 0.999)
+    for _ in range(500):  # disagreements at the top raise it (once they pass a tenth of the verdicts kept)
+        learner.observe(DECIDE_POOL, "bad", 0.999, False)
+    assert decide.threshold() > prior
+
+
+def test_decide_and_generate_pools_certify_apart():
+    learner = ThresholdLearner(0.05, 0.9, explore=0.0)
+    PooledEvidence(clean_calibration(300), learner, pool=DECIDE_POOL, prior_bounds=True)
+    generate = PooledEvidence(Verifier(np.zeros(len(FEATURES))), learner)
+    assert math.isinf(generate.threshold())
+    assert learner.stats(DECIDE_POOL)["verdicts"] == 300 and learner.stats(POOL)["verdicts"] == 0
+
+
+def test_exploration_is_denser_near_the_threshold():
+    learner = ThresholdLearner(0.05, 0.9, explore=0.1, seed=3)
+    for _ in range(400):
+        learner.observe(("p",), CALIBRATION, 0.9, True)
+    threshold = learner.threshold(("p",))
+    near = sum(not learner.allows(("p",), "q", threshold + NEAR_BAND / 2) for _ in range(4000))
+    far = sum(not learner.allows(("p",), "q", min(threshold + 3 * NEAR_BAND, 1.0)) for _ in range(4000))
+    assert near > 2 * far > 0
