@@ -125,19 +125,25 @@ def lexicon(lang: str) -> Lexicon:
 
 
 @functools.cache
-def _to_simplified() -> dict[int, str]:
+def _to_simplified() -> tuple[re.Pattern, dict[int, str]]:
+    """(a pattern finding any listed traditional character, the translation table): most Chinese text has none,
+    and a search costs less than translating."""
     pairs = _words(lexicon("zh").data.get("traditional"))
     bad = [pair for pair in pairs if len(pair) != 2]
     if bad:
         raise ValueError(f"{DATA / 'zh.yaml'}: traditional holds {bad[:3]}; write each pair as two characters")
-    return {ord(pair[0]): pair[1] for pair in pairs}
+    table = {ord(pair[0]): pair[1] for pair in pairs}
+    return re.compile("[" + re.escape("".join(map(chr, table))) + "]" if table else "(?!)"), table
 
 
 def simplified(text: str) -> str:
     """`text` with the traditional characters of zh.yaml's `traditional` list in their simplified form, one
     character for one, so positions in the result are positions in `text`: a pattern written once in simplified
     characters then matches both scripts (這些資訊對你有所幫助 reads as 这些资讯对你有所帮助)."""
-    return text.translate(_to_simplified()) if has_cjk(text) else text
+    if not has_cjk(text):
+        return text
+    traditional, table = _to_simplified()
+    return text.translate(table) if traditional.search(text) else text
 
 
 def stem(word: str) -> str:
