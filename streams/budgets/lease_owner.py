@@ -2,13 +2,18 @@
 (leases) to stage processes, so no process needs a global lock and no budget is overshot.
 
 State is the fold of the partition's grant, settle, return and reclaim events, so a new owner rebuilds it by
-reading the partition from the start. It grants only while spent + everything leases still hold + the ask ≤ the
-hard limit, and reclaims what an expired lease still holds once its reservations can no longer be spent. What
-leases can strand at a period's end, and the timing assumptions: docs/architecture.md, "Replicas".
+reading the partition from the start. Each settle and return counts once: a replay of a validly signed one (the
+signature covers only the topic and the bytes) or a stage's redelivered micro-batch carries the same id (`request`:
+derived from what it settles; an event without one is identified by its content) and changes nothing.
+
+It grants only while spent + everything leases still hold + the ask ≤ the hard limit, and reclaims what an expired
+lease still holds once its reservations can no longer be spent. What leases can strand at a period's end, and the
+timing assumptions: docs/architecture.md, "Replicas".
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -38,10 +43,26 @@ class Account:
     window: str
     used: int = 0
     leases: dict[str, Lease] = field(default_factory=dict)
+    applied: set[str] = field(default_factory=set)  # the settles and returns counted (their ids), this period
 
     @property
     def held(self) -> int:
         return sum(lease.held for lease in self.leases.values())
+
+
+def change_id(event: BudgetEvent) -> str:
+    """What identifies a settle or return: its `request` id, or (an event written without one) a digest of every
+    field, so a byte-identical replay is the same change."""
+    if event.request:
+        return event.request
+    fields = (event.kind, event.key, event.holder, event.lease_id, event.window, event.tokens, event.reserved)
+    return hashlib.sha256(repr((*fields, event.actual, event.ts)).encode()).hexdigest()[:32]
+
+
+def settle_id(key: str, lease_id: str, reservations: list[str]) -> str:
+    """The id of the settle of `reservations` (their reservation keys) on one lease: the same works settled again (a
+    redelivered micro-batch) give the same id, so they count once."""
+    return hashlib.sha256("\x00".join([key, lease_id, *sorted(reservations)]).encode()).hexdigest()[:32]
 
 
 def window_of(period: str, now: float) -> str:
@@ -82,6 +103,9 @@ class LeaseOwner:
             else:  # a top-up of the holder's lease, or a repeat
                 lease.granted += max(0, extra)
                 lease.expires = max(lease.expires, event.expires)
+        elif event.kind in ("settle", "return") and (ident := change_id(event)) in acc.applied:
+            log.info("ignoring %s %s of %s read again (a replay or a redelivery)", event.kind, ident, event.key)
+            return
         elif event.kind == "settle":
             if event.actual < 0 or event.reserved < 0:
                 log.warning(
@@ -93,11 +117,14 @@ class LeaseOwner:
                     event.actual,
                 )
                 return
+            acc.applied.add(change_id(event))
             acc.used += event.actual
             if lease is not None:  # what a lease frees is at most what it still holds
                 lease.settled += min(event.reserved, lease.held)
-        elif event.kind == "return" and lease is not None:
-            lease.returned += max(0, min(event.tokens, lease.held))
+        elif event.kind == "return":
+            acc.applied.add(change_id(event))
+            if lease is not None:
+                lease.returned += max(0, min(event.tokens, lease.held))
         elif event.kind == "reclaim":
             acc.leases.pop(event.lease_id, None)
 

@@ -21,7 +21,8 @@ from schemas.records import BudgetEvent, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
-from streams.budgets.lease_owner import LeaseOwner
+from streams.budgets.lease_owner import LeaseOwner, settle_id
+from streams.idempotency.requests import reservation_key
 from streams.runtime.consumer import OwnLoop
 from streams.runtime.kafka_tuning import tune
 from streams.runtime.partitioning import partition_for
@@ -295,27 +296,29 @@ class LeaseClient:
     def settlements(self, works: list[Work]) -> list[tuple[int, bytes]]:
         """The settle events of decided works, one per lease they were reserved on, as (partition, value) of the
         budget topic: a stage puts them in its Outbox (Outbox.placed), so they go out with its decisions."""
-        totals: dict[tuple[str, str], list[int]] = {}
+        totals: dict[tuple[str, str], list] = {}
         for work in works:
             if not work.budget_holds or work.decision is None:
                 continue
             actual = work.decision.input_tokens + work.decision.output_tokens
             for key, lease_id in work.budget_holds.items():
-                t = totals.setdefault((key, lease_id), [0, 0])
+                t = totals.setdefault((key, lease_id), [0, 0, []])
                 t[0] += work.budget_tokens
                 t[1] += actual
+                t[2].append(reservation_key(work.request.tenant, work.request.request_id))
         events = [
             BudgetEvent(
                 kind="settle",
                 key=key,
                 lease_id=lease_id,
                 holder=self.id,
+                request=settle_id(key, lease_id, settled),
                 reserved=reserved,
                 actual=actual,
                 window=self.window(key),
                 ts=time.time(),
             )
-            for (key, lease_id), (reserved, actual) in totals.items()
+            for (key, lease_id), (reserved, actual, settled) in totals.items()
         ]
         return [(partition_for(e.key, self.partitions), e.dumps()) for e in events]
 
@@ -394,6 +397,7 @@ class LeaseClient:
                 key=key,
                 lease_id=h.lease_id,
                 holder=self.id,
+                request=uuid.uuid4().hex,  # the owner counts each return once (a replay changes nothing)
                 window=h.window,
                 tokens=h.balance,
                 ts=time.time(),

@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import faust
+from faust.exceptions import ValueDecodeError
 
 from schemas import records
 from schemas.topics import TOPICS
-from streams.core.deadletter import undecodable
+from streams.core.deadletter import forged, undecodable
 from streams.core.outbox import Outbox
 from streams.runtime.partitioning import partition_for
+from streams.security import signing
 
 VALUE_TYPES = {
     "distilled": records.WorkBatch,
@@ -28,13 +30,38 @@ VALUE_TYPES = {
 }
 
 
+class Forged(ValueDecodeError):
+    """A message on a signed topic (streams.security.signing) that Jev did not write."""
+
+
 class DeadLetterTopic(faust.Topic):
     """A topic whose undecodable or malformed messages go to the rejected topic instead of crashing the agent
     (Faust's default throws the decode error into the agent, which crashes and restarts it). Records decode
-    eagerly (schemas.records.Record.from_data), so a malformed nested record is a decode error too."""
+    eagerly (schemas.records.Record.from_data), so a malformed nested record is a decode error too. On a signed
+    topic a message Jev did not write is refused before it decodes: counted in jev_forged_records_total,
+    dead-lettered as forged_record, never handed to the agent."""
+
+    def _compile_decode(self) -> None:
+        super()._compile_decode()
+        decode = self.decode
+
+        async def checked(message, *, propagate: bool = False):
+            reason = signing.keyring().problem(message.topic, message.value, message.headers)
+            if not reason:
+                return await decode(message, propagate=propagate)
+            if propagate:  # the conductor's path: it acks the message and calls on_value_decode_error
+                raise Forged(reason)
+            await self.on_value_decode_error(Forged(reason), message)
+
+        self.decode = checked
 
     async def on_value_decode_error(self, exc: Exception, message) -> None:
-        await self.app.jev_sender.deliver(Outbox(dead_letters=[undecodable(message, exc)]))
+        if isinstance(exc, Forged):
+            signing.refuse(message.topic, str(exc), f"partition {message.partition} offset {message.offset}")
+            rejection = forged(message, str(exc))
+        else:
+            rejection = undecodable(message, exc)
+        await self.app.jev_sender.deliver(Outbox(dead_letters=[rejection]))
 
     on_key_decode_error = on_value_decode_error
 
@@ -50,7 +77,8 @@ class KeyPartitionedTable(faust.Table):
 
 @dataclass
 class Topics:
-    """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder."""
+    """One faust topic per registry entry; `requests` is raw bytes so bad input reaches our decoder. Every signed
+    topic is a DeadLetterTopic (raw bytes where it has no record type), so its signatures are checked."""
 
     app: faust.App
     partitions: int
@@ -63,6 +91,14 @@ class Topics:
                     topics=[spec.name],
                     value_type=VALUE_TYPES[short],
                     key_type=str,
+                    partitions=self.partitions,
+                )
+            elif spec.name in signing.SIGNED:
+                topic = DeadLetterTopic(
+                    self.app,
+                    topics=[spec.name],
+                    value_serializer="raw",
+                    key_serializer="raw",
                     partitions=self.partitions,
                 )
             else:

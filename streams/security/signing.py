@@ -20,7 +20,10 @@ from streams.security import secret_files
 
 log = logging.getLogger("jev.signing")
 
-SIGNED = frozenset(TOPICS[short].name for short in ("control", "budget", "leases", "requests_seen", "usage"))
+# Written by Jev alone and read back by it: the internal topics, and the two external ones a process acts on
+# (control: `jev switch set` signs; verdicts: the shadow guard turns them into controls). The inputs (requests,
+# batch) are the producers' and are checked by tenant key instead; the outputs are only read by callers.
+SIGNED = frozenset(spec.name for short, spec in TOPICS.items() if not spec.external or short in ("control", "verdicts"))
 HEADER = "jev-sig"
 KEY_FILE = "signing.key"
 LOG_EVERY_S = 10.0  # refusals of one topic and reason are logged at most this often (with the count between)

@@ -25,6 +25,7 @@ from schemas.topics import name
 from streams.core.deadletter import ORIGINAL_MAX
 from streams.runtime.control import publish as publish_controls
 from streams.runtime.kafka_tuning import FETCH_MAX_WAIT_MS, follow_log_restarts
+from streams.security import signing
 from workers.analytics.lag import stage_lag
 from workers.harness import workload
 from workers.harness.pipeline import Pipeline, known_decision_types
@@ -72,11 +73,13 @@ def rejected_id(r: Rejection) -> str:
 
 
 async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]]) -> None:
+    """Send malformed records as a faulty Jev process would: signed (streams.security.signing), so that they reach
+    the decoders they are meant to test instead of being refused as forged."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
         for topic, raw in messages:
-            await producer.send_and_wait(topic, raw)
+            await producer.send_and_wait(topic, raw, headers=signing.headers(topic, raw))
     finally:
         await producer.stop()
 

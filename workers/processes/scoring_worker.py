@@ -1,5 +1,5 @@
-"""The scoring worker process: reads micro-batches of the score topic (a streams.runtime.consumer.BatchConsumer), decides
-the whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
+"""The scoring worker process: reads micro-batches of the score topic (a streams.runtime.consumer.BatchConsumer),
+decides the whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
 and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from schemas.records import Decision, Rejection, Work, WorkBatch
 from schemas.topics import name
-from streams.core.deadletter import dead_letter
+from streams.core.deadletter import dead_letter, forged
 from streams.core.deadlines import Slots
 from streams.core.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.core.outbox import Outbox
@@ -125,7 +125,7 @@ class ScoringWorker:
         theirs is acknowledged."""
         out, works = Outbox(), []
         for msg in messages:
-            batch = decode_batch(msg.value)
+            batch = decode_batch(msg)
             if isinstance(batch, Rejection):  # a poison message: dead-lettered, never retried forever
                 out.dead_letters.append(batch)
                 continue
@@ -266,11 +266,16 @@ async def export_gpu_memory_forever(interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
-def decode_batch(raw: bytes) -> WorkBatch | Rejection:
+def decode_batch(message) -> WorkBatch | Rejection:
+    """The WorkBatch of a consumed score or shadow message, or its dead letter: forged_record where Jev did not
+    write it (streams.security.signing: it would be scored and billed to whichever tenant it names, with no
+    ingest, budget or tenant-key check), bad_internal_message where it does not decode."""
+    if reason := signing.check(message):
+        return forged(message, reason)
     try:
-        return WorkBatch.loads(raw)  # eager: a malformed nested record raises here
+        return WorkBatch.loads(message.value)  # eager: a malformed nested record raises here
     except Exception as exc:
-        return dead_letter("bad_internal_message", f"undecodable WorkBatch: {exc}", "score", raw)
+        return dead_letter("bad_internal_message", f"undecodable WorkBatch: {exc}", "score", message.value or b"")
 
 
 def main() -> None:

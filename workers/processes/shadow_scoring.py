@@ -71,7 +71,7 @@ class Deciding:
 
 class ShadowScorer:
     def __init__(self, settings, engine, decode):
-        """`decode(raw)`: a WorkBatch, or the Rejection of an envelope that does not decode."""
+        """`decode(message)`: a WorkBatch, or the Rejection of an envelope that does not decode or Jev did not write."""
         self.settings, self.decode = settings, decode
         self.engine = naive_engine(engine)
         self.deciding = Deciding()  # held while either engine decides, served work first
@@ -109,7 +109,7 @@ class ShadowScorer:
         included) and the dead letters of envelopes that do not decode."""
         out, works = Outbox(), []
         for msg in messages:
-            batch = self.decode(msg.value)
+            batch = self.decode(msg)
             if isinstance(batch, Rejection):  # a poison message: dead-lettered like the score topic's
                 out.dead_letters.append(batch)
                 continue

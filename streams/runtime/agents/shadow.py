@@ -10,11 +10,12 @@ import asyncio
 
 from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
-from streams.core.deadletter import undecodable
+from streams.core.deadletter import forged, undecodable
 from streams.core.metrics import observe_verdicts, set_agreement
 from streams.core.outbox import Outbox
 from streams.core.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
 from streams.runtime.consumer import BatchConsumer
+from streams.security import signing
 from streams.shadow.floors import parse_floors
 from streams.shadow.guard import Guard, Knob
 from streams.shadow.store import VerdictStore
@@ -42,8 +43,13 @@ def build_guard(settings, cache, distiller=None) -> Guard:
 
 
 def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
+    """The verdicts of `messages` and the dead letters of the rest: forged_record where Jev did not write one (a
+    forged verdict would steer the guard's controls), bad_internal_message where one does not decode."""
     verdicts, rejected = [], []
     for message in messages:
+        if reason := signing.check(message):
+            rejected.append(forged(message, reason))
+            continue
         try:
             verdicts.append(Verdict.loads(message.value))
         except Exception as exc:
