@@ -4,6 +4,7 @@ anything else (content) or a number."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections import Counter
@@ -18,11 +19,24 @@ from workers.harness.jsonl import get_path, iter_lines
 KEY_CHARS = 24  # letters and digits either side of a removed filler that must meet in the cleaned text
 
 
+EXAMPLE = """examples:
+  jev clean answers.jsonl --field choices.0.turns.0.content --model gpt-4   # a table of what each text lost
+  # measure cleanup on hand-labelled answers, one line each like
+  #   {"answer": "好的！长城很长。希望对您有帮助！", "opening": "好的！", "closing": "希望对您有帮助！"}
+  jev clean labelled.jsonl --field answer --opening-field opening --closing-field closing --json | tail -1
+  # → {..., "numbers_lost": 0, "openings_removed": 1.0, "closings_removed": 1.0, "content_lost": 0}"""
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "clean",
         help="strip preambles/closers/debug markers from generated text, "
         "truncate to a token limit, scan for sensitive words",
+        description="Run the postprocess stage's cleanup over one field of each JSONL line. With labels, measure it: "
+        "the share of labelled filler openings and closings removed whole, the texts that lost a number "
+        "(numbers_lost) and those that lost more than their labelled filler (content_lost).",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", help="JSONL file (or - for stdin)")
     p.add_argument(
