@@ -93,9 +93,13 @@ async def measure(batches: int, size: int) -> dict:
     settings = settings_mod.load().replace(
         broker="kafka://127.0.0.1:9", data_dir=tempfile.mkdtemp(), cache_embedder="hashing"
     )
-    app = create_app(settings, {"ranking", "risk_interception"}, sink=object())
+    wired = create_app(settings, {"ranking", "risk_interception"}, sink=object())
     producer = AcceptingProducer()
-    sending = getattr(app, "jev_sender", None) or app.jev_topics.records
+    if hasattr(wired, "faust"):  # a typed handle (JevApp)
+        app, sending, ingest = wired.faust, wired.sender, wired.ingest
+    else:  # an older checkout's Faust app, the wiring hung on it
+        app, ingest = wired, wired.jev_ingest
+        sending = getattr(app, "jev_sender", None) or app.jev_topics.records
 
     async def started():
         return None
@@ -103,7 +107,7 @@ async def measure(batches: int, size: int) -> dict:
     sending.producer, sending.maybe_start = producer, started
     distilled = name("distilled")
     app.assignor.assigned_actives = lambda: {TP(distilled, p) for p in range(settings.partitions)}
-    handle = getattr(app.jev_ingest, "hand_over", None) or app.jev_ingest.handle
+    handle = getattr(ingest, "hand_over", None) or ingest.handle
     work = [messages([request(b * size + i) for i in range(size)]) for b in range(batches)]
     await handle(work[0])  # warm: tokenizer, caches
     cpu = time.process_time()

@@ -5,6 +5,7 @@ input that tests read directly."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 from schemas.records import Alert, Chunk, Decision, Rejection, UsageEvent, Work
 
@@ -41,3 +42,9 @@ class Outbox:
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
+
+
+class Delivers(Protocol):
+    """What the stages hand their Outbox to: the runtime's Sender, or a test's capture of what would be sent."""
+
+    async def deliver(self, outbox: Outbox) -> None: ...

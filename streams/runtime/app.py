@@ -1,18 +1,21 @@
-"""create_app(settings): the Faust application with every stage agent. No side effects at import."""
+"""create_app(settings): the Faust application with every stage agent, returned in a typed handle (JevApp) with
+what the agents share, so a process or a test reaches each by name. No side effects at import."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import faust
 
+from streams.budgets.book import BudgetBook
 from streams.budgets.reserve import prefetch_reserver
 from streams.budgets.snapshot import apply_budget_controls, load_book, save_book
 from streams.cache.stage import CacheStage
 from streams.core import tenants
 from streams.core.envelopes import MAX_MESSAGE_BYTES
 from streams.core.metrics import observe_switches
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
 from streams.core.switches import Controls
 from streams.distill.work import Distiller
 from streams.idempotency.requests import Requests
@@ -20,6 +23,7 @@ from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.models import loaded as models
 from streams.output import stream as stream_config
+from streams.postprocess.stage import Postprocess
 from streams.runtime import kafka_tuning
 from streams.runtime import usage_sink as usage_sink
 from streams.runtime.agents import batch as batch_agent
@@ -27,24 +31,49 @@ from streams.runtime.agents import cache as cache_agent
 from streams.runtime.agents import ingest as ingest_agent
 from streams.runtime.agents import postprocess as postprocess_agent
 from streams.runtime.agents import shadow as shadow_agent
-from streams.runtime.agents.postprocess import Postprocess
+from streams.runtime.agents.cache import CacheStateLog
+from streams.runtime.consumer import BatchConsumer
 from streams.runtime.control import ControlReader
 from streams.runtime.leases import BudgetOwner, LeaseClient
 from streams.runtime.local import LocalAnswers
+from streams.runtime.seen_log import RequestsSeenLog
 from streams.runtime.sender import Sender
 from streams.runtime.topics import KeyPartitionedTable, Topics
 from streams.runtime.usage_spill import durable_sink
 from streams.scoring import rules
 from streams.security import signing
+from streams.shadow.guard import Guard
 from streams.shadow.sample import Sampler
+from streams.shadow.verdict import ShadowJoin
 from streams.text import tokens
 from streams.usage.texts import request_texts
 
 
-def create_app(settings, known_types: set[str] | None = None, sink=None, sender=None) -> faust.App:
+@dataclass
+class JevApp:
+    """What create_app wires: the Faust app (`faust`, to run) and the state its agents share, each handed to the
+    agents that use it. `ingest`, `usage` and `verdicts` are the BatchConsumers of those stages (usage and
+    verdicts only where this process sinks usage); `cache_state` the cache-state log where it is on."""
+
+    faust: faust.App
+    topics: Topics
+    sender: Delivers
+    controls: Controls
+    budgets: BudgetBook
+    requests: Requests
+    requests_seen: RequestsSeenLog
+    postprocess: Postprocess
+    guard: Guard
+    ingest: BatchConsumer
+    usage: BatchConsumer | None
+    verdicts: BatchConsumer | None
+    cache_state: CacheStateLog | None
+
+
+def create_app(settings, known_types: set[str] | None = None, sink=None, sender: Delivers | None = None) -> JevApp:
     """The stream-processing app. `sink` (anything with insert(events)) defaults to durable_sink(settings),
-    opened when the first usage arrives; `sender` (anything with `async deliver(outbox)`) to a Sender on the
-    app's broker, through which every stage sends."""
+    opened when the first usage arrives; `sender` to a Sender on the app's broker, through which every stage
+    sends."""
     kafka_tuning.install()
     signing.configure(settings)
     tokens.configure(settings.tokenizers)
@@ -63,8 +92,10 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
         consumer_auto_offset_reset="earliest",
         topic_allow_declare=True,
     )
-    topics = Topics(app, settings.partitions)
-    app.jev_sender = sender = sender or app.service(Sender(settings.bootstrap, settings.partitions))
+    if sender is None:
+        sender = Sender(settings.bootstrap, settings.partitions)
+        app.service(sender)  # type: ignore[arg-type]  # Faust starts a service instance as it does a class
+    topics = Topics(app, settings.partitions, sender)
     # The L1 exact cache, keyed by cache_key as scored is. Its values are Entry.dumps(), kept as bytes (a changelog
     # written before, as JSON dicts, reads back the same).
     l1 = app.tables.add(
@@ -161,12 +192,13 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
     controls.listeners.append(cache.on_control)
     cache.reserve = prefetch_reserver(book, leases)
     requests = Requests(settings.idempotency_max)
-    postprocess = Postprocess(settings, cache, controls, book, requests)
-    postprocess.leases = leases
+    seen = RequestsSeenLog(settings.bootstrap, requests)
+    shadow = ShadowJoin(settings.shadow_text_agree, cache.learn)
+    postprocess = Postprocess(settings, cache, controls, book, shadow, requests, leases)
     rule_list = rules.load(settings.rules)
     distiller = Distiller(settings.distill_policies)
     controls.listeners.append(distiller.on_control)
-    app.jev_ingest = ingest_agent.register(
+    ingest = ingest_agent.register(
         app,
         topics,
         settings,
@@ -180,23 +212,33 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender=
         shadow=Sampler(settings.shadow_rate, admission.stream_config),
         leases=leases,
         requests=requests,
+        seen=seen,
     )
-    cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender)
-    postprocess_agent.register(app, topics, settings, postprocess, sender)
-    app.jev_usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None
+    cache_state = cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender, seen)
+    postprocess_agent.register(app, topics, settings, postprocess, sender, seen)
+    usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None
     batch_agent.register(app, topics, settings, sender)
     guard = shadow_agent.build_guard(settings, cache, distiller)
     controls.listeners.append(guard.on_control)
-    app.jev_verdicts = (
+    verdicts = (
         shadow_agent.register(  # where ClickHouse is: the verdicts are stored and judged there
             app, topics, settings, guard, lambda: getattr(getattr(get_sink(), "inner", None), "client", None), sender
         )
         if settings.usage_sink
         else None
     )
-    app.jev_guard = guard
-    app.jev_topics = topics
-    app.jev_controls = controls
-    app.jev_budgets = book
-    app.jev_requests = requests
-    return app
+    return JevApp(
+        faust=app,
+        topics=topics,
+        sender=sender,
+        controls=controls,
+        budgets=book,
+        requests=requests,
+        requests_seen=seen,
+        postprocess=postprocess,
+        guard=guard,
+        ingest=ingest,
+        usage=usage,
+        verdicts=verdicts,
+        cache_state=cache_state,
+    )

@@ -3,6 +3,7 @@ behaviour of those handles, and the L1 table partitioned like the stage topics."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import faust
@@ -11,7 +12,7 @@ from faust.exceptions import ValueDecodeError
 from schemas import records
 from schemas.topics import TOPICS
 from streams.core.deadletter import forged, undecodable
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
 from streams.runtime.partitioning import partition_for
 from streams.security import signing
 
@@ -55,13 +56,20 @@ class DeadLetterTopic(faust.Topic):
 
         self.decode = checked
 
+    def __init__(self, *args, sender: Delivers, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sender = sender  # where the dead letters go: the app's one Sender
+
+    def _clone_args(self) -> Mapping:  # a Faust agent iterates a clone of its topic: it keeps the sender
+        return {**super()._clone_args(), "sender": self.sender}
+
     async def on_value_decode_error(self, exc: Exception, message) -> None:
         if isinstance(exc, Forged):
             signing.refuse(message.topic, str(exc), f"partition {message.partition} offset {message.offset}")
             rejection = forged(message, str(exc))
         else:
             rejection = undecodable(message, exc)
-        await self.app.jev_sender.deliver(Outbox(dead_letters=[rejection]))
+        await self.sender.deliver(Outbox(dead_letters=[rejection]))
 
     on_key_decode_error = on_value_decode_error
 
@@ -82,12 +90,14 @@ class Topics:
 
     app: faust.App
     partitions: int
+    sender: Delivers
 
     def __post_init__(self):
         for short, spec in TOPICS.items():
             if short in VALUE_TYPES:
                 topic = DeadLetterTopic(
                     self.app,
+                    sender=self.sender,
                     topics=[spec.name],
                     value_type=VALUE_TYPES[short],
                     key_type=str,
@@ -96,6 +106,7 @@ class Topics:
             elif spec.name in signing.SIGNED:
                 topic = DeadLetterTopic(
                     self.app,
+                    sender=self.sender,
                     topics=[spec.name],
                     value_serializer="raw",
                     key_serializer="raw",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from schemas.records import Decision, Verdict, Work
 from streams.shadow import mechanisms
@@ -71,11 +71,6 @@ def judge(served: Work, naive: Decision, acted: list[str], text_agree: float, no
         naive_tokens=naive.input_tokens + naive.output_tokens,
         nominal_tokens=decision.nominal_tokens,
     )
-
-
-def verdict_records(verdicts: Iterable[Verdict]) -> list[tuple[str, bytes, bytes]]:
-    """Verdicts as Outbox records of the verdicts topic, keyed by request id."""
-    return [("verdicts", v.request_id.encode(), v.dumps()) for v in verdicts]
 
 
 class ShadowJoin:

@@ -160,7 +160,7 @@ async def test_loose_l2_is_tightened_or_switched_off_and_agreement_recovers(
 
             assert await follow.until(acted), f"the guard did not tighten L2 or switch it off: {follow.controls}"
             assert tuned() == sorted(set(tuned())) and tuned()[0] > 0.05, "each tightening raised the threshold"
-            knob = pipe.app.jev_guard.knobs["cache.l2"]
+            knob = pipe.app.guard.knobs["cache.l2"]
             if not switched():  # the cache stage honours the tune: the guard reads its floor back
                 assert await follow.until(lambda: abs(knob.current() - tuned()[-1]) < 1e-9, 5), knob.current()
             first = [follow.verdicts[i] for i in (orjson.loads(p)["request_id"] for p in loose) if i in follow.verdicts]

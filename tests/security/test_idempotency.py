@@ -38,30 +38,30 @@ async def test_forty_requests_under_one_id_spend_once_against_a_hard_budget(app_
     """The issue's probe: 40 requests with one request_id and different content were all decided against one
     reservation (2,000 tokens against a hard 400)."""
     app, captured = app_and_sent
-    app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}))
+    app.controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}))
     flood = [orjson.dumps({**REQUEST, "state": f"trail shoes, size {i}"}) for i in range(40)]
-    await app.jev_ingest.hand_over(requests(flood))
+    await app.ingest.hand_over(requests(flood))
     assert admitted(captured) == ["acme/r1"]
     rejected = captured.sent["rejected"]
     assert len(rejected) == 39 and {r.reason for r in rejected} == {"duplicate_request_id"}
     assert all(r.request_id == "r1" for r in rejected)
     assert "give every new request its own request_id" in rejected[0].detail
-    held = app.jev_budgets.open["4:acme/2:r1"]
-    assert held.tokens <= 400 and list(app.jev_budgets.open) == ["4:acme/2:r1"]
+    held = app.budgets.open["4:acme/2:r1"]
+    assert held.tokens <= 400 and list(app.budgets.open) == ["4:acme/2:r1"]
 
 
 async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_and_sent):
     app, captured = app_and_sent
     same = orjson.dumps(REQUEST)
     restamped = orjson.dumps({**REQUEST, "created_at": time.time()})  # a retry may restamp created_at
-    await app.jev_ingest.hand_over(requests([same]))
-    reserved = app.jev_budgets.open.get("4:acme/2:r1")
-    await app.jev_ingest.hand_over(requests([same, restamped]))
+    await app.ingest.hand_over(requests([same]))
+    reserved = app.budgets.open.get("4:acme/2:r1")
+    await app.ingest.hand_over(requests([same, restamped]))
     assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["4:acme/2:r1:ingest"]
-    assert "rejected" not in captured.sent and app.jev_budgets.open.get("4:acme/2:r1") == reserved
+    assert "rejected" not in captured.sent and app.budgets.open.get("4:acme/2:r1") == reserved
     first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
-    app.jev_requests.decided("acme", first)
-    await app.jev_ingest.hand_over(requests([same]))
+    app.requests.decided("acme", first)
+    await app.ingest.hand_over(requests([same]))
     assert captured.sent["decisions"] == [first]  # the first decision again, no new work
     assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["4:acme/2:r1:ingest"]
 
@@ -70,8 +70,8 @@ async def test_one_tenants_request_id_does_not_admit_another_tenant_over_its_bud
     """The issue's probe: the same request_id from a second tenant with a 1-token hard budget was decided and
     charged to the first tenant's reservation."""
     app, captured = app_and_sent
-    app.jev_controls.apply(Control(kind="budget", key="tenant:globex", value={"hard_tokens": 1}))
-    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps({**REQUEST, "tenant": "globex"})]))
+    app.controls.apply(Control(kind="budget", key="tenant:globex", value={"hard_tokens": 1}))
+    await app.ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps({**REQUEST, "tenant": "globex"})]))
     assert admitted(captured) == ["acme/r1"]
     assert [(r.reason, r.request_id) for r in captured.sent["rejected"]] == [("over_budget", "r1")]
     assert "tenant:globex" in captured.sent["rejected"][0].detail
@@ -130,9 +130,9 @@ def test_a_process_that_reads_the_log_knows_what_another_admitted_and_decided():
 async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_from(app_and_sent, settings):
     app, captured = app_and_sent
     same = orjson.dumps(REQUEST)
-    await app.jev_ingest.hand_over(requests([same]))
+    await app.ingest.hand_over(requests([same]))
     first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(first)]))
     log = captured.sent["requests_seen"]
     assert [key for key, _ in log] == [b"4:acme/2:r1", b"4:acme/2:r1"]
@@ -145,13 +145,13 @@ async def test_ingest_and_postprocess_write_the_log_a_restarted_process_answers_
             sender=Captured(),
         ),
     )
-    after.jev_ingest.sender = restarted
+    after.ingest.sender = restarted
     for _, value in log:
-        after.jev_requests.apply(value)
-    await after.jev_ingest.hand_over(requests([same]))
+        after.requests.apply(value)
+    await after.ingest.hand_over(requests([same]))
     assert [d.request_id for d in restarted.sent["decisions"]] == ["r1"] and "distilled" not in restarted.sent
     assert restarted.sent["decisions"][0].action_id == captured.sent["decisions"][0].action_id
-    assert "usage" not in restarted.sent and not after.jev_budgets.open  # no reservation, no usage: no spend
+    assert "usage" not in restarted.sent and not after.budgets.open  # no reservation, no usage: no spend
 
 
 async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(app_and_sent):
@@ -159,9 +159,9 @@ async def test_work_decided_before_is_not_decided_again_when_it_is_read_again(ap
     whose decision is known (sent by this process, or read from the requests-seen log) is not decided again: its
     first decision is sent again as it was (it may not have landed before the kill), with no settlement or usage."""
     app, captured = app_and_sent
-    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST)]))
+    await app.ingest.hand_over(requests([orjson.dumps(REQUEST)]))
     scored = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         for _ in range(2):
             await agent.put(WorkBatch(items=[work(scored)]))
         await eventually(lambda: len(captured.sent.get("decisions", [])) == 2)
@@ -211,9 +211,9 @@ async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_ans
     from faust.types import TP
 
     app, captured = app_and_sent
-    distilled = app.jev_topics.distilled.get_topic_name()
-    held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
-    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    distilled = app.topics.distilled.get_topic_name()
+    held = {TP(distilled, p) for p in range(app.faust.conf.topic_partitions)}
+    monkeypatch.setattr(app.faust.assignor, "assigned_actives", lambda: held)
     risky = orjson.dumps(
         {
             "request_id": "x1",
@@ -225,7 +225,7 @@ async def test_a_request_answered_in_ingest_writes_one_log_record_that_still_ans
         }
     )
     onward = orjson.dumps({**REQUEST, "request_id": "r2", "state": "越野跑鞋"})
-    await app.jev_ingest.hand_over(requests([risky, onward]))
+    await app.ingest.hand_over(requests([risky, onward]))
     [decision] = captured.sent["decisions"]
     assert (decision.request_id, decision.tier) == ("x1", "rules")
     log = captured.sent["requests_seen"]

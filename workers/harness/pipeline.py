@@ -126,7 +126,7 @@ class Pipeline:
         self.query_server = await QueryServer.of(self.settings).__aenter__()
         self.app = create_app(self.settings, self.known_types, sink=durable_sink(self.settings, self.ch))
         self.worker = faust.Worker(
-            self.app,
+            self.app.faust,
             loglevel=self.settings.log_level,
             loop=asyncio.get_running_loop(),
             daemon=False,

@@ -86,7 +86,7 @@ def serve_stages() -> None:
     logging.basicConfig(level=settings.log_level.upper())
     start_metrics_server(settings)
     sink = durable_sink(settings) if settings.usage_sink else None
-    app = create_app(settings, known_decision_types(settings.decision_types), sink=sink)
+    app = create_app(settings, known_decision_types(settings.decision_types), sink=sink).faust
     phases.mark("app")
 
     @app.on_partitions_assigned.connect

@@ -13,30 +13,49 @@ import asyncio
 import time
 import uuid
 
+import faust
 import orjson
 
 from schemas.topics import name
+from streams.cache.stage import CacheStage
 from streams.core.deadlines import deadline_first
 from streams.core.metrics import observe_cache, observe_promoted_hit, observe_stages
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
+from streams.core.switches import Controls
+from streams.postprocess.stage import Postprocess
 from streams.runtime.answer import answer_locally
 from streams.runtime.consumer import follow_from_start, run_agent, take_work
+from streams.runtime.seen_log import RequestsSeenLog
+from streams.runtime.topics import Topics
+from streams.scoring.rules import Rule
 
 STATE_FLUSH_S = 0.5
 RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
 
 
-def register(app, topics, settings, stage, controls, postprocess, rules: list, sender) -> None:
+def register(
+    app: faust.App,
+    topics: Topics,
+    settings,
+    stage: CacheStage,
+    controls: Controls,
+    postprocess: Postprocess,
+    rules: list[Rule],
+    sender: Delivers,
+    seen: RequestsSeenLog,
+) -> CacheStateLog | None:
+    """The lookup_cache agent; with JEV_CACHE_STATE_TOPIC, the cache-state log it follows and sends (returned)."""
+    state_log: CacheStateLog | None = None
     if settings.cache_state_topic:
-        state_log = app.jev_cache_state = CacheStateLog(settings.bootstrap, stage)
+        state_log = log = CacheStateLog(settings.bootstrap, stage)
 
         @app.task
         async def follow_cache_state():
-            await state_log.follow()
+            await log.follow()
 
         @app.timer(interval=STATE_FLUSH_S)
         async def send_cache_state():
-            await sender.deliver(state_log.outbox())
+            await sender.deliver(log.outbox())
 
     async def lookup(works: list) -> Outbox:
         """One micro-batch of distilled works: what it sends (answers, usage, misses, pre-answers and refreshes to
@@ -91,10 +110,10 @@ def register(app, topics, settings, stage, controls, postprocess, rules: list, s
 
     @app.agent(topics.distilled, name="lookup_cache")
     async def lookup_cache(stream):
-        seen = getattr(app, "jev_requests_seen", None)
-        if seen is not None:  # what was decided before this process started, so a hit does not decide it again
-            await seen.wait_loaded(stream)
+        await seen.wait_loaded(stream)  # what was decided before this process started: a hit does not decide it again
         await run_agent(take_work(stream, settings), lookup, sender)
+
+    return state_log
 
 
 class CacheStateLog:

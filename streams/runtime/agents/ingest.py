@@ -9,13 +9,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+
+import faust
 
 from schemas.records import Rejection
-from streams.budgets.book import Refused
+from streams.budgets.book import BudgetBook, Refused
 from streams.budgets.reserve import reserve_request
 from streams.core.deadletter import dead_letter
 from streams.core.metrics import observe_protocol, observe_stages
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
+from streams.core.switches import Controls
+from streams.distill.work import Distiller
 from streams.idempotency.requests import (
     CONFLICT,
     REDELIVERY,
@@ -25,39 +30,45 @@ from streams.idempotency.requests import (
     decided_here,
     fingerprint,
 )
-from streams.ingest.decode import admit
+from streams.ingest.decode import Admission, admit
 from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
 from streams.output.format import http_headers
 from streams.runtime.consumer import BatchConsumer
+from streams.runtime.leases import LeaseClient
+from streams.runtime.local import LocalAnswers
 from streams.runtime.seen_log import RequestsSeenLog
+from streams.runtime.topics import Topics
+from streams.shadow.sample import Sampler
 from streams.usage.events import usage_event
+from streams.usage.texts import RequestTexts
 
 log = logging.getLogger("jev.ingest")
 
 
 def register(
-    app,
-    topics,
+    app: faust.App,
+    topics: Topics,
     settings,
-    admission,
-    book,
-    controls,
-    texts_ref,
-    distill,
-    local,
-    sender,
-    shadow=None,
-    leases=None,
+    admission: Admission,
+    book: BudgetBook,
+    controls: Controls,
+    texts_ref: Callable[[], RequestTexts | None],
+    distill: Distiller,
+    local: LocalAnswers,
+    sender: Delivers,
+    shadow: Sampler | None = None,
+    leases: LeaseClient | None = None,
     requests: Requests | None = None,
+    seen: RequestsSeenLog | None = None,
 ) -> BatchConsumer:
     """`shadow` (a streams.shadow.sample.Sampler) picks the requests also decided the naive way; `leases` (a
     streams.runtime.leases.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
     `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
-    first decision again."""
+    first decision again; `seen` its requests-seen log, which the agents that decide wait on too."""
     requests = requests if requests is not None else Requests(settings.idempotency_max)
-    seen = app.jev_requests_seen = RequestsSeenLog(settings.bootstrap, requests)
-    limiter = app.jev_limiter = TenantLimiter.of(settings)
+    seen = seen if seen is not None else RequestsSeenLog(settings.bootstrap, requests)
+    limiter = TenantLimiter.of(settings)
 
     @app.task
     async def follow_requests_seen():
@@ -69,7 +80,8 @@ def register(
         shadow work). The requests whose caller set a deadline (a checkout screening's 300 ms, counted from
         admission) are admitted first, earliest first, and what they send goes at once: a deadline is not spent
         admitting and distilling the rest of the batch."""
-        senders = {id(m): sender_of(m.value or b"", admission.max_bytes) for m in messages}
+        keys, max_bytes = admission.tenant_keys, admission.max_bytes  # a tenant's identity before anything is charged
+        senders = {id(m): sender_of(m.value or b"", max_bytes, keys, m.headers) for m in messages}
         urgent = sorted((m for m in messages if senders[id(m)][2]), key=lambda m: senders[id(m)][2])
         rest = [m for m in messages if not senders[id(m)][2]]
         pressured = len(messages) >= settings.stage_batch_max

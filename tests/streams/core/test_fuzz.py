@@ -20,7 +20,7 @@ from schemas.validate import Invalid, decode
 from streams.ingest.decode import Admission, admit
 from streams.runtime.topics import DeadLetterTopic
 from streams.runtime.usage_sink import read_envelopes
-from tests.conftest import consumed
+from tests.conftest import Captured, consumed
 
 MAX_BYTES = 1_048_576
 POLICY = Admission(
@@ -152,7 +152,7 @@ def test_decoder_raises_only_invalid(raw):
 @pytest.fixture(scope="module")
 def work_topic():
     app = faust.App("fuzz", broker="memory://", store="memory://", web_enabled=False)
-    return DeadLetterTopic(app, topics=["fuzz.WorkBatch"], value_type=WorkBatch, key_type=str)
+    return DeadLetterTopic(app, topics=["fuzz.WorkBatch"], value_type=WorkBatch, key_type=str, sender=Captured())
 
 
 def decode_internal(work_topic, record: str, raw: bytes):

@@ -36,7 +36,7 @@ async def eventually(condition, timeout: float = 10.0) -> None:
 
 async def test_ingest_admits_good_and_dead_letters_bad(app_and_sent):
     app, captured = app_and_sent
-    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), b"{broken"]))
+    await app.ingest.hand_over(requests([orjson.dumps(REQUEST), b"{broken"]))
     rejected = captured.sent["rejected"]
     assert [r.reason for r in rejected] == ["bad_json"]
     admitted = [w for batch in captured.sent["distilled"] for w in batch.items]
@@ -57,11 +57,11 @@ async def test_ingest_admits_a_redelivery_again_once_its_consumer_saw_the_broker
     def admitted() -> list[str]:
         return [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
 
-    await app.jev_ingest.hand_over(requests([raw]))
-    await app.jev_ingest.hand_over(requests([raw]))
+    await app.ingest.hand_over(requests([raw]))
+    await app.ingest.hand_over(requests([raw]))
     assert admitted() == ["r1"]
-    app.jev_ingest.on_restart(TopicPartition(name("requests"), 0))
-    await app.jev_ingest.hand_over(requests([raw]))
+    app.ingest.on_restart(TopicPartition(name("requests"), 0))
+    await app.ingest.hand_over(requests([raw]))
     assert admitted() == ["r1", "r1"]
 
 
@@ -80,7 +80,7 @@ async def test_ingest_admits_and_sends_on_the_requests_with_a_deadline_before_th
         )
         for rid, ms in (("late", 900), ("soon", 300))
     ]
-    await app.jev_ingest.hand_over(requests(plain[:7] + checkouts[:1] + plain[7:] + checkouts[1:]))
+    await app.ingest.hand_over(requests(plain[:7] + checkouts[:1] + plain[7:] + checkouts[1:]))
     first, then = captured.outboxes
     assert [w.request.request_id for w in first.work["distilled"]] == ["soon", "late"]
     assert [w.request.request_id for w in then.work["distilled"]] == [f"p{i}" for i in range(20)]
@@ -113,7 +113,7 @@ async def test_ingest_rejects_a_tenant_over_its_rate_with_a_retry_after_and_orde
         orjson.dumps({**REQUEST, "tenant": tenant, "request_id": f"{tenant}-1", "state": "跑鞋 trail"})
         for tenant in ("acme", "阿里")
     ]
-    await app.jev_ingest.hand_over(requests(flood + others))
+    await app.ingest.hand_over(requests(flood + others))
     admitted = [w.request for batch in captured.sent["distilled"] for w in batch.items]
     assert [(r.tenant, r.request_id) for r in admitted] == [
         ("flood", "f0"),
@@ -130,12 +130,12 @@ async def test_ingest_rejects_a_tenant_over_its_rate_with_a_retry_after_and_orde
 async def test_postprocess_fills_cache_and_cache_then_hits(app_and_sent):
     app, captured = app_and_sent
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
         await eventually(lambda: "usage" in captured.sent)  # the stage takes micro-batches: wait for its output
-        assert Entry.loads(app.tables["l1_cache"]["k1"]).value["action_id"] == "a"
+        assert Entry.loads(app.faust.tables["l1_cache"]["k1"]).value["action_id"] == "a"
         assert [d.action_id for d in captured.sent["decisions"]] == ["a"]
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[work()]))
         await eventually(lambda: len(captured.sent["decisions"]) == 2)
     hit = captured.sent["decisions"][1]
@@ -148,14 +148,14 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
     from schemas.records import Control
 
     app, captured = app_and_sent
-    app.jev_controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
-    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
+    app.controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
+    await app.ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
     admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
     assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
     assert [(r.reason, r.request_id) for r in rejected] == [("over_budget", "r2")]
     assert "tenant:acme" in rejected[0].detail
-    assert set(app.jev_budgets.open) == {"4:acme/2:r0", "4:acme/2:r1"}  # (tenant, request_id)
+    assert set(app.budgets.open) == {"4:acme/2:r0", "4:acme/2:r1"}  # (tenant, request_id)
     assert [a.rule for a in captured.sent["alerts"]] == ["budget_hard"]
 
 
@@ -164,11 +164,11 @@ async def test_version_bump_serves_a_stale_entry_once_and_queues_one_refresh(app
 
     app, captured = app_and_sent
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[work(scored)]))
         await eventually(lambda: "usage" in captured.sent)
-    app.jev_controls.apply(Control(kind="version", key="prompt", value="2"))
-    async with app.agents["lookup_cache"].test_context() as agent:
+    app.controls.apply(Control(kind="version", key="prompt", value="2"))
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         for _ in range(3):
             await agent.put(WorkBatch(items=[work()]))
         await eventually(lambda: sum(len(b.items) for b in captured.sent.get("score", [])) == 3)
@@ -182,16 +182,16 @@ async def test_semantic_hit_within_partition_only(app_and_sent):
     app, captured = app_and_sent
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9)
     original = work()
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[original]))
         await eventually(lambda: "score" in captured.sent)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         original.decision = scored
         await agent.put(WorkBatch(items=[original]))
         await eventually(lambda: "usage" in captured.sent)
     rephrased = Request.from_data({**REQUEST, "request_id": "r2", "state": "trail shoes!"})
     other_tenant = Request.from_data({**REQUEST, "request_id": "r3", "tenant": "globex", "state": "trail shoes!"})
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         for req in (rephrased, other_tenant):
             await agent.put(
                 WorkBatch(
@@ -241,7 +241,7 @@ async def test_a_work_with_a_deadline_goes_to_score_before_the_rest_of_its_batch
             cache_key="k-pay",
         ),
     ]
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=works))
         await eventually(lambda: len(captured.sent.get("score", [])) == 2)
     first, then = captured.sent["score"]
@@ -259,7 +259,7 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
         )
 
     first, follow_up = "which trail shoes grip wet rock", "are they waterproof for river crossings"
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         for session in ("s1", "s2"):  # the pattern must be seen twice before it is worth tokens
             await agent.put(
                 WorkBatch(items=[asking(f"{session}a", session, first), asking(f"{session}b", session, follow_up)])
@@ -269,12 +269,12 @@ async def test_l3_pre_answers_a_learned_follow_up_and_serves_it(app_and_sent):
         await eventually(lambda: any(w.predictive for b in captured.sent.get("score", []) for w in b.items))
     predicted = [w for b in captured.sent["score"] for w in b.items if w.predictive]
     assert [(w.request.request_id, w.request.state, w.refresh) for w in predicted] == [("b1~l3~0", follow_up, True)]
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         predicted[0].decision = Decision(request_id="b1~l3~0", tier="fine", action_id="b", nominal_tokens=5)
         await agent.put(WorkBatch(items=predicted))
         await eventually(lambda: "usage" in captured.sent)
     assert "decisions" not in captured.sent, "a pre-answer is cached, never sent to a caller"
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[asking("c2", "s4", follow_up)]))
         await eventually(lambda: "decisions" in captured.sent)
     hits = [(d.request_id, d.tier, d.action_id) for d in captured.sent["decisions"]]
@@ -288,7 +288,7 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
 
     app, captured = app_and_sent
     held: set = set()
-    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    monkeypatch.setattr(app.faust.assignor, "assigned_actives", lambda: held)
     risky = {
         "request_id": "x1",
         "tenant": "acme",
@@ -297,17 +297,17 @@ async def test_ingest_answers_l1_hits_and_rule_matches_itself_only_where_this_wo
         "state": {"risk_score": 0.99, "amount": 5000},
         "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}],
     }
-    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps(risky)]))
+    await app.ingest.hand_over(requests([orjson.dumps(REQUEST), orjson.dumps(risky)]))
     [miss, ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert "decisions" not in captured.sent, "no partition held: both go on to the cache agent"
     scored = Decision(request_id="r1", tier="fine", action_id="a", nominal_tokens=9, input_tokens=5)
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         await agent.put(WorkBatch(items=[miss.derive(decision=scored)]))
         await eventually(lambda: "decisions" in captured.sent)
 
-    distilled = app.jev_topics.distilled.get_topic_name()
-    held.update(TP(distilled, p) for p in range(app.conf.topic_partitions))
-    await app.jev_ingest.hand_over(
+    distilled = app.topics.distilled.get_topic_name()
+    held.update(TP(distilled, p) for p in range(app.faust.conf.topic_partitions))
+    await app.ingest.hand_over(
         requests([orjson.dumps({**REQUEST, "request_id": "r3"}), orjson.dumps({**risky, "request_id": "x2"})])
     )
     assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["r1", "x1"]
@@ -338,9 +338,9 @@ async def test_ingest_sends_a_checkout_it_cannot_answer_straight_to_score_where_
     from faust.types import TP
 
     app, captured = app_and_sent
-    distilled = app.jev_topics.distilled.get_topic_name()
-    held = {TP(distilled, p) for p in range(app.conf.topic_partitions)}
-    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: held)
+    distilled = app.topics.distilled.get_topic_name()
+    held = {TP(distilled, p) for p in range(app.faust.conf.topic_partitions)}
+    monkeypatch.setattr(app.faust.assignor, "assigned_actives", lambda: held)
     checkout = {
         "request_id": "pay",
         "tenant": "acme",
@@ -351,7 +351,7 @@ async def test_ingest_sends_a_checkout_it_cannot_answer_straight_to_score_where_
         "candidates": [{"id": "allow", "text": "allow"}, {"id": "review", "text": "review"}],
     }
     worded = {**REQUEST, "request_id": "words", "deadline_ms": 300}
-    await app.jev_ingest.hand_over(
+    await app.ingest.hand_over(
         requests(
             [
                 orjson.dumps(checkout),
@@ -363,14 +363,14 @@ async def test_ingest_sends_a_checkout_it_cannot_answer_straight_to_score_where_
     assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
     assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items] == ["words", "plain"]
     held.clear()  # another worker holds the partitions: their cache agent answers, so the hop stays
-    await app.jev_ingest.hand_over(requests([orjson.dumps({**checkout, "request_id": "pay2"})]))
+    await app.ingest.hand_over(requests([orjson.dumps({**checkout, "request_id": "pay2"})]))
     assert [w.request.request_id for b in captured.sent["distilled"] for w in b.items][-1] == "pay2"
     assert [w.request.request_id for b in captured.sent["score"] for w in b.items] == ["pay"]
 
 
 async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest(app_and_sent, monkeypatch):
     app, captured = app_and_sent
-    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: set())  # ingest answers nothing itself
+    monkeypatch.setattr(app.faust.assignor, "assigned_actives", lambda: set())  # ingest answers nothing itself
     risky = {
         "request_id": "x1",
         "tenant": "acme",
@@ -379,9 +379,9 @@ async def test_the_cache_agent_answers_a_rule_match_with_the_same_step_as_ingest
         "state": {"risk_score": 0.99, "amount": 5000},
         "candidates": [{"id": "allow", "text": "allow"}, {"id": "block", "text": "block"}],
     }
-    await app.jev_ingest.hand_over(requests([orjson.dumps(risky)]))
+    await app.ingest.hand_over(requests([orjson.dumps(risky)]))
     [ruled] = [w for batch in captured.sent["distilled"] for w in batch.items]
-    async with app.agents["lookup_cache"].test_context() as agent:
+    async with app.faust.agents["lookup_cache"].test_context() as agent:
         await agent.put(WorkBatch(items=[ruled]))
         await eventually(lambda: "decisions" in captured.sent)
     [decision] = captured.sent["decisions"]
@@ -396,7 +396,7 @@ async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_int
 
     app, captured = app_and_sent
     req = Request.from_data({**REQUEST, "history": [{"role": "user", "content": "I run on muddy mountain trails"}]})
-    await app.jev_ingest.hand_over(requests([orjson.dumps(req.to_representation())]))
+    await app.ingest.hand_over(requests([orjson.dumps(req.to_representation())]))
     [out] = [w for batch in captured.sent["distilled"] for w in batch.items]
     assert out.cache_key and out.request.history == [] and "muddy mountain trails" in out.context
     assert req.history == [Turn(role="user", content="I run on muddy mountain trails")]
@@ -414,7 +414,7 @@ async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app
         return real_admit(raw, *args, **kwargs)
 
     monkeypatch.setattr(ingest_agent, "admit", admit)
-    await app.jev_ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
+    await app.ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
     [rejection] = captured.sent["rejected"]
     assert rejection.reason == "internal_error" and "KeyError" in rejection.detail
     assert '"boom"' in rejection.original
@@ -457,7 +457,7 @@ async def test_usage_sink_inserts_each_envelope_in_chunks_and_dead_letters_a_mal
     )
     req = Request.from_data(REQUEST)
     good = UsageBatch(events=[usage_event(req, stage) for stage in ("ingest", "distill", "postprocess")]).dumps()
-    await app.jev_usage.hand_over(consumed(name("usage"), [good, b'{"events": "x"}', None]))
+    await app.usage.hand_over(consumed(name("usage"), [good, b'{"events": "x"}', None]))
     assert [[e.event_id for e in chunk] for chunk in sink.inserts] == [
         ["4:acme/2:r1:ingest", "4:acme/2:r1:distill"],
         ["4:acme/2:r1:postprocess"],
@@ -478,12 +478,12 @@ async def test_a_sampled_request_sends_its_naive_twin_and_postprocess_pairs_them
         sink=object(),
         sender=captured,
     )
-    await app.jev_ingest.hand_over(requests([orjson.dumps(REQUEST)]))
+    await app.ingest.hand_over(requests([orjson.dumps(REQUEST)]))
     [served] = [w for batch in captured.sent["distilled"] for w in batch.items]
     [naive] = [w for batch in captured.sent["shadow"] for w in batch.items]
     assert (served.shadow, naive.shadow) == ("served", "naive")
     assert naive.cache_key == served.cache_key, "both halves meet on the served work's cache-key partition"
-    async with app.agents["format_decision"].test_context() as agent:
+    async with app.faust.agents["format_decision"].test_context() as agent:
         await agent.put(
             WorkBatch(
                 items=[
@@ -536,7 +536,7 @@ async def test_a_near_miss_is_judged_as_shadow_work_and_promoted_into_the_cache(
 
     async def lookup(work: Work) -> None:
         before = sum(len(b.items) for b in captured.sent.get("score", [])) + len(captured.sent.get("decisions", []))
-        async with app.agents["lookup_cache"].test_context() as agent:
+        async with app.faust.agents["lookup_cache"].test_context() as agent:
             await agent.put(WorkBatch(items=[work]))
             await eventually(
                 lambda: (
@@ -546,7 +546,7 @@ async def test_a_near_miss_is_judged_as_shadow_work_and_promoted_into_the_cache(
             )
 
     async def postprocess(work: Work) -> None:
-        async with app.agents["format_decision"].test_context() as agent:
+        async with app.faust.agents["format_decision"].test_context() as agent:
             await agent.put(WorkBatch(items=[work]))
             await asyncio.sleep(0.2)
 

@@ -18,7 +18,7 @@ BUDGET = Control(kind="budget", key="tenant:acme", value={"hard_tokens": 400}, t
 
 def test_a_non_number_tune_record_is_refused_with_its_reason_and_the_rest_applies(app_and_sent, caplog):
     app, _ = app_and_sent
-    controls, reader = app.jev_controls, ControlReader("127.0.0.1:9", app.jev_controls)
+    controls, reader = app.controls, ControlReader("127.0.0.1:9", app.controls)
     caplog.set_level(logging.WARNING, logger="jev.control")
     reader.apply(Control(kind="tune", key="cache.l2.min_similarity", value="high", ts=1.0).dumps())
     assert controls.refused == 1

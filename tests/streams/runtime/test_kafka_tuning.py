@@ -205,7 +205,7 @@ def test_the_stage_apps_consumer_commits_no_run_past_an_unhandled_offset_and_dro
 
     from streams.runtime.app import create_app
 
-    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).consumer
+    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).faust.consumer
     tp = TP("jev.scored.v1", 0)
     consumer._committed_offset[tp] = 2
     consumer._acked[tp], consumer._acked_index[tp] = [3], {3}
@@ -224,7 +224,7 @@ def test_the_stage_apps_consumer_commits_a_restarted_log_from_its_first_offset(s
 
     from streams.runtime.app import create_app
 
-    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).consumer
+    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).faust.consumer
     tp, other = TP("jev.scored.v1", 0), TP("jev.scored.v1", 1)
     consumer._committed_offset.update({tp: 7, other: 3})
     consumer._acked[tp], consumer._acked_index[tp] = [9], {9}

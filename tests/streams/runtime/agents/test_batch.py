@@ -41,9 +41,9 @@ async def batch_app(settings, broker):
         broker_heartbeat_interval=1,
         consumer_auto_offset_reset="earliest",
     )
-    batch_agent.register(
-        app, Topics(app, settings.partitions), settings, app.service(Sender(settings.bootstrap, settings.partitions))
-    )
+    sender = Sender(settings.bootstrap, settings.partitions)
+    app.service(sender)
+    batch_agent.register(app, Topics(app, settings.partitions, sender), settings, sender)
     worker = faust.Worker(
         app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False, redirect_stdouts=False, quiet=True
     )
