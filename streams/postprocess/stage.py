@@ -86,10 +86,11 @@ class Postprocess:
                 else None
             )
             if first is not None:  # decided before (its work read again after a restart): settled and metered
+                first = first.derive(tenant=work.request.tenant)
                 out.decisions.append((first, http_headers(first)))  # then; sent again, the same, in case it was lost
                 continue
             done = finalize(work, config=self.settings.postprocess_patterns or None, switches=controls.switches)
-            decision = done.decision
+            decision = done.decision.derive(tenant=work.request.tenant)  # routes it to its tenant's reply topics
             usage.extend(done.usage)
             if work.shadow == "served" and not work.refresh:
                 verdicts.append(self.shadow.served(work, done.usage))
@@ -121,7 +122,9 @@ class Postprocess:
                     out.records.append(self.requests.decided(work.request.tenant, decision))
                 if work.request.stream and not streamed(decision):  # answered without generating: one go
                     plan = stream_config.load(self.settings.stream_config).plan(work.request)
-                    out.chunks += chunk_text(decision.request_id, decision.text, plan, work.model, time.time())
+                    out.chunks += chunk_text(
+                        decision.request_id, decision.text, plan, work.model, time.time(), work.request.tenant
+                    )
         out.records += [("verdicts", v.request_id.encode(), v.dumps()) for v in verdicts if v is not None]
         if self.leases is not None:
             out.placed += [("budget", partition, value) for partition, value in self.leases.settlements(items)]
