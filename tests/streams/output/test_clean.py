@@ -349,6 +349,10 @@ def test_chinese_filler_openings_go_by_structure(opening):
         "希望这些建议对你有帮助！如果有其他问题，随时告诉我哦！",  # two closing sentences
         "希望這些資訊對你有所幫助！",  # traditional script
         "如果您遇到問題，請隨時回到這裡，我會盡力協助您。",
+        "如果你有具体的情况，可以提供更多细节，我可以给你更有针对性的建议。",
+        "需要的话我可以帮你写一个示例。",
+        "如有其他需求，欢迎随时与我联系。",
+        "期待你的进一步反馈！",
     ],
 )
 def test_chinese_filler_closings_go_by_structure(closing):
@@ -378,6 +382,9 @@ def test_chinese_filler_closings_go_by_structure(closing):
         ZH_BODY + "谢谢在日语里说ありがとう。",
         ZH_BODY + "请在12月31日前完成续费。",
         ZH_BODY + "如果症状持续超过三天，请及时就医。",
+        ZH_BODY + "如有问题，请随时联系客服。",  # sends the asker elsewhere: advice
+        ZH_BODY + "有问题可以问老师。",
+        ZH_BODY + "如果需要退货，请在七天内提出。",
         "祝你一切顺利！",  # the whole answer: never cleaned away
     ],
 )
