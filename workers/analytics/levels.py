@@ -301,7 +301,7 @@ def by_model(client, since: dt.datetime) -> dict[str, dict]:
             "calls": r["calls"],
             "tokens_jev": r["tokens_jev"],
             "tokens_server": r["server_tokens"] if served else None,
-            "tokens_server_cached": r["server_cached"] if served else None,
+            "cached_tokens": r["server_cached"] if served else None,
             "drift": round(r["server_tokens"] / r["jev_of_served"] - 1, 4) if served and r["jev_of_served"] else None,
             "cost": r["cost"],
         }

@@ -96,8 +96,8 @@ def test_by_model_puts_jevs_count_beside_the_servers(load):
         "calls": 4,
         "tokens_jev": 400,
         "tokens_server": 420,
-        "tokens_server_cached": 240,
+        "cached_tokens": 240,
         "drift": 0.05,
         "cost": pytest.approx(400e-6),
     }
-    assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["tokens_server_cached"] is None
+    assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["cached_tokens"] is None

@@ -77,6 +77,15 @@ def register(sub) -> None:
         "an error when it is not installed",
     )
     p.add_argument(
+        "--model-server",
+        choices=("llama", "vllm"),
+        default="llama",
+        help="which local server to start: llama (llama.cpp's llama-server, `make model-server`) or vllm (vLLM's "
+        "CPU build with prefix caching, `make vllm`: about 5 GB of RAM, a few minutes to start on a busy 2-core "
+        "machine); with vllm the decisions the fine tier is unsure of also go to it (--escalate) and Jev sends it "
+        "4 calls at once unless --model-concurrency says otherwise",
+    )
+    p.add_argument(
         "--no-model-server",
         action="store_true",
         help="answer with the in-process extractive generator (no escalation tier) even when the local "
@@ -117,11 +126,12 @@ def run(args, settings) -> int:
     if not (args.model_url or args.no_model_server):
         from pathlib import Path
 
-        from infra.model_server import ModelServer, idle_cores, missing
+        from infra.model_server import idle_cores, missing_for, server_for
 
-        why = missing()
-        if why and args.local_model:
-            print(f"jev demo: --local-model: {why}", file=sys.stderr)
+        vllm = args.model_server == "vllm"
+        why = missing_for(args.model_server)
+        if why and (args.local_model or vllm):
+            print(f"jev demo: --{'model-server vllm' if vllm else 'local-model'}: {why}", file=sys.stderr)
             return 2
         if why:
             print(
@@ -132,13 +142,16 @@ def run(args, settings) -> int:
         else:
             log = Path(settings.data_dir) / "model_server.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            threads = idle_cores()
+            threads = 1 if vllm else idle_cores()
             print(
-                f"jev demo: starting the local model server (llama.cpp, SmolLM2-135M-Instruct, {threads} thread(s); "
-                f"log {log})",
+                f"jev demo: starting the local model server ({'vLLM' if vllm else 'llama.cpp'}, "
+                f"SmolLM2-135M-Instruct, {threads} thread(s); log {log})",
                 file=sys.stderr,
             )
-            with ModelServer(log=log, threads=threads) as server:
+            if vllm:
+                args.escalate = True
+                args.model_concurrency = args.model_concurrency if args.model_concurrency > 1 else 4
+            with server_for(args.model_server, log=log, threads=threads) as server:
                 args.local_model, args.model_url = False, server.url
                 return run(args, settings)
     if args.model_url:
