@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from streams.core.tenants import BadTenant, canonical
+from streams.core.tenants import BadTenant, canonical, unbound
 
 BURST_S = 1.0  # seconds of rate a bucket holds: a tenant idle for a while may send this much at once
 QUANTUM = 16_384  # bytes a tenant's deficit grows by per round of the fair order
@@ -122,11 +122,13 @@ def charged_tokens(raw_bytes: int, counted: int) -> int:
     return max(counted, raw_bytes // 4)
 
 
-def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str, float]:
+def sender_of(raw: bytes, max_bytes: int, keys: dict[str, bytes] | None = None, headers=()) -> tuple[str, str, float]:
     """(tenant, request_id, deadline_ms) a request names, read for the checks and the order before decoding, the
     tenant by its canonical name; '' for what is not readable or not a valid tenant name (decoding rejects the
     request then, with the reason) and for records over `max_bytes` (rejected unparsed); deadline_ms 0 where it
-    sets none, or none that is a positive number (decoding says what is wrong with it)."""
+    sets none, or none that is a positive number (decoding says what is wrong with it). With tenant `keys`
+    (JEV_TENANT_KEYS) the tenant is '' too unless the message's `headers` carry that tenant's signature: a request
+    is charged to a tenant's rate and fair share only once it is known to come from that tenant."""
     if len(raw) > max_bytes:
         return "", "", 0
     try:
@@ -139,6 +141,8 @@ def sender_of(raw: bytes, max_bytes: int) -> tuple[str, str, float]:
     try:  # the canonical name (streams.core.tenants), so no spelling of a tenant has a rate of its own
         tenant = canonical(tenant) if isinstance(tenant, str) else ""
     except BadTenant:
+        tenant = ""
+    if tenant and unbound(keys, tenant, raw, headers):  # decoding rejects it unauthenticated_tenant, naming why
         tenant = ""
     deadline_ms = deadline_ms if type(deadline_ms) in (int, float) and deadline_ms > 0 else 0
     return tenant, request_id if isinstance(request_id, str) else "", deadline_ms

@@ -2,21 +2,29 @@
 split the output into per-member results.
 
 batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
-Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`).
+Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`). A member is a
+request like any other: its tenant must be admitted (JEV_TENANTS), signed for (JEV_TENANT_KEYS: the message's
+jev-tenant-sig header, as a request's) and within its budgets (its quota reserved, settled with what it used), else
+it is rejected unknown_tenant, unauthenticated_tenant or over_budget before anything is generated or billed.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import faust
 import orjson
 
 from schemas.batch import BatchMember, BatchResult, MergedCall
-from schemas.records import Request
+from schemas.records import Rejection, Request
+from schemas.topics import name as topic_name
 from streams.batch import aggregate, config, split
+from streams.budgets.book import BudgetBook, Refused, request_scopes
+from streams.core import tenants
 from streams.core.deadletter import dead_letter
 from streams.core.outbox import Outbox
 from streams.core.tenants import BadTenant, canonical
+from streams.idempotency.requests import reservation_key
 from streams.models import pool as pool_mod
 from streams.models import registry
 from streams.runtime.consumer import run_agent
@@ -67,6 +75,66 @@ def member_request(result: BatchResult, tenant: str, service: str, business_line
     )
 
 
+class MembersTopic(faust.Topic):
+    """The batch topic as (value, headers) pairs: a member's tenant signature travels in its message headers."""
+
+    def _compile_decode(self) -> None:
+        super()._compile_decode()
+        decode = self.decode
+
+        async def with_headers(message, *, propagate: bool = False):
+            event = await decode(message, propagate=propagate)
+            if event is not None:
+                event.value = (event.value, tuple(message.headers or ()))
+            return event
+
+        self.decode = with_headers
+
+
+class MemberCheck:
+    """Whether a decoded member may be generated: its tenant admitted, signed for and within its budgets."""
+
+    def __init__(self, settings, book: BudgetBook | None):
+        self.admitted = tenants.admitted(settings.tenants)
+        self.keys = tenants.load_keys(settings.tenant_keys)
+        self.book = book
+
+    def refusal(self, member: BatchMember, raw: bytes, headers) -> Rejection | None:
+        """The member's rejection, or None (its quota then held against its budgets)."""
+        rid = f"{member.job}:{member.member}"
+        if self.admitted is not None and member.tenant not in self.admitted:
+            detail = f"tenant {member.tenant!r} is not admitted: add it to JEV_TENANTS or correct the member's tenant"
+            return dead_letter("unknown_tenant", detail, "batch", raw, rid)
+        if why := tenants.unbound(self.keys, member.tenant, raw, headers):
+            return dead_letter("unauthenticated_tenant", why, "batch", raw, rid)
+        if self.book is None:
+            return None
+        request = Request(
+            request_id=rid,
+            tenant=member.tenant,
+            service=member.service,
+            kind="generate",
+            decision_type=member.template,
+            business_line=member.business_line,
+            state="",
+        )
+        held = self.book.reserve(
+            request_scopes(request), member.quota_tokens, 0.0, reservation_id=reservation_key(member.tenant, rid)
+        )
+        if isinstance(held, Refused):
+            detail = f"{held.reason}: raise the budget or lower the member's quota_tokens ({member.quota_tokens})"
+            return dead_letter("over_budget", detail, "batch", raw, rid)
+        return None
+
+    def settle(self, result: BatchResult, member: BatchMember) -> list:
+        """Count what the member used against its budgets (its quota's reservation released); the alerts."""
+        key = reservation_key(member.tenant, f"{result.job}:{result.member}")
+        held = None if self.book is None else self.book.open.get(key)
+        if held is None:
+            return []
+        return self.book.settle(held, result.input_tokens + result.output_tokens, 0.0)
+
+
 def usage(result: BatchResult, member: BatchMember, model: str):
     section = "failed" if result.status == "failed" else "retried" if result.retried else result.sent
     return usage_event(
@@ -81,8 +149,11 @@ def usage(result: BatchResult, member: BatchMember, model: str):
     )
 
 
-def register(app, topics, settings, sender) -> None:
+def register(app, topics, settings, sender, book: BudgetBook | None = None) -> None:
+    """`book`: the process's budgets, which members reserve their quota against (None: members are held to no
+    budget, only to JEV_TENANTS and JEV_TENANT_KEYS)."""
     model = settings.default_model
+    check = MemberCheck(settings, book)
     state: dict = {}
     retry_rate = aggregate.RetryRate()  # learnt from the splitter's results, read by the planner
 
@@ -102,11 +173,16 @@ def register(app, topics, settings, sender) -> None:
     async def aggregate_members(raws: list) -> Outbox:
         """One window of batch members: merged calls generated, members that cannot join one answered failed."""
         members, out = [], Outbox()
-        for raw in raws:
+        for raw, headers in raws:
             try:
-                members.append(decode_member(raw))
+                member = decode_member(raw)
             except ValueError as exc:
                 out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
+                continue
+            if (refused := check.refusal(member, raw, headers)) is not None:
+                out.dead_letters.append(refused)
+            else:
+                members.append(member)
         cfg = config.load(settings.batch_templates)
         for group in aggregate.group(members, settings.batch_window_max):
             calls, failed = aggregate.plan(group, cfg, model, retry_rate.rate(group[0].template))
@@ -114,6 +190,7 @@ def register(app, topics, settings, sender) -> None:
                 member = next(m for m in group if m.member == result.member)
                 result_records(result, member, out)
                 out.usage.append(usage(result, member, model))
+                out.alerts += check.settle(result, member)
             for call in calls:
                 call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
                 out.records.append(("batch_merged", call.job.encode(), call.dumps()))
@@ -130,9 +207,14 @@ def register(app, topics, settings, sender) -> None:
         out = Outbox(usage=[usage(r, members[r.member], model) for r in results])
         for result in results:
             result_records(result, members[result.member], out)
+            out.alerts += check.settle(result, members[result.member])
         return out
 
-    @app.agent(topics.batch, name="aggregate_batch")
+    batch_topic = MembersTopic(
+        app, topics=[topic_name("batch")], value_serializer="raw", key_serializer="raw", partitions=settings.partitions
+    )
+
+    @app.agent(batch_topic, name="aggregate_batch")
     async def aggregate_batch(stream):
         await run_agent(
             stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000), aggregate_members, sender
