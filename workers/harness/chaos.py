@@ -72,14 +72,14 @@ def rejected_id(r: Rejection) -> str:
     return injected_id(topic, r.original.encode("latin-1"))
 
 
-async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]]) -> None:
-    """Send malformed records as a faulty Jev process would: signed (streams.security.signing), so that they reach
-    the decoders they are meant to test instead of being refused as forged."""
+async def send_raw(bootstrap: str, messages: list[tuple[str, bytes]], signed: bool = False) -> None:
+    """Send raw records as any client could (`signed`: as a faulty Jev process would, holding the signing key, so
+    malformed records reach the decoders they test instead of being refused as forged)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
         for topic, raw in messages:
-            await producer.send_and_wait(topic, raw, headers=signing.headers(topic, raw))
+            await producer.send_and_wait(topic, raw, headers=signing.headers(topic, raw) if signed else None)
     finally:
         await producer.stop()
 
@@ -265,7 +265,7 @@ async def run_chaos(
             log(f"ClickHouse outage injected for {sink_outage:.0f} s")
         faults = asyncio.create_task(inject(pipe, collector, kill, n, log))
         await pipe.publish(bad, max_request_size=16 << 20)
-        await send_raw(pipe.settings.bootstrap, poison)
+        await send_raw(pipe.settings.bootstrap, poison, signed=True)
         for wave in range(WAVES):
             await pipe.publish(payloads[wave * n // WAVES : (wave + 1) * n // WAVES])
             await asyncio.sleep(0.2)
