@@ -137,6 +137,13 @@ FORGED = Counter(
     ["topic"],
 )
 
+OPEN_TENANCY = Gauge(
+    "jev_open_tenancy",
+    "1 while this process lets a producer speak for tenants it holds no key of (JEV_TENANT_KEYS empty): allows "
+    "any_tenant (JEV_TENANTS=*) or named_tenants (a list); 0 once keys are set (streams/security/tenancy.py).",
+    ["allows"],
+)
+
 LOG_RESTARTS = Counter(
     "jev_log_restarts",
     "Partitions whose log came back shorter than this process had read "

@@ -39,6 +39,7 @@ from streams.runtime.leases import LeaseClient
 from streams.runtime.local import LocalAnswers
 from streams.runtime.seen_log import RequestsSeenLog
 from streams.runtime.topics import Topics
+from streams.security import tenancy
 from streams.shadow.sample import Sampler
 from streams.usage.events import usage_event
 from streams.usage.texts import RequestTexts
@@ -66,6 +67,7 @@ def register(
     streams.runtime.leases.LeaseClient, when hard budgets are leased) holds reservations against hard budgets;
     `requests` is the (tenant, request_id) idempotency state, shared with postprocess so a redelivery gets the
     first decision again; `seen` its requests-seen log, which the agents that decide wait on too."""
+    tenancy.announce(settings)  # a first deployment's defaults let any producer speak for any tenant: said at start
     requests = requests if requests is not None else Requests(settings.idempotency_max)
     seen = seen if seen is not None else RequestsSeenLog(settings.bootstrap, requests)
     limiter = TenantLimiter.of(settings)
