@@ -137,6 +137,13 @@ FORGED = Counter(
     ["topic"],
 )
 
+REJECTED = Counter(
+    "jev_rejected",
+    "Requests, batch members and internal records dead-lettered to jev.rejected.v1, by reason (each reason's "
+    "detail names the fix; streams/core/deadletter.py).",
+    ["reason"],
+)
+
 OPEN_TENANCY = Gauge(
     "jev_open_tenancy",
     "1 while this process lets a producer speak for tenants it holds no key of (JEV_TENANT_KEYS empty): allows "
@@ -372,6 +379,10 @@ def observe_protocol(sent_bytes: int, compact_bytes: int) -> None:
 
 def set_gpu_memory(device: str, used_share: float) -> None:
     GPU_MEMORY.labels(bounded("device", device)).set(used_share)
+
+
+def observe_rejected(reason: str) -> None:
+    REJECTED.labels(reason).inc()
 
 
 def observe_forged(topic: str) -> None:

@@ -7,6 +7,7 @@ while it holds, so a dashboard or an alert sees a deployment left open."""
 from __future__ import annotations
 
 import logging
+import time
 
 from streams.core import tenants
 
@@ -44,3 +45,27 @@ def announce(settings) -> str:
     if label:
         log.warning("tenant identity is open: %s; %s", said, FIX)
     return label
+
+
+DENIED_WRITES = frozenset({"unauthenticated_tenant", "unknown_tenant", "bad_tenant"})
+LOG_EVERY_S = 10.0  # denials of one kind, tenant and reason are logged at most this often (with the count between)
+_denied: dict[tuple[str, str, str], list] = {}
+
+
+def denied(kind: str, tenant: str, reason: str, what: str = "") -> None:
+    """Log a tenant's denied read or write (`kind`), never its payload: the tenant it claimed, the reason and
+    `what` (a request id, the tenant it asked to read). Throttled per kind, tenant and reason, so a flood of
+    forged requests costs a line every LOG_EVERY_S with the count."""
+    entry = _denied.setdefault((kind, tenant, reason), [0.0, 0])
+    entry[1] += 1
+    now = time.monotonic()
+    if now - entry[0] >= LOG_EVERY_S:
+        log.warning(
+            "denied %s as tenant %r: %s (%d since the last line%s)",
+            kind,
+            tenant,
+            reason,
+            entry[1],
+            f"; latest {what}" if what else "",
+        )
+        entry[0], entry[1] = now, 0

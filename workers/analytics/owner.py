@@ -26,6 +26,7 @@ from aiohttp import web
 from infra.clickhouse import connect
 from streams.core.inflight import IN_FLIGHT
 from streams.runtime.usage_spill import LazyClient
+from streams.security.tenancy import denied
 from workers.analytics import sandbox, source, tenancy
 
 ENDPOINTS = sandbox.ENDPOINTS
@@ -143,6 +144,7 @@ class QueryServer:
                 status=400,
             )
         if scope != tenancy.ADMIN and wanted not in ("", scope):
+            denied("read", scope, "a tenant token asked for another tenant's rows", f"tenant {wanted!r}")
             return web.json_response({"error": f"this token reads tenant {scope!r} only"}, status=403)
         if self.running[token] >= self.concurrency:
             return web.json_response(

@@ -28,6 +28,7 @@ from streams.idempotency.requests import reservation_key
 from streams.models import pool as pool_mod
 from streams.models import registry
 from streams.runtime.consumer import run_agent
+from streams.security import tenancy as identity
 from streams.usage.events import usage_event
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
@@ -180,6 +181,8 @@ def register(app, topics, settings, sender, book: BudgetBook | None = None) -> N
                 out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
                 continue
             if (refused := check.refusal(member, raw, headers)) is not None:
+                if refused.reason in identity.DENIED_WRITES:  # logged with the tenant it claimed, not its payload
+                    identity.denied("write", member.tenant, refused.reason, f"batch member {refused.request_id!r}")
                 out.dead_letters.append(refused)
             else:
                 members.append(member)

@@ -150,6 +150,9 @@ def register(
                         "over_budget", held.reason, "ingest", raw, result.request.request_id, result.admitted_at
                     )
             if isinstance(result, Rejection):
+                if result.reason in tenancy.DENIED_WRITES:  # logged with the tenant it claimed, not its payload
+                    claimed = sender_of(raw, admission.max_bytes)[0] or "?"
+                    tenancy.denied("write", claimed, result.reason, f"request {result.request_id!r}")
                 out.dead_letters.append(result.derive(tenant=tenant) if tenant else result)
                 continue
             limiter.spend(tenant, charged_tokens(len(raw), result.context_tokens + sum(result.candidate_tokens)), now)
