@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from schemas.records import Rejection, Request, Work
-from schemas.validate import Invalid, decode
+from schemas.validate import CONTROL, Invalid, decode
 from streams.core import tenants
 from streams.core.deadletter import dead_letter
 from streams.core.tenants import BadTenant, canonical
@@ -33,7 +33,6 @@ class Admission:
 
 
 METADATA = (
-    "request_id",
     "service",
     "decision_type",
     "kind",
@@ -44,7 +43,8 @@ METADATA = (
     "business_event",
     "human_decision",
 )  # stripped of control characters on the way in
-# (the tenant is not: a control character in it is refused, streams.core.tenants)
+# (the tenant is not: a control character in it is refused, streams.core.tenants; nor is the request id: stripped, the
+# decision would carry another id than the request, so one holding a control character is refused, request_id_problem)
 
 
 def admit(
@@ -58,6 +58,8 @@ def admit(
     try:
         request = decode(raw, Request, policy.max_bytes, clean=METADATA, max_field_bytes=policy.max_field_bytes)
         request_id = request.request_id
+        if problem := request_id_problem(request_id):
+            raise Invalid("wrong_value", problem)
         request = with_canonical_tenant(request)
         model = request.model or policy.default_model
         check(request, model, policy.known_types, policy.tenants)
@@ -108,6 +110,17 @@ def admit(
         return dead_letter(exc.reason, str(exc), "ingest", raw, request_id, now)
     except tokens.UnknownModel as exc:
         return dead_letter("unknown_model", str(exc), "ingest", raw, request_id, now)
+
+
+def request_id_problem(request_id: str) -> str:
+    """Why `request_id` cannot identify a request ("" when it can): a control character (a NUL, a newline) in it."""
+    found = CONTROL.search(request_id)
+    if found is None:
+        return ""
+    return (
+        f"request_id holds U+{ord(found.group()):04X}, a control character, at position {found.start()}: send the id "
+        f"without control characters (its decision, usage and redeliveries are matched by this exact id)"
+    )
 
 
 def with_canonical_tenant(request: Request) -> Request:

@@ -55,17 +55,20 @@ def test_jev_tenants_star_admits_any_named_tenant():
     assert admit(raw(tenant=""), anyone).reason == "missing_field"
 
 
-def test_control_characters_are_stripped_from_ids_and_labels():
-    r = admit(
-        raw(request_id="r-\x07\x1b[2J1", user_id="u\r\n-1", service="se\x00arch", business_event="e\x9b1"), POLICY
-    )
+def test_control_characters_are_stripped_from_labels():
+    r = admit(raw(user_id="u\r\n-1", service="se\x00arch", business_event="e\x9b1"), POLICY)
     assert isinstance(r, Work)
-    assert (r.request.request_id, r.request.user_id, r.request.service, r.request.business_event) == (
-        "r-[2J1",
-        "u-1",
-        "search",
-        "e1",
-    )
+    assert (r.request.user_id, r.request.service, r.request.business_event) == ("u-1", "search", "e1")
+
+
+@pytest.mark.parametrize("request_id", ["r-\x001", "订单\x00-1", "r-\x07\x1b[2J1"])
+def test_a_nul_inside_a_request_id_is_refused_not_stripped(request_id):
+    """Stripped, the decision carried another id than the request (r-1 for r-\\x001): refused, naming the character."""
+    r = admit(raw(request_id=request_id), POLICY)
+    assert r.reason == "wrong_value" and r.request_id == request_id
+    assert "U+0000" in r.detail or "U+0007" in r.detail
+    assert "without control characters" in r.detail
+    assert isinstance(admit(raw(request_id="订单-1"), POLICY), Work)
 
 
 @pytest.mark.parametrize(
