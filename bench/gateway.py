@@ -11,10 +11,10 @@ the time from its first send to its last decision. Then --streams streamed answe
 true, the extractive generator) each way: the time to the first chunk (the first SSE `data:` line through the
 gateway, the first Chunk through the client).
 
-Last stdout line: {ratio_to_client (gateway throughput / client throughput, the median trial), p50_added_ms and
-p99_added_ms (the gateway's latency percentile minus the client's, pooled over the trials), first_chunk_ms (median
-through the gateway), first_chunk_ms_client, client, gateway (each side's decided, throughput, p50/p99, tiers),
-trials, config}.
+Last stdout line: {ratio_to_client (gateway throughput / client throughput, the median trial, of an even count
+the lower middle), p50_added_ms and p99_added_ms (the gateway's latency percentile minus the client's, pooled over
+the trials), first_chunk_ms (median through the gateway), first_chunk_ms_client, client, gateway (each side's
+decided, throughput, p50/p99, tiers), trials, config}.
 
     .venv/bin/python bench/gateway.py [--rate 50] [--seconds 10] [--trials 2] [--streams 5]
 """
@@ -197,7 +197,7 @@ async def run(args) -> dict:
             finally:
                 gateway.terminate()
                 gateway.wait(10)
-    median = sorted(trials, key=lambda t: t["ratio_to_client"])[len(trials) // 2]
+    median = sorted(trials, key=lambda t: t["ratio_to_client"])[(len(trials) - 1) // 2]  # the lower of two middles
     pooled = {side: [x for t in trials for x in t[side]["latencies"]] for side in ("client", "gateway")}
 
     def summary(side: str) -> dict:
