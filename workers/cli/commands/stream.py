@@ -15,9 +15,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "stream",
         help="ask one question as a streamed answer and print its chunks as they arrive",
-        description="Publishes a generate request with stream: true to JEV_BROKER (a pipeline must "
-        "be running there: `jev broker`, `jev worker stream`, `jev worker score`) and "
-        "follows jev.chunks.v1 for its chunks, then jev.decisions.v1 for the totals.",
+        description="Sends a generate request with stream: true to JEV_BROKER through the client library (a "
+        "pipeline must be running there: `jev up`) and prints the chunks its tenant's reply topics carry "
+        "(jev.tenant.<slug>.chunks.v1), then the decision's totals.",
     )
     p.add_argument("question")
     p.add_argument(
@@ -60,57 +60,33 @@ def request(args) -> dict:
 
 
 async def follow(settings, body: dict, timeout: float, on_chunk) -> dict:
-    """Publish `body`, call on_chunk(chunk, ms since publish) per chunk, return the summary."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    from schemas.records import Chunk, Decision, Rejection
-    from schemas.topics import name
-    from streams.runtime.partitioning import partition_for
+    """Send `body` through the client library (streams/runtime/client.py), call on_chunk(chunk, ms since it was
+    sent) per chunk, return the summary."""
+    from streams.runtime.client import JevClient, JevError, JevRejected, JevTimeout
 
     rid = body["request_id"]
-    part = partition_for(rid, settings.partitions)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap, group_id=None, auto_offset_reset="earliest", fetch_max_wait_ms=10
-    )  # chunks shown as they land, not per fetch wait
-    await consumer.start()
-    wanted = [TopicPartition(name(t), part) for t in ("chunks", "decisions", "rejected")]
-    consumer.assign(wanted)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
-    await producer.start()
+    fields = {k: v for k, v in body.items() if k not in ("state", "kind", "stream", "tenant", "service")}
+    chunks, first_ms = [], None
     try:
-        sent = time.monotonic()
-        await producer.send_and_wait(name("requests"), orjson.dumps(body), key=rid.encode())
-        chunks, decision, first_ms, seen = [], None, None, set()
-        deadline = sent + timeout
-        while decision is None and time.monotonic() < deadline:
-            for tp, msgs in (await consumer.getmany(*wanted, timeout_ms=100)).items():
-                for msg in msgs:
-                    if tp.topic == name("rejected"):
-                        rejection = Rejection.loads(msg.value)
-                        if rejection.request_id == rid:
-                            raise SystemExit(f"jev stream: rejected ({rejection.reason}): {rejection.detail}")
-                        continue
-                    if tp.topic == name("decisions"):
-                        if (d := Decision.loads(msg.value)).request_id == rid:
-                            decision = d
-                        continue
-                    chunk = Chunk.loads(msg.value)
-                    if chunk.request_id != rid or chunk.seq in seen:
-                        continue
-                    seen.add(chunk.seq)
-                    ms = round((time.monotonic() - sent) * 1000, 1)
-                    first_ms = ms if first_ms is None else first_ms
-                    chunks.append(chunk)
-                    on_chunk(chunk, ms)
-        if decision is None:
-            raise SystemExit(
-                f"jev stream: no decision for {rid} within {timeout:g} s ({len(chunks)} chunks): is a "
-                f"pipeline running on {settings.bootstrap}? Start `jev broker`, `jev worker stream` "
-                f"and `jev worker score`, or raise --timeout"
-            )
-    finally:
-        await producer.stop()
-        await consumer.stop()
+        async with JevClient(body["tenant"], settings=settings, service=body.get("service", "cli")) as jev:
+            replies = jev.stream(body["state"], timeout=timeout, **fields)
+            sent = time.monotonic()
+            async for chunk in replies:
+                ms = round((time.monotonic() - sent) * 1000, 1)
+                first_ms = ms if first_ms is None else first_ms
+                chunks.append(chunk)
+                on_chunk(chunk, ms)
+            decision = replies.decision
+    except JevRejected as exc:
+        raise SystemExit(f"jev stream: rejected ({exc.reason}): {exc.detail}") from None
+    except JevTimeout:
+        raise SystemExit(
+            f"jev stream: no decision for {rid} within {timeout:g} s ({len(chunks)} chunks): is a "
+            f"pipeline running on {settings.bootstrap}? Start `jev up` (or `jev broker`, `jev worker stream` "
+            f"and `jev worker score`), or raise --timeout"
+        ) from None
+    except JevError as exc:
+        raise SystemExit(f"jev stream: {exc}") from None
     return {
         "request_id": rid,
         "chunks": len(chunks),
