@@ -4,7 +4,9 @@
 A reservation takes the request's worst case from the lease of every hard budget that covers it, at once or not at
 all (no await between check and update). When a lease runs low (under half a slice) or near its expiry, `wanted`
 names the top-ups to ask for, so a steady flow of requests rarely waits on the owner; a request that finds too
-little waits for the owner's answer (streams.runtime.leases), and is refused if the owner grants too little.
+little waits for the owner's answer (streams.runtime.leases), and is refused if the owner grants too little. A
+lease taken under a higher hard limit than the one now in force is taken back (`lowered`): its balance returns to
+the owner, and the next reservation asks anew under the lowered limit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Held:
     window: str
     balance: int
     expires: float
+    limit: int = 0  # the hard limit in force when it was granted (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -51,17 +54,29 @@ class LeaseHolder:
             self.leases[k].balance -= tokens
         return LeaseHold({k: self.leases[k].lease_id for k in keys}, tokens)
 
-    def on_grant(self, key: str, lease_id: str, window: str, tokens: int, expires: float) -> Held | None:
-        """Add a grant to the key's lease, or take a new lease: then the one it replaces (to be returned)."""
+    def on_grant(
+        self, key: str, lease_id: str, window: str, tokens: int, expires: float, limit: int = 0
+    ) -> Held | None:
+        """Add a grant to the key's lease, or take a new lease: then the one it replaces (to be returned). `limit`:
+        the key's hard limit as this process knows it now."""
         held = self.leases.get(key)
         if held is not None and held.lease_id == lease_id:
             held.balance += tokens
             held.expires = max(held.expires, expires)
+            held.limit = max(held.limit, limit)
             return None
         if tokens or held is None:
-            self.leases[key] = Held(lease_id, window, tokens, expires)
+            self.leases[key] = Held(lease_id, window, tokens, expires, limit)
             return held
         return None
+
+    def lowered(self, limits: dict[str, int]) -> list[tuple[str, Held]]:
+        """Leases granted under a higher hard limit than `limits` (key -> the limit now), removed: their balance is
+        to be returned to the owner, who grants again only what the lowered limit leaves."""
+        gone = [(k, h) for k, h in self.leases.items() if k in limits and limits[k] < h.limit]
+        for k, _ in gone:
+            del self.leases[k]
+        return gone
 
     def wanted(self, limits: dict[str, int], now: float) -> dict[str, tuple[str, int]]:
         """key -> (lease id to top up or "", tokens): leases under half a slice, or within a third of their

@@ -221,6 +221,7 @@ class LeaseClient:
         limits = hard_limits(self.book, request_scopes(work.request))
         if not limits:
             return None
+        await self.give_back(self.holder.lowered(limits))  # taken under a higher limit: returned ahead of any ask
         tokens = work.context_tokens + sum(work.candidate_tokens) + work.request.contracts.max_output_tokens
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -333,7 +334,8 @@ class LeaseClient:
         if event.holder != self.id or event.request in self.granted or event.request not in self.asked:
             return
         self.granted.add(event.request)
-        replaced = self.holder.on_grant(event.key, event.lease_id, event.window, event.tokens, event.expires)
+        limit = hard_limits(self.book).get(event.key, 0)
+        replaced = self.holder.on_grant(event.key, event.lease_id, event.window, event.tokens, event.expires, limit)
         if replaced is not None:
             self.returning.append((event.key, replaced))
         if self.asking.get(event.key) == event.request:
@@ -383,8 +385,9 @@ class LeaseClient:
             await consumer.stop()
 
     async def renew(self) -> None:
-        now = time.time()
-        for key, (lease_id, tokens) in self.holder.wanted(hard_limits(self.book), now).items():
+        now, limits = time.time(), hard_limits(self.book)
+        self.returning += self.holder.lowered(limits)
+        for key, (lease_id, tokens) in self.holder.wanted(limits, now).items():
             if key not in self.asking and tokens > 0:
                 await self.ask(key, lease_id, tokens)
         gone, self.returning = self.holder.expired(now) + self.returning, []
