@@ -6,7 +6,8 @@ import copy
 import functools
 import types
 import typing
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import faust
 
@@ -89,13 +90,23 @@ def _is_record(tp) -> bool:
     return isinstance(tp, type) and issubclass(tp, faust.Record)
 
 
-@functools.cache
-def _all_fields(cls: type) -> frozenset:
+A = TypeVar("A")
+T = TypeVar("T")
+
+
+def cached(fn: Callable[[A], T]) -> Callable[[A], T]:
+    """functools.cache for a function of one class or type, typed as the function it wraps (mypy takes a record
+    class for unhashable: the __hash__ it reads is its instances')."""
+    return typing.cast(Callable[[A], T], functools.cache(fn))
+
+
+@cached
+def _all_fields(cls: type[faust.Record]) -> frozenset:
     return frozenset(cls._options.fields)
 
 
-@functools.cache
-def _plan(cls: type) -> tuple:
+@cached
+def _plan(cls: type[faust.Record]) -> tuple:
     """Per field: (name, (many, record type) when it holds records, required, default)."""
     plan = []
     for field, tp in cls._options.fields.items():
@@ -300,6 +311,12 @@ class Work(Record):
     shadow: str = ""  # "served": sampled for shadow agreement; "naive": its twin, decided the naive way;
     # "promote": a near-miss's naive twin, judged against its L2 candidate's cached answer (streams/cache/stage.py)
     mechanisms: list[str] = []  # on a "served" work: the saving mechanisms that acted on it (streams.shadow)
+
+    def decided(self) -> Decision:
+        """Its decision, for the stages after scoring (postprocess, shadow), which only ever see decided works."""
+        if self.decision is None:
+            raise ValueError(f"work {self.request.request_id!r} reached a stage after scoring without a decision")
+        return self.decision
 
 
 class BudgetEvent(Record):

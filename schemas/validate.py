@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import types
@@ -12,6 +11,8 @@ from typing import Any
 
 import faust
 import orjson
+
+from schemas.records import cached
 
 UNIONS = (typing.Union, types.UnionType)  # Optional[X] and X | None (how annotations now spell it)
 
@@ -41,7 +42,7 @@ SCALARS: dict[Any, Callable[[Any], bool]] = {  # the JSON values each scalar fie
 }
 
 
-@functools.cache
+@cached
 def _checker(tp: Any) -> Check | None:
     """The check of a value of type `tp`, built once per type (None: any value passes). Decoding runs one per field
     of every request, so the type's shape is read here, not per value."""
@@ -86,7 +87,7 @@ def _checker(tp: Any) -> Check | None:
     return scalar
 
 
-@functools.cache
+@cached
 def _fields_check(record: type[faust.Record]) -> Check:
     """The check of a JSON object decoded as `record` (its path: the prefix of its fields' paths)."""
     fields = record._options.fields

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def _doc(default, doc: str):
@@ -432,16 +434,17 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-def load(env: dict | None = None) -> Settings:
+def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build Settings from JEV_* variables; a bad value names the variable and what it expects."""
-    env = os.environ if env is None else env
+    source = os.environ if env is None else env
     values = {}
     for f in dataclasses.fields(Settings):
-        raw = env.get(f"JEV_{f.name.upper()}")
+        raw = source.get(f"JEV_{f.name.upper()}")
         if raw is None:
             continue
+        convert: Any = type(f.default)  # every field has a str, int, float or bool default
         try:
-            values[f.name] = type(f.default)(raw)
+            values[f.name] = convert(raw)
         except ValueError:
             raise SystemExit(
                 f"JEV_{f.name.upper()}={raw!r}: expected {type(f.default).__name__} ({f.metadata['doc']})"

@@ -67,7 +67,8 @@ def plan(
     One merged call when it reserves fewer tokens (prompt plus max output), plus the retries that `retry_rate`
     (the share of members recent merged calls had to retry alone) makes likely, than the members' own calls
     together; else one call per member, each marked `sent: individual` with the figures."""
-    failed, shares = [], []
+    failed: list = []
+    shares: list[MemberShare] = []
     try:
         template = config.template(members[0].template)
     except KeyError as exc:

@@ -168,7 +168,7 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
                     share,
                     call,
                     template,
-                    answer,
+                    answer or "",
                     input_tokens,
                     output_tokens,
                     input_tokens + limit,
@@ -198,11 +198,11 @@ def split(call: MergedCall, template: BatchTemplate, generator: Generator, model
                 errors,
             )
         )
-    spent, alone = sum(r.reserved_tokens for r in results), sum(s.individual_tokens for s in shares)
-    if len(shares) > 1 and spent > alone:  # said on every result; the planner's retry rate sends the next ones alone
+    spent, apart = sum(r.reserved_tokens for r in results), sum(s.individual_tokens for s in shares)
+    if len(shares) > 1 and spent > apart:  # said on every result; the planner's retry rate sends the next ones alone
         note = (
             f"merged call and its {sum(r.retried for r in results)} retries reserved {spent} tokens, "
-            f"its members alone {alone}"
+            f"its members alone {apart}"
         )
         for r in results:
             r.note = note

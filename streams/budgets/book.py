@@ -201,7 +201,7 @@ class BudgetBook:
                 u.reserved_tokens += tokens
                 u.reserved_cost += cost
                 alerts += self._soft_alerts(b, u, now)
-            r = Reservation(
+            reservation = Reservation(
                 reservation_id or uuid.uuid4().hex,
                 tuple(b.key for b, _ in held),
                 tuple(u.window for _, u in held),
@@ -211,9 +211,9 @@ class BudgetBook:
                 tuple(alerts),
             )
             if held:
-                self.open[r.id] = r
+                self.open[reservation.id] = reservation
                 self.revision += 1
-            return r
+            return reservation
 
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float) -> list[Alert]:
         """Count the actuals and release the rest of the reservation; settling twice counts once."""
@@ -254,7 +254,9 @@ class BudgetBook:
             ("tokens", b.soft_tokens, u.used_tokens + u.reserved_tokens),
             ("cost", b.soft_cost, u.used_cost + u.reserved_cost),
         ):
-            for ratio in b.alert_ratios if soft else ():
+            if not soft:
+                continue
+            for ratio in b.alert_ratios:
                 if spent >= soft * ratio and (tag := f"{metric}@{ratio:g}") not in u.fired:
                     u.fired.append(tag)
                     alerts.append(

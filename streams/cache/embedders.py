@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -100,7 +101,12 @@ class ByLanguageEmbedder:
         return out
 
 
-EMBEDDERS = {"minilm": MiniLMEmbedder, "e5": E5Embedder, "by-language": ByLanguageEmbedder, "hashing": HashingEmbedder}
+EMBEDDERS: dict[str, Callable[[], Embedder]] = {
+    "minilm": MiniLMEmbedder,
+    "e5": E5Embedder,
+    "by-language": ByLanguageEmbedder,
+    "hashing": HashingEmbedder,
+}
 
 
 def load_embedder(name: str = "auto") -> Embedder:

@@ -94,7 +94,7 @@ class RefreshQueue:
         return True
 
     def take(self, n: int) -> list[tuple[str, Any]]:
-        taken = []
+        taken: list[tuple[str, Any]] = []
         while self.queued and len(taken) < n:
             key, payload = self.queued.popitem(last=False)
             self.in_flight.add(key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class VectorIndex:
         self.row_of: dict[int, int] = {}  # id -> row, live rows only
         self.size = 0  # rows in use, tombstones included
         self.dead: set[int] = set()  # HNSW rows removed
-        self.hnsw = None
+        self.hnsw: Any = None  # a faiss HNSW index (untyped) once the rows outgrow the exact index
 
     @property
     def kind(self) -> str:
@@ -105,7 +106,7 @@ class VectorIndex:
         snapshot, ids, future = self.building
         index, added = future.result(), self.size - snapshot
         ids = np.concatenate([ids, self.ids[snapshot : self.size]])
-        vectors = self.hnsw.reconstruct_n(snapshot, added) if added else None
+        vectors = self.hnsw.reconstruct_n(snapshot, added) if added else np.empty((0, self.dim), dtype=np.float32)
         if added > CATCH_UP and not wait:
             self.building = (self.size, ids, _REBUILDER.submit(_extended, index, vectors))
             return

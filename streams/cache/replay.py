@@ -47,14 +47,17 @@ def replay(
     asked = [pairs[i] for i in order if normalize(pairs[i].text_b) not in cached]
     vectors = cache.embedder.embed([p.text_b for p in asked])
     rng = random.Random(0 if seed is None else seed)
-    threshold_of = (
-        (lambda: cache.evidence.threshold())
-        if cache.evidence is not None
-        else (lambda: cache.learner.threshold(PARTITION))
-    )
+
+    def threshold_of() -> float:
+        if cache.evidence is not None:
+            return cache.evidence.threshold()
+        assert cache.learner is not None, "a replay runs a learning cache"
+        return cache.learner.threshold(PARTITION)
+
     hits = right = explored = learned = judged = promoted_hits = promoted_right = strict_false = 0
     promoted_by: dict[str, int] = {}  # a promoted question -> the label of the pair whose judgement promoted it
-    moves, curve = [], []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
+    moves: list[tuple[int, float]] = []
+    curve: list[list] = []  # (pairs asked, threshold) each time the threshold moves; (asked, hit ratio, precision)
     step = max(len(asked) // CURVE_POINTS, 1)
     for n, (pair, vector) in enumerate(progress(zip(asked, vectors)), 1):
         hit, candidate = cache.probe(PARTITION, pair.text_b, np.asarray(vector))

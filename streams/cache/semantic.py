@@ -273,7 +273,7 @@ class SemanticCache:
             return None, None
         same = part.ids.get(_same_question(text))
         held = part.entry(same) if same is not None else None
-        if held is not None and (held.predictive or held.alias_of):
+        if same is not None and held is not None and (held.predictive or held.alias_of):
             return self._serve(partition, part, same, 1.0)  # asked by its very question: no semantic guess
         vector = self.embed(text) if vector is None else vector
         found = part.index.search(vector, self.k)
@@ -321,6 +321,7 @@ class SemanticCache:
         """The best verified neighbour, scored by the verifier and served where the pooled evidence allows."""
         cached = part.texts[id_]
         evidence = self.evidence_for(partition)
+        assert evidence is not None, "a verifier scores candidates only where pooled evidence certifies hits"
         second = self.check.score(text, cached) if self.check is not None else None
         decide = partition_kind(partition) == "decide"
         decisive = decisiveness(part.entry(id_).value) if decide else 0.0
@@ -341,6 +342,7 @@ class SemanticCache:
         if not self.promote_margin or cosine < self.min_cosine or evidence.vetoed(key, cosine):
             return False
         threshold = evidence.threshold()
+        assert self.learner is not None, "pooled evidence comes with its learner"
         return min(threshold, 1 - self.learner.max_error) - self.promote_margin <= p < threshold
 
     def promote(self, partition: tuple, text: str, target: str, vector: np.ndarray | None = None) -> Entry | None:
@@ -360,13 +362,14 @@ class SemanticCache:
         """The entry keyed by `question` (up to case and spacing) in `partition`, or None."""
         part = self.partitions.get(partition)
         id_ = part.ids.get(_same_question(question)) if part else None
-        return None if id_ is None else part.entry(id_)
+        return None if part is None or id_ is None else part.entry(id_)
 
     def learn(self, candidate: Candidate, agreed: bool) -> None:
         """A verdict on `candidate`: did its cached answer agree with the naive answer to the question? A
         disagreement on a promoted key served to its very question demotes it (its judgement was wrong)."""
-        if self.evidence is not None and candidate.features:
-            self.evidence_for(candidate.partition).observe(
+        evidence = self.evidence_for(candidate.partition)
+        if evidence is not None and candidate.features and candidate.cosine is not None:
+            evidence.observe(
                 entry_key(candidate.partition, candidate.question),
                 candidate.features,
                 candidate.cosine,
@@ -376,7 +379,7 @@ class SemanticCache:
             return
         part = self.partitions.get(candidate.partition)
         id_ = part.ids.get(_same_question(candidate.question)) if part else None
-        if not agreed and id_ is not None and part.entry(id_).alias_of:
+        if not agreed and part is not None and id_ is not None and part.entry(id_).alias_of:
             del self.recency[(candidate.partition, id_)]
             self._drop(candidate.partition, id_)
             self.demotions += 1

@@ -13,7 +13,9 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # producers' max_request_size: a Work carr
 def encode_batches(works: list) -> list[bytes]:
     """WorkBatch envelopes of at most BATCH_TARGET_BYTES each (each Work encoded once): a stage that takes
     many upstream batches must not emit one message past the broker's size limit."""
-    envelopes, chunk, size = [], [], 0
+    envelopes: list[list[bytes]] = []
+    chunk: list[bytes] = []
+    size = 0
     for work in works:
         raw = orjson.dumps(work.to_representation())
         if chunk and size + len(raw) > BATCH_TARGET_BYTES:

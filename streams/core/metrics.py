@@ -271,12 +271,12 @@ def observe_usage(events) -> None:
             acc[5] += inputs + outputs
         if f["model"] and (jev := inputs + outputs):
             billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
-            acc = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0, 0, 0])
-            acc[0] += jev
-            acc[1] += billed
+            by_model = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0, 0, 0])
+            by_model[0] += jev
+            by_model[1] += billed
             if f["count_source"] == "server":
-                acc[2] += jev
-                acc[3] += billed
+                by_model[2] += jev
+                by_model[3] += billed
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):

@@ -42,7 +42,9 @@ def stated(text: str) -> frozenset[str]:
 def constraint_turns(messages: list[dict]) -> set[int]:
     """User turns holding a constraint that no later user turn states again (a name counts as restated when its
     last RESTATED_CHARS characters are: "订北京饭店" by "北京饭店住三晚")."""
-    keep, later, later_text = set(), set(), ""
+    keep: set[int] = set()
+    later: set[str] = set()
+    later_text = ""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].get("role") != "user":
             continue

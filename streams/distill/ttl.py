@@ -8,7 +8,7 @@ MARKER_TOKENS = 8  # what a provenance marker adds to a kept line, reserved when
 def weight(unit: list[int], ts: list[float | None], policy, now: float) -> float:
     """The TTL weight of an exchange: the age of its latest stamped turn (unknown age counts as fresh). The only
     way `now` enters distillation (core.distill keys what it remembers by these weights)."""
-    stamps = [ts[i] for i in unit if ts[i] is not None]
+    stamps = [stamp for i in unit if (stamp := ts[i]) is not None]
     return policy.ttl_weight(now - max(stamps) if stamps else None)
 
 

@@ -144,7 +144,8 @@ def sender_of(raw: bytes, max_bytes: int, keys: dict[str, bytes] | None = None, 
         tenant = ""
     if tenant and unbound(keys, tenant, raw, headers):  # decoding rejects it unauthenticated_tenant, naming why
         tenant = ""
-    deadline_ms = deadline_ms if type(deadline_ms) in (int, float) and deadline_ms > 0 else 0
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int | float) or deadline_ms <= 0:
+        deadline_ms = 0
     return tenant, request_id if isinstance(request_id, str) else "", deadline_ms
 
 

@@ -437,10 +437,11 @@ class SSEFeed:
             while (piece := self.queue.get()) is not None:
                 yield piece
         finally:
-            try:
-                self.task.result(timeout=grace_s)
-            except concurrent.futures.TimeoutError:
-                self.task.cancel()
+            if self.task is not None:
+                try:
+                    self.task.result(timeout=grace_s)
+                except concurrent.futures.TimeoutError:
+                    self.task.cancel()
             streaming.server = self.usage
             streaming.output_tokens = self.engine.count_output("".join(self.text), self.finish_reason, self.usage)
 

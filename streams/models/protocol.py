@@ -93,9 +93,14 @@ class Scorer(Protocol):
 
 
 class Generator(Protocol):
-    name: str
-    model: str
-    label: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
 
     def generate(self, prompt: str, max_tokens: int) -> Generated: ...
 

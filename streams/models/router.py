@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from schemas.records import Work
 from streams.models.pool import CHANNELS
+from streams.models.protocol import Generated, Generator, Streaming
 
 
 @dataclass
 class Router:
-    channels: dict[str, object]  # channel → generator
+    channels: dict[str, Generator]  # channel → generator
     balanced_from: int = 400
     precise_from: int = 1500
     fast_deadline_ms: int = 2000
@@ -31,7 +32,7 @@ class Router:
     def model(self) -> str:
         return self.first().model
 
-    def first(self):
+    def first(self) -> Generator:
         return self.channels[self.available()[0]]
 
     def available(self) -> list[str]:
@@ -60,14 +61,14 @@ class Router:
         higher = [c for c in self.available() if CHANNELS.index(c) > CHANNELS.index(channel)]
         return higher[0] if higher else None
 
-    def generate(self, prompt: str, max_tokens: int):
+    def generate(self, prompt: str, max_tokens: int) -> Generated:
         """Outside a request (batch jobs): the cheapest channel."""
         return self.first().generate(prompt, max_tokens)
 
-    def stream(self, prompt: str, max_tokens: int):
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
         return self.first().stream(prompt, max_tokens)
 
 
-def for_work(generator, work: Work):
+def for_work(generator: Generator, work: Work) -> Generator:
     """The generator that answers `work`: the routed channel's, or the generator itself when it is no router."""
     return generator.channels[generator.route(work)] if isinstance(generator, Router) else generator

@@ -298,8 +298,7 @@ def _kept_ids(enc, ids: list[int], text: str, out: str) -> list[int]:
     opening, start = "", text.find(out)
     if start < 0:
         cut = OPENING_END.search(out, 0, OPENING_WINDOW)
-        start = text.find(out[cut.end() :]) if cut else -1
-        if start < 0:
+        if cut is None or (start := text.find(out[cut.end() :])) < 0:
             return enc.encode_ordinary(out)
         opening, out = out[: cut.end()], out[cut.end() :]
     head, tail = text[:start], text[start + len(out) :]

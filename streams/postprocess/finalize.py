@@ -42,7 +42,7 @@ def finalize(
     answer when the text is below contracts.min_output_tokens.
     """
     now = time.time() if now is None else now
-    decision = work.decision
+    decision = work.decided()
     decision.latency_ms = round((now - work.admitted_at) * 1000, 3)
     done = Finalized(
         decision,

@@ -5,6 +5,7 @@ it is handed by the runtime as the Protocols below, so this package imports no o
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -78,7 +79,7 @@ class Postprocess:
                 verdicts.append(self.shadow.naive(work))
                 continue
             if work.shadow == "promote":  # a near-miss's naive twin: promoted if its L2 candidate's answer agrees
-                observe_promotion(self.cache.promote(work, lambda cached, twin=work: self.shadow.agrees(twin, cached)))
+                observe_promotion(self.cache.promote(work, functools.partial(self.shadow.agrees, work)))
                 continue
             first = (
                 self.requests.first(work.request.tenant, work.request.request_id)

@@ -32,7 +32,7 @@ from streams.runtime.agents import ingest as ingest_agent
 from streams.runtime.agents import postprocess as postprocess_agent
 from streams.runtime.agents import shadow as shadow_agent
 from streams.runtime.agents.cache import CacheStateLog
-from streams.runtime.consumer import BatchConsumer
+from streams.runtime.consumer import BatchConsumer, serve
 from streams.runtime.control import ControlReader
 from streams.runtime.leases import BudgetOwner, LeaseClient
 from streams.runtime.local import LocalAnswers
@@ -93,8 +93,7 @@ def create_app(settings, known_types: set[str] | None = None, sink=None, sender:
         topic_allow_declare=True,
     )
     if sender is None:
-        sender = Sender(settings.bootstrap, settings.partitions)
-        app.service(sender)  # type: ignore[arg-type]  # Faust starts a service instance as it does a class
+        sender = serve(app, Sender(settings.bootstrap, settings.partitions))
     topics = Topics(app, settings.partitions, sender)
     # The L1 exact cache, keyed by cache_key as scored is. Its values are Entry.dumps(), kept as bytes (a changelog
     # written before, as JSON dicts, reads back the same).

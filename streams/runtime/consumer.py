@@ -13,7 +13,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
+import faust
 import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -151,6 +153,16 @@ class OwnLoop:
             self.loop.close()
 
 
+S = TypeVar("S", bound=mode.Service)
+
+
+def serve(app: faust.App, service: S) -> S:
+    """`service`, started and stopped with `app` (Faust's app.service takes an instance as it does a class; its
+    type names only the class)."""
+    app.service(service)  # type: ignore[arg-type]
+    return service
+
+
 class BatchConsumer(mode.Service):
     """A topic read in micro-batches straight from aiokafka, with offsets committed explicitly. The aiokafka
     consumer runs on a loop of its own (OwnLoop), so the handler's work never delays its heartbeats.
@@ -185,13 +197,20 @@ class BatchConsumer(mode.Service):
         `on_restart(partition)`: called (on the consumer's own loop) when the broker restarted without the
         partition's log, before any record of the new log is handed over (kafka_tuning.follow_log_restarts)."""
         super().__init__(**kwargs)
-        self.before, self.on_restart = before, on_restart
+        # not `on_restart`: that name is mode.Service's own restart hook, which this would shadow
+        self.before, self.on_log_restart = before, on_restart
         self.bootstrap, self.topic, self.group, self.handle, self.sender = bootstrap, topic, group, handle, sender
         self.max_records, self.wait_ms, self.linger_ms, self.depth = max_records, wait_ms, linger_ms, depth
-        self.consumer: AIOKafkaConsumer | None = None
+        self.consumer: Any = None  # an AIOKafkaConsumer (untyped) once started, on `own`, its own loop
         self.own: OwnLoop | None = None
         self.idle = asyncio.Event()  # set while no consume loop runs: on_stop waits for it
         self.idle.set()
+
+    def own_loop(self) -> OwnLoop:
+        """The loop the consumer runs on (made by on_start)."""
+        if self.own is None:
+            raise RuntimeError(f"the consumer of {self.topic} is not started")
+        return self.own
 
     async def on_start(self) -> None:
         self.own = OwnLoop(f"jev-consumer-{self.group}")
@@ -210,7 +229,7 @@ class BatchConsumer(mode.Service):
             fetch_max_wait_ms=self.wait_ms,
         )
         await consumer.start()
-        tune(consumer, self.on_restart)
+        tune(consumer, self.on_log_restart)
         return consumer
 
     async def on_stop(self) -> None:
@@ -219,8 +238,9 @@ class BatchConsumer(mode.Service):
         the loop with ConsumerStoppedError. A handler stuck past STOP_WAIT_S is stopped under anyway."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.idle.wait(), STOP_WAIT_S + self.wait_ms / 1000)
-        await self.own.call(self.consumer.stop)
-        await asyncio.to_thread(self.own.close)
+        own = self.own_loop()
+        await own.call(self.consumer.stop)
+        await asyncio.to_thread(own.close)
 
     @mode.Service.task
     async def _consume(self) -> None:
@@ -289,18 +309,18 @@ class BatchConsumer(mode.Service):
             for tp, msgs in batch.items():
                 first.setdefault(tp, msgs[0].offset)
         for tp, offset in first.items():
-            await self.own.call(self.consumer.seek, tp, offset)
+            await self.own_loop().call(self.consumer.seek, tp, offset)
         await asyncio.sleep(1.0)
 
     async def poll(self, wait_ms: int) -> dict:
-        polled = await self.own.call(self.consumer.getmany, timeout_ms=wait_ms, max_records=self.max_records)
+        polled = await self.own_loop().call(self.consumer.getmany, timeout_ms=wait_ms, max_records=self.max_records)
         count = sum(len(msgs) for msgs in polled.values())
         deadline = time.monotonic() + self.linger_ms / 1000
         while (
             polled and count < self.max_records and not self.should_stop and (left := deadline - time.monotonic()) > 0
         ):  # a stopping consumer lingers no more
             for tp, msgs in (
-                await self.own.call(
+                await self.own_loop().call(
                     self.consumer.getmany, timeout_ms=int(left * 1000) or 1, max_records=self.max_records - count
                 )
             ).items():
@@ -310,6 +330,6 @@ class BatchConsumer(mode.Service):
 
     async def commit(self, offsets: dict) -> None:
         try:
-            await self.own.call(self.consumer.commit, offsets)
+            await self.own_loop().call(self.consumer.commit, offsets)
         except KafkaError as exc:  # a rebalance or the broker restarting: these records may come again
             log.warning("offsets of %s not committed (%s); the batch may be redelivered", self.topic, exc)

@@ -99,7 +99,7 @@ class ControlReader:
                 await self.republish()
             except Exception as exc:  # the broker is away: the next check tries again
                 log.warning("could not check the control topic (%s); trying again in %.0f s", exc, self.check_s)
-            if self.known != self.saved:
+            if self.keep is not None and self.known != self.saved:
                 save_kept(self.keep, self.known)
                 self.saved = dict(self.known)
             if self.check_s <= 0:

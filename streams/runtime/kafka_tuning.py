@@ -210,6 +210,10 @@ def _reset_state(self):
 
 
 def install() -> None:
-    driver.Consumer._new_consumer_thread = lambda self: JevConsumerThread(self, loop=self.loop, beacon=self.beacon)
-    driver.Consumer._new_offset = _new_offset
-    driver.Consumer._reset_state = _reset_state
+    # Faust's consumer patched in place (mypy: method-assign): what breaks without each, tests/streams/runtime/
+    # test_kafka_tuning.py
+    driver.Consumer._new_consumer_thread = lambda self: JevConsumerThread(  # type: ignore[method-assign]
+        self, loop=self.loop, beacon=self.beacon
+    )
+    driver.Consumer._new_offset = _new_offset  # type: ignore[method-assign]
+    driver.Consumer._reset_state = _reset_state  # type: ignore[method-assign]

@@ -290,7 +290,7 @@ class LeaseClient:
 
     async def settle(self, works: list[Work]) -> None:
         """Settle decided works against the leases they were reserved on, sent now (offline callers, benches)."""
-        values = self.settlements(works)
+        values: list[tuple[int | None, bytes]] = [*self.settlements(works)]
         if values:
             await self.send(name("budget"), values)
 

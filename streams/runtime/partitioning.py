@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from aiokafka.partitioner import murmur2
 
@@ -20,13 +21,16 @@ def kafka_partition(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
+T = TypeVar("T")
+
+
 def group_by_partition(
-    items: Iterable,
-    key: Callable[[object], str],
+    items: Iterable[T],
+    key: Callable[[T], str],
     partitions: int,
     partition_of: Callable[[str, int], int] = partition_for,
-) -> dict[int, list]:
-    groups: dict[int, list] = defaultdict(list)
+) -> dict[int, list[T]]:
+    groups: dict[int, list[T]] = defaultdict(list)
     for item in items:
         groups[partition_of(key(item), partitions)].append(item)
     return groups

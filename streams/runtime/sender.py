@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 import mode
 import orjson
@@ -30,6 +31,7 @@ from streams.runtime.partitioning import group_by_partition, kafka_partition, pa
 from streams.security import signing
 
 log = logging.getLogger("jev.sender")
+Keyed = tuple[str, bytes, list[tuple[str, bytes]]]  # a record's key, value and headers
 AHEAD = ("chunks", "usage")  # the Outbox fields delivered, and acknowledged, before the rest of their outbox
 
 
@@ -50,7 +52,7 @@ class Sender(mode.Service):
     def __init__(self, bootstrap: str, partitions: int, **kwargs):
         super().__init__(**kwargs)
         self.bootstrap, self.partitions = bootstrap, partitions
-        self.producer: AIOKafkaProducer | None = None
+        self.producer: Any = None  # an AIOKafkaProducer (untyped) once the service starts
         self.tenant_topics: dict[str, asyncio.Task] = {}  # tenant -> the creation of its reply topics
 
     async def on_start(self) -> None:
@@ -103,7 +105,7 @@ class Sender(mode.Service):
         seen = [
             (key.decode(), value, keys.headers(seen_log, value))
             for topic, key, value in outbox.records
-            if topic == LOG_TOPIC
+            if topic == LOG_TOPIC and key is not None
         ]
         if seen:
             futures += await self.send_keyed(seen_log, seen, kafka_partition)
@@ -112,7 +114,7 @@ class Sender(mode.Service):
         )
         IN_FLIGHT.hold([w.request.request_id for topic in WORK_TOPICS for w in outbox.work.get(topic, ())])
         if outbox.chunks:
-            chunks = [(c.tenant, (c.request_id, encode(c), [])) for c in outbox.chunks]
+            chunks: list[tuple[str, Keyed]] = [(c.tenant, (c.request_id, encode(c), [])) for c in outbox.chunks]
             futures += await self.send_keyed(name("chunks"), [record for _, record in chunks])
             futures += await self.send_replies("chunks", chunks)
         if outbox.decisions:
@@ -123,7 +125,7 @@ class Sender(mode.Service):
             futures += await self.send_keyed(name("decisions"), [record for _, record in decisions])
             futures += await self.send_replies("decisions", decisions)
         if outbox.review:
-            review = [(d.tenant, (d.request_id, encode(d), [])) for d in outbox.review]
+            review: list[tuple[str, Keyed]] = [(d.tenant, (d.request_id, encode(d), [])) for d in outbox.review]
             futures += await self.send_keyed(name("review"), [record for _, record in review])
             futures += await self.send_replies("review", review)
         if outbox.usage:
@@ -133,9 +135,13 @@ class Sender(mode.Service):
                 futures += [
                     await send(name(topic), envelope, partition=partition) for envelope in encode_batches(group)
                 ]
-        if keyed := [(r.request_id, encode(r), []) for r in outbox.dead_letters if r.request_id]:
+        keyed: list[Keyed] = [(r.request_id, encode(r), []) for r in outbox.dead_letters if r.request_id]
+        if keyed:
             futures += await self.send_keyed(name("rejected"), keyed)  # a flood's rate_limited: thousands a batch
-        if told := [(r.tenant, (r.request_id, told_tenant(r), [])) for r in outbox.dead_letters if r.tenant]:
+        told: list[tuple[str, Keyed]] = [
+            (r.tenant, (r.request_id, told_tenant(r), [])) for r in outbox.dead_letters if r.tenant
+        ]
+        if told:
             futures += await self.send_replies("rejected", told)
         for kind, tenant, key, value in outbox.replies:
             await self.tenant_ready(tenant)
@@ -148,8 +154,8 @@ class Sender(mode.Service):
         for topic, key, value in outbox.records:
             if topic != LOG_TOPIC:
                 futures.append(await send(name(topic), value, key=key))
-        for topic, partition, value in outbox.placed:  # the partition was chosen by the stage (a budget key's)
-            futures.append(await send(name(topic), value, partition=partition))
+        for topic, placed, value in outbox.placed:  # the partition was chosen by the stage (a budget key's)
+            futures.append(await send(name(topic), value, partition=placed))
         return futures
 
     async def send_replies(self, kind: str, records: list[tuple[str, tuple[str, bytes, list]]]) -> list[asyncio.Future]:

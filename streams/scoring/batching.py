@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from streams.models.protocol import ModelUnavailable, Scored
 from streams.scoring.breakers import Fallback
@@ -60,7 +61,7 @@ def texts_of(calls: list[Call]) -> int:
 PACE = Pace()  # the process's: its backends are the process's models
 
 
-def drive(decisions: list[Deciding], on_error: Callable[[int, Exception], object] | None = None) -> list:
+def drive(decisions: list[Deciding[Any]], on_error: Callable[[int, Exception], object] | None = None) -> list:
     """Run `decisions` to completion, batching their calls; their return values in order. A decision that raises
     gets `on_error(index, exc)` as its result (re-raised when on_error is None)."""
     results: list = [None] * len(decisions)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from schemas.records import Decision, Ranked, UsageEvent, Work
+from schemas.records import Chunk, Decision, Ranked, UsageEvent, Work
 from streams.core import deadlines
 from streams.core.metrics import observe_breaker, observe_fallback
 from streams.core.switches import SWITCHES
-from streams.models.protocol import Scorer
+from streams.models.protocol import Generator, Scorer
+from streams.output.stream import StreamConfig
 from streams.scoring import policy as policy_mod
 from streams.scoring import streaming
 from streams.scoring.batching import drive
@@ -45,11 +47,11 @@ class Engine:
     top_n: int = 5
     counters: Counter = field(default_factory=Counter)
     switches: dict = field(default_factory=lambda: dict.fromkeys(SWITCHES, True))  # live: the control topic's
-    generator: object | None = None  # answers generate requests (no candidates); streams/models/
+    generator: Generator | None = None  # answers generate requests (no candidates); streams/models/
     reservation_ttl_s: float = 0.0  # a work whose budget reservation is older gets no model tokens (0 = no limit)
-    stream_config: object | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
-    chunk_sink: object | None = None  # called with each Chunk of a streamed answer (the scoring worker sends it)
-    clock: object = field(default_factory=lambda: streaming.Clock())  # where streams read time and wait
+    stream_config: StreamConfig | None = None  # lengths per question type, chunk size and pace per client (stream.yaml)
+    chunk_sink: Callable[[Chunk], None] | None = None  # each Chunk of a streamed answer (the scoring worker sends it)
+    clock: streaming.Clock = field(default_factory=streaming.Clock)  # where streams read time and wait
     patterns: str = ""  # cleanup patterns file of streamed text (settings.postprocess_patterns)
     deadlines: bool = True  # honour each request's deadline_ms (the naive shadow engine has no breakers)
     fine_tiers: FineTiers | None = None  # the fine tier per language and decision type (None: `fine` for all)
@@ -79,7 +81,7 @@ class Engine:
     def decide(self, work: Work) -> tuple[Decision, list[UsageEvent]]:
         return self.decide_batch([work])[0]
 
-    def deciding(self, work: Work) -> Deciding:
+    def deciding(self, work: Work) -> Deciding[tuple[Decision, list[UsageEvent]]]:
         """One decision as a generator of backend calls; returns (Decision, usage events)."""
         if self.switches["score.rules"] and (ruled := rule_decision(self.rules, work)) is not None:
             self.counters["rules"] += 1

@@ -10,14 +10,14 @@ import time
 
 from schemas.records import Decision, UsageEvent, Work
 from streams.core.metrics import observe_fallback
-from streams.models.protocol import ModelUnavailable, Scored
+from streams.models.protocol import Generator, ModelUnavailable, Scored
 from streams.models.router import Router, for_work
 from streams.scoring.ledger import Ledger
 from streams.scoring.policy import Policy
 
 
 def generated_decision(
-    generator, work: Work, start: float, pol: Policy | None = None
+    generator: Generator, work: Work, start: float, pol: Policy | None = None
 ) -> tuple[Decision, list[UsageEvent]]:
     req = work.request
     chosen = for_work(generator, work)

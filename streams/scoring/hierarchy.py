@@ -14,7 +14,7 @@ from streams.text import tokens
 
 def descend(
     tiers, work: Work, lengths: list[int], pol: policy_mod.Policy, ledger: Ledger, breakers: DecisionBreakers
-) -> Deciding:
+) -> Deciding[tuple[Ranking, int]]:
     """Returns (Ranking, iterations). Choosing the current prefix again (an id that is also a parent) is a loop:
     it ends the decision."""
     ids = [c.id for c in work.request.candidates]

@@ -21,7 +21,7 @@ def rank(
     ledger: Ledger,
     breakers: DecisionBreakers,
     texts: list[str] | None = None,
-) -> Deciding:
+) -> Deciding[Ranking]:
     """Order `subset` (indices into the candidates, or into `texts` when given) with the model tiers of `tiers`
     (the engine: coarse, fine, escalation, mode, switches); returns a Ranking."""
     texts = texts or [c.text for c in work.request.candidates]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from streams.models.protocol import Scored, Scorer
 
@@ -30,4 +31,5 @@ class Ranking:
     chain: list[str]
 
 
-Deciding = Generator[Call, Scored, object]  # yields calls, receives their scores, returns its result
+R = TypeVar("R")
+Deciding = Generator[Call, Scored, R]  # yields calls, receives their scores, returns its result (an R)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import sys
+from collections.abc import Callable
 
 MASK = "***"
 PATTERNS = [
@@ -67,13 +68,16 @@ FILTER = RedactingFilter()
 PAYLOAD_LOGGERS = ("aiokafka", "faust.topics", "faust.transport.drivers.aiokafka")
 
 
+_REDACTING: set[Callable[..., logging.LogRecord]] = set()  # the factories install() made
+
+
 def install() -> None:
     """Redact every log record of this process from now on, and keep payload debug records out (idempotent)."""
     factory = logging.getLogRecordFactory()
     for name in PAYLOAD_LOGGERS:
         logger = logging.getLogger(name)
         logger.setLevel(max(logger.level, logging.INFO))
-    if getattr(factory, "jev_redacting", False):
+    if factory in _REDACTING:
         return
 
     def redacting_factory(*args, **kwargs) -> logging.LogRecord:
@@ -81,7 +85,7 @@ def install() -> None:
         FILTER.filter(record)
         return record
 
-    redacting_factory.jev_redacting = True
+    _REDACTING.add(redacting_factory)
     logging.setLogRecordFactory(redacting_factory)
 
 

@@ -57,7 +57,7 @@ class Knob:
 
 @dataclass
 class Action:
-    control: Control
+    control: Control | None  # None: no switch or knob to act with, the alert alone
     alert: Alert
 
 

@@ -73,7 +73,7 @@ def as_shadow(event: UsageEvent) -> UsageEvent:
 
 def decide_naive(engine, works: list[Work]) -> tuple[list[Work], list[UsageEvent]]:
     """Decide naive twins with a naive engine: the works with their decisions, and the shadow usage."""
-    usage = []
+    usage: list[UsageEvent] = []
     for work, (decision, events) in zip(works, engine.decide_batch(works)):
         work.decision = decision
         usage.extend(as_shadow(e) for e in events)

@@ -12,6 +12,7 @@ import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
+from typing import Any
 
 from schemas.records import Decision, Verdict, Work
 from streams.shadow import mechanisms
@@ -44,7 +45,7 @@ def same_answer(req, action_id: str | None, text: str | None, naive: Decision, t
 def judge(served: Work, naive: Decision, acted: list[str], text_agree: float, now: float | None = None) -> Verdict:
     """The verdict: decide requests agree on the action id; generate requests when their answers' similarity
     reaches `text_agree`. Where the request is labelled (human_decision), `kept` compares accuracy instead."""
-    req, decision = served.request, served.decision
+    req, decision = served.request, served.decided()
     agreed, similarity = same_answer(req, decision.action_id, decision.text, naive, text_agree)
     label = req.human_decision if req.candidates else ""
     served_correct, naive_correct = decision.action_id == label, naive.action_id == label
@@ -80,24 +81,27 @@ class ShadowJoin:
 
     def __init__(self, text_agree: float, learn=None, capacity: int = 10_000):
         self.text_agree, self.learn, self.capacity = text_agree, learn, capacity
-        self.pending: OrderedDict[tuple[str, str], tuple[str, object, list[str]]] = OrderedDict()
+        # (side, the served Work or the naive Decision, the mechanisms that acted) of the first half to arrive
+        self.pending: OrderedDict[tuple[str, str], tuple[str, Any, list[str]]] = OrderedDict()
         self.expired = 0
 
     def served(self, work: Work, usage: list) -> Verdict | None:
         """A finished served Work (its decision as the caller gets it) and the postprocess usage it made."""
         acted = mechanisms.judged(
-            mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decision), mechanisms.from_usage(usage)),
-            work.decision,
+            mechanisms.merged(work.mechanisms, mechanisms.from_decision(work.decided()), mechanisms.from_usage(usage)),
+            work.decided(),
         )
         return self._arrive((work.request.tenant, work.request.request_id), "served", work, acted)
 
     def agrees(self, twin: Work, cached: Mapping) -> bool:
         """Would the `cached` decision (a dict) have done for the request a naive `twin` decided? As a verdict
         judges: the promotion of an L2 near-miss (streams/cache/stage.py)."""
-        return same_answer(twin.request, cached.get("action_id"), cached.get("text"), twin.decision, self.text_agree)[0]
+        answer, text = cached.get("action_id"), cached.get("text")
+        agreed, _ = same_answer(twin.request, answer, text, twin.decided(), self.text_agree)
+        return agreed
 
     def naive(self, work: Work) -> Verdict | None:
-        return self._arrive((work.request.tenant, work.request.request_id), "naive", work.decision, [])
+        return self._arrive((work.request.tenant, work.request.request_id), "naive", work.decided(), [])
 
     def _arrive(self, key: tuple[str, str], side: str, value, acted: list[str]) -> Verdict | None:
         other = self.pending.pop(key, None)

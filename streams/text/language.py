@@ -43,11 +43,11 @@ def detect(text: str) -> str:
     where it has no letters. Mixed text goes to the script carrying most of it, a CJK character weighing as
     much as LATIN_LETTERS_PER_UNIT Latin letters ("帮我查一下iPhone 15的价格" is Chinese); kana among Han
     makes Japanese."""
-    counts = {lang: len(pattern.findall(text)) for lang, pattern in _SCRIPTS}
+    counts: dict[str, float] = {lang: len(pattern.findall(text)) for lang, pattern in _SCRIPTS}
     if counts["ja"] and counts["ja"] + counts["zh"] >= counts["ko"]:
         counts["ja"] += counts.pop("zh")
     counts["en"] /= LATIN_LETTERS_PER_UNIT
-    best = max(counts, key=counts.get)
+    best = max(counts, key=lambda lang: counts[lang])
     return best if counts[best] else UNDETERMINED
 
 

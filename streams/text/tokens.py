@@ -17,6 +17,7 @@ import threading
 import unicodedata
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 BPE_SHA256 = {
@@ -105,6 +106,7 @@ class HFEncoding:
     def __init__(self, spec: str):
         self.name = spec
         self.chat_framing = 0  # tokens a chat template adds around one user message (a GGUF file carries one)
+        self._tok: Any  # a tokenizers.Tokenizer (untyped)
         kind, _, path = spec.partition(":")
         if kind == "gguf":
             from streams.text import gguf_vocab

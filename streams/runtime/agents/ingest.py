@@ -34,7 +34,7 @@ from streams.ingest.decode import Admission, admit
 from streams.ingest.fairness import TenantLimiter, charged_tokens, fair_order, sender_of
 from streams.ingest.protocol import protocol_bytes
 from streams.output.format import http_headers
-from streams.runtime.consumer import BatchConsumer
+from streams.runtime.consumer import BatchConsumer, serve
 from streams.runtime.leases import LeaseClient
 from streams.runtime.local import LocalAnswers
 from streams.runtime.seen_log import RequestsSeenLog
@@ -180,14 +180,15 @@ def register(
         pressured = "load" if loaded else "budget" if out.alerts else ""
         twins, skipped = shadow.take(admitted, pressured) if shadow is not None else ({}, [])
         distilled, saved = distill(admitted, controls.switches, time.time())
-        naive = shadow.pair(twins, distilled, saved) if twins else []
+        naive = shadow.pair(twins, distilled, saved) if twins and shadow is not None else []
         observe_stages("ingest", distilled)
         out.usage += saved + skipped
         onward, answered = local.answer_owned(distilled)
         out.records = decided_here(out.records, answered.records)
         return out.extend(answered).send_work("distilled", onward).send_work("shadow", naive)
 
-    return app.service(
+    return serve(
+        app,
         BatchConsumer(
             settings.bootstrap,
             topics.requests.get_topic_name(),
@@ -199,5 +200,5 @@ def register(
             depth=2,
             before=seen.loaded,
             on_restart=lambda partition: requests.orphan_undecided(),
-        )
+        ),
     )

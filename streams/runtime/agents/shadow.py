@@ -7,6 +7,7 @@ committed."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
@@ -59,7 +60,7 @@ def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
 
 def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchConsumer:
     """`client_ref()`: the ClickHouse client of this process's usage sink, or None where it has none."""
-    state = {"verdicts": 0, "kept": 0}
+    state: dict[str, Any] = {"verdicts": 0, "kept": 0}  # counts, and the verdict store once opened
 
     def store() -> VerdictStore | None:
         if "store" not in state:

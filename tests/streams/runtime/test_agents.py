@@ -60,7 +60,7 @@ async def test_ingest_admits_a_redelivery_again_once_its_consumer_saw_the_broker
     await app.ingest.hand_over(requests([raw]))
     await app.ingest.hand_over(requests([raw]))
     assert admitted() == ["r1"]
-    app.ingest.on_restart(TopicPartition(name("requests"), 0))
+    app.ingest.on_log_restart(TopicPartition(name("requests"), 0))
     await app.ingest.hand_over(requests([raw]))
     assert admitted() == ["r1", "r1"]
 
