@@ -21,6 +21,9 @@ from streams.cache.verify import verify
 
 # Used until `jev cache calibrate` saves one: STS-B dev at target precision 0.95 (see bench/cache_precision.py).
 DEFAULT_THRESHOLDS = {"minilm": 0.75, "hashing": 0.82, "e5": 0.915, "minilm+e5": 0.68, "hashing+e5": 0.29}
+# by-language (MiniLM for English, e5 else): the lower of the two floors, so English candidates are met as with
+# MiniLM alone; a Chinese candidate's e5 cosine is one of the verifier's features, which judges it above this
+DEFAULT_THRESHOLDS["minilm|e5"] = DEFAULT_THRESHOLDS["minilm"]
 DEFAULT_CHECK_THRESHOLDS = {"minilm+e5": 0.899, "hashing+e5": 0.925}
 MIN_HITS = 20  # a precision measured on fewer predicted hits is not trusted as an operating point
 

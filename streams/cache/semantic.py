@@ -3,7 +3,8 @@
 A partition is the tuple of context constraints (tenant, decision type, segment, language, format), each with its
 own index, so a hit never crosses them. A neighbour must pass the cosine floor and the verification checks
 (verify.py); with pooled evidence (evidence.py) the learned verifier scores it and it is served only where the
-certified threshold allows. `probe` returns a refused candidate too, so the miss's answer can be learned from, and
+certified threshold allows (a decide partition's in the decide pool, where how decisively the cached decision was
+made is a feature too). `probe` returns a refused candidate too, so the miss's answer can be learned from, and
 marks near-misses for promotion (Krites): judged the same by the naive twin, the question becomes an alias key of
 the cached answer. At most `max_entries`, least recently used evicted first.
 """

@@ -4,6 +4,7 @@ replay labelled pairs as traffic through the live L2 decision with learned thres
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -74,6 +75,31 @@ disagreements among them and the most the bound allows there (why nothing is ser
 plain output says it in words).
 
   jev cache replay --pairs $JEV_SHARED_DATA/qqp-dev/pairs.jsonl --shadow-rate 0.02 --json
+With --decisions FILE the replay judges decisions instead of labels: a JSONL of decision requests in arrival
+order goes through the cache stage's own L2 logic (its embedder, the decide pool's verifier and prior, its
+learner and exploration). Every request that is not an exact repeat (L1, counted apart as exact_hits) is decided
+by the naive path (the top tier over every candidate); a miss is answered with that decision and fills the
+cache, a served L2 hit is right when its cached decision is the naive decision for the new request. --json:
+requests, hits, wrong_hits, hit_ratio (L2 hits / requests), agreement, agreement_lower (one-sided 95% Wilson),
+first_hit_at (index of the first served hit), tokens_saved (what the naive path spent on the requests L2
+answered), with the decide pool's threshold and prior. Fields a request does not have are ignored.
+
+  jev cache reworded --lang zh --slice heldout --out /tmp/zh-heldout.jsonl
+  jev cache replay --decisions /tmp/zh-heldout.jsonl --embedder by-language --json
+"""
+
+REWORDED_HELP = """\
+Write reworded decision traffic: FAQ-routing decision requests over five candidates (two plausible confusers,
+three at random), each followed later by another request over the same candidates whose state rewords it or
+nearly does (another meaning), so about half the requests reword an earlier one. English from Quora pairs
+(qqp-dev), Chinese from zh-dev's questions reworded by rules (openers, closers, colloquial synonyms; a third
+move the meaning: a negation flipped, a number changed). Deterministic for a seed; every item is in the tune
+or the held-out slice by a hash of its first question, whatever the seed.
+
+  jev cache reworded --lang en --slice tune --items 1500 --out /tmp/en-tune.jsonl
+  jev cache train-verifier --decisions /tmp/en-tune.jsonl --embedder by-language --json
+  jev cache reworded --lang en --slice heldout --items 1000 --out /tmp/en-heldout.jsonl
+  jev cache replay --decisions /tmp/en-heldout.jsonl --embedder by-language --json
 """
 
 EMBEDDER_HELP = (
@@ -123,6 +149,24 @@ def register(sub) -> None:
             )
             c.add_argument("--show", type=int, default=10, help="false hits and misses to list in the table")
     register_replay(cmds)
+    w = cmds.add_parser(
+        "reworded",
+        help="write reworded decision traffic (JSONL requests) from the shared data, for replay --decisions",
+        description=REWORDED_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("--lang", choices=["en", "zh"], required=True, help="en: Quora pairs (qqp-dev); zh: zh-dev")
+    w.add_argument(
+        "--slice",
+        choices=["tune", "heldout"],
+        required=True,
+        help="tune on one, report on the other (30%% of items held out by a hash of their first question)",
+    )
+    w.add_argument("--items", type=int, default=0, help="items (two requests each) to write (default 0: all)")
+    w.add_argument("--seed", type=int, default=0, help="orders and samples the slice (never moves items across)")
+    w.add_argument("--shared", help="the shared data folder (default: JEV_SHARED_DATA)")
+    w.add_argument("--out", required=True, help="the JSONL file to write")
+    w.set_defaults(func=run_reworded)
 
 
 def register_replay(cmds) -> None:
@@ -132,7 +176,14 @@ def register_replay(cmds) -> None:
         description=REPLAY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("--pairs", required=True, help='JSONL of {"text_a", "text_b", "label": 0|1}')
+    source = r.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}')
+    source.add_argument(
+        "--decisions",
+        help="JSONL of decision request records in arrival order (`jev cache reworded` writes such a file): every "
+        "miss is decided by the naive path and fills the cache, every L2 hit is judged by whether its decision "
+        "equals the naive path's for the new request; fields a request does not have are ignored",
+    )
     r.add_argument(
         "--shadow-rate",
         type=float,
@@ -153,7 +204,10 @@ def register_replay(cmds) -> None:
         default=0.0,
         help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)",
     )
-    r.add_argument("--seed", type=int, help="shuffle the order text_b is asked in (default: file order)")
+    r.add_argument(
+        "--seed", type=int, help="--pairs: shuffle the order text_b is asked in (default: file order); --decisions: "
+        "which served hits are shadow-sampled"
+    )
     r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
     r.add_argument(
         "--promote-margin",
@@ -171,7 +225,15 @@ def register_replay(cmds) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     t.add_argument(
-        "pairs", help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones you report on'
+        "pairs",
+        nargs="?",
+        help='JSONL of {"text_a", "text_b", "label": 0|1}: development pairs, never the ones you report on',
+    )
+    t.add_argument(
+        "--decisions",
+        help="fit the decide pool's verifier instead (saved as <embedder>:decide) from decision request records "
+        "(`jev cache reworded --slice tune`): every L2 candidate met while replaying them is a row, right when its "
+        "cached decision equals the naive path's; rows of half the entries (by hash) are its calibration verdicts",
     )
     t.add_argument("--embedder", help=EMBEDDER_HELP)
     t.add_argument(
@@ -190,6 +252,8 @@ def register_replay(cmds) -> None:
 
 
 def run_replay(args, settings) -> int:
+    if args.decisions:
+        return run_replay_decisions(args, settings)
     try:
         pairs = calibration.read_pairs(args.pairs)
         embedder = load_embedder(args.embedder or settings.cache_embedder)
@@ -253,6 +317,87 @@ def run_replay(args, settings) -> int:
     return 0
 
 
+def _decision_settings(args, settings):
+    """The settings with this command's overrides (embedder, bound, confidence): what a stage process would run."""
+    overrides = {
+        "cache_embedder": args.embedder or settings.cache_embedder,
+        "cache_max_error": getattr(args, "max_error", None) or settings.cache_max_error,
+        "cache_error_confidence": getattr(args, "confidence", None) or settings.cache_error_confidence,
+    }
+    if args.model_check:
+        overrides["cache_model_check"] = args.model_check
+    return dataclasses.replace(settings, **overrides)
+
+
+def run_replay_decisions(args, settings) -> int:
+    from workers.harness.decision_replay import replay_file
+
+    try:
+        summary = replay_file(
+            _decision_settings(args, settings),
+            args.decisions,
+            args.shadow_rate,
+            seed=args.seed or 0,
+            progress=lambda n: _progress(n, "replaying decision requests"),
+        )
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary["decisions_file"] = str(args.decisions)
+    if args.json:
+        print(orjson.dumps(summary).decode())
+        return 0
+    agreement = "n/a (no hits)" if summary["agreement"] is None else f"{summary['agreement']:.3f}"
+    lower = "" if summary["agreement_lower"] is None else f" (lower bound {summary['agreement_lower']:.3f})"
+    print(
+        f"{summary['requests']} requests: {summary['hits']} L2 hits ({summary['hit_ratio']:.1%}), "
+        f"{summary['wrong_hits']} decided otherwise by the naive path; agreement {agreement}{lower}; first hit at "
+        f"request {summary['first_hit_at']}; {summary['tokens_saved']} tokens saved; {summary['exact_hits']} exact "
+        f"repeats answered by L1"
+    )
+    return 0
+
+
+def run_train_decisions(args, settings) -> int:
+    from workers.harness.decision_replay import train_decisions
+
+    try:
+        name, verifier, summary = train_decisions(
+            _decision_settings(args, settings),
+            args.decisions,
+            progress=lambda n: _progress(n, "mining L2 candidates"),
+        )
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    path = save_verifier(settings.data_dir, name, verifier, {**summary, "source": str(args.decisions)})
+    summary = {"decision": name, **summary, "weights": verifier.as_dict(), "saved": str(path)}
+    if args.json:
+        print(orjson.dumps(summary).decode())
+    else:
+        certified = summary["certifies"][str(settings.cache_max_error)]
+        print(
+            f"{name}: fitted on {summary['candidates']} candidates ({summary['right']} decided alike) from "
+            f"{summary['requests']} requests; saved to {path}. Its {summary['calibration_candidates']} calibration "
+            f"verdicts alone certify {certified['served']} candidates ({certified['errors']} decided otherwise)"
+        )
+    return 0
+
+
+def run_reworded(args, settings) -> int:
+    from workers.harness.reworded_decisions import build, write
+
+    try:
+        records = build(args.shared or settings.shared_data, args.lang, args.slice, args.items, args.seed)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    n = write(records, args.out)
+    reworded = sum(r["rewords"] for r in records)
+    print(f"wrote {n} {args.lang} requests ({reworded} reword an earlier one) to {args.out}", file=sys.stderr)
+    return 0
+
+
 def uncertified(certification: dict, max_error: float, confidence: float) -> str:
     """Why no threshold was certified, and what would change it (ThresholdLearner.explain's findings)."""
     first = certification["first_test"]
@@ -271,6 +416,11 @@ def uncertified(certification: dict, max_error: float, confidence: float) -> str
 
 
 def run_train_verifier(args, settings) -> int:
+    if args.decisions:
+        return run_train_decisions(args, settings)
+    if not args.pairs:
+        print("error: give a pairs file, or --decisions FILE", file=sys.stderr)
+        return 1
     try:
         pairs = calibration.read_pairs(args.pairs)
         embedder = load_embedder(args.embedder or settings.cache_embedder)

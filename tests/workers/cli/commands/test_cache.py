@@ -318,3 +318,80 @@ def test_embedder_help_names_every_embedder(command, capsys):
         main(["cache", command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in ("auto", "minilm", "e5", "by-language", "hashing"))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_reworded_traffic_is_deterministic_half_reworded_and_its_slices_disjoint(tmp_path, shared_data, lang):
+    files = {}
+    for name, part, seed in (("a", "tune", 1), ("b", "tune", 1), ("held", "heldout", 1)):
+        out = tmp_path / f"{name}.jsonl"
+        args = ["cache", "reworded", "--lang", lang, "--slice", part, "--items", "40", "--seed", str(seed)]
+        assert main([*args, "--shared", str(shared_data), "--out", str(out)]) == 0
+        files[name] = out
+    assert files["a"].read_bytes() == files["b"].read_bytes(), "the same seed writes the same file"
+    rows = read_rows(files["a"])
+    assert len(rows) == 80 and sum(r["rewords"] for r in rows) == 40
+    firsts = {}
+    for r in rows:
+        key = tuple(c["id"] for c in r["candidates"])
+        assert len(key) == 5
+        if r["rewords"]:
+            assert key in firsts and firsts[key] != r["state"], "a rewording follows its first, same candidates"
+        else:
+            firsts[key] = r["state"]
+    if lang == "zh":
+        assert all(any("\u4e00" <= ch <= "\u9fff" for ch in r["state"]) for r in rows)
+    held = {r["state"] for r in read_rows(files["held"]) if not r["rewords"]}
+    assert held and not held & set(firsts.values()), "no first question is in both slices"
+
+
+def test_reworded_names_the_fix_for_missing_shared_data(tmp_path, capsys):
+    args = ["cache", "reworded", "--lang", "en", "--slice", "tune", "--shared", str(tmp_path / "none")]
+    assert main([*args, "--out", str(tmp_path / "out.jsonl")]) == 1
+    assert "JEV_SHARED_DATA" in capsys.readouterr().err
+
+
+REPLAY_KEYS = {
+    "requests",
+    "hits",
+    "wrong_hits",
+    "hit_ratio",
+    "agreement",
+    "agreement_lower",
+    "first_hit_at",
+    "tokens_saved",
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_replay_decisions_judges_hits_by_the_naive_decision(tmp_path, shared_data, monkeypatch, capsys, lang):
+    """Built traffic (extra fields: a pair label, rewords, language) replayed through the stage's L2: the summary's
+    figures agree with one another, and a repeat of a request word for word is L1's, counted apart."""
+    pytest.importorskip("sentence_transformers", reason="the embed extra is not installed")
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path / "jev"))
+    traffic = tmp_path / "traffic.jsonl"
+    args = ["--lang", lang, "--slice", "tune", "--items", "30", "--shared", str(shared_data)]
+    assert main(["cache", "reworded", *args, "--out", str(traffic)]) == 0
+    rows = read_rows(traffic)
+    rows.append({**rows[0], "request_id": "again"})  # the first request once more, word for word
+    traffic.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    assert main(["cache", "replay", "--decisions", str(traffic), "--embedder", "by-language", "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert REPLAY_KEYS <= summary.keys()
+    assert summary["requests"] == 61 and summary["exact_hits"] == 1
+    assert summary["hit_ratio"] == pytest.approx(summary["hits"] / 61)
+    if summary["hits"]:
+        assert summary["agreement"] == pytest.approx(1 - summary["wrong_hits"] / summary["hits"])
+        assert 0 <= summary["agreement_lower"] <= summary["agreement"]
+        assert 0 <= summary["first_hit_at"] < 61 and summary["tokens_saved"] > 0
+    else:
+        assert summary["agreement"] is None and summary["first_hit_at"] is None and summary["tokens_saved"] == 0
+
+
+def test_replay_decisions_names_the_line_that_is_no_request(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JEV_DATA_DIR", str(tmp_path / "jev"))
+    bad = tmp_path / "bad.jsonl"
+    good = {"request_id": "r1", "tenant": "acme", "service": "faq", "decision_type": "x", "state": "hi"}
+    bad.write_bytes(orjson.dumps(good) + b'\n{"oops"\n')
+    assert main(["cache", "replay", "--decisions", str(bad), "--embedder", "hashing", "--json"]) == 1
+    assert "line 2" in capsys.readouterr().err
