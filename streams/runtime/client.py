@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -86,6 +86,7 @@ class _Call:
 @dataclass
 class _Job:
     expected: set[str]
+    on_result: Callable[[int], None] | None = None
     results: dict[str, BatchResult] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -259,9 +260,12 @@ class JevClient:
             self, self.body({**body, "request_id": request_id}), self.timeout if timeout is None else timeout
         )
 
-    async def submit_batch(self, job: str, members: list[dict], *, timeout: float | None = None) -> list[BatchResult]:
+    async def submit_batch(
+        self, job: str, members: list[dict], *, timeout: float | None = None, on_result=None
+    ) -> list[BatchResult]:
         """Submit batch `job` (members as job-file lines: member, kind, template, quota_tokens, variables) and
-        return one BatchResult per member, in their order. A malformed member is a ValueError, nothing sent."""
+        return one BatchResult per member, in their order (`on_result(results so far)` as each arrives). A
+        malformed member is a ValueError, nothing sent."""
         self._started()
         lines = []
         for member in members:
@@ -272,7 +276,7 @@ class JevClient:
         wanted = [m.member for m in lines]
         if len(set(wanted)) != len(wanted):
             raise ValueError(f"batch job {job!r} lists a member twice: member ids must be unique in a job")
-        tracked = self.jobs[job] = _Job(set(wanted))
+        tracked = self.jobs[job] = _Job(set(wanted), on_result=on_result)
         wait = self.timeout if timeout is None else timeout
         try:
             for member in lines:
@@ -305,6 +309,8 @@ class JevClient:
             if job is not None:
                 result = BatchResult.loads(message.value)
                 if result.member in job.expected:
+                    if result.member not in job.results and job.on_result is not None:
+                        job.on_result(len(job.results) + 1)
                     job.results.setdefault(result.member, result)  # a redelivery repeats: the first wins
                     if len(job.results) == len(job.expected):
                         job.done.set()

@@ -6,6 +6,7 @@ the duration of the job, like `jev demo`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -110,13 +111,29 @@ def saved_report(data_dir: str, job: str) -> dict | None:
 
 
 async def submit(settings, members: list[BatchMember], wait: bool, timeout: float, on_result=None):
-    """Publish the job; with `wait`, (report, results) once every member has a result or timeout passed."""
-    await publish(settings.bootstrap, members)
+    """Publish the job; with `wait`, (report, results) once every member has a result, through the client library
+    (one JevClient per tenant the members name, each reading its tenant's batch results), or JevTimeout."""
     if not wait:
+        await publish(settings.bootstrap, members)
         return None, []
-    _, found = await read_topics(settings.bootstrap, members[0].job, len(members), timeout, on_result)
-    results = [found[m.member] for m in members if m.member in found]
-    return summarize(members[0].job, results, len(members), settings.default_model), results
+    from streams.runtime.client import JevClient
+
+    job, tenants, done = members[0].job, {}, {}
+    for m in members:
+        tenants.setdefault(m.tenant, []).append(m)
+
+    async def one(tenant: str, group: list[BatchMember]) -> list[BatchResult]:
+        def seen(n: int) -> None:  # results of this tenant's members so far: the job's progress is the sum
+            done[tenant] = n
+            if on_result:
+                on_result(sum(done.values()))
+
+        async with JevClient(tenant, settings=settings, service=group[0].service) as jev:
+            return await jev.submit_batch(job, [m.to_representation() for m in group], timeout=timeout, on_result=seen)
+
+    found = {r.member: r for group in await asyncio.gather(*(one(t, g) for t, g in tenants.items())) for r in group}
+    results = [found[m.member] for m in members]
+    return summarize(job, results, len(members), settings.default_model), results
 
 
 async def run_local(settings, members: list[BatchMember], timeout: float, on_result=None):

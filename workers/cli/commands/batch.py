@@ -35,6 +35,7 @@ def run_submit(args, settings) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from streams.runtime.client import JevError
     from workers.cli import batch_runner as runner
 
     err = Console(stderr=True)
@@ -53,10 +54,14 @@ def run_submit(args, settings) -> int:
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"job {members[0].job}", total=len(members))
         on_result = lambda done: progress.update(task, completed=done)  # noqa: E731
-        if local:
-            report, results = asyncio.run(runner.run_local(settings, members, args.timeout, on_result))
-        else:
-            report, results = asyncio.run(runner.submit(settings, members, args.wait, args.timeout, on_result))
+        try:
+            if local:
+                report, results = asyncio.run(runner.run_local(settings, members, args.timeout, on_result))
+            else:
+                report, results = asyncio.run(runner.submit(settings, members, args.wait, args.timeout, on_result))
+        except JevError as exc:  # no results within --timeout, or the client could not start
+            err.print(f"[red]jev batch submit: {exc}[/red]")
+            return 1
     if report is None:
         print(
             orjson.dumps({"job": members[0].job, "members": len(members), "submitted": True}).decode()
