@@ -234,3 +234,37 @@ def test_the_stage_apps_consumer_commits_a_restarted_log_from_its_first_offset(s
         consumer._acked_index[tp].add(offset)
     assert consumer._new_offset(tp) == 5
     assert consumer._committed_offset[other] == 3  # the other partitions keep theirs
+
+
+def test_without_the_patch_faust_commits_past_an_offset_no_agent_handled(settings):
+    """What kafka_tuning's _new_offset fixes: on the same state (offset 2 is the next to read, only 3 was handled)
+    Faust's own arithmetic commits 4, so a restarted consumer never reads 2; Jev's commits nothing yet."""
+    from faust.types import TP
+
+    from streams.runtime.app import create_app
+    from streams.runtime.kafka_tuning import faust_new_offset
+
+    consumer = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).faust.consumer
+    tp = TP("jev.scored.v1", 0)
+    consumer._committed_offset[tp] = 2
+    consumer._acked[tp], consumer._acked_index[tp] = [3], {3}
+    assert faust_new_offset(consumer, tp) == 4, "Faust's commit passes offset 2"
+    consumer._acked[tp], consumer._acked_index[tp] = [3], {3}
+    assert consumer._new_offset(tp) is None
+
+
+async def test_without_the_patch_every_fetch_of_the_stage_app_waits_faust_s_one_and_a_half_seconds(settings):
+    """What kafka_tuning's consumer thread fixes: Faust builds its aiokafka consumer with a 1.5 s fetch wait, which
+    a broker that holds an empty fetch open adds to every hop; the stage app's thread builds it with 5 ms."""
+    from faust.transport.drivers import aiokafka as driver
+
+    from streams.runtime.app import create_app
+    from streams.runtime.kafka_tuning import FETCH_MAX_WAIT_MS, JevConsumerThread
+
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).faust
+    consumer = app.consumer
+    jev = consumer._new_consumer_thread()
+    faust = driver.AIOKafkaConsumerThread(consumer, loop=consumer.loop, beacon=consumer.beacon)
+    assert isinstance(jev, JevConsumerThread) and not isinstance(faust, JevConsumerThread)
+    assert faust._create_worker_consumer(app.transport)._fetch_max_wait_ms == 1500
+    assert jev._create_worker_consumer(app.transport)._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 5
