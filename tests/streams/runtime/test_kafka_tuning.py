@@ -268,3 +268,25 @@ async def test_without_the_patch_every_fetch_of_the_stage_app_waits_faust_s_one_
     assert isinstance(jev, JevConsumerThread) and not isinstance(faust, JevConsumerThread)
     assert faust._create_worker_consumer(app.transport)._fetch_max_wait_ms == 1500
     assert jev._create_worker_consumer(app.transport)._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 5
+
+
+def test_without_the_patch_faust_remembers_read_offsets_and_so_drops_a_message_read_again(settings, monkeypatch):
+    """What kafka_tuning's _reset_state fixes: Faust's consumer remembers the highest offset it read per partition
+    and its fetch loop drops any message below it, so a message sought back to (a rebalance, a recovery) is never
+    handled; Jev's read offsets are never known."""
+    from faust.transport.drivers import aiokafka as driver
+    from faust.types import TP
+
+    from streams.runtime.app import create_app
+    from streams.runtime.kafka_tuning import faust_reset_state
+
+    tp = TP("jev.scored.v1", 0)
+    broker = settings.replace(broker="kafka://127.0.0.1:9")
+    jev = create_app(broker, {"ranking"}, sink=object()).faust.consumer
+    app = create_app(broker, {"ranking"}, sink=object()).faust  # installs Jev's patches; its consumer is made later
+    monkeypatch.setattr(driver.Consumer, "_reset_state", faust_reset_state)
+    faust = app.consumer
+    for consumer in (jev, faust):
+        consumer._read_offset[tp] = 9
+    assert faust._read_offset[tp] == 9, "Faust's fetch loop drops offsets 0-8 when read again"
+    assert jev._read_offset[tp] is None
