@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from streams.cache.evidence import CALIBRATION, DECIDE_POOL, POOL, PooledEvidence
+from streams.cache.evidence import CALIBRATION, DECIDE, DECIDE_POOL, POOL, PooledEvidence
 from streams.cache.learning import NEAR_BAND, ThresholdLearner
 from streams.cache.verifier import FEATURES, Verifier, decisiveness, features, load_verifier
 
@@ -87,3 +87,51 @@ def test_exploration_is_denser_near_the_threshold():
     near = sum(not learner.allows(("p",), "q", threshold + NEAR_BAND / 2) for _ in range(4000))
     far = sum(not learner.allows(("p",), "q", min(threshold + 3 * NEAR_BAND, 1.0)) for _ in range(4000))
     assert near > 2 * far > 0
+
+
+DECIDE_PARTITION = ("acme", "faq", "", "latin", "decide:256:abc")
+
+
+def shipped_cache(partition: tuple):
+    """A SemanticCache on the hashing embedder whose decide pool starts from the shipped decide verifier and prior
+    (no live verdict yet)."""
+    from streams.cache.embedders import HashingEmbedder
+    from streams.cache.semantic import SemanticCache
+
+    learner = ThresholdLearner(0.05, 0.9, explore=0.0)
+    decide = PooledEvidence(
+        load_verifier("minilm|e5" + DECIDE, "/nonexistent"), learner, pool=DECIDE_POOL, prior_bounds=True
+    )
+    generate = PooledEvidence(Verifier(np.zeros(len(FEATURES))), learner)
+    return SemanticCache(HashingEmbedder(), 0.3, evidence=generate, decide_evidence=decide)
+
+
+@pytest.mark.parametrize(
+    ("language", "cached", "asked"),
+    [
+        ("latin", "How do I reset my password?", "How can I reset my password?"),
+        ("zh", "怎么重置我的密码？", "请问怎么重置我的密码"),
+    ],
+)
+def test_a_decisive_cached_decision_serves_a_rewording_before_any_live_verdict(language, cached, asked):
+    partition = (*DECIDE_PARTITION[:3], language, DECIDE_PARTITION[4])
+    cache = shipped_cache(partition)
+    assert math.isfinite(cache.decide_evidence.threshold()), "the offline prior certifies a threshold at once"
+    cache.insert(partition, cached, ranked(0.9, 0.4, 0.3, 0.2, 0.1))
+    hit, candidate = cache.probe(partition, asked)
+    assert hit is not None and candidate.served and candidate.features[-1] == pytest.approx(0.625)
+
+
+@pytest.mark.parametrize(
+    ("language", "cached", "asked"),
+    [
+        ("latin", "How do I reset my password?", "How can I reset my password?"),
+        ("zh", "怎么重置我的密码？", "请问怎么重置我的密码"),
+    ],
+)
+def test_a_close_call_is_not_served_on_a_rewording(language, cached, asked):
+    partition = (*DECIDE_PARTITION[:3], language, DECIDE_PARTITION[4])
+    cache = shipped_cache(partition)
+    cache.insert(partition, cached, ranked(0.9, 0.899, 0.3, 0.2, 0.1))
+    hit, candidate = cache.probe(partition, asked)
+    assert hit is None and candidate is not None and not candidate.served
