@@ -27,6 +27,7 @@ USAGE_PER_DECISION = 3  # ingest, score or cache, postprocess
 STREAM_SHARE = 0.1  # of the new requests: customer-service questions answered by generation, streamed
 DEADLINE_SHARE = 0.2  # of the new payment screenings: made at checkout, with the caller's deadline
 CHINESE_SHARE = 0.1  # of the new decisions: Chinese customer-service tickets (by_language reports them)
+ANSWER_WAIT_S = 600.0  # the most one request waits for its answer (a one-slot CPU model server answers in turn)
 SHADOW_WAIT_S = 120.0  # the most the demo waits for the sample's verdicts after the last decision
 SERVED_ESCALATE_BELOW = 0.5  # --escalate: fine-tier confidence under which the served model re-ranks (tier llm)
 SERVED_TIMEOUT_MS = 20_000  # --escalate: each decision type's time budget (a CPU server takes seconds per call)
@@ -134,17 +135,21 @@ async def run_demo(
         metrics=bool(metrics_out),
     ) as pipe:
         task = progress.add_task("decisions", total=n + len(bad))
-        await pipe.publish(bad)
+        await pipe.publish(bad)  # malformed on purpose: raw bytes no client would send
+        decisions, told, chunks = {}, [], {}
         for wave in range(WAVES):
-            await pipe.publish(payloads[wave * n // WAVES : (wave + 1) * n // WAVES])
-            decisions, rejections = await pipe.collect(
-                (wave + 1) * n // WAVES,
-                len(bad),
-                timeout=max(60.0, n / 20),
-                idle=True,
-                on_progress=lambda done: progress.update(task, completed=done),
+            first = wave * n // WAVES
+            got, refused, streams = await pipe.ask(  # as a service asks: the client library, one per tenant
+                payloads[first : (wave + 1) * n // WAVES],
+                timeout=ANSWER_WAIT_S,
+                on_progress=lambda done, first=first: progress.update(task, completed=first + done),
             )
-        chunks = await pipe.read_chunks(streamed & decisions.keys(), timeout=30.0)
+            decisions.update(got)
+            told += refused
+            chunks.update(streams)
+        # every rejection, the malformed inputs' too, from the operators' all-tenant topic
+        _, rejections = await pipe.collect(0, len(bad) + len(told), timeout=max(60.0, n / 20))
+        chunks = {rid: chunks[rid] for rid in streamed & decisions.keys() if rid in chunks}
         await wait_verdicts(pipe, expected, since, SHADOW_WAIT_S)
         rows = await pipe.wait_usage_rows(at_least=USAGE_PER_DECISION * len(decisions))
         stream = stream_report(pipe.ch, chunks)

@@ -272,6 +272,49 @@ class Pipeline:
         finally:
             await producer.stop()
 
+    async def ask(
+        self, payloads: list[bytes], timeout: float, on_progress=None
+    ) -> tuple[dict[str, Decision], list[Rejection], dict[str, list[Chunk]]]:
+        """Send `payloads` as a service would, through the client library: one JevClient per tenant they name, each
+        request awaited by its id (a streamed one chunk by chunk) for up to `timeout` seconds. The decisions by
+        request id, the rejections (as their tenants read them: no original) and each streamed request's chunks;
+        a request held for review or unanswered in time is in none of them. `on_progress(answered so far)`."""
+        from streams.runtime.client import JevClient, JevError, JevRejected
+
+        bodies = [orjson.loads(raw) for raw in payloads]
+        decisions: dict[str, Decision] = {}
+        rejections: list[Rejection] = []
+        chunks: dict[str, list[Chunk]] = {}
+        answered = [0]
+
+        async def one(jev: JevClient, body: dict) -> None:
+            rid = body["request_id"]
+            try:
+                if body.get("stream"):
+                    fields = {k: v for k, v in body.items() if k not in ("state", "kind", "stream", "tenant")}
+                    replies = jev.stream(body["state"], timeout=timeout, **fields)
+                    chunks[rid] = [chunk async for chunk in replies]
+                    decisions[rid] = replies.decision
+                else:
+                    decisions[rid] = await jev.request(body, timeout=timeout)
+            except JevRejected as exc:
+                told = {"reason": exc.reason, "detail": exc.detail, "stage": "", "original": "", "request_id": rid}
+                rejections.append(Rejection.from_data({**told, "ts": time.time()}))
+            except JevError:  # held for review (JevHeld), or no answer in time: not decided
+                pass
+            answered[0] += 1
+            if on_progress:
+                on_progress(answered[0])
+
+        tenants = {body["tenant"] for body in bodies}
+        clients = {tenant: JevClient(tenant, settings=self.settings, service="harness") for tenant in tenants}
+        await asyncio.gather(*(jev.start() for jev in clients.values()))
+        try:
+            await asyncio.gather(*(one(clients[body["tenant"]], body) for body in bodies))
+        finally:
+            await asyncio.gather(*(jev.stop() for jev in clients.values()))
+        return decisions, rejections, chunks
+
     async def collect(
         self, expect_decided: int, expect_rejected: int, timeout: float, on_progress=None, idle: bool = False
     ):
