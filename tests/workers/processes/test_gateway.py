@@ -288,7 +288,8 @@ async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_
 @pytest.mark.model_server
 async def test_the_served_model_through_the_gateway(model_server, settings, clickhouse_dsn, usage_db):
     """SmolLM2 on llama.cpp's server answers through the gateway: every model /v1/models lists, plain and streamed,
-    English and Chinese, usage equal to ClickHouse's (the server's own counts, reconciled by the pipeline)."""
+    English and Chinese, usage equal to ClickHouse's (the server's own counts, reconciled by the pipeline); with the
+    server killed, a 503 naming the fallback's reason."""
     from workers.harness.demo import served_settings
 
     settings = served_settings(
@@ -303,3 +304,8 @@ async def test_the_served_model_through_the_gateway(model_server, settings, clic
         assert models == [model_server.model]
         for lang in ("en", "zh"):
             await chat_both_ways(pipe, sdk, "acme", models[0], lang)
+        model_server.kill()  # the generator's server gone: a 503 naming the fallback's reason, in OpenAI's shape
+        with pytest.raises(openai.InternalServerError) as down:
+            await sdk.chat.completions.create(model=models[0], messages=[{"role": "user", "content": "还在吗？"}])
+        assert down.value.status_code == 503 and down.value.code == "model_unavailable"
+        assert "model_unavailable" in down.value.message
