@@ -26,7 +26,7 @@ from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 from streams.text import tokens
 from workers.analytics.levels import by_model
-from workers.cli.main import main as cli
+from workers.cli import main as cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.model_server]
 DATA = Path(settings_mod.load().shared_data)

@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from streams.models.loaded import available
-from workers.cli.main import main as cli
+from workers.cli import main as cli
 
 LINES = [
     {
