@@ -29,18 +29,16 @@ TOPICS = {
         TopicSpec("jev.distilled.v1", "cache_key", "WorkBatch after ingest and distill"),
         TopicSpec("jev.score.v1", "cache_key", "WorkBatch of cache misses for the scoring workers"),
         TopicSpec("jev.scored.v1", "cache_key", "WorkBatch decided by the scoring workers"),
-        TopicSpec("jev.decisions.v1", "request_id", "Decision (one per message, to upstream)", external=True),
-        TopicSpec(
-            "jev.chunks.v1", "request_id", "Chunk of a streamed answer (one per message, to upstream)", external=True
-        ),
+        TopicSpec("jev.decisions.v1", "request_id", "Decision (one per message, all tenants)", external=True),
+        TopicSpec("jev.chunks.v1", "request_id", "Chunk of a streamed answer (all tenants)", external=True),
         TopicSpec("jev.usage.v1", "request_id", "UsageBatch"),
-        TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters)", external=True),
+        TopicSpec("jev.rejected.v1", "request_id", "Rejection (dead letters with originals: operators)", external=True),
         TopicSpec("jev.control.v1", "kind:key", "Control (latest value per key)", external=True, config=COMPACTED),
         TopicSpec("jev.alerts.v1", "scope", "Alert", external=True),
         TopicSpec("jev.batch.v1", "job", "batch job members", external=True),
         TopicSpec("jev.batch_merged.v1", "job", "MergedCall: generated merged prompt of several batch members"),
-        TopicSpec("jev.batch_results.v1", "job", "BatchResult (one per batch member)", external=True),
-        TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review", external=True),
+        TopicSpec("jev.batch_results.v1", "job", "BatchResult (one per batch member, all tenants)", external=True),
+        TopicSpec("jev.review.v1", "request_id", "Decision flagged for human review (all tenants)", external=True),
         TopicSpec("jev.budget.v1", "key", "BudgetEvent: a hard budget's lease log, owned per partition"),
         TopicSpec("jev.leases.v1", "holder", "BudgetEvent grants, to the stage process that asked"),
         TopicSpec(
@@ -60,6 +58,10 @@ TOPICS = {
         ),
     )
 }
+
+
+# Replies also go to topics of their own tenant, jev.tenant.<slug>.<kind>.v1, created on first use: not listed
+# here, named by streams.core.tenants.reply_topic (docs/operations.md, replies per tenant).
 
 
 def name(short: str) -> str:
