@@ -13,8 +13,9 @@ gateway, the first Chunk through the client).
 
 Last stdout line: {ratio_to_client (gateway throughput / client throughput, the median trial, of an even count
 the lower middle), p50_added_ms and p99_added_ms (the gateway's latency percentile minus the client's, pooled over
-the trials), first_chunk_ms (median through the gateway), first_chunk_ms_client, client, gateway (each side's
-decided, throughput, p50/p99, tiers), trials, config}.
+the trials), first_chunk_ms (median through the gateway), first_chunk_ms_client, gateway_cpu_ms_per_decision (the
+gateway process's CPU over its timed runs, per decision: its cost, whatever the machine's load), client, gateway
+(each side's decided, throughput, p50/p99, tiers), trials, config}.
 
     .venv/bin/python bench/gateway.py [--rate 50] [--seconds 10] [--trials 2] [--streams 5]
 """
@@ -39,7 +40,7 @@ import orjson
 from streams import settings as settings_mod
 from streams.runtime.client import JevClient
 from workers.harness import workload
-from workers.harness.pipeline import Pipeline, free_port, known_decision_types, percentile
+from workers.harness.pipeline import Pipeline, cpu_seconds, free_port, known_decision_types, percentile
 from workers.processes.gateway import keys_for
 
 DROPPED = ("tenant", "request_id", "created_at")  # the gateway takes the tenant from the key; ids are new per run
@@ -182,10 +183,12 @@ async def run(args) -> dict:
                     log(f"warm-up: {len(bodies)} decide requests each way")
                     for send in (via_client, via_gateway):
                         await paced(bodies, 50.0, len(bodies) / 50.0, send)
-                    trials = []
+                    trials, gateway_cpu_s = [], 0.0
                     for trial in range(args.trials):
                         c = await paced(bodies, args.rate, args.seconds, via_client)
+                        before = cpu_seconds(gateway.pid)
                         g = await paced(bodies, args.rate, args.seconds, via_gateway)
+                        gateway_cpu_s += cpu_seconds(gateway.pid) - before
                         ratio = round(g["decisions_per_s"] / c["decisions_per_s"], 3) if c["decisions_per_s"] else 0.0
                         trials.append({"client": c, "gateway": g, "ratio_to_client": ratio})
                         log(
@@ -221,6 +224,7 @@ async def run(args) -> dict:
         "p99_added_ms": round(gateway_side["p99_ms"] - client_side["p99_ms"], 2),
         "first_chunk_ms": round(statistics.median(first_gw), 1),
         "first_chunk_ms_client": round(statistics.median(first_cl), 1),
+        "gateway_cpu_ms_per_decision": round(gateway_cpu_s * 1000 / max(gateway_side["decided"], 1), 3),
         "client": client_side,
         "gateway": gateway_side,
         "trials": trials,
