@@ -21,7 +21,9 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -344,11 +346,18 @@ class ReplyStream:
         self.request_id: str = body["request_id"]
         self.decision: Decision | None = None
         self.call: _Call | None = None
-        self.next_seq, self.pending, self.ended = 0, {}, False
+        self.next_seq, self.ended = 0, False
+        self.pending: dict[int, Chunk] = {}  # chunks read ahead of the next seq
         self.grace: float | None = None  # decided before its final chunk came: when to stop waiting for it
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return self
+
+    def chunk_queue(self) -> asyncio.Queue:
+        """The chunk queue of this stream's call (tracked with stream=True, so it has one)."""
+        if self.call is None or self.call.chunks is None:
+            raise JevError(f"the stream of {self.request_id} has not started: iterate it")
+        return self.call.chunks
 
     async def __anext__(self) -> Chunk:
         if self.call is None:
@@ -375,7 +384,7 @@ class ReplyStream:
                 self.grace = self.grace or time.monotonic() + CHUNK_GRACE_S
                 left = min(left, max(self.grace - time.monotonic(), 0.0))
             try:
-                chunk = await asyncio.wait_for(self.call.chunks.get(), left)
+                chunk = await asyncio.wait_for(self.chunk_queue().get(), left)
             except TimeoutError:
                 continue
             if chunk is not None and chunk.seq >= self.next_seq:

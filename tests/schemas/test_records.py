@@ -40,8 +40,11 @@ def test_a_nested_optional_record_spelled_x_or_none_encodes_and_decodes():
     from schemas.records import Decision, Work
 
     work = Work.from_data(
-        {"request": {"request_id": "r", "tenant": "a", "service": "s", "decision_type": "d", "state": "x"},
-         "admitted_at": 0.0, "model": "m"}
+        {
+            "request": {"request_id": "r", "tenant": "a", "service": "s", "decision_type": "d", "state": "x"},
+            "admitted_at": 0.0,
+            "model": "m",
+        }
     )
     work.decision = Decision(request_id="r", tier="llm", text="你好")
     back = Work.from_data(orjson.loads(orjson.dumps(work.to_representation())))

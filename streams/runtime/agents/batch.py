@@ -89,7 +89,7 @@ class MembersTopic(faust.Topic):
                 event.value = (event.value, tuple(message.headers or ()))
             return event
 
-        self.decode = with_headers
+        self.decode = with_headers  # type: ignore[method-assign]  # this topic's decode, wrapped once compiled
 
 
 class MemberCheck:
@@ -130,8 +130,7 @@ class MemberCheck:
     def settle(self, result: BatchResult, member: BatchMember) -> list:
         """Count what the member used against its budgets (its quota's reservation released); the alerts."""
         key = reservation_key(member.tenant, f"{result.job}:{result.member}")
-        held = None if self.book is None else self.book.open.get(key)
-        if held is None:
+        if self.book is None or (held := self.book.open.get(key)) is None:
             return []
         return self.book.settle(held, result.input_tokens + result.output_tokens, 0.0)
 

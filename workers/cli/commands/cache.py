@@ -205,8 +205,10 @@ def register_replay(cmds) -> None:
         help="lowest cosine a candidate may have (default: the calibrated threshold of the embedder)",
     )
     r.add_argument(
-        "--seed", type=int, help="--pairs: shuffle the order text_b is asked in (default: file order); --decisions: "
-        "which served hits are shadow-sampled"
+        "--seed",
+        type=int,
+        help="--pairs: shuffle the order text_b is asked in (default: file order); --decisions: "
+        "which served hits are shadow-sampled",
     )
     r.add_argument("--no-explore", action="store_true", help="learn from shadow verdicts of served hits only")
     r.add_argument(
