@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +89,12 @@ class _Job:
     expected: set[str]
     on_result: Callable[[int], None] | None = None
     results: dict[str, BatchResult] = field(default_factory=dict)
+    refused: dict[str, Rejection] = field(default_factory=dict)  # members the batch stage rejected (budget, key)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def check(self) -> None:
+        if len(self.results) + len(self.refused) >= len(self.expected):
+            self.done.set()
 
 
 class JevClient:
@@ -118,8 +122,8 @@ class JevClient:
         self.topics = {reply_topic(kind, self.tenant): kind for kind in REPLY_KINDS}
         self.calls: dict[str, _Call] = {}
         self.jobs: dict[str, _Job] = {}
-        self.producer: AIOKafkaProducer | None = None
-        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: Any = None  # an AIOKafkaProducer (untyped) once started
+        self.consumer: Any = None  # an AIOKafkaConsumer (untyped) once started
         self.reader: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -291,6 +295,15 @@ class JevClient:
                 raise JevTimeout(job, wait, self.settings.bootstrap, what) from None
         finally:
             self.jobs.pop(job, None)
+        if tracked.refused:
+            member, first = next(iter(tracked.refused.items()))
+            raise JevRejected(
+                first.reason,
+                f"{len(tracked.refused)} of {len(wanted)} members of batch job {job!r} were refused; member "
+                f"{member!r}: {first.detail}",
+                first.request_id,
+                first.retry_after_s or None,
+            )
         return [tracked.results[m] for m in wanted]
 
     def _started(self) -> None:
@@ -314,9 +327,15 @@ class JevClient:
                     if result.member not in job.results and job.on_result is not None:
                         job.on_result(len(job.results) + 1)
                     job.results.setdefault(result.member, result)  # a redelivery repeats: the first wins
-                    if len(job.results) == len(job.expected):
-                        job.done.set()
+                    job.check()
             return
+        if kind == "rejected" and self.jobs:  # a batch member's refusal is keyed "<job>:<member>"
+            rid = (message.key or b"").decode()
+            for name_, job in self.jobs.items():
+                member = rid[len(name_) + 1 :] if rid.startswith(name_ + ":") else None
+                if member in job.expected and member not in job.results:
+                    job.refused.setdefault(member, Rejection.loads(message.value))
+                    job.check()
         call = self.calls.get((message.key or b"").decode())
         if call is None:  # a reply to a call no longer waiting (or a repeat of one already answered)
             return

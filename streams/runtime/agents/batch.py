@@ -182,7 +182,7 @@ def register(app, topics, settings, sender, book: BudgetBook | None = None) -> N
             if (refused := check.refusal(member, raw, headers)) is not None:
                 if refused.reason in identity.DENIED_WRITES:  # logged with the tenant it claimed, not its payload
                     identity.denied("write", member.tenant, refused.reason, f"batch member {refused.request_id!r}")
-                out.dead_letters.append(refused)
+                out.dead_letters.append(refused.derive(tenant=member.tenant))  # told on its tenant's topic too
             else:
                 members.append(member)
         cfg = config.load(settings.batch_templates)

@@ -139,3 +139,22 @@ def test_an_unanswered_call_times_out_naming_the_retry(settings):
 def test_a_call_before_start_says_how_to_start(settings):
     with pytest.raises(JevError, match="async with JevClient"):
         asyncio.run(client(settings).request({"state": "x"}))
+
+
+def test_a_batch_job_ends_with_its_results_or_names_the_refused_members(settings):
+    from schemas.batch import BatchResult
+    from streams.runtime.client import _Job
+
+    async def run():
+        jev = client(settings)
+        job = jev.jobs["周报:1"] = _Job({"a", "b"})
+        result = BatchResult(job="周报:1", member="a", kind="k", template="t", status="ok", call_id="c", text="好")
+        jev._dispatch("batch_results", message(result, "周报:1"))
+        assert not job.done.is_set()
+        refusal = Rejection(
+            reason="over_budget", detail="raise the budget", stage="batch", original="", ts=0.0, request_id="周报:1:b"
+        )
+        jev._dispatch("rejected", message(refusal, "周报:1:b"))
+        assert job.done.is_set() and job.results["a"].text == "好" and job.refused["b"].reason == "over_budget"
+
+    asyncio.run(run())
