@@ -221,15 +221,64 @@ async def run_audit(pipe: Pipeline) -> dict:
     return orjson.loads(proc.stdout.splitlines()[-1])
 
 
-async def inject(pipe: Pipeline, collector: Collector, kill: list[str], n: int, log) -> None:
-    """Kill each process in `kill` once, spread over the run, as soon as that share of requests is decided."""
+class Kill:
+    """One SIGKILL: the role, when (time.monotonic()), the requests still undecided then (in flight or queued), and
+    when its replacement was ready."""
+
+    def __init__(self, role: str, pid: int, at: float, undecided: set[str]):
+        self.role, self.pid, self.at, self.undecided = role, pid, at, undecided
+        self.replaced_at: float | None = None
+
+    def recovery_s(self, first_seen: dict[str, float]) -> float | None:
+        """Seconds from the kill to the first decision of the last request undecided at the kill (0.0 when none
+        was); None while one of them is still undecided."""
+        if not self.undecided <= first_seen.keys():
+            return None
+        return round(max((first_seen[r] - self.at for r in self.undecided), default=0.0), 1)
+
+    def report(self, first_seen: dict[str, float], started: float) -> dict:
+        return {
+            "role": self.role,
+            "pid": self.pid,
+            "at_s": round(self.at - started, 1),
+            "undecided_at_kill": len(self.undecided),
+            "recovery_s": self.recovery_s(first_seen),
+            "replaced_s": round(self.replaced_at - self.at, 1) if self.replaced_at is not None else None,
+            "decided_per_10s": self.timeline(first_seen),
+        }
+
+    def timeline(self, first_seen: dict[str, float], step_s: float = 10.0) -> list[int]:
+        """How many of the requests undecided at the kill were decided in each `step_s` after it: where the
+        recovery stalled."""
+        counts: list[int] = []
+        for r in self.undecided & first_seen.keys():
+            slot = max(0, int((first_seen[r] - self.at) // step_s))
+            counts.extend([0] * (slot + 1 - len(counts)))
+            counts[slot] += 1
+        return counts
+
+
+def recovery_s(kills: list[Kill], first_seen: dict[str, float]) -> float | None:
+    """The slowest kill's recovery_s (None without a kill, or while a request undecided at a kill still is)."""
+    each = [k.recovery_s(first_seen) for k in kills]
+    return None if not each or None in each else max(e for e in each if e is not None)
+
+
+async def inject(
+    pipe: Pipeline, collector: Collector, kill: list[str], expected: set[str], log, kills: list[Kill]
+) -> None:
+    """Kill each process in `kill` once, spread over the run, as soon as that share of requests is decided; each
+    kill is noted in `kills`."""
+    n = len(expected)
     for i, role in enumerate(kill):
         threshold = n * (i + 1) // (len(kill) + 2)
         while len(collector.decisions) < threshold:
             await asyncio.sleep(0.05)
         pid = pipe.kill(role)
+        kills.append(Kill(role, pid, time.monotonic(), expected - collector.decisions.keys()))
         log(f"SIGKILL {role} pid {pid} at {len(collector.decisions)}/{n} decided")
         await pipe.restart(role)
+        kills[-1].replaced_at = time.monotonic()
         log(f"restarted {role}: {orjson.dumps(pipe.startups[-1]).decode()}")
 
 
@@ -263,7 +312,8 @@ async def run_chaos(
                 [Control(kind="fault", key="sink.outage", value=time.time() + sink_outage, ts=time.time())],
             )
             log(f"ClickHouse outage injected for {sink_outage:.0f} s")
-        faults = asyncio.create_task(inject(pipe, collector, kill, n, log))
+        kills: list[Kill] = []
+        faults = asyncio.create_task(inject(pipe, collector, kill, expected, log, kills))
         await pipe.publish(bad, max_request_size=16 << 20)
         await send_raw(pipe.settings.bootstrap, poison, signed=True)
         for wave in range(WAVES):
@@ -331,6 +381,8 @@ async def run_chaos(
         },
         "lag_after_drain": lag,
         "sink_outage_s": sink_outage,
+        "recovery_s": recovery_s(kills, collector.first_seen),
+        "kills": [k.report(collector.first_seen, started) for k in kills],
         "decide_s": round(decided_at - started, 1),
         "wall_s": round(time.monotonic() - started, 1),
         **longest_gap([collector.first_seen[r] for r in decided], started),

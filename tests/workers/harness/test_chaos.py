@@ -9,10 +9,12 @@ from streams.core.deadletter import dead_letter, undecodable
 from tests.conftest import consumed
 from workers.harness.chaos import (
     Collector,
+    Kill,
     hostile_inputs,
     injected_id,
     internal_poison,
     longest_gap,
+    recovery_s,
     rejected_id,
     timed,
 )
@@ -61,3 +63,29 @@ def test_waiting_for_decisions_returns_the_ids_still_undecided_once_all_are_in_o
     started = time.monotonic()
     assert asyncio.run(collector.wait_for({"r-1", "r-3"}, timeout=0.2, poll_s=0.05)) == {"r-3"}
     assert 0.2 <= time.monotonic() - started < 5
+
+
+def test_recovery_is_the_time_from_the_kill_to_the_last_decision_of_what_was_undecided_then():
+    kill = Kill("stage", 41, at=100.0, undecided={"r-2", "r-3", "r-4"})
+    first_seen = {"r-1": 90.0, "r-2": 101.0, "r-3": 125.5, "r-4": 103.0, "r-9": 200.0}  # r-9: not undecided then
+    assert kill.recovery_s(first_seen) == 25.5
+    assert kill.timeline(first_seen) == [2, 0, 1]  # two within 10 s, none in the next 10, the last at 25.5 s
+    kill.replaced_at = 160.0
+    assert kill.report(first_seen, started=40.0) == {
+        "role": "stage",
+        "pid": 41,
+        "at_s": 60.0,
+        "undecided_at_kill": 3,
+        "recovery_s": 25.5,
+        "replaced_s": 60.0,
+        "decided_per_10s": [2, 0, 1],
+    }
+
+
+def test_a_request_never_decided_after_a_kill_leaves_no_recovery_time():
+    first = Kill("faust", 1, at=10.0, undecided={"a", "b"})
+    second = Kill("scoring", 2, at=20.0, undecided={"b"})
+    assert recovery_s([first, second], {"a": 12.0}) is None  # b never decided: not recovered
+    assert recovery_s([first, second], {"a": 12.0, "b": 27.0}) == 17.0  # the slowest kill's
+    assert recovery_s([], {"a": 1.0}) is None  # no kill, nothing to recover from
+    assert Kill("stage", 3, at=5.0, undecided=set()).recovery_s({}) == 0.0  # nothing was left to decide

@@ -17,7 +17,12 @@ def register(sub) -> None:
         "N requests plus hostile inputs, SIGKILLs and restarts the processes named by "
         "--kill mid-stream, makes ClickHouse fail for --sink-outage seconds, then checks "
         "that every request got a decision and every usage event is in ClickHouse once. "
-        "Exits 1 if anything was lost or double counted.",
+        "Exits 1 if anything was lost or double counted. "
+        "recovery_s: seconds from a kill to the first decision of the last request that was still undecided "
+        "at the kill (in flight or queued; the slowest kill's when there are several, null if one of those "
+        "requests was never decided); `kills` has each kill's count of those requests, its recovery_s, "
+        "replaced_s (until its replacement was ready) and decided_per_10s (how many of them were decided in "
+        "each 10 s after it, where a recovery stalled).",
     )
     p.add_argument("--requests", type=int, default=1000, metavar="N", help="requests to publish (default 1000)")
     p.add_argument(
