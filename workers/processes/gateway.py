@@ -152,7 +152,9 @@ class Gateway:
     lock: asyncio.Lock
 
     async def client(self, tenant: str) -> JevClient:
-        """The tenant's client, started on first use."""
+        """The tenant's client, started on first use (one start at a time; known tenants never wait for it)."""
+        if tenant in self.clients:
+            return self.clients[tenant]
         async with self.lock:
             if tenant not in self.clients:
                 client = JevClient(tenant, settings=self.settings, service="gateway")
