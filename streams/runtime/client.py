@@ -296,11 +296,11 @@ class JevClient:
         finally:
             self.jobs.pop(job, None)
         if tracked.refused:
-            member, first = next(iter(tracked.refused.items()))
+            refused, first = next(iter(tracked.refused.items()))
             raise JevRejected(
                 first.reason,
                 f"{len(tracked.refused)} of {len(wanted)} members of batch job {job!r} were refused; member "
-                f"{member!r}: {first.detail}",
+                f"{refused!r}: {first.detail}",
                 first.request_id,
                 first.retry_after_s or None,
             )

@@ -294,7 +294,8 @@ class Pipeline:
                     fields = {k: v for k, v in body.items() if k not in ("state", "kind", "stream", "tenant")}
                     replies = jev.stream(body["state"], timeout=timeout, **fields)
                     chunks[rid] = [chunk async for chunk in replies]
-                    decisions[rid] = replies.decision
+                    if replies.decision is not None:  # set once the stream is exhausted
+                        decisions[rid] = replies.decision
                 else:
                     decisions[rid] = await jev.request(body, timeout=timeout)
             except JevRejected as exc:
