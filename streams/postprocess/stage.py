@@ -20,6 +20,7 @@ from streams.output import stream as stream_config
 from streams.output.format import http_headers
 from streams.output.stream import chunk_text, streamed
 from streams.postprocess.finalize import finalize
+from streams.settings import Settings
 from streams.usage.events import usage_event
 
 CACHEABLE = {"rules", "coarse", "fine", "llm"}
@@ -58,7 +59,7 @@ class Postprocess:
 
     def __init__(
         self,
-        settings,
+        settings: Settings,
         cache: Caches,
         controls: Controls,
         book: BudgetBook,

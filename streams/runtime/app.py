@@ -42,6 +42,7 @@ from streams.runtime.topics import KeyPartitionedTable, Topics
 from streams.runtime.usage_spill import durable_sink
 from streams.scoring import rules
 from streams.security import signing
+from streams.settings import Settings
 from streams.shadow.guard import Guard
 from streams.shadow.sample import Sampler
 from streams.shadow.verdict import ShadowJoin
@@ -70,7 +71,9 @@ class JevApp:
     cache_state: CacheStateLog | None
 
 
-def create_app(settings, known_types: set[str] | None = None, sink=None, sender: Delivers | None = None) -> JevApp:
+def create_app(
+    settings: Settings, known_types: set[str] | None = None, sink=None, sender: Delivers | None = None
+) -> JevApp:
     """The stream-processing app. `sink` (anything with insert(events)) defaults to durable_sink(settings),
     opened when the first usage arrives; `sender` to a Sender on the app's broker, through which every stage
     sends."""

@@ -28,6 +28,7 @@ from streams.runtime.consumer import follow_from_start, run_agent, take_work
 from streams.runtime.seen_log import RequestsSeenLog
 from streams.runtime.topics import Topics
 from streams.scoring.rules import Rule
+from streams.settings import Settings
 
 STATE_FLUSH_S = 0.5
 RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
@@ -36,7 +37,7 @@ RECORDS_PER_MESSAGE = 200  # an L2 fill with its vector is ~2.5 kB
 def register(
     app: faust.App,
     topics: Topics,
-    settings,
+    settings: Settings,
     stage: CacheStage,
     controls: Controls,
     postprocess: Postprocess,

@@ -10,10 +10,16 @@ from streams.postprocess.stage import Postprocess
 from streams.runtime.consumer import run_agent, take_work
 from streams.runtime.seen_log import RequestsSeenLog
 from streams.runtime.topics import Topics
+from streams.settings import Settings
 
 
 def register(
-    app: faust.App, topics: Topics, settings, postprocess: Postprocess, sender: Delivers, seen: RequestsSeenLog
+    app: faust.App,
+    topics: Topics,
+    settings: Settings,
+    postprocess: Postprocess,
+    sender: Delivers,
+    seen: RequestsSeenLog,
 ) -> None:
     @app.agent(topics.scored, name="format_decision")
     async def format_decision(stream):
