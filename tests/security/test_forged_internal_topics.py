@@ -91,5 +91,5 @@ async def test_forged_records_on_scored_score_and_cache_state_are_refused_and_re
         assert "r-globex" not in ids_in(await records(bootstrap, "usage"))  # neither scored nor billed
         assert not any(b"FORGED" in v for v in await records(bootstrap, "decisions"))
         assert not any(
-            isinstance(v, bytes) and b"FORGED" in v for v in pipe.app.tables["l1_cache"].values()
+            isinstance(v, bytes) and b"FORGED" in v for v in pipe.app.faust.tables["l1_cache"].values()
         )  # nor cached

@@ -51,7 +51,9 @@ async def send(bootstrap: str, topic: str, values: list[bytes], signed_as: str =
 async def test_unsigned_requests_naming_acme_do_not_use_up_acmes_rate(settings):
     unsigned = [orjson.dumps({**REQUEST, "request_id": f"forged-{i}"}) for i in range(60)]
     signed = [orjson.dumps({**REQUEST, "request_id": f"own-{i}", "state": f"trail shoes {i}"}) for i in range(4)]
-    async with Pipeline(settings.replace(backend="lexical", tenant_rates="acme=5:0"), known_decision_types()) as pipe:
+    async with Pipeline(
+        settings.replace(backend="lexical", tenant_rates="acme=5:0"), known_decision_types(), stages_process=True
+    ) as pipe:
         await send(pipe.settings.bootstrap, "requests", unsigned)
         await send(pipe.settings.bootstrap, "requests", signed, signed_as="acme")
         decisions, rejections = await pipe.collect(4, 60, timeout=90)
