@@ -58,6 +58,25 @@ def model_server(model_server_process):
 
 
 @pytest.fixture(scope="session")
+def vllm_server_process(tmp_path_factory):
+    """The real vLLM OpenAI server (its CPU build from `make vllm`, SmolLM2-135M, prefix caching and cached-token
+    details on), started once per session; skips naming `make vllm` where .venv-vllm is absent."""
+    from infra.model_server import VLLMServer, vllm_missing
+
+    why = vllm_missing()
+    if why:
+        pytest.skip(why)
+    with VLLMServer(log=tmp_path_factory.mktemp("vllm_server") / "server.log") as server:
+        yield server
+
+
+@pytest.fixture
+def vllm_server(vllm_server_process):
+    """The session's vLLM server, up (restarted here if a test left it down): `.url`, `.model`, `.kill()`."""
+    return vllm_server_process.start()
+
+
+@pytest.fixture(scope="session")
 def clickhouse_dsn(tmp_path_factory) -> str:
     """chdb binds one data directory per process, so every in-process ClickHouse user shares this one
     (an in-process Pipeline too: pass settings.replace(clickhouse_dsn=clickhouse_dsn) and use usage_db)."""
