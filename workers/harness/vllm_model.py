@@ -27,7 +27,7 @@ def convert(out: Path) -> Path:
     gguf = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # torch types module attributes as tensors or modules
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out.mkdir(parents=True, exist_ok=True)
