@@ -59,7 +59,7 @@ async def test_a_redelivery_spends_nothing_more_and_gets_the_first_decision(app_
     await app.ingest.hand_over(requests([same, restamped]))
     assert admitted(captured) == ["acme/r1"] and ingest_usage(captured) == ["4:acme/2:r1:ingest"]
     assert "rejected" not in captured.sent and app.budgets.open.get("4:acme/2:r1") == reserved
-    first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40)
+    first = Decision(request_id="r1", tier="fine", action_id="a", input_tokens=40, tenant="acme")
     app.requests.decided("acme", first)
     await app.ingest.hand_over(requests([same]))
     assert captured.sent["decisions"] == [first]  # the first decision again, no new work
