@@ -143,7 +143,7 @@ def replay_decisions(
 
 def _decide_all(naive, requests: list[Request], model: str, progress) -> list:
     """The naive decision of every request, decided in batches as a scoring worker decides."""
-    out = []
+    out: list = []
     for start in progress(range(0, len(requests), BATCH)):
         works, _ = decide_naive(naive, [_work(r, model) for r in requests[start : start + BATCH]])
         out.extend(w.decision for w in works)

@@ -85,12 +85,12 @@ def confusers(questions: list[str], n: int) -> list[list[int]]:
                 postings[u].append(i)
     out = []
     for i, s in enumerate(sets):
-        score: Counter[int] = Counter()
+        score: dict[int, float] = defaultdict(float)
         for u in s:
             for j in postings.get(u, ()):
                 if j != i:
                     score[j] += 1.0 / df[u]
-        out.append([j for j, _ in score.most_common(n)])
+        out.append(sorted(score, key=lambda j: (-round(score[j], 9), j))[:n])
     return out
 
 
