@@ -179,3 +179,31 @@ def test_a_missing_server_binary_names_the_install(monkeypatch):
     assert "make model-server" in ms.missing()
     with pytest.raises(FileNotFoundError, match="make model-server"):
         ms.ModelServer().command()
+
+
+def test_a_missing_vllm_install_names_make_vllm(monkeypatch, tmp_path):
+    monkeypatch.setattr(ms, "VLLM_VENV", tmp_path / ".venv-vllm")
+    assert "make vllm" in ms.vllm_missing() and ms.missing_for("vllm") == ms.vllm_missing()
+    with pytest.raises(FileNotFoundError, match="make vllm"):
+        ms.VLLMServer().command()
+
+
+def test_the_vllm_server_runs_its_openai_module_with_prefix_caching(monkeypatch, tmp_path):
+    venv, model = tmp_path / ".venv-vllm", tmp_path / ".venv-vllm" / "smollm2"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr(ms, "VLLM_VENV", venv)
+    monkeypatch.setattr(ms, "VLLM_MODEL_DIR", model)
+    server = ms.server_for("vllm", port=8123, threads=1)
+    command = server.command()
+    assert command[:3] == [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server"]
+    for flag in ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--enforce-eager"):
+        assert flag in command
+    assert command[command.index("--dtype") + 1] == "float32" and command[command.index("--model") + 1] == str(model)
+    assert command[command.index("--served-model-name") + 1] == server.model == "smollm2-vllm"
+    assert server.environment["VLLM_CPU_KVCACHE_SPACE"] == "2" and server.url == "http://127.0.0.1:8123/v1"
+    assert type(ms.server_for("llama")) is ms.ModelServer
+    with pytest.raises(ValueError, match="llama or vllm"):
+        ms.server_for("sglang")
