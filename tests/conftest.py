@@ -126,11 +126,12 @@ def consumed(topic: str, values: list) -> list:
 
 
 async def fresh_topic(broker, topic: str, partitions: int, values: list[bytes] = ()) -> str:
-    """Create `topic` on the session's broker with `values` on it, the i-th on partition i % partitions;
-    returns the bootstrap address."""
+    """Create `topic` on the session's broker with `values` on it, the i-th on partition i % partitions, signed as
+    Jev's own Sender signs them where the topic is signed; returns the bootstrap address."""
     from aiokafka import AIOKafkaProducer
 
     from infra.broker import create_topics
+    from streams.security import signing
 
     bootstrap = broker.url.removeprefix("kafka://")
     await create_topics(bootstrap, [topic], partitions)
@@ -139,7 +140,8 @@ async def fresh_topic(broker, topic: str, partitions: int, values: list[bytes] =
         await producer.start()
         try:
             for i, value in enumerate(values):
-                await producer.send(topic, value, partition=i % partitions)
+                headers = signing.headers(topic, value) if topic in signing.SIGNED else None
+                await producer.send(topic, value, partition=i % partitions, headers=headers)
         finally:
             await producer.stop()
     return bootstrap
