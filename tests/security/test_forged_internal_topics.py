@@ -41,9 +41,14 @@ def ids_in(values: list[bytes]) -> set[str]:
     return {rid.decode() for v in values for rid in re.findall(rb'"request_id":"([^"]+)"', v)}
 
 
-async def test_forged_records_on_scored_score_and_cache_state_are_refused_and_reach_no_tenant(settings):
+async def test_forged_records_on_scored_score_and_cache_state_are_refused_and_reach_no_tenant(
+    settings, clickhouse_dsn, usage_db
+):
     payloads = workload.generate(6, seed=49, repeat_share=0)
-    async with Pipeline(settings.replace(backend="lexical"), known_decision_types()) as pipe:
+    # the session's embedded ClickHouse: chdb binds one data directory per process
+    async with Pipeline(
+        settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn), known_decision_types()
+    ) as pipe:
         bootstrap, partitions = pipe.settings.bootstrap, pipe.settings.partitions
         await pipe.publish(payloads)
         decided, _ = await pipe.collect(len(payloads), 0, timeout=120)
