@@ -23,7 +23,7 @@ from streams import settings as settings_mod
 from streams.core import encodings
 from streams.models import loaded as models
 from streams.models import registry
-from streams.scoring.batching import score_many
+from streams.scoring.microbatch import score_many
 from streams.scoring.steps import Call
 
 

@@ -19,8 +19,8 @@ import orjson
 
 from streams.cache import calibration
 from streams.cache.embedders import load_embedder
+from streams.cache.guards import verify
 from streams.cache.modelcheck import ModelCheck
-from streams.cache.verify import verify
 from streams.settings import load
 
 

@@ -168,7 +168,7 @@ class Settings:
     stream_config: str = _doc(
         "",
         "YAML file of streamed answers: output length per question type, chunk size and "
-        "pace per client; empty = the bundled streams/output/stream.yaml.",
+        "pace per client; empty = the bundled streams/output/chunks.yaml.",
     )
     batch_window_max: int = _doc(16, "Max batch members merged into one generation call.")
     batch_window_ms: int = _doc(2000, "Max wait to collect batch members of the same template into one call.")

@@ -8,7 +8,7 @@ from schemas.records import Work
 from streams.budgets.book import Refused, request_scopes
 from streams.idempotency.requests import reservation_key
 from streams.models import pricing
-from streams.output.stream import reserved_output
+from streams.output.chunks import reserved_output
 
 
 def reserve(book, leases, work: Work, hold, input_tokens: int, output_tokens: int):

@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 
 from streams.cache.embedders import Embedder
+from streams.cache.guards import verify
 from streams.cache.modelcheck import ModelCheck
-from streams.cache.verify import verify
 
 # Used until `jev cache calibrate` saves one: STS-B dev at target precision 0.95 (see bench/cache_precision.py).
 DEFAULT_THRESHOLDS = {"minilm": 0.75, "hashing": 0.82, "e5": 0.915, "minilm+e5": 0.68, "hashing+e5": 0.29}

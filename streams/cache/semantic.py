@@ -2,7 +2,7 @@
 
 A partition is the tuple of context constraints (tenant, decision type, segment, language, format), each with its
 own index, so a hit never crosses them. A neighbour must pass the cosine floor and the verification checks
-(verify.py); with pooled evidence (evidence.py) the learned verifier scores it and it is served only where the
+(guards.py); with pooled evidence (evidence.py) the learned verifier scores it and it is served only where the
 certified threshold allows (a decide partition's in the decide pool, where how decisively the cached decision was
 made is a feature too). `probe` returns a refused candidate too, so the miss's answer can be learned from, and
 marks near-misses for promotion (Krites): judged the same by the naive twin, the question becomes an alias key of
@@ -26,12 +26,12 @@ from streams.cache.embedders import Embedder
 from streams.cache.entry import Entry, Hit, RefreshQueue, VersionBook, serve
 from streams.cache.evidence import PooledEvidence
 from streams.cache.exact import normalize
+from streams.cache.guards import verify as verify_pair
 from streams.cache.index import VectorIndex
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
 from streams.cache.verifier import decisiveness
 from streams.cache.verifier import features as verifier_features
-from streams.cache.verify import verify as verify_pair
 
 SCRIPTS = [
     ("zh", re.compile(r"[\u4e00-\u9fff]")),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streams.cache.verify import differences
+from streams.cache.guards import differences
 
 FEATURES = (
     "bias",

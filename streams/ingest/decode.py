@@ -12,8 +12,8 @@ from streams.core.deadletter import dead_letter
 from streams.core.tenants import BadTenant, canonical
 from streams.ingest.contracts import ContractError, check_request, fit_history
 from streams.ingest.templates import Templates
-from streams.output import stream as stream_mod
-from streams.output.stream import StreamConfig
+from streams.output import chunks as stream_mod
+from streams.output.chunks import StreamConfig
 from streams.text import tokens
 from streams.text.prompt import count_sections, measure_context
 

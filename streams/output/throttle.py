@@ -1,4 +1,4 @@
-"""The token bucket that paces a streamed answer (streams.output.stream's Pacer): `rate` tokens per second per
+"""The token bucket that paces a streamed answer (streams.output.chunks's Pacer): `rate` tokens per second per
 client class (stream.yaml). Pure: the caller passes the clock (`now`, seconds) and sleeps the wait itself."""
 
 from __future__ import annotations

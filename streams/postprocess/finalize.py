@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from schemas.records import Decision, UsageEvent, Work
+from streams.output.chunks import streamed
 from streams.output.patterns import Patterns, resolve
-from streams.output.stream import streamed
 from streams.postprocess.contracts import enforce
 from streams.usage.events import usage_event
 

@@ -16,9 +16,9 @@ from streams.core.metrics import observe_decision, observe_promotion, observe_st
 from streams.core.outbox import Outbox
 from streams.core.switches import Controls
 from streams.idempotency.requests import Requests, reservation_key
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
+from streams.output.chunks import chunk_text, streamed
 from streams.output.format import http_headers
-from streams.output.stream import chunk_text, streamed
 from streams.postprocess.finalize import finalize
 from streams.settings import Settings
 from streams.usage.events import usage_event

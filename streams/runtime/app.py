@@ -22,7 +22,7 @@ from streams.idempotency.requests import Requests
 from streams.ingest.decode import Admission
 from streams.ingest.templates import Templates
 from streams.models import loaded as models
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
 from streams.postprocess.stage import Postprocess
 from streams.runtime import kafka_tuning
 from streams.runtime import usage_sink as usage_sink

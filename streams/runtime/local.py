@@ -1,5 +1,5 @@
 """Local answers where requests are admitted, without a topic hop: ingest answers the L1 hits and rule matches
-(streams.runtime.answer) of the cache-key partitions this worker holds.
+(answer_locally: L1, then a rule) of the cache-key partitions this worker holds.
 
 That skips an envelope, a produce, a fetch and a hop of latency (a rule match also skips the L2 embedding and a
 scoring worker). The rest go on to the cache agent, which takes the same step before L2; a work with a deadline
@@ -8,13 +8,40 @@ that L2 and L3 cannot match (a structured state) goes straight to the scoring wo
 
 from __future__ import annotations
 
-from schemas.records import Work
+import time
+from dataclasses import dataclass, field
+
+from schemas.records import UsageEvent, Work
 from streams.cache.semantic import asks_in_words
 from streams.core.deadlines import deadline
 from streams.core.metrics import observe_cache
 from streams.core.outbox import Outbox
-from streams.runtime.answer import answer_locally
 from streams.runtime.partitioning import partition_for
+from streams.scoring.rules import rule_decision
+
+
+@dataclass
+class Answered:
+    work: Work  # with its decision set
+    prefetches: list[Work] = field(default_factory=list)  # pre-answers an L1 hit queues for the scoring workers
+    usage: list[UsageEvent] = field(default_factory=list)  # a rule match's usage (an L1 hit spends nothing)
+
+
+def answer_locally(work: Work, switches, cache, rules: list) -> Answered | None:
+    """`work` answered from L1 (`cache`, a streams.cache.stage.CacheStage) or by `rules`, or None."""
+    queued_ms = (time.time() - work.admitted_at) * 1000  # the work that decides it starts now
+    if switches["cache.l1"] and (hit := cache.lookup_exact(work, switches)) is not None:
+        observe_cache(hit.level, True)
+        answered = cache.answer(work, hit)
+        answered.decision.queue_ms = round(queued_ms, 3)
+        return Answered(answered, cache.prefetches(work, switches))
+    if switches["score.rules"] and (ruled := rule_decision(rules, work)) is not None:
+        if switches["cache.l1"]:  # looked up above and missed
+            observe_cache("l1", False)
+        work.decision, usage = ruled
+        work.decision.queue_ms = round(queued_ms, 3)
+        return Answered(work, usage=usage)
+    return None
 
 
 class LocalAnswers:

@@ -3,7 +3,7 @@ decisions) under the decision's breakers, then rollout.
 
 Pure given its backends: the scoring worker calls `decide_batch`, and `jev score` and bench/cascade.py call the
 same code offline. Each decision is a generator of backend calls driven a micro-batch at a time
-(streams.scoring.batching); the concepts live beside it (ranking, hierarchy, breakers, rollout, rule_tier,
+(streams.scoring.microbatch); the concepts live beside it (ranking, hierarchy, breakers, rollout, rules,
 generate, factory, ledger).
 """
 
@@ -19,18 +19,18 @@ from streams.core import deadlines
 from streams.core.metrics import observe_breaker, observe_fallback
 from streams.core.switches import SWITCHES
 from streams.models.protocol import Generator, Scorer
-from streams.output.stream import StreamConfig
+from streams.output.chunks import StreamConfig
 from streams.scoring import policy as policy_mod
 from streams.scoring import streaming
-from streams.scoring.batching import drive
 from streams.scoring.breakers import DecisionBreakers, Fallback, fallback_ranking
 from streams.scoring.generate import generated_decision
 from streams.scoring.hierarchy import descend
 from streams.scoring.language_routes import FineTiers
 from streams.scoring.ledger import Ledger, candidate_lengths, nominal_tokens
+from streams.scoring.microbatch import drive
 from streams.scoring.ranking import rank
 from streams.scoring.rollout import rollout
-from streams.scoring.rule_tier import rule_decision
+from streams.scoring.rules import rule_decision
 from streams.scoring.steps import Deciding
 
 MODES = ("cascade", "fine-only", "coarse-only")

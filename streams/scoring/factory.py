@@ -26,7 +26,7 @@ def build_engine(settings, mode: str = "cascade", pool: pool_mod.Pool | None = N
     config = policy_mod.load(settings.decision_types)
     fine = settings.backend if settings.backend != "auto" else config.tiers["fine"]
     escalation = config.tiers.get("escalation", "none")
-    from streams.output import stream as stream_config
+    from streams.output import chunks as stream_config
 
     fine_tiers = fine_tiers_for(config, registry.scorer(fine, pool), settings.backend, pool)
     return Engine(

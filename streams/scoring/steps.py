@@ -2,7 +2,7 @@
 order it settles on (`Ranking`).
 
 A decision is a generator (streams.scoring.engine): it yields a Call whenever it needs a model tier and receives
-that call's Scored. The driver (streams.scoring.batching) gathers the calls of every decision of a micro-batch and
+that call's Scored. The driver (streams.scoring.microbatch) gathers the calls of every decision of a micro-batch and
 makes one backend call for all of them, so the scoring worker batches across requests, not only within one."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from schemas.records import Chunk, Decision, UsageEvent, Work
 from streams.core.metrics import observe_stream
 from streams.models.protocol import ModelUnavailable, Scored, Streaming
 from streams.models.router import for_work
-from streams.output import stream as stream_mod
+from streams.output import chunks as stream_mod
 from streams.scoring.generate import unavailable
 from streams.scoring.ledger import Ledger
 from streams.text import tokens

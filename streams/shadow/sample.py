@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from schemas.records import UsageEvent, Work
-from streams.output.stream import StreamConfig, reserved_output
+from streams.output.chunks import StreamConfig, reserved_output
 from streams.shadow import mechanisms
 from streams.text import tokens
 from streams.text.prompt import render_context

@@ -2,7 +2,7 @@
 
 A paraphrase may change every other word, but not the thing it names: identifiers (INV-0004, A320), numbers by
 value (三晚 and 3晚), quoted and titled terms (“…”, 《…》), Latin-script names inside CJK text, and CJK places by
-their suffix (北京饭店). The lists live in streams/text/lang/; the cache's word-level checks (streams/cache/verify.py)
+their suffix (北京饭店). The lists live in streams/text/lang/; the cache's word-level checks (streams/cache/guards.py)
 read English names and rare words.
 """
 

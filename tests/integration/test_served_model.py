@@ -13,7 +13,7 @@ from streams.models import http
 from streams.models import openai as engine_mod
 from streams.models.lexical import LexicalBackend
 from streams.models.pool import ModelSpec
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
 from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine

@@ -19,7 +19,7 @@ from schemas.records import Candidate, Request, Work
 from streams.models import http, registry
 from streams.models import pool as pool_mod
 from streams.models.lexical import LexicalBackend
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
 from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine

@@ -1,6 +1,6 @@
 """The scoring worker process: reads micro-batches of the score topic (a streams.runtime.consumer.BatchConsumer),
-decides the whole micro-batch together (one backend call per tier round across its requests: streams.scoring.batching),
-and commits once the Sender delivered what it decided.
+decides the whole micro-batch together (one backend call per tier round across its requests:
+streams.scoring.microbatch), and commits once the Sender delivered what it decided.
 
 At-least-once: offsets are committed only after the decisions and usage events are acknowledged by the
 broker; a redelivered batch yields the same request ids and event ids, which downstream treats idempotently.

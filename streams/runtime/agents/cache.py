@@ -1,4 +1,4 @@
-"""cache: answer locally (L1, then rules: streams.runtime.answer), else from L2 through the postprocess step, or pass
+"""cache: answer locally (L1, then rules: streams.runtime.local), else from L2 through the postprocess step, or pass
 the miss on to the scoring workers. Ingest takes the same local step for the partitions this worker holds
 (streams.runtime.local), so what arrives here is mostly the rest.
 
@@ -23,8 +23,8 @@ from streams.core.metrics import observe_cache, observe_promoted_hit, observe_st
 from streams.core.outbox import Delivers, Outbox
 from streams.core.switches import Controls
 from streams.postprocess.stage import Postprocess
-from streams.runtime.answer import answer_locally
 from streams.runtime.consumer import follow_from_start, run_agent, take_work
+from streams.runtime.local import answer_locally
 from streams.runtime.seen_log import RequestsSeenLog
 from streams.runtime.topics import Topics
 from streams.scoring.rules import Rule

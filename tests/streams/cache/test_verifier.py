@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from streams.cache.guards import differences
 from streams.cache.verifier import FEATURES, Verifier, features, fit, load_verifier, save_verifier, standardizer
-from streams.cache.verify import differences
 
 
 def test_fit_recovers_the_weights_of_a_logistic_truth():

@@ -8,7 +8,7 @@ from schemas.records import Rejection, Work
 from streams.budgets.book import BudgetBook, Reservation
 from streams.budgets.reserve import reserve_request
 from streams.ingest.decode import Admission, admit
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
 
 POLICY = Admission(
     1_048_576, "gpt-4o-mini", frozenset({"customer_service", "ranking"}), stream_config=stream_config.load()

@@ -442,7 +442,7 @@ def test_label_scores_read_both_logprob_forms():
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(fake_server, stream):
-    from streams.output import stream as stream_config
+    from streams.output import chunks as stream_config
 
     url, _ = fake_server
     eng = Engine(

@@ -12,7 +12,7 @@ from streams.core import metrics
 from streams.models import registry
 from streams.models.extractive import ExtractiveGenerator
 from streams.models.protocol import Streaming, Usage
-from streams.output import stream as stream_config
+from streams.output import chunks as stream_config
 from streams.output.clean import clean
 from streams.scoring.engine import Engine
 from streams.scoring.streaming import Clock

@@ -6,7 +6,7 @@ from prometheus_client import REGISTRY
 
 from streams.core import encodings
 from streams.models import lexical as backends
-from streams.scoring import batching, policy, rules
+from streams.scoring import microbatch, policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.language_routes import FineTiers
 from streams.scoring.warmup import samples, warm
@@ -35,7 +35,7 @@ def engine(english, multilingual, coarse=None):
 
 
 def test_warm_up_calls_each_tier_in_both_languages_and_leaves_no_trace(monkeypatch):
-    monkeypatch.setattr(batching, "PACE", batching.Pace())
+    monkeypatch.setattr(microbatch, "PACE", microbatch.Pace())
     log = []
     coarse = Logged("coarse", log)
     eng = engine(Logged("en", log), Logged("zh", log), coarse)
@@ -44,7 +44,7 @@ def test_warm_up_calls_each_tier_in_both_languages_and_leaves_no_trace(monkeypat
     warm(eng)
     assert Counter(log) == {"coarse": 8, "en": 4, "zh": 4}  # 2 types x 2 languages, twice; coarse for all
     assert not eng.counters and cache.hits + cache.misses == lookups
-    assert {("coarse", "coarse"), ("en", "en"), ("zh", "zh")} <= set(batching.PACE.seconds_per_text)
+    assert {("coarse", "coarse"), ("en", "en"), ("zh", "zh")} <= set(microbatch.PACE.seconds_per_text)
 
 
 def test_breakers_the_warm_up_trips_stay_out_of_the_metrics():

@@ -7,7 +7,7 @@ from schemas.records import Candidate, Contracts, Request, Turn, UsageEvent, Wor
 from streams.ingest.decode import Admission, admit
 from streams.models.extractive import ExtractiveGenerator
 from streams.models.lexical import LexicalBackend
-from streams.output import stream as stream_mod
+from streams.output import chunks as stream_mod
 from streams.scoring import rules as rules_mod
 from streams.scoring.engine import Engine
 from streams.shadow.naive import as_shadow, decide_naive, naive_engine

@@ -2,7 +2,7 @@
 
 import pytest
 
-from streams.cache.verify import verify
+from streams.cache.guards import verify
 from streams.text.keyterms import differ, key_terms, missing
 
 

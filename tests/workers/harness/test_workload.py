@@ -6,7 +6,7 @@ from streams.cache.semantic import partition_of
 from streams.core.switches import SWITCHES
 from streams.distill.work import Distiller
 from streams.ingest.decode import Admission, admit
-from streams.output.stream import question_text
+from streams.output.chunks import question_text
 from streams.text import language, tokens
 from workers.harness import workload
 

@@ -8,8 +8,8 @@ import time
 
 from schemas.records import Request, Work, WorkBatch
 from schemas.topics import name
-from streams.scoring.batching import drive
 from streams.scoring.factory import build_engine
+from streams.scoring.microbatch import drive
 from tests.conftest import consumed
 from workers.processes.scoring_worker import DECIDE_CHUNK, ScoringWorker
 

@@ -14,12 +14,12 @@ import orjson
 from streams.cache import calibration, training
 from streams.cache.embedders import EMBEDDERS, load_embedder
 from streams.cache.evidence import PooledEvidence
+from streams.cache.guards import verify
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import check_name, decision_name, load_model_check
 from streams.cache.replay import replay
 from streams.cache.semantic import SemanticCache
 from streams.cache.verifier import load_verifier, save_verifier
-from streams.cache.verify import verify
 
 TRAIN_HELP = """\
 Fit the L2 verifier's starting weights from labelled pairs, and save them in the data dir (verifier.json).

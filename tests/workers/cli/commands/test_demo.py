@@ -9,7 +9,7 @@ import orjson
 import pytest
 import yaml
 
-from streams.output import stream as stream_mod
+from streams.output import chunks as stream_mod
 from workers.cli.main import main
 from workers.harness import demo as demo_mod
 

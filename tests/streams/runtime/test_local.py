@@ -4,7 +4,7 @@ import time
 
 from schemas.records import Request, Work
 from streams.core.switches import SWITCHES
-from streams.runtime.answer import answer_locally
+from streams.runtime.local import answer_locally
 from streams.scoring import rules
 
 

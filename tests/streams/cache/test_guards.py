@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from streams.cache.calibration import read_pairs
-from streams.cache.verify import _zh_value, asks, differences, verify
+from streams.cache.guards import _zh_value, asks, differences, verify
 
 QUESTION_PAIRS = Path(__file__).with_name("question_pairs.jsonl")
 

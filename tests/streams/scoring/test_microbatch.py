@@ -7,7 +7,7 @@ import pytest
 from schemas.records import Candidate, Request
 from streams.models import lexical as backends
 from streams.models.loaded import available
-from streams.scoring import batching, policy, rules
+from streams.scoring import microbatch, policy, rules
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
 from streams.scoring.steps import Call
@@ -174,8 +174,8 @@ def test_inside_a_round_the_shortest_call_goes_first_so_no_decision_waits_out_it
     """Fine-only decisions (few candidates) call the slow English tier in the first round while cascade decisions
     call the coarse tier: the coarse call goes first, so the cascade decisions still have their time budget when
     their breakers are checked before the fine tier, and none falls back on the timeout."""
-    pace = batching.Pace()
-    monkeypatch.setattr(batching, "PACE", pace)
+    pace = microbatch.Pace()
+    monkeypatch.setattr(microbatch, "PACE", pace)
     log = []
     coarse, fine = Slow("coarse", log), Slow("fine", log, seconds=0.5)
     pace.observe(fine, [Call(fine, "state", ["a"])], 1.0)  # measured slow, as a warm-up leaves it
@@ -201,7 +201,7 @@ def test_inside_a_round_the_shortest_call_goes_first_so_no_decision_waits_out_it
 
 
 def test_a_backend_not_yet_measured_goes_first_and_is_measured():
-    pace = batching.Pace()
+    pace = microbatch.Pace()
     measured, fresh = Slow("measured", []), Slow("fresh", [])
     pace.observe(measured, [Call(measured, "s", ["a", "b"])], 0.3)
     assert pace.expected(fresh, [Call(fresh, "s", ["a"])]) == 0.0
@@ -242,7 +242,7 @@ def test_works_with_a_deadline_are_decided_first_earliest_first_and_as_the_unord
         ["State: checkout screening 23", "State: checkout screening 5"]
     ] * 2
     assert all(len(contexts) == 38 for _, contexts in log[2:]) and len(log) == 4
-    unordered = batching.drive(
+    unordered = microbatch.drive(
         [engine(backends.LexicalBackend(), backends.LexicalBackend()).deciding(w) for w in batch]
     )
     assert comparable(ordered) == comparable(unordered)

@@ -4,7 +4,7 @@ into ordered chunks, and the token bucket's pacing."""
 import pytest
 
 from schemas.records import Decision, Request
-from streams.output import stream as S
+from streams.output import chunks as S
 from streams.output.clean import clean
 from streams.text import tokens
 
