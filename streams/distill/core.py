@@ -137,7 +137,6 @@ def _distill(
 ) -> Distilled:
     originals = [_line(r, c) for r, c in zip(roles, contents)]
     costs = [tokens.count(line, model) for line in originals]
-    before = sum(costs)
     protected = protected_turns(messages)
     reasons: dict[int, str] = {}
     saved = {layer: 0 for layer in LAYERS}
@@ -184,21 +183,8 @@ def _distill(
         reserved = placeholder_tokens + sum(costs[i] + ttl.MARKER_TOKENS for i in protected)
         drop("time", ttl.select(units, unit_tags, costs, stamps, protected, set(reasons), limit, reserved, policy, now))
     kept = [i for i in range(len(messages)) if i not in reasons]
-    return _render(
-        roles,
-        contents,
-        stamps,
-        costs,
-        kept,
-        reasons,
-        placeholders,
-        placeholder_costs,
-        protected,
-        saved,
-        before,
-        model,
-        on["dedup"],
-    )
+    turns = _Turns(roles, contents, stamps, costs, model)
+    return _render(turns, kept, reasons, placeholders, placeholder_costs, protected, saved, on["dedup"])
 
 
 def _placeholders(
@@ -218,23 +204,31 @@ def _placeholders(
     return out
 
 
+@dataclass(frozen=True)
+class _Turns:
+    """A history's turns as _distill read them: roles, contents, timestamps and token costs for `model`."""
+
+    roles: list[str]
+    contents: list[str]
+    stamps: list[float | None]
+    costs: list[int]
+    model: str
+
+
 def _render(
-    roles,
-    contents,
-    stamps,
-    costs,
-    kept,
-    reasons,
-    placeholders,
-    placeholder_costs,
-    protected,
-    saved,
-    before,
-    model,
-    dedup_on,
+    turns: _Turns,
+    kept: list[int],
+    reasons: Mapping[int, str],
+    placeholders: Mapping[int, str],
+    placeholder_costs: Mapping[int, int],
+    protected: set[int],
+    saved: dict[str, int],
+    dedup_on: bool,
 ) -> Distilled:
     """The kept turns with provenance markers and the placeholders, in history order; the original
     history when that would not be shorter."""
+    roles, contents, stamps, costs, model = turns.roles, turns.contents, turns.stamps, turns.costs, turns.model
+    before = sum(costs)
     texts = {i: contents[i] for i in kept}
     if dedup_on:
         stripped = dedup.strip_repeated_paragraphs(kept, texts, protected, lambda j: marker_id(j, stamps[j]))
