@@ -4,11 +4,22 @@ budgets, alerts, cost). Ingest reserves every request this way; the cache stage 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from schemas.records import Work
-from streams.budgets.book import Refused, request_scopes
+from streams.budgets.book import BudgetBook, Refused, request_scopes
+from streams.budgets.lease_holder import LeaseHold
 from streams.idempotency.requests import reservation_key
 from streams.models import pricing
 from streams.output.chunks import reserved_output
+
+
+class Holds(Protocol):
+    """Hard budgets' lease client (streams.runtime.leases.LeaseClient) as a request's reservation uses it."""
+
+    async def reserve(self, work: Work) -> LeaseHold | Refused | None: ...
+
+    def release(self, hold: LeaseHold) -> None: ...
 
 
 def reserve(book, leases, work: Work, hold, input_tokens: int, output_tokens: int):
@@ -32,7 +43,7 @@ def reserve(book, leases, work: Work, hold, input_tokens: int, output_tokens: in
     return held
 
 
-async def reserve_request(book, leases, work: Work, stream_config=None):
+async def reserve_request(book: BudgetBook, leases: Holds | None, work: Work, stream_config=None):
     """A request's hold: its input and its most output (a stream's planned length), waiting for the budgets'
     owners when a lease lacks it."""
     hold = await leases.reserve(work) if leases is not None else None

@@ -20,6 +20,7 @@ from streams.core.switches import Controls
 from streams.distill.work import Distiller
 from streams.idempotency.requests import Requests
 from streams.ingest.decode import Admission
+from streams.ingest.stage import Ingest
 from streams.ingest.templates import Templates
 from streams.models import loaded as models
 from streams.output import chunks as stream_config
@@ -200,22 +201,10 @@ def create_app(
     rule_list = rules.load(settings.rules)
     distiller = Distiller(settings.distill_policies)
     controls.listeners.append(distiller.on_control)
-    ingest = ingest_agent.register(
-        app,
-        topics,
-        settings,
-        admission,
-        book,
-        controls,
-        get_texts,
-        distiller,
-        LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list),
-        sender,
-        shadow=Sampler(settings.shadow_rate, admission.stream_config),
-        leases=leases,
-        requests=requests,
-        seen=seen,
-    )
+    local = LocalAnswers(app, topics, settings.partitions, cache, controls, postprocess, rule_list)
+    sampler = Sampler(settings.shadow_rate, admission.stream_config)
+    stage = Ingest(settings, admission, book, controls, get_texts, distiller, local, sender, requests, sampler, leases)
+    ingest = ingest_agent.register(app, topics, settings, stage, sender, seen)
     cache_state = cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender, seen)
     postprocess_agent.register(app, topics, settings, postprocess, sender, seen)
     usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None

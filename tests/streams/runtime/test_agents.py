@@ -403,17 +403,17 @@ async def test_ingest_distills_keys_the_work_and_drops_the_history_it_folded_int
 
 
 async def test_a_defect_on_one_request_dead_letters_it_and_the_batch_goes_on(app_and_sent, monkeypatch):
-    from streams.runtime.agents import ingest as ingest_agent
+    from streams.ingest import stage as ingest_stage
 
     app, captured = app_and_sent
-    real_admit = ingest_agent.admit
+    real_admit = ingest_stage.admit
 
     def admit(raw, *args, **kwargs):
         if b'"boom"' in raw:
             raise KeyError("a bug")
         return real_admit(raw, *args, **kwargs)
 
-    monkeypatch.setattr(ingest_agent, "admit", admit)
+    monkeypatch.setattr(ingest_stage, "admit", admit)
     await app.ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": "boom"}), orjson.dumps(REQUEST)]))
     [rejection] = captured.sent["rejected"]
     assert rejection.reason == "internal_error" and "KeyError" in rejection.detail
