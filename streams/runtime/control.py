@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.records import Control
 from schemas.topics import name
+from streams.core import cancels
 from streams.core.switches import Controls
 from streams.runtime.consumer import follow_from_start
 from streams.security import signing
@@ -80,9 +81,13 @@ class ControlReader:
 
     def apply(self, value: bytes) -> None:
         """One record of the topic: applied when it is the newest of its kind and key; a record stamped in the
-        future is refused (counted as forged), one older than the value in effect is skipped (a replay)."""
+        future is refused (counted as forged), one older than the value in effect is skipped (a replay). A cancel
+        is an event, not a value: each is applied as read, and none is kept (streams.core.cancels)."""
         control = Control.loads(value)
         if from_future(control, self.max_skew_s):
+            return
+        if control.kind == cancels.KIND:
+            self.controls.apply(control)
             return
         key = record_key(control)
         if key in self.known and control.ts < self.known[key].ts:

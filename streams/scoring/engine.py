@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import Chunk, Decision, Ranked, UsageEvent, Work
 from streams.core import deadlines
+from streams.core.cancels import Cancels
 from streams.core.metrics import observe_breaker, observe_fallback
 from streams.core.switches import SWITCHES
 from streams.models.protocol import Generator, Scorer
@@ -56,6 +57,7 @@ class Engine:
     deadlines: bool = True  # honour each request's deadline_ms (the naive shadow engine has no breakers)
     fine_tiers: FineTiers | None = None  # the fine tier per language and decision type (None: `fine` for all)
     metered: bool = True  # breaker trips and fallbacks move the process's metrics (not the warm-up's: warmup.py)
+    cancels: Cancels = field(default_factory=Cancels)  # streams whose caller went away: stopped (the control topic's)
 
     def __post_init__(self):
         if self.mode not in MODES:

@@ -14,23 +14,29 @@ import asyncio
 import calendar
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
 from schemas.records import Request
+from streams.core import cancels
 from streams.core.tenants import canonical
 from streams.models import pool as pool_mod
 from streams.models import registry
 from streams.output.format import http_headers
 from streams.runtime.client import JevClient, JevError, JevHeld, JevRejected, JevTimeout
+from streams.runtime.control import publish
+from streams.security import signing
+
+log = logging.getLogger("jev.gateway")
 
 KEY_PREFIX = "jev-"
 SAMPLING = {"temperature", "top_p", "frequency_penalty", "presence_penalty", "seed", "stop", "logit_bias", "store"}
@@ -150,6 +156,7 @@ class Gateway:
     models: list[pool_mod.ModelSpec]
     clients: dict[str, JevClient]
     lock: asyncio.Lock
+    cancelling: set[asyncio.Task] = field(default_factory=set)  # cancel records on their way
 
     async def client(self, tenant: str) -> JevClient:
         """The tenant's client, started on first use (one start at a time; known tenants never wait for it)."""
@@ -162,7 +169,23 @@ class Gateway:
                 self.clients[tenant] = client
             return self.clients[tenant]
 
+    def cancel(self, tenant: str, request_id: str) -> None:
+        """Stop generating the answer of a caller that went away: a signed cancel control record naming the tenant
+        (the key's, so no tenant stops another's request) and the request id (streams.core.cancels). Sent in the
+        background: the handler that asks is being cancelled itself."""
+        record = cancels.record(tenant, request_id)
+        task = asyncio.get_running_loop().create_task(publish(self.settings.bootstrap, [record]))
+        self.cancelling.add(task)
+        task.add_done_callback(self.cancelled)
+
+    def cancelled(self, task: asyncio.Task) -> None:
+        self.cancelling.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not publish a cancel (%s): that answer is generated to its end", task.exception())
+
     async def close(self, _app=None) -> None:
+        if self.cancelling:
+            await asyncio.wait(self.cancelling, timeout=10)
         for client in self.clients.values():
             await client.stop()
         self.clients.clear()
@@ -189,7 +212,17 @@ def tenant_of(request: web.Request, gw: Gateway) -> str:
 
 async def json_body(request: web.Request) -> dict:
     try:
-        body = orjson.loads(await request.read())
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:  # aiohttp's own answer is plain text the OpenAI SDK cannot read
+        limit = request.app[GATEWAY].settings.max_record_bytes
+        raise ApiError(
+            413,
+            f"The body is over {limit} bytes, the most one request may carry (JEV_MAX_RECORD_BYTES): send less "
+            "history or reference text, or have the operator raise JEV_MAX_RECORD_BYTES for every stage.",
+            code="request_too_large",
+        ) from None
+    try:
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"The body is not valid JSON: {exc}", code="bad_json") from None
     if not isinstance(body, dict):
@@ -404,13 +437,16 @@ async def chat(request: web.Request, gw: Gateway) -> web.StreamResponse:
         }
         return web.json_response(reply, headers=http_headers(decision), dumps=_dumps)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    return await stream(request, client, prompt, body["model"], rid, decision_type, include_usage, fields, timeout)
+    return await stream(
+        request, gw, tenant, client, prompt, body["model"], rid, decision_type, include_usage, fields, timeout
+    )
 
 
-async def stream(request, client, prompt, model, rid, decision_type, include_usage, fields, timeout):
+async def stream(request, gw, tenant, client, prompt, model, rid, decision_type, include_usage, fields, timeout):
     """The answer as server-sent events, each chunk sent as the pipeline releases it (its token bucket paces them).
     Errors before the first chunk are plain HTTP errors; after it, an error event. A caller that goes away ends the
-    wait here (the gateway runs with handler cancellation); the pipeline still finishes and meters the answer."""
+    wait here (the gateway runs with handler cancellation) and cancels the answer: the scoring worker stops
+    generating it and meters what was generated (Gateway.cancel)."""
     replies = client.stream(prompt, decision_type=decision_type, request_id=rid, timeout=timeout, **fields)
     base = {"id": f"chatcmpl-{rid}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     response = None
@@ -453,7 +489,11 @@ async def stream(request, client, prompt, model, rid, decision_type, include_usa
             raise
         await send(as_api_error(exc, CHAT_PARAMS).body())
         await response.write(b"data: [DONE]\n\n")
-    except ConnectionResetError:  # the caller went away mid-stream: stop waiting for its chunks
+    except (ConnectionResetError, asyncio.CancelledError) as gone:  # the caller went away mid-stream
+        if replies.decision is None:
+            gw.cancel(tenant, rid)
+        if isinstance(gone, asyncio.CancelledError):
+            raise
         return response
     finally:
         await replies.aclose()
@@ -512,6 +552,7 @@ async def decisions(request: web.Request, gw: Gateway) -> web.Response:
 
 
 def app(settings) -> web.Application:
+    signing.configure(settings)  # the cancels it publishes are signed control records
     gw = Gateway(settings, keys_for(settings), generator_models(settings), {}, asyncio.Lock())
     application = web.Application(client_max_size=settings.max_record_bytes)
     application[GATEWAY] = gw

@@ -87,6 +87,7 @@ class ScoringWorker:
         controls = Controls()
         controls.switches = self.engine.switches  # the engine reads switch changes live
         controls.listeners.append(EngineTuning(self.engine).on_control)
+        controls.listeners.append(self.engine.cancels.on_control)  # streams whose caller went away stop
         shadow = self.shadow.consumer(sender)
         controls.listeners.append(lambda _: observe_switches(controls.switches))
         observe_switches(controls.switches)

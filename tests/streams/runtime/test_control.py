@@ -28,6 +28,20 @@ def test_a_non_number_tune_record_is_refused_with_its_reason_and_the_rest_applie
     assert not controls.on("cache.l2") and controls.refused == 1
 
 
+def test_cancels_are_events_each_applied_as_read_and_none_kept():
+    from streams.core.cancels import Cancels
+
+    controls, cancels = Controls(), Cancels()
+    controls.listeners.append(cancels.on_control)
+    reader = ControlReader("127.0.0.1:9", controls)
+    later = Control(kind="cancel", key="acme", value="r2", ts=time.time())
+    earlier = later.derive(value="r1", ts=later.ts - 1)  # another gateway's, stamped a moment before: still a cancel
+    for record in (later, earlier):
+        reader.apply(record.dumps())
+    assert cancels.cancelled("acme", "r1") and cancels.cancelled("acme", "r2")
+    assert not reader.known  # never kept nor republished: a stage process's control.json holds state only
+
+
 async def wait_for(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:

@@ -3,6 +3,7 @@ length per question type, the bucket's pacing and its live switch, one usage row
 generator generated (in its tokenizer; the server's usage settles) and whose delivered tokens are the chunks', and
 the decision's totals, in English and Chinese."""
 
+import re
 import time
 
 import pytest
@@ -238,3 +239,81 @@ def test_a_sensitive_sentence_is_never_streamed_and_the_answer_goes_to_review():
     assert row.output_tokens == ExtractiveGenerator(MODEL).generate(w.context, 128).output_tokens  # all generated
     w.decision = decision
     assert finalize(w, now=1_000_101.0).review  # the caller never gets it
+
+
+REFERENCE_ZH = "\n".join(f"发往{i % 9}号仓库的包裹在{i}小时内出发，{i % 4 + 2}天内到达。" for i in range(90))
+
+
+class Counting:
+    """The real extractive answer, streamed a few characters at a time, noting how many pieces were generated
+    (pulled) and whether the stream was closed (what makes a model server stop); no count of its own, so the
+    stream path counts the text it read."""
+
+    name = model = MODEL
+    label = "llm"
+
+    def __init__(self):
+        self.pulled, self.closed, self.total = 0, False, 0
+
+    def stream(self, prompt: str, max_tokens: int) -> Streaming:
+        text = ExtractiveGenerator(MODEL).generate(prompt, max_tokens).text
+        pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+        self.total = len(pieces)
+
+        def generate():
+            try:
+                for piece in pieces:
+                    self.pulled += 1
+                    yield piece
+            finally:
+                self.closed = True
+
+        return Streaming(generate(), tokens.count(prompt, MODEL), MODEL, self.label)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_cancelled_stream_stops_generating_and_is_metered_for_what_it_generated(lang):
+    from streams.core import cancels
+    from streams.postprocess.finalize import finalize
+
+    eng, sent = engine()
+    eng.generator = generator = Counting()
+    w = work("Anything", question_type="creative", client="mobile")
+    if lang == "zh":
+        w.context = f"State: 我的包裹什么时候到？\n参考：\n{REFERENCE_ZH}"
+
+    def hang_up_after_the_second(chunk):
+        sent.append(chunk)
+        if chunk.seq == 1:  # what the scoring worker's control listener does when the gateway's caller went away
+            eng.cancels.on_control(cancels.record("ACME", "s1"))  # the tenant in any spelling of it
+
+    eng.chunk_sink = hang_up_after_the_second
+    decision, [row] = eng.decide(w)
+    assert [c.seq for c in sent] == [0, 1] and not any(c.final for c in sent)
+    assert generator.closed and generator.pulled < generator.total  # the generation stopped
+    read = ExtractiveGenerator(MODEL).generate(w.context, 512).text[: generator.pulled * 5]
+    assert row.outcome == "cancelled" and "stream:cancelled" in decision.chain and decision.error
+    assert row.output_tokens == decision.output_tokens == tokens.count(read, MODEL) >= row.delivered_tokens
+    assert row.delivered_tokens == sum(c.tokens for c in sent) == tokens.count(decision.text, MODEL) > 0
+    assert 0 < row.output_tokens < 512
+    w.decision = decision
+    assert not finalize(w, now=1_000_101.0).cacheable  # an answer cut short never goes into a cache
+    if lang == "zh":
+        assert re.search(r"[\u4e00-\u9fff]", decision.text)
+
+
+def test_a_cancel_stops_only_its_own_tenants_request_and_the_set_stays_bounded():
+    from streams.core import cancels
+
+    eng, sent = engine()
+    eng.cancels = cancels.Cancels(keep=3)
+    eng.cancels.on_control(cancels.record("globex", "s1"))  # another tenant's request of the same id
+    decision, [row] = eng.decide(work("Anything", question_type="creative", client="mobile"))
+    assert row.outcome == "ok" and sent[-1].final and not decision.error
+    for i in range(5):
+        eng.cancels.on_control(cancels.record("acme", f"r{i}"))
+    assert len(eng.cancels.named) == 3
+    assert not eng.cancels.cancelled("acme", "r1") and eng.cancels.cancelled("acme", "r4")
+    assert not eng.cancels.cancelled("globex", "r4")
+    with pytest.raises(ValueError, match="request id"):
+        eng.cancels.on_control(cancels.record("acme", "").derive(value=None))
