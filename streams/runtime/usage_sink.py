@@ -12,17 +12,22 @@ import asyncio
 import operator
 import threading
 import time
+from collections.abc import Callable
 from itertools import groupby
+from typing import Protocol
 
+import faust
 import orjson
 
 from infra.clickhouse import USAGE_COLUMNS
 from schemas.records import UsageBatch
 from streams.core import metrics
 from streams.core.deadletter import dead_letter, forged, undecodable
-from streams.core.outbox import Outbox
-from streams.runtime.consumer import BatchConsumer
+from streams.core.outbox import Delivers, Outbox
+from streams.runtime.consumer import BatchConsumer, serve
+from streams.runtime.topics import Topics
 from streams.security import signing
+from streams.settings import Settings
 from streams.usage.decode import BadUsage, usage_event
 
 TS = USAGE_COLUMNS.index("ts")
@@ -57,6 +62,14 @@ def by_days(events: list, max_days: int = MAX_PARTITIONS) -> list[list]:
         return [events] if events else []
     days = [list(day) for _, day in groupby(sorted(events, key=lambda e: e.ts), key=lambda e: int(e.ts // DAY))]
     return [[e for day in days[i : i + max_days] for e in day] for i in range(0, len(days), max_days)]
+
+
+class Sink(Protocol):
+    """Where the usage agent writes: a UsageSink, or the SpillingSink around one (streams.runtime.usage_spill)."""
+
+    def insert(self, events: list) -> int: ...
+
+    def take_set_aside(self) -> list[tuple]: ...
 
 
 class UsageSink:
@@ -182,7 +195,7 @@ def read_envelopes(messages: list, now: float | None = None, window_days: int = 
     return events, rejected
 
 
-def sink_messages(messages: list, sink, now: float, window_days: int, batch_max: int) -> list:
+def sink_messages(messages: list, sink: Sink, now: float, window_days: int, batch_max: int) -> list:
     """One micro-batch of usage messages: its checked events inserted (or spilled) `batch_max` at a time; returns
     its dead letters: messages and events that fail their checks, rows ClickHouse refused."""
     events, rejected = read_envelopes(messages, now, window_days)
@@ -191,7 +204,9 @@ def sink_messages(messages: list, sink, now: float, window_days: int, batch_max:
     return rejected + [refused(event, reason) for event, reason in sink.take_set_aside()]
 
 
-def register(app, topics, settings, sink_ref, sender) -> BatchConsumer:
+def register(
+    app: faust.App, topics: Topics, settings: Settings, sink_ref: Callable[[], Sink], sender: Delivers
+) -> BatchConsumer:
     async def sink_usage(messages: list) -> Outbox:
         """One micro-batch: inserted, or spilled to disk; its dead letters returned, delivered before its offsets
         are committed."""
@@ -202,7 +217,8 @@ def register(app, topics, settings, sink_ref, sender) -> BatchConsumer:
         )
         return Outbox(dead_letters=rejected)
 
-    return app.service(
+    return serve(
+        app,
         BatchConsumer(
             settings.bootstrap,
             topics.usage.get_topic_name(),
@@ -212,5 +228,5 @@ def register(app, topics, settings, sink_ref, sender) -> BatchConsumer:
             settings.sink_flush_ms,
             sender=sender,
             linger_ms=settings.sink_flush_ms,
-        )
+        ),
     )

@@ -6,6 +6,7 @@ redelivered verdicts (read with FINAL)."""
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 log = logging.getLogger("jev.shadow")
 COLUMNS = [
@@ -39,8 +40,14 @@ def verdict_columns(verdicts: list) -> list[list]:
     return columns
 
 
+class Inserts(Protocol):
+    """A ClickHouse client (clickhouse-connect's) as the store writes through it."""
+
+    def insert(self, table: str, data: list, column_names: list[str], column_oriented: bool) -> object: ...
+
+
 class VerdictStore:
-    def __init__(self, client):
+    def __init__(self, client: Inserts):
         self.client, self.rows, self.dropped = client, 0, 0
 
     def store(self, verdicts: list) -> int:

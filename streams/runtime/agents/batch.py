@@ -22,13 +22,15 @@ from streams.batch import aggregate, config, split
 from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams.core import tenants
 from streams.core.deadletter import dead_letter
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
 from streams.core.tenants import BadTenant, canonical
 from streams.idempotency.requests import reservation_key
 from streams.models import pool as pool_mod
 from streams.models import registry
 from streams.runtime.consumer import run_agent
+from streams.runtime.topics import Topics
 from streams.security import tenancy as identity
+from streams.settings import Settings
 from streams.usage.events import usage_event
 
 REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
@@ -149,7 +151,9 @@ def usage(result: BatchResult, member: BatchMember, model: str):
     )
 
 
-def register(app, topics, settings, sender, book: BudgetBook | None = None) -> None:
+def register(
+    app: faust.App, topics: Topics, settings: Settings, sender: Delivers, book: BudgetBook | None = None
+) -> None:
     """`book`: the process's budgets, which members reserve their quota against (None: members are held to no
     budget, only to JEV_TENANTS and JEV_TENANT_KEYS)."""
     model = settings.default_model

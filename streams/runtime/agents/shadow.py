@@ -7,26 +7,33 @@ committed."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
+
+import faust
 
 from schemas.records import Verdict
 from streams.cache.semantic import SemanticCache
+from streams.cache.stage import CacheStage
 from streams.core.deadletter import forged, undecodable
 from streams.core.metrics import observe_verdicts, set_agreement
-from streams.core.outbox import Outbox
+from streams.core.outbox import Delivers, Outbox
 from streams.core.switches import CASCADE_KEY, DISTILL_KEY, L2_KEY
-from streams.runtime.consumer import BatchConsumer
+from streams.distill.work import Distiller
+from streams.runtime.consumer import BatchConsumer, serve
+from streams.runtime.topics import Topics
 from streams.security import signing
+from streams.settings import Settings
 from streams.shadow.floors import parse_floors
 from streams.shadow.guard import Guard, Knob
-from streams.shadow.store import VerdictStore
+from streams.shadow.store import Inserts, VerdictStore
 
 L2_STEP, L2_LIMIT = 0.02, 0.99
 CASCADE_STEP, CASCADE_LIMIT = 2, 8
 DISTILL_STEP, DISTILL_LIMIT = 0.5, 4.0
 
 
-def build_guard(settings, cache, distiller=None) -> Guard:
+def build_guard(settings: Settings, cache: CacheStage, distiller: Distiller | None = None) -> Guard:
     """The guard with its knobs: L2's similarity floor (SemanticCache.min_similarity: the learner's floor, or
     the fixed threshold; read back from the cache stage of this process, so a tune it does not honour ends in
     the switch), the cascade's beam widening (honoured by the scoring workers, streams.shadow.tuning) and the
@@ -37,7 +44,7 @@ def build_guard(settings, cache, distiller=None) -> Guard:
     }
     if distiller is not None:
         knobs["distill.time"] = Knob(DISTILL_KEY, DISTILL_STEP, DISTILL_LIMIT, 1.0, lambda: distiller.scale)
-    semantic = getattr(cache, "semantic", None)
+    semantic = cache.semantic
     if isinstance(semantic, SemanticCache):
         knobs["cache.l2"] = Knob(L2_KEY, L2_STEP, L2_LIMIT, semantic.min_similarity, lambda: semantic.min_similarity)
     return Guard(parse_floors(settings.shadow_floors), settings.shadow_min_sample, settings.shadow_confidence_z, knobs)
@@ -58,7 +65,14 @@ def read_verdicts(messages: list) -> tuple[list[Verdict], list]:
     return verdicts, rejected
 
 
-def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchConsumer:
+def register(
+    app: faust.App,
+    topics: Topics,
+    settings: Settings,
+    guard: Guard,
+    client_ref: Callable[[], Inserts | None],
+    sender: Delivers,
+) -> BatchConsumer:
     """`client_ref()`: the ClickHouse client of this process's usage sink, or None where it has none."""
     state: dict[str, Any] = {"verdicts": 0, "kept": 0}  # counts, and the verdict store once opened
 
@@ -89,7 +103,8 @@ def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchCo
             out.alerts.append(action.alert)
         return out
 
-    return app.service(
+    return serve(
+        app,
         BatchConsumer(
             settings.bootstrap,
             topics.verdicts.get_topic_name(),
@@ -98,5 +113,5 @@ def register(app, topics, settings, guard: Guard, client_ref, sender) -> BatchCo
             settings.stage_batch_max,
             settings.stage_batch_wait_ms,
             sender=sender,
-        )
+        ),
     )
