@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 
+from infra.clickhouse.access import identifier
 from workers.analytics import tenancy
 from workers.analytics.sandbox.errors import public_error
 from workers.analytics.sandbox.limits import ENGINE_FIRST_S, Limited, Limits
@@ -31,11 +32,28 @@ def check_read_only(sql: str) -> None:
         raise ValueError("INTO OUTFILE is not allowed: the query would write a file; fetch rows with --json instead")
 
 
+def finalized(client, sql: str) -> str:
+    """`sql` with each aggregate state it returns finalized to its value (the uniq `requests` state of
+    usage_by_session_hour and usage_by_business_day): the client cannot read a state, and the analyst wants the
+    number, so `SELECT *` works on every table."""
+    columns = [(name, kind) for name, kind, *_ in client.query(f"DESCRIBE ({sql})").result_rows]
+    if not any(kind.startswith("AggregateFunction(") for _, kind in columns):
+        return sql
+    quoted = [identifier(name) for name, _ in columns]
+    return "SELECT {} FROM ({})".format(
+        ", ".join(
+            f"finalizeAggregation({q}) AS {q}" if kind.startswith("AggregateFunction(") else q
+            for q, (_, kind) in zip(quoted, columns)
+        ),
+        sql,
+    )
+
+
 def run_query(client, sql: str) -> dict:
     """The caller's own SQL: read-only, Jev's tables only (checked on ClickHouse's parse), rows as JSON lists."""
     check_read_only(sql)
     tenancy.check_query(client, sql)
-    result = client.query(sql)
+    result = client.query(finalized(client, sql))
     return {"columns": list(result.column_names), "rows": [list(r) for r in result.result_rows]}
 
 
