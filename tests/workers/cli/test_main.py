@@ -18,4 +18,4 @@ def test_schema_request_prints_a_json_schema(capsys):
 def test_config_json_shows_env_backed_settings(capsys, monkeypatch):
     monkeypatch.setenv("JEV_PARTITIONS", "8")
     assert main(["config", "--json"]) == 0
-    assert orjson.loads(capsys.readouterr().out)["JEV_PARTITIONS"] == "8"
+    assert orjson.loads(capsys.readouterr().out)["kafka"]["JEV_PARTITIONS"] == "8"
