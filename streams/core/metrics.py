@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 from streams.security import secret_files
 from streams.security.signing import SIGNED
+from streams.usage.drift import claims_cache, drift
 
 MAX_LABEL_VALUES = 50
 WASTE_SECTIONS = ("retry", "cleanup")  # postprocess sections: tokens spent repairing output, not deciding (TE)
@@ -42,6 +43,19 @@ COUNT_DRIFT = Gauge(
     "Billed over Jev's count of a model's tokens, minus 1, since this "
     "process started (+0.05: the server counted 5% more). The alert JevTokenCountDrift reads "
     "jev_model_tokens_total over 15 minutes.",
+    ["model"],
+)
+CACHE_READS = Counter(
+    "jev_model_cache_read_tokens",
+    "Prompt tokens of a model's decide calls the server reported usage on that its prefix cache served, by "
+    "count: claimed (Jev's count: its shared_context and state_cache savings) and confirmed (the server's "
+    "cached_tokens). The alert JevCacheReadDrift reads them over 15 minutes.",
+    ["model", "count"],
+)
+CACHE_READ_DRIFT = Gauge(
+    "jev_cache_read_drift",
+    "Confirmed over claimed cache reads of a model (jev_model_cache_read_tokens), minus 1, since this process "
+    "started (-0.05: the server's prefix cache served 5% fewer prompt tokens than Jev claimed it would).",
     ["model"],
 )
 COST = Counter("jev_cost_usd", "Cost metered into ClickHouse, in USD.", ["stage", "decision_type"])
@@ -271,12 +285,15 @@ def observe_usage(events) -> None:
             acc[5] += inputs + outputs
         if f["model"] and (jev := inputs + outputs):
             billed = f["server_input_tokens"] + f["server_output_tokens"] if f["count_source"] != "jev" else jev
-            by_model = counts.get(f["model"]) or counts.setdefault(f["model"], [0, 0, 0, 0])
+            by_model = counts.get(f["model"]) or counts.setdefault(f["model"], [0] * 6)
             by_model[0] += jev
             by_model[1] += billed
             if f["count_source"] == "server":
                 by_model[2] += jev
                 by_model[3] += billed
+                if claims_cache(f["stack"], f["candidates"]):
+                    by_model[4] += f["cache_read_tokens"]
+                    by_model[5] += f["server_cache_read_tokens"]
     for (stage, dtype), acc in sums.items():
         stage, dtype = bounded("stage", stage), bounded("decision_type", dtype)
         for kind, n in zip(TOKEN_KINDS, acc):
@@ -289,22 +306,34 @@ def observe_usage(events) -> None:
     observe_counts(counts)
 
 
-_reported: dict[str, list[int]] = {}  # model → [Jev's count, the server's] of calls the server counted: the drift
+_reported: dict[tuple[str, str], list[int]] = {}  # (drift gauge, model) → [Jev's count, the server's] summed
 
 
 def observe_counts(counts: dict[str, list[int]]) -> None:
     """Jev's count and the billed count of each model's tokens (the server's where it reported one, else Jev's), and
-    the drift over the calls the server did count (model → [Jev's, billed, Jev's of reported, server's of
-    reported], summed by observe_usage): a call that reported no usage moves no drift."""
-    for model, (jev, billed, jev_reported, server_reported) in counts.items():
+    two drifts over the calls the server did count (a call that reported no usage moves neither): of their tokens,
+    and of their cache reads, claimed against confirmed (streams/usage/drift.py). model → [Jev's, billed, Jev's of
+    reported, server's of reported, claimed cache reads of reported decide calls, confirmed], summed by
+    observe_usage."""
+    for model, (jev, billed, jev_reported, server_reported, claimed, confirmed) in counts.items():
         model = bounded("model", model)
         MODEL_TOKENS.labels(model, "jev").inc(jev)
         MODEL_TOKENS.labels(model, "billed").inc(billed)
         if jev_reported:
-            total = _reported.setdefault(model, [0, 0])
-            total[0] += jev_reported
-            total[1] += server_reported
-            COUNT_DRIFT.labels(model).set(round(total[1] / total[0] - 1, 6))
+            observe_drift(COUNT_DRIFT, model, jev_reported, server_reported)
+        if claimed or confirmed:
+            CACHE_READS.labels(model, "claimed").inc(claimed)
+            CACHE_READS.labels(model, "confirmed").inc(confirmed)
+            observe_drift(CACHE_READ_DRIFT, model, claimed, confirmed)
+
+
+def observe_drift(gauge: Gauge, model: str, jev: int, server: int) -> None:
+    """Add one more batch's two counts to the totals behind a drift gauge and set it (unset while Jev's is 0)."""
+    total = _reported.setdefault((gauge._name, model), [0, 0])
+    total[0] += jev
+    total[1] += server
+    if (value := drift(total[0], total[1], 6)) is not None:
+        gauge.labels(model).set(value)
 
 
 def observe_sink(inserted: list, dropped: int, seconds: float) -> None:

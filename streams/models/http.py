@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 
 from streams.core.deadlines import Slots
+from streams.models.prefix import PrefixCache
 from streams.models.protocol import ModelUnavailable, Usage
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -92,13 +93,15 @@ def time_left(deadline: float) -> float:
 
 @dataclass
 class Server:
-    """One base URL: its connection pool, its concurrency bound and its circuit (created on the engine loop)."""
+    """One base URL: its connection pool, its concurrency bound, its circuit (created on the engine loop) and the
+    prompts' blocks its prefix cache should hold (set by the first engine that claims cache reads on it)."""
 
     client: httpx.AsyncClient
     slots: Slots
     breaker: Breaker
     calls: int = 0
     waited: int = 0  # calls that found every slot taken and queued
+    sent: PrefixCache | None = None
 
     @contextlib.asynccontextmanager
     async def slot(self, deadline: float, where: str):

@@ -5,21 +5,26 @@ generate: /chat/completions, streamed with usage. decide: every candidate of one
 sent once (`options.decide`: completions, chat, rerank or generative_scoring). Faults go through streams/models/http.py,
 then `ModelUnavailable` and the engine's fallback. Two counts per call: Jev's (counted before the call, for the
 budget) and the server's `usage`, which settles the bill; an answer's output is the server's count where it sent one.
+A completions decision also claims the prompt tokens the server's prefix cache should serve (streams/models/prefix.py)
+as its cache reads, which the server's cached_tokens confirms or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 
 from streams.models.http import Server, loop, send, server, usage_of
+from streams.models.prefix import PrefixCache
 from streams.models.protocol import Generated, ModelUnavailable, Scored, Streaming, Usage
 from streams.text import tokens
 
@@ -35,6 +40,8 @@ DEFAULTS = {
     "decide": "completions",
     "top_logprobs": 20,
     "label_token_ids": [],
+    "cache_block_tokens": 16,  # the server's prefix-cache block (vLLM's --block-size, 16 by default)
+    "cache_blocks": 4096,  # how many blocks its prefix cache holds: older ones are not claimed
 }
 JEV_STANDARD = "cl100k_base"  # Jev's count where the pool names no tokenizer for a model
 
@@ -109,6 +116,15 @@ class OpenAIEngine:
     def count(self, text: str) -> int:
         """Jev's count of `text`: the pool's tokenizer for this model (Jev's standard one when it names none)."""
         return len(tokens.encoding(self.counting).encode_ordinary(text)) if text else 0
+
+    def claim(self, srv: Server, prompt: str) -> tuple[int, int, Callable[[], None]]:
+        """Jev's count of a prompt, the part of it the server's prefix cache should serve, and what to call once the
+        server has answered (its blocks are in the server's cache then)."""
+        if srv.sent is None:
+            srv.sent = PrefixCache(int(self.options["cache_block_tokens"]), int(self.options["cache_blocks"]))
+        ids = tokens.encoding(self.counting).encode_ordinary(prompt)
+        cached, blocks = srv.sent.claim(ids)
+        return len(ids), cached, functools.partial(srv.sent.remember, blocks)
 
     def count_chat(self, prompt: str) -> int:
         """Jev's count of a chat call's prompt: the message and what the model's chat template adds around it."""
@@ -197,6 +213,7 @@ class OpenAIEngine:
             )
             total.scores += part.scores
             total.input_tokens += part.input_tokens
+            total.cache_read_tokens += part.cache_read_tokens
             total.output_tokens += part.output_tokens
             total.calls += 1
             if part.server is not None:
@@ -205,6 +222,7 @@ class OpenAIEngine:
 
     async def completions(self, srv, model, context, candidates, deadline) -> Scored:
         prompt = choice_prompt(context, candidates)
+        counted, cached, answered = self.claim(srv, prompt)
         body = await self.request(
             srv,
             "POST",
@@ -223,8 +241,8 @@ class OpenAIEngine:
             top = logprobs["top_logprobs"][0] if "top_logprobs" in logprobs else logprobs["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/completions: malformed response (no top_logprobs)") from None
-        labels = LETTERS[: len(candidates)]
-        return Scored(label_scores(top, labels), self.count(prompt), 0, 1, usage_of(body))
+        answered()
+        return Scored(label_scores(top, LETTERS[: len(candidates)]), counted, cached, 1, usage_of(body))
 
     async def chat(self, srv, model, context, candidates, deadline) -> Scored:
         prompt = choice_prompt(context, candidates) + " (answer with the letter only)."

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from schemas.records import Request, UsageEvent, Work
 from streams.models import pricing
-from streams.models.protocol import Scored
+from streams.models.protocol import Scored, Usage
 from streams.text import tokens
 from streams.usage.events import usage_event
 
@@ -84,13 +84,19 @@ class Ledger:
                 entry.server_output += scored.output_tokens
 
     def add_model_call(self, section: str, nominal: int, model: str, scored: Scored, candidates: int) -> None:
-        """A model tier's call, its cache reads split off into `state_cache` with their share of nominal."""
+        """A model tier's call, its cache reads split off into `state_cache` with their share of nominal; a server's
+        count is split the same way (its cached_tokens go with Jev's claimed cache reads), so each row holds both
+        counts of the same tokens."""
         cached = scored.cache_read_tokens
         share = round(nominal * cached / scored.input_tokens) if scored.input_tokens else 0
-        fresh = Scored([], scored.input_tokens - cached, 0, scored.output_tokens, scored.server, scored.calls)
+        server, server_cached = scored.server, None
+        if cached and server is not None:
+            server_cached = Usage(server.cached_tokens, 0, server.cached_tokens)
+            server = Usage(server.prompt_tokens - server.cached_tokens, server.completion_tokens)
+        fresh = Scored([], scored.input_tokens - cached, 0, scored.output_tokens, server, scored.calls)
         self.add(section, nominal - share, model, fresh, candidates, candidates)
         if cached:
-            self.add("state_cache", share, model, Scored([], cached, cached, 0))
+            self.add("state_cache", share, model, Scored([], cached, cached, 0, server_cached, scored.calls))
 
     def balance(self, section: str, total_nominal: int) -> None:
         """Attribute whatever nominal the other sections do not account for to `section`."""

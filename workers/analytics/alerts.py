@@ -13,7 +13,8 @@ import urllib.request
 import orjson
 
 from schemas.records import Alert
-from workers.analytics.levels import BY_PARTITION, index_values, rows
+from streams.usage import drift
+from workers.analytics.levels import BY_PARTITION, by_model, index_values, rows
 
 PER_REQUEST = (
     "SELECT service, decision_type, first_ts AS t, tier, input_tokens + output_tokens AS tokens "
@@ -29,6 +30,7 @@ class Thresholds:
     daily_budgets: dict = dataclasses.field(default_factory=dict)  # decision_type → tokens per day
     tail_spike_ratio: float = 1.5  # last hour's p99 / p99.9 over the 7-day value
     fallback_rate: float = 0.05
+    count_drift: float = drift.TOLERANCE  # a model server's counts against Jev's over 15 minutes, ± this share
     efficiency_falling_days: int = 3  # business events per 1,000 tokens falling this many days in a row
     min_requests: int = 20  # fewer requests than this in a window: no percentile or rate alert
     te_alert: float = 0.75  # the efficiency indices over the last 15 minutes (seed 004; JEV_INDEX_* settings)
@@ -234,6 +236,44 @@ def fallback_rate(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
     return out
 
 
+# Each drift by_model reports: (its key, the rule's name, what it says is off)
+DRIFTS = (
+    ("drift", "token_count_drift", "the server's count of its tokens is {:+.1%} off Jev's"),
+    (
+        "cached_drift",
+        "cache_read_drift",
+        "its server's prefix cache served {:+.1%} off the prompt tokens Jev claimed it would (its shared_context "
+        "and state_cache savings)",
+    ),
+)
+
+
+def count_drift(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
+    """Each model's two counts over the last 15 minutes (levels.by_model): its tokens, Jev's against the server's,
+    and its decide calls' cache reads, claimed against confirmed; as JevTokenCountDrift and JevCacheReadDrift do
+    from the workers' metrics."""
+    out = []
+    for model, r in by_model(client, now - dt.timedelta(minutes=15)).items():
+        for key, rule, what in DRIFTS:
+            if r["calls"] >= t.min_requests and drift.beyond(r[key], t.count_drift):
+                out.append(
+                    _alert(
+                        rule,
+                        "warning",
+                        f"model={model}",
+                        f"{model}: {what.format(r[key])} over the last 15 minutes",
+                        r[key],
+                        t.count_drift,
+                        "SELECT section, count_source, sum(input_tokens + output_tokens) AS jev, "
+                        "sum(server_input_tokens + server_output_tokens) AS server, sum(cache_read_tokens) AS "
+                        "claimed, sum(server_cache_read_tokens) AS confirmed FROM usage_events WHERE model = "
+                        f"{_lit(model)} AND ts >= now() - INTERVAL 15 MINUTE GROUP BY section, count_source",
+                        now,
+                    )
+                )
+    return out
+
+
 def business_efficiency(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
     days = t.efficiency_falling_days
     found = rows(
@@ -325,7 +365,16 @@ def efficiency_indices(client, t: Thresholds, now: dt.datetime) -> list[Alert]:
     ]
 
 
-RULES = (p95_drift, session_tokens, daily_budget, tail_spike, fallback_rate, business_efficiency, efficiency_indices)
+RULES = (
+    p95_drift,
+    session_tokens,
+    daily_budget,
+    tail_spike,
+    fallback_rate,
+    count_drift,
+    business_efficiency,
+    efficiency_indices,
+)
 
 
 def evaluate_alerts(client, thresholds: Thresholds, now: dt.datetime) -> list[Alert]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from streams.core.metrics import WASTE_SECTIONS
+from streams.usage.drift import CLAIMING, drift
 
 UTC = dt.UTC
 BY_SOURCES = {  # --by: the aggregate that holds the dimension
@@ -280,18 +281,22 @@ def savings_by_mechanism(client, since: dt.datetime) -> list[dict]:
 
 def by_model(client, since: dt.datetime) -> dict[str, dict]:
     """Per model: its calls (usage rows with model tokens), Jev's count of its tokens, the server's count of the
-    calls it reported usage for (and of its prompt tokens, those the server's prefix cache served), their drift
-    over those calls (server / Jev − 1), and the cost, priced on the
-    server's count where there is one. A model whose calls reported none (in-process models; a server that sends
-    no usage when streaming) has no server count: None."""
+    calls it reported usage for, their drift over those calls (server / Jev − 1), and the cost, priced on the
+    server's count where there is one. The prompt tokens the server says its prefix cache served (cached_tokens);
+    of its decide calls', those Jev claimed it would serve (cached_claimed: its shared_context and state_cache
+    savings) beside those it confirmed (cached_confirmed), and their drift (cached_drift, streams/usage/drift.py).
+    A model whose calls reported none (in-process models; a server that sends no usage when streaming) has no
+    server count: None."""
     out = {}
     for r in rows(
         client,
         "SELECT model, count() AS calls, toUInt64(sum(input_tokens + output_tokens)) AS tokens_jev, "
         "toUInt64(sumIf(server_input_tokens + server_output_tokens, count_source = 'server')) "
         "AS server_tokens, toUInt64(sumIf(server_cache_read_tokens, count_source = 'server')) AS server_cached, "
-        "toUInt64(sumIf(input_tokens + output_tokens, count_source = 'server')) "
-        "AS jev_of_served, countIf(count_source = 'server') AS served, round(sum(cost), 6) AS cost "
+        "toUInt64(sumIf(input_tokens + output_tokens, count_source = 'server')) AS jev_of_served, "
+        f"toUInt64(sumIf(cache_read_tokens, count_source = 'server' AND {CLAIMING})) AS claimed_of_served, "
+        f"toUInt64(sumIf(server_cache_read_tokens, count_source = 'server' AND {CLAIMING})) AS confirmed, "
+        "countIf(count_source = 'server') AS served, round(sum(cost), 6) AS cost "
         "FROM usage_events WHERE ts >= {since:DateTime64(3)} AND stage != 'shadow' AND model != '' "
         "AND input_tokens + output_tokens > 0 GROUP BY model ORDER BY tokens_jev DESC",
         {"since": since},
@@ -301,8 +306,11 @@ def by_model(client, since: dt.datetime) -> dict[str, dict]:
             "calls": r["calls"],
             "tokens_jev": r["tokens_jev"],
             "tokens_server": r["server_tokens"] if served else None,
+            "drift": drift(r["jev_of_served"], r["server_tokens"]) if served else None,
+            "cached_claimed": r["claimed_of_served"] if served else None,
             "cached_tokens": r["server_cached"] if served else None,
-            "drift": round(r["server_tokens"] / r["jev_of_served"] - 1, 4) if served and r["jev_of_served"] else None,
+            "cached_confirmed": r["confirmed"] if served else None,
+            "cached_drift": drift(r["claimed_of_served"], r["confirmed"]) if served else None,
             "cost": r["cost"],
         }
     return out

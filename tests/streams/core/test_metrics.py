@@ -63,6 +63,30 @@ def test_the_billed_count_and_its_drift_per_model():
     assert value("jev_token_count_drift", model="drift-test-model") == pytest.approx(105 / 100 - 1)
 
 
+def test_cache_reads_claimed_and_confirmed_per_model_and_their_drift():
+    base = usage_events(1, 1.7e9)[0].derive(model="cache-drift-model", count_source="server", candidates=0)
+    metrics.observe_sink(
+        [
+            base.derive(stack="t;s;ranking;score;fine", candidates=3, input_tokens=40, server_input_tokens=44),
+            base.derive(
+                stack="t;s;ranking;score;state_cache",
+                input_tokens=64,
+                cache_read_tokens=64,
+                server_input_tokens=48,
+                server_cache_read_tokens=48,
+            ),
+            # a generation claims nothing: the server's cache reads on it confirm no claim
+            base.derive(stack="t;s;support;score;stream", input_tokens=30, server_cache_read_tokens=16),
+        ],
+        dropped=0,
+        seconds=0.01,
+    )
+    assert value("jev_model_cache_read_tokens_total", model="cache-drift-model", count="claimed") == 64
+    assert value("jev_model_cache_read_tokens_total", model="cache-drift-model", count="confirmed") == 48
+    assert value("jev_cache_read_drift", model="cache-drift-model") == pytest.approx(48 / 64 - 1)
+    assert value("jev_token_count_drift", model="cache-drift-model") == pytest.approx(92 / 134 - 1)
+
+
 @pytest.mark.parametrize("tier", ["fine", "cache_l1", "fallback"])
 def test_observe_decision_counts_tier(tier):
     before = value("jev_decisions_total", tier=tier, decision_type="ranking")

@@ -470,3 +470,37 @@ def test_a_generate_request_through_the_engine_is_metered_on_the_servers_count(f
     assert row.output_tokens == row.server_output_tokens == 6
     assert engine(url).count("The refund is on its way.") + 1 != 6
     assert row.delivered_tokens == (tokens.count(decision.text, "gpt-4o-mini") if stream else 0)
+
+
+STATE = {
+    "en": "Policy: a broken item is refunded in full within 30 days; a late parcel gets its tracking link and a new "
+    "delivery date; a wrong size is exchanged for free. Customer since 2019, three orders this year.\n",
+    "zh": "政策：破损商品30天内全额退款；迟到的包裹提供物流链接和新的送达日期；尺码不对可以免费换货。"
+    "顾客自2019年起购物，今年下了三个订单。\n",
+}
+ASKED = {
+    "en": ["Customer: the mug arrived broken.", "Customer: my parcel is late."],
+    "zh": ["顾客：杯子碎了。", "顾客：包裹迟到了。"],
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_sessions_next_decision_claims_the_state_the_servers_cache_holds(fake_server, lang):
+    url, script = fake_server
+    eng = engine(url, cache_block_tokens=16)
+    first, second = (eng.score(STATE[lang] + asked, CANDIDATES) for asked in ASKED[lang])
+    ids = [tokens.encoding("cl100k_base").encode_ordinary(body["prompt"]) for body in script.bodies]
+    shared = next(i for i, (a, b) in enumerate(zip(*ids)) if a != b)
+    assert first.cache_read_tokens == 0 and first.input_tokens == len(ids[0])
+    assert second.cache_read_tokens == shared // 16 * 16 > 0  # the state's full blocks, claimed as cache reads
+    assert second.server == Usage(40, 1, 32)  # beside the server's own count of them
+
+
+def test_a_call_that_failed_leaves_nothing_claimed(fake_server):
+    url, script = fake_server
+    eng = engine(url, cache_block_tokens=16, retries=0)
+    script.mode = "malformed"
+    with pytest.raises(ModelUnavailable):
+        eng.score(STATE["en"] + ASKED["en"][0], CANDIDATES)
+    script.mode = "ok"
+    assert eng.score(STATE["en"] + ASKED["en"][1], CANDIDATES).cache_read_tokens == 0

@@ -47,3 +47,22 @@ def test_in_process_models_have_only_jevs_count():
     [event] = ledger.events(REQUEST, 5.0, "ok", 1)
     assert event.count_source == "jev" and event.server_input_tokens == 0
     assert event.cost == pytest.approx(pricing.cost("ledger-test-model", 100, 10, 0))
+
+
+def test_cache_reads_jev_claimed_go_to_state_cache_with_the_servers_cached_tokens():
+    ledger = Ledger()
+    ledger.add_model_call("fine", 300, "ledger-test-model", Scored([0.1], 100, 64, 1, Usage(104, 1, 60), calls=1), 3)
+    fine, cached = ledger.events(REQUEST, 5.0, "ok", 1)
+    assert (cached.stack.rsplit(";", 1)[-1], cached.input_tokens, cached.cache_read_tokens, cached.nominal_tokens) == (
+        "state_cache",
+        64,
+        64,
+        192,
+    )
+    assert (cached.server_input_tokens, cached.server_cache_read_tokens, cached.count_source) == (60, 60, "server")
+    assert (fine.input_tokens, fine.server_input_tokens, fine.server_cache_read_tokens) == (36, 44, 0)
+    # both counts of the call are whole across its rows, and it costs what the unsplit call does
+    assert (
+        fine.input_tokens + cached.input_tokens == 100 and fine.server_input_tokens + cached.server_input_tokens == 104
+    )
+    assert fine.cost + cached.cost == pytest.approx(pricing.cost("ledger-test-model", 104, 60, 1))

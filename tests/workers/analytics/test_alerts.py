@@ -69,3 +69,47 @@ def test_business_efficiency_falling_three_days_in_a_row(load, daily_tokens, fir
 
 def test_quiet_usage_raises_nothing(load):
     assert rules(load(baseline_week(), requests_at(2, 30, 100))) == {}
+
+
+def served_calls(claimed: int, confirmed: int, server_input: int, n: int = 20) -> list:
+    """n decide calls to a served model in the last 15 minutes: each a fine row (100 tokens on Jev's count) and a
+    state_cache row with the cache reads Jev claimed and those the server confirmed."""
+    out = []
+    for e in requests_at(0.1, n, 100, prefix=f"srv{claimed}-{confirmed}-{server_input}"):
+        if e.stage != "score":
+            continue
+        served = dict(model="smollm2-vllm", count_source="server")
+        out.append(e.derive(candidates=3, server_input_tokens=server_input, **served))
+        out.append(
+            e.derive(
+                event_id=e.event_id + ":state_cache",
+                stack=e.stack.replace(";fine", ";state_cache"),
+                input_tokens=claimed,
+                cache_read_tokens=claimed,
+                server_input_tokens=confirmed,
+                server_cache_read_tokens=confirmed,
+                **served,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("confirmed, fires", [(64, False), (62, False), (60, True), (68, True)])
+def test_cache_reads_the_server_confirmed_off_jevs_claim_beyond_5_percent(load, confirmed, fires):
+    # the server's count of the calls' tokens moves with its cache reads: 100 + 64 against 100 + confirmed ± 2.4%
+    client = load(served_calls(64, confirmed, 100))
+    found = rules(client)
+    assert ("cache_read_drift" in found) is fires
+    assert "token_count_drift" not in found
+    if fires:
+        a = found["cache_read_drift"]
+        assert a.scope == "model=smollm2-vllm" and a.value == pytest.approx(confirmed / 64 - 1, abs=1e-4)
+        assert "shared_context" in a.message and a.threshold == 0.05
+
+
+@pytest.mark.parametrize("calls, fires", [(20, True), (5, False)])  # under min_requests rows: no rate alert
+def test_the_servers_token_count_off_jevs_beyond_5_percent(load, calls, fires):
+    found = rules(load(served_calls(64, 64, 112, n=calls)))
+    assert ("token_count_drift" in found) is fires and "cache_read_drift" not in found
+    if fires:
+        assert found["token_count_drift"].value == pytest.approx((112 + 64) / 164 - 1, abs=1e-4)

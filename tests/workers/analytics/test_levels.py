@@ -98,6 +98,43 @@ def test_by_model_puts_jevs_count_beside_the_servers(load):
         "tokens_server": 420,
         "cached_tokens": 240,
         "drift": 0.05,
+        "cached_claimed": 0,  # rows of no decide call: nothing claimed, nothing confirmed
+        "cached_confirmed": 0,
+        "cached_drift": None,
         "cost": pytest.approx(400e-6),
     }
     assert by["gpt-4o-mini"]["tokens_server"] is None and by["gpt-4o-mini"]["cached_tokens"] is None
+
+
+def test_by_model_reconciles_the_cache_reads_jev_claimed_with_those_the_server_confirmed(load):
+    """A decide call's fine row (its candidates) and the state_cache row split off it hold both counts; a generation
+    on the same model claims nothing, so the cache reads the server reports for it confirm no claim."""
+    decide, generation = [], []
+    for e in requests_at(1, 4, 100, prefix="llm"):
+        if e.stage != "score":
+            continue
+        served = dict(model="qwen-7b", count_source="server", server_output_tokens=0)
+        decide.append(e.derive(candidates=3, server_input_tokens=40, **served))
+        decide.append(
+            e.derive(
+                event_id=e.event_id + ":state_cache",
+                stack=e.stack.replace(";fine", ";state_cache"),
+                input_tokens=64,
+                cache_read_tokens=64,
+                server_input_tokens=60,
+                server_cache_read_tokens=60,
+                **served,
+            )
+        )
+        generation.append(
+            e.derive(
+                event_id=e.event_id + ":generate",
+                stack=e.stack.replace(";fine", ";generate"),
+                server_input_tokens=100,
+                server_cache_read_tokens=90,
+                **served,
+            )
+        )
+    row = levels.by_model(load(decide + generation), WEEK)["qwen-7b"]
+    assert (row["cached_claimed"], row["cached_confirmed"], row["cached_tokens"]) == (256, 240, 600)
+    assert row["cached_drift"] == pytest.approx(240 / 256 - 1, abs=1e-4)

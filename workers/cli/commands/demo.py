@@ -216,10 +216,15 @@ def print_report(r: dict) -> None:
         ("L3 pre-answer tokens", f"{r['cache']['l3_prefetch_tokens']:,}"),
         ("agreement with the naive path", agreement_line(r)),
         (
-            "tokens by model (Jev's / server's, drift, cost)",
+            "tokens by model (Jev's / server's, drift; cache reads claimed / confirmed, drift; cost)",
             "; ".join(
                 f"{m} {v['calls']} calls {v['tokens_jev']:,} / "
                 + ("-" if v["tokens_server"] is None else f"{v['tokens_server']:,}, {v['drift']:+.1%}")
+                + (
+                    f"; {v['cached_claimed']:,} / {v['cached_confirmed']:,}, {v['cached_drift']:+.1%}"
+                    if v.get("cached_drift") is not None
+                    else ""
+                )
                 + f", ${v['cost']:.4f}"
                 for m, v in r["by_model"].items()
             )

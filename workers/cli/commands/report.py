@@ -120,9 +120,13 @@ def print_tables(data: dict) -> None:
             ["stage", "section", "nominal_tokens", "tokens", "saved_tokens"],
         ),
         (
-            "tokens by model: Jev's count and the server's (drift = server / Jev − 1; cost on the server's count)",
+            "tokens by model: Jev's count and the server's (drift = server / Jev − 1; cost on the server's count); "
+            "of the decide calls' prompts, the tokens Jev claimed the server's prefix cache would serve (its "
+            "shared_context and state_cache savings) and those the server confirmed (cached_drift = confirmed / "
+            "claimed − 1; either drift past ±5% is alerted)",
             [{"model": m, **r} for m, r in data["by_model"].items()],
-            ["model", "calls", "tokens_jev", "tokens_server", "drift", "cost"],
+            ["model", "calls", "tokens_jev", "tokens_server", "drift", "cached_claimed", "cached_confirmed"]
+            + ["cached_drift", "cost"],
         ),
     ]
     from workers.analytics.report import AGREEMENT_COLUMNS, agreement_rows

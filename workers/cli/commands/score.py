@@ -21,6 +21,7 @@ from streams.models import http
 from streams.models import pool as pool_mod
 from streams.scoring.engine import MODES
 from streams.scoring.factory import build_engine, work_for
+from streams.usage.drift import drift
 
 LOCAL_MODEL = "smollm2-server"  # the pool entry --local-model scores with (SmolLM2 served by llama.cpp)
 LOCAL_TIMEOUT_MS = 60_000.0  # --local-model without --timeout-ms: a CPU server takes seconds per decision
@@ -138,7 +139,7 @@ def score(engine, items: list[tuple[Request, str]], model: str, progress=None) -
         "tokens_nominal": nominal,
         "tiers": dict(tiers),
         "tokens_server": served_server if served_jev else None,
-        "drift": round(served_server / served_jev - 1, 4) if served_jev else None,
+        "drift": drift(served_jev, served_server),
         "model": engine.fine.name,
         "fine_models": dict(fine_models),
         "calls_per_decision": round((http.calls() - calls_before) / len(rows), 3) if rows else None,
