@@ -13,20 +13,16 @@ from streams.models import http
 from streams.models import openai as engine_mod
 from streams.models.lexical import LexicalBackend
 from streams.models.pool import ModelSpec
-from streams.output import chunks as stream_config
 from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
+from tests.integration.streamed_answer import streamed_answer
 from workers.analytics.levels import by_model
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("infra.model_server", reason="the model server launcher (infra/model_server.py) is not installed")
 
-QUESTIONS = {
-    "en": "My parcel arrived broken. What should I do? Answer in one sentence.",
-    "zh": "我的包裹到的时候坏了，我该怎么办？请用一句话回答。",
-}
 DECISIONS = [
     (
         "Customer: the mug arrived broken and I want my money back.",
@@ -79,39 +75,9 @@ def scoring_engine(fine) -> Engine:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_streamed_answer_through_the_server_is_metered_on_both_counts(model_server, lang):
-    sent = []
-    eng = Engine(
-        coarse=LexicalBackend(),
-        fine=LexicalBackend(),
-        generator=served(model_server, GGUF),
-        stream_config=stream_config.load(),
-        chunk_sink=sent.append,
-    )
-    request = Request.from_data(
-        {
-            "request_id": f"s-{lang}",
-            "tenant": "acme",
-            "service": "support",
-            "decision_type": "customer_service",
-            "kind": "generate",
-            "stream": True,
-            "state": QUESTIONS[lang],
-            "contracts": {"max_output_tokens": 48},
-        }
-    )
-    work = Work(
-        request=request, admitted_at=time.time(), model="gpt-4o-mini", context=QUESTIONS[lang], context_tokens=20
-    )
-    decision, events = eng.decide(work)
-    assert decision.tier == "llm" and decision.text.strip() and sent and sent[-1].final
-    assert [c.seq for c in sent] == list(range(len(sent)))
-    [row] = [e for e in events if e.stack.endswith("stream")]
-    assert row.delivered_tokens == sum(c.tokens for c in sent)  # what the client read: the chunks' tokens
-    # Jev's count against llama-server's bill, exact in both languages: the prompt counted before the call (the GGUF
-    # vocabulary and the chat template), the output as the server counted it in the stream (the text re-tokenized
-    # reads short: cl100k_base 34 for 48 generated in Chinese, the GGUF vocabulary 47 of 48 on some answers)
-    assert row.count_source == "server" and row.input_tokens == row.server_input_tokens > 0
-    assert row.output_tokens == row.server_output_tokens == decision.output_tokens > 0
+    row = streamed_answer(served(model_server, GGUF), lang, max_output_tokens=48)
+    # llama-server bills the prompt Jev counted before the call exactly (the GGUF vocabulary and the chat template)
+    assert row.input_tokens == row.server_input_tokens
 
 
 def test_decisions_are_scored_in_one_call_each_and_reconciled_in_clickhouse(model_server, usage_db):

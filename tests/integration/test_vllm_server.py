@@ -19,12 +19,13 @@ from schemas.records import Candidate, Request, Work
 from streams.models import http, registry
 from streams.models import pool as pool_mod
 from streams.models.lexical import LexicalBackend
-from streams.output import chunks as stream_config
 from streams.runtime.usage_sink import UsageSink
 from streams.scoring import policy
 from streams.scoring.engine import Engine
 from streams.scoring.factory import work_for
+from tests.integration.streamed_answer import streamed_answer
 from workers.analytics.levels import by_model
+from workers.cli.main import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.model_server]
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +50,6 @@ DECISIONS = {
         ("顾客：杯子到货时已经碎了，我要退款。", ["给下次订单打折", "为破损的杯子退款", "关闭工单"]),
         ("顾客：我的包裹晚了三天，现在在哪里？", ["提供物流链接和新的送达日期", "退款", "请顾客写评价"]),
     ],
-}
-QUESTIONS = {
-    "en": "My parcel arrived broken. What should I do? Answer in one sentence.",
-    "zh": "我的包裹到的时候坏了，我该怎么办？请用一句话回答。",
 }
 
 
@@ -96,59 +93,40 @@ def works(tag: str, lang: str) -> list[Work]:
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_decisions_go_to_the_llm_tier_in_one_call_each_reconciled_with_cached_tokens(vllm_server, usage_db, lang):
+def test_decisions_go_to_the_llm_tier_in_one_call_each_reconciled_with_cached_tokens(
+    vllm_server, usage_db, clickhouse_dsn, monkeypatch, capsys, lang
+):
+    """A session's decisions in order, then again: the policy first, so the server's prefix cache serves it to the
+    next decision and the whole prompt to its repeat. Jev's claim of those cache reads and the server's
+    cached_tokens are both stored, reconciled per model and shown by `jev report`."""
     model = served(vllm_server)
     eng = llm_engine(model)
     srv = http.server(model.base_url, model.options)
     before = srv.calls
-    first = eng.decide_batch(works("a", lang))
-    assert srv.calls - before == len(DECISIONS[lang])  # one call per decision: every candidate in it
-    assert all(d.tier == "llm" and d.action_id and f"escalation:{MODEL}" in d.chain for d, _ in first)
-    again = eng.decide_batch(works("b", lang))  # the same policy first: the server's prefix cache serves it
-    events = [e for _, evs in first + again for e in evs if e.model == MODEL]
-    assert events and all(e.count_source == "server" for e in events)
-    assert sum(e.server_cache_read_tokens for e in events) > 0
-    UsageSink(usage_db).insert([e for _, evs in first + again for e in evs])
-    row = by_model(usage_db, datetime.datetime(2020, 1, 1))[MODEL]
-    assert row["calls"] == 2 * len(DECISIONS[lang]) and row["tokens_server"] > 0
-    assert row["cached_tokens"] > 0 and abs(row["drift"]) <= 0.05, row
+    results = [r for tag in ("a", "b") for w in works(tag, lang) for r in eng.decide_batch([w])]
+    assert srv.calls - before == len(results) == 2 * len(DECISIONS[lang])  # one call per decision
+    assert all(d.tier == "llm" and d.action_id and f"escalation:{MODEL}" in d.chain for d, _ in results)
+    events = [e for _, evs in results for e in evs]
+    served_rows = [e for e in events if e.model == MODEL]
+    assert served_rows and all(e.count_source == "server" for e in served_rows)
+    assert (
+        sum(e.cache_read_tokens for e in served_rows) > 0 and sum(e.server_cache_read_tokens for e in served_rows) > 0
+    )
+    UsageSink(usage_db).insert(events)
+    monkeypatch.setenv("JEV_CLICKHOUSE_DSN", clickhouse_dsn)
+    assert main(["report", "--json", "--since", "24h"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["by_model"][MODEL]
+    assert row == by_model(usage_db, datetime.datetime(2020, 1, 1))[MODEL]
+    assert row["calls"] == len(results) and row["tokens_server"] > 0 and abs(row["drift"]) <= 0.05, row
+    assert row["cached_claimed"] > 0 and row["cached_confirmed"] > 0 and row["cached_tokens"] > 0, row
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_streamed_generate_answer_is_metered_on_both_counts(vllm_server, lang):
-    sent = []
-    eng = Engine(
-        coarse=LexicalBackend(),
-        fine=LexicalBackend(),
-        generator=served(vllm_server),
-        stream_config=stream_config.load(),
-        chunk_sink=sent.append,
-    )
-    request = Request.from_data(
-        {
-            "request_id": f"s-{lang}",
-            "tenant": "acme",
-            "service": "support",
-            "decision_type": "customer_service",
-            "kind": "generate",
-            "stream": True,
-            "state": QUESTIONS[lang],
-            "contracts": {"max_output_tokens": 32},
-        }
-    )
-    work = Work(
-        request=request, admitted_at=time.time(), model="gpt-4o-mini", context=QUESTIONS[lang], context_tokens=20
-    )
-    decision, events = eng.decide(work)
-    assert decision.tier == "llm" and decision.text.strip() and sent and sent[-1].final
-    assert [c.seq for c in sent] == list(range(len(sent)))
-    [row] = [e for e in events if e.stack.endswith("stream")]
-    assert row.delivered_tokens == sum(c.tokens for c in sent)
+    row = streamed_answer(served(vllm_server), lang, max_output_tokens=32)
     # vLLM's final usage chunk: the prompt Jev counted before the call (SmolLM2's vocabulary and chat template)
-    # within 5% of the server's, the output as the server counted it
-    assert row.count_source == "server" and row.server_input_tokens > 0
+    # within 5% of the server's
     assert abs(row.input_tokens / row.server_input_tokens - 1) <= 0.05
-    assert row.output_tokens == row.server_output_tokens == decision.output_tokens > 0
 
 
 def test_the_server_killed_mid_run_falls_back_with_a_reason_and_recovers(vllm_server):
