@@ -280,17 +280,18 @@ def savings_by_mechanism(client, since: dt.datetime) -> list[dict]:
 
 
 def by_model(client, since: dt.datetime) -> dict[str, dict]:
-    """Per model: its calls (usage rows with model tokens), Jev's count of its tokens, the server's count of the
-    calls it reported usage for, their drift over those calls (server / Jev − 1), and the cost, priced on the
-    server's count where there is one. The prompt tokens the server says its prefix cache served (cached_tokens);
-    of its decide calls', those Jev claimed it would serve (cached_claimed: its shared_context and state_cache
-    savings) beside those it confirmed (cached_confirmed), and their drift (cached_drift, streams/usage/drift.py).
-    A model whose calls reported none (in-process models; a server that sends no usage when streaming) has no
-    server count: None."""
+    """Per model: its calls (usage rows with model tokens, less the state_cache rows split off them), Jev's count
+    of its tokens, the server's count of the calls it reported usage for, their drift over those calls (server /
+    Jev − 1), and the cost, priced on the server's count where there is one. The prompt tokens the server says its
+    prefix cache served (cached_tokens); of its decide calls', those Jev claimed it would serve (cached_claimed: its
+    shared_context and state_cache savings) beside those it confirmed (cached_confirmed), and their drift
+    (cached_drift, streams/usage/drift.py). A model whose calls reported none (in-process models; a server that
+    sends no usage when streaming) has no server count: None."""
     out = {}
     for r in rows(
         client,
-        "SELECT model, count() AS calls, toUInt64(sum(input_tokens + output_tokens)) AS tokens_jev, "
+        "SELECT model, countIf(section != 'state_cache') AS calls, "
+        "toUInt64(sum(input_tokens + output_tokens)) AS tokens_jev, "
         "toUInt64(sumIf(server_input_tokens + server_output_tokens, count_source = 'server')) "
         "AS server_tokens, toUInt64(sumIf(server_cache_read_tokens, count_source = 'server')) AS server_cached, "
         "toUInt64(sumIf(input_tokens + output_tokens, count_source = 'server')) AS jev_of_served, "

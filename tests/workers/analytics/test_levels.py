@@ -136,5 +136,6 @@ def test_by_model_reconciles_the_cache_reads_jev_claimed_with_those_the_server_c
             )
         )
     row = levels.by_model(load(decide + generation), WEEK)["qwen-7b"]
+    assert row["calls"] == 8  # 4 decide calls (a state_cache row is a part of one) and 4 generations
     assert (row["cached_claimed"], row["cached_confirmed"], row["cached_tokens"]) == (256, 240, 600)
     assert row["cached_drift"] == pytest.approx(240 / 256 - 1, abs=1e-4)
