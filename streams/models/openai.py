@@ -446,18 +446,18 @@ class SSEFeed:
                     self.queue.put(text)
 
     def pieces(self, streaming: Streaming, grace_s: float = 2.0):
-        """The queued pieces. Closed early (the answer reached its length), the read goes on for up to `grace_s`
-        so the server's closing usage still arrives (it was asked for at most that length), then it is cancelled:
-        the response closes and the server stops generating. Then the stream's output as generated (count_output:
-        the server's count where the stream carried one, else every piece it sent counted in the model's tokenizer)
-        and the server's usage."""
+        """The queued pieces. Closed early (the answer reached its length), the read goes on for up to `grace_s` so the
+        server's closing usage still arrives (it was asked for at most that length), then it is cancelled: the
+        response closes and the server stops generating; cancelled (Streaming.cancel), it is cut at once. Then
+        the stream's output as generated (count_output: the server's count where the stream carried one, else
+        every piece it sent counted in the model's tokenizer) and the server's usage."""
         try:
             while (piece := self.queue.get()) is not None:
                 yield piece
         finally:
             if self.task is not None:
                 try:
-                    self.task.result(timeout=grace_s)
+                    self.task.result(timeout=0.0 if streaming.abandoned else grace_s)
                 except concurrent.futures.TimeoutError:
                     self.task.cancel()
             streaming.server = self.usage

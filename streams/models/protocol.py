@@ -74,6 +74,7 @@ class Streaming:
     label: str
     server: Usage | None = None
     output_tokens: int | None = None  # None: the engine did not count them (the caller counts the text it read)
+    abandoned: bool = False  # cancel() was called: the caller went away
 
     def __iter__(self) -> Iterator[str]:
         return self.pieces
@@ -82,6 +83,12 @@ class Streaming:
         close = getattr(self.pieces, "close", None)
         if close is not None:
             close()
+
+    def cancel(self) -> None:
+        """close(), the caller gone: a model server's stream is cut at once, its closing usage not waited for (what
+        it sent is still counted)."""
+        self.abandoned = True
+        self.close()
 
 
 class Scorer(Protocol):

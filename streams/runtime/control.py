@@ -31,15 +31,17 @@ async def publish(bootstrap: str, controls: list[Control]) -> None:
     await producer.start()
     try:
         for control in controls:
-            value = control.dumps()
-            await producer.send_and_wait(
-                name("control"),
-                value,
-                key=f"{control.kind}:{control.key}".encode(),
-                headers=signing.headers(name("control"), value),
-            )
+            await send(producer, control)
     finally:
         await producer.stop()
+
+
+async def send(producer, control: Control) -> None:
+    """One control record, signed by this process's keyring, on a started producer."""
+    value = control.dumps()
+    await producer.send_and_wait(
+        name("control"), value, key=record_key(control).encode(), headers=signing.headers(name("control"), value)
+    )
 
 
 class ControlReader:

@@ -98,7 +98,10 @@ def stream_answer(
             if chunker.full or cancelled:
                 break
     finally:
-        streaming.close()
+        if cancelled:
+            streaming.cancel()
+        else:
+            streaming.close()
     if not cancelled:
         if not withheld and not flagged(rest := cleaner.finish()):
             release(chunker.feed(rest))

@@ -33,7 +33,7 @@ from streams.models import pool as pool_mod
 from streams.models import registry
 from streams.output.format import http_headers
 from streams.runtime.client import JevClient, JevError, JevHeld, JevRejected, JevTimeout
-from streams.runtime.control import publish
+from streams.runtime.control import send
 from streams.security import signing
 
 log = logging.getLogger("jev.gateway")
@@ -169,12 +169,12 @@ class Gateway:
                 self.clients[tenant] = client
             return self.clients[tenant]
 
-    def cancel(self, tenant: str, request_id: str) -> None:
+    def cancel(self, client: JevClient, request_id: str) -> None:
         """Stop generating the answer of a caller that went away: a signed cancel control record naming the tenant
-        (the key's, so no tenant stops another's request) and the request id (streams.core.cancels). Sent in the
-        background: the handler that asks is being cancelled itself."""
-        record = cancels.record(tenant, request_id)
-        task = asyncio.get_running_loop().create_task(publish(self.settings.bootstrap, [record]))
+        (the key's, so no tenant stops another's request) and the request id (streams.core.cancels), on the
+        tenant's client's producer. Sent in the background: the handler that asks is being cancelled itself."""
+        record = cancels.record(client.tenant, request_id)
+        task = asyncio.get_running_loop().create_task(send(client.producer, record))
         self.cancelling.add(task)
         task.add_done_callback(self.cancelled)
 
@@ -437,12 +437,10 @@ async def chat(request: web.Request, gw: Gateway) -> web.StreamResponse:
         }
         return web.json_response(reply, headers=http_headers(decision), dumps=_dumps)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    return await stream(
-        request, gw, tenant, client, prompt, body["model"], rid, decision_type, include_usage, fields, timeout
-    )
+    return await stream(request, gw, client, prompt, body["model"], rid, decision_type, include_usage, fields, timeout)
 
 
-async def stream(request, gw, tenant, client, prompt, model, rid, decision_type, include_usage, fields, timeout):
+async def stream(request, gw, client, prompt, model, rid, decision_type, include_usage, fields, timeout):
     """The answer as server-sent events, each chunk sent as the pipeline releases it (its token bucket paces them).
     Errors before the first chunk are plain HTTP errors; after it, an error event. A caller that goes away ends the
     wait here (the gateway runs with handler cancellation) and cancels the answer: the scoring worker stops
@@ -491,7 +489,7 @@ async def stream(request, gw, tenant, client, prompt, model, rid, decision_type,
         await response.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError) as gone:  # the caller went away mid-stream
         if replies.decision is None:
-            gw.cancel(tenant, rid)
+            gw.cancel(client, rid)
         if isinstance(gone, asyncio.CancelledError):
             raise
         return response

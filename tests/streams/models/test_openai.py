@@ -40,6 +40,8 @@ class Script:
         self.words = ["The ", "refund ", "is ", "on ", "its ", "way."]  # the chat answer, one piece per word
         self.finish = "stop"  # why the answer ended: stop (the model's end token) or length (max_tokens)
         self.generated = 6  # the usage's completion_tokens: the tokens the server says the model generated
+        self.word_delay_s = 0.0  # a streamed answer's pause before each word, as a model generating it
+        self.hung_up_after: int | None = None  # words a stream had written when its reader went away
 
 
 def top_logprobs(prompt: str) -> dict:
@@ -101,7 +103,12 @@ def make_app(script: Script) -> web.Application:
             chunk = {"choices": [{"delta": {"content": word}, "finish_reason": None}]}
             if script.mode == "cumulative":  # usage so far repeated in every chunk
                 chunk["usage"] = {"prompt_tokens": 12, "completion_tokens": i + 1}
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(script.word_delay_s)
+            try:
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            except ConnectionResetError:
+                script.hung_up_after = i
+                return response
             if script.mode == "cut" and i == 2:
                 request.transport.close()
                 return response
@@ -366,6 +373,24 @@ def test_the_output_is_what_the_server_generated_not_the_text_recounted(fake_ser
     else:
         output = eng.generate("Where is my refund? 我的退款在哪里？", 32).output_tokens
     assert output == generated
+
+
+@pytest.mark.parametrize("words", [[f"word{i} " for i in range(400)], [f"第{i}句。" for i in range(400)]])
+def test_a_cancelled_stream_stops_the_server_and_counts_what_arrived(fake_server, words):
+    url, script = fake_server
+    script.words, script.word_delay_s = words, 0.05  # twenty seconds of answer
+    eng = engine(url)
+    streaming = eng.stream("Tell me everything. 告诉我一切。", 1000)
+    pieces = iter(streaming)
+    read = [next(pieces), next(pieces)]
+    streaming.cancel()  # the caller went away: no grace for a closing usage that would come at the end
+    deadline = time.monotonic() + 60
+    while script.hung_up_after is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read == words[:2] and script.hung_up_after is not None and script.hung_up_after < len(words) - 1
+    assert streaming.server is None  # the server never got to its usage
+    sent = "".join(words[: script.hung_up_after])
+    assert eng.count("".join(read)) <= streaming.output_tokens <= eng.count(sent)  # what arrived, counted
 
 
 def test_a_stream_counts_the_last_running_count_it_carried(fake_server):

@@ -268,7 +268,8 @@ class Counting:
             finally:
                 self.closed = True
 
-        return Streaming(generate(), tokens.count(prompt, MODEL), MODEL, self.label)
+        self.streaming = Streaming(generate(), tokens.count(prompt, MODEL), MODEL, self.label)
+        return self.streaming
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -291,6 +292,7 @@ def test_a_cancelled_stream_stops_generating_and_is_metered_for_what_it_generate
     decision, [row] = eng.decide(w)
     assert [c.seq for c in sent] == [0, 1] and not any(c.final for c in sent)
     assert generator.closed and generator.pulled < generator.total  # the generation stopped
+    assert generator.streaming.abandoned  # cut at once: a model server's closing usage is not waited for
     read = ExtractiveGenerator(MODEL).generate(w.context, 512).text[: generator.pulled * 5]
     assert row.outcome == "cancelled" and "stream:cancelled" in decision.chain and decision.error
     assert row.output_tokens == decision.output_tokens == tokens.count(read, MODEL) >= row.delivered_tokens

@@ -2,7 +2,8 @@
 called by real clients: the official openai SDK (plain and streamed, its usage equal to what ClickHouse metered for
 the request), `curl -N` on the stream, plain HTTP for the native decisions endpoint, in English and Chinese; keys
 that map to tenants (added and revoked while it runs), OpenAI-shaped errors, two tenants that never see each
-other's answers, a caller that hangs up mid-stream still metered, and the README's two snippets run as written."""
+other's answers, a caller that hangs up mid-stream stopping its generation and metered for what was generated, a
+body over the size limit refused in OpenAI's shape, and the README's two snippets run as written."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import aiohttp
 import openai
 import orjson
 import pytest
+import yaml
 
 from workers.harness.pipeline import Pipeline, free_port, known_decision_types
 from workers.processes import gateway
@@ -36,6 +38,9 @@ DECISIONS = {
 LONG_REFERENCE = "\n".join(
     f"Parcels to warehouse {h} leave within {h % 47 + 1} hours of payment and arrive in {h % 5 + 2} working days."
     for h in range(40)
+)
+LONG_REFERENCE_ZH = "\n".join(
+    f"发往{h}号仓库的包裹在付款后{h % 47 + 1}小时内发出，{h % 5 + 2}个工作日内送达。" for h in range(40)
 )
 
 
@@ -105,6 +110,62 @@ async def chat_both_ways(pipe, sdk: openai.AsyncOpenAI, tenant: str, model: str,
         assert re.search(r"[\u4e00-\u9fff]", "".join(parts))
 
 
+def stream_config(tmp_path: Path, base: str = "", creative: int = 512, mobile: dict | None = None) -> str:
+    """A stream.yaml (the bundled one, or `base`) whose creative answers are `creative` tokens long, and with
+    `mobile` as the mobile client's chunk size and pace where given: a stream the test hangs up on is still
+    generating when the cancel arrives, however loaded the machine."""
+    from streams.output.chunks import BUNDLED
+
+    config = yaml.safe_load((Path(base) if base else BUNDLED).read_text(encoding="utf-8"))
+    config["types"]["creative"]["max_output_tokens"] = creative
+    if mobile:
+        config["clients"]["mobile"] = mobile
+    path = tmp_path / "stream.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return str(path)
+
+
+async def streamed_row(pipe, tenant: str, request_id: str) -> dict:
+    """The scoring worker's usage row of a streamed answer, once it has landed."""
+    names = ("outcome", "output_tokens", "delivered_tokens")
+    query = (
+        f"SELECT {', '.join(names)} FROM usage_events FINAL WHERE tenant = {{t:String}} AND request_id = {{r:String}} "
+        "AND stage = 'score' AND section = 'stream'"
+    )
+    for _ in range(300):
+        rows = pipe.ch.query(query, parameters={"t": tenant, "r": request_id}).result_rows
+        if rows:
+            return dict(zip(names, rows[0]))
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no stream row for {tenant}/{request_id}")
+
+
+async def hang_up(pipe, sdk: openai.AsyncOpenAI, tenant: str, model: str, question: str, limit: int) -> dict:
+    """A long streamed answer the caller closes after two chunks: the stream stops (outcome cancelled, fewer tokens
+    delivered than the limit) and what was generated is metered, delivered or not; the row, for what the caller
+    asserts of the generation itself."""
+    stream = await sdk.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": question}],
+        stream=True,
+        max_tokens=limit,
+        extra_body={"client": "mobile", "question_type": "creative"},
+    )
+    got = []
+    async for chunk in stream:
+        got.append(chunk)
+        if len(got) == 2:
+            break
+    await stream.close()
+    rid = got[0].id.removeprefix("chatcmpl-")
+    row = await streamed_row(pipe, tenant, rid)
+    assert row["outcome"] == "cancelled", row
+    assert 0 < row["delivered_tokens"] <= row["output_tokens"] and row["delivered_tokens"] < limit, row
+    _, output = await metered(pipe, tenant, rid)
+    assert output >= row["output_tokens"]  # metered: the pipeline's rows hold what the scoring worker generated
+    return row
+
+
 async def curl_stream(url: str, key: str, body: dict) -> list[str]:
     proc = await asyncio.create_subprocess_exec(
         "curl",
@@ -145,8 +206,13 @@ async def run_snippet(code: str, env: dict) -> str:
     return out.decode()
 
 
-async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_db):
-    settings = settings.replace(backend="lexical", clickhouse_dsn=clickhouse_dsn, tenant_rates="slow=1:1000000")
+async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_db, tmp_path):
+    settings = settings.replace(
+        backend="lexical",
+        clickhouse_dsn=clickhouse_dsn,
+        tenant_rates="slow=1:1000000",
+        stream_config=stream_config(tmp_path, mobile={"chunk_tokens": 16, "tokens_per_s": 16}),
+    )
     async with served_gateway(settings) as (pipe, url, keys):
         _, acme = keys.add("acme")
         _, globex = keys.add("globex")
@@ -211,6 +277,14 @@ async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_
                     break
             assert limited is not None and int(limited.response.headers["Retry-After"]) >= 1
             assert limited.code == "rate_limit_exceeded"
+            with pytest.raises(openai.APIStatusError) as too_large:  # over JEV_MAX_RECORD_BYTES: OpenAI's shape
+                await sdk.chat.completions.create(
+                    model=models[0],
+                    messages=[{"role": "user", "content": "长" * pipe.settings.max_record_bytes}],
+                )
+            assert too_large.value.status_code == 413 and too_large.value.code == "request_too_large"
+            assert "JEV_MAX_RECORD_BYTES" in too_large.value.message
+            assert str(pipe.settings.max_record_bytes) in too_large.value.message
 
             # the native decisions endpoint, English and Chinese
             for lang, (state, texts) in DECISIONS.items():
@@ -248,27 +322,36 @@ async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_
             assert "5512" not in acme_reply.choices[0].message.content
             assert "7781" not in globex_reply.choices[0].message.content
 
-            # a caller hanging up mid-stream: the gateway stops waiting; the answer is still generated and metered
-            body = {
-                "model": models[0],
-                "stream": True,
-                "client": "mobile",
-                "question_type": "creative",
-                "messages": [{"role": "user", "content": "How long does delivery take?\n" + LONG_REFERENCE}],
-            }
-            async with http.post(
-                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {acme}"}
-            ) as r:
-                rid = r.headers["X-Request-Id"]
-                first = await r.content.readline()
-                assert first.startswith(b"data: ")
-                r.close()
-            _, output = await metered(pipe, "acme", rid)
-            delivered = pipe.ch.query(
-                "SELECT delivered_tokens FROM usage_events FINAL WHERE request_id = {r:String} AND section = 'stream'",
-                parameters={"r": rid},
-            ).result_rows
-            assert output > 0 and delivered and delivered[0][0] > 0
+            # a caller hanging up mid-stream: its generation stops, what was generated is metered; a cancel names its
+            # tenant, so globex's stream of the same request id (an Idempotency-Key both chose) goes on to its end
+            globex_sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=globex, max_retries=0)
+            for question in ("How long does delivery take?\n" + LONG_REFERENCE, "配送需要多久？\n" + LONG_REFERENCE_ZH):
+                await hang_up(pipe, sdk, "acme", models[0], question, 400)  # the extractive answer exists at once
+            same = {"Idempotency-Key": "shared-stream-1"}
+            body = {"client": "mobile", "question_type": "creative"}
+            mine = await sdk.chat.completions.create(
+                model=models[0],
+                messages=[{"role": "user", "content": "Delivery times?\n" + LONG_REFERENCE}],
+                stream=True,
+                max_tokens=160,
+                extra_body=body,
+                extra_headers=same,
+            )
+            theirs = await globex_sdk.chat.completions.create(
+                model=models[0],
+                messages=[{"role": "user", "content": "送货时间？\n" + LONG_REFERENCE_ZH}],
+                stream=True,
+                max_tokens=160,  # ten seconds of chunks: streaming still when acme's cancel lands
+                extra_body=body,
+                extra_headers=same,
+            )
+            async for _ in mine:
+                break
+            await mine.close()
+            finish = [c.choices[0].finish_reason async for c in theirs if c.choices]
+            assert finish[-1] == "stop"
+            assert (await streamed_row(pipe, "acme", "shared-stream-1"))["outcome"] == "cancelled"
+            assert (await streamed_row(pipe, "globex", "shared-stream-1"))["outcome"] == "ok"
 
             # keys revoked and added while it runs
             assert keys.revoke(acme)
@@ -286,10 +369,11 @@ async def test_real_clients_through_the_gateway(settings, clickhouse_dsn, usage_
 
 
 @pytest.mark.model_server
-async def test_the_served_model_through_the_gateway(model_server, settings, clickhouse_dsn, usage_db):
+async def test_the_served_model_through_the_gateway(model_server, settings, clickhouse_dsn, usage_db, tmp_path):
     """SmolLM2 on llama.cpp's server answers through the gateway: every model /v1/models lists, plain and streamed,
-    English and Chinese, usage equal to ClickHouse's (the server's own counts, reconciled by the pipeline); with the
-    server killed, a 503 naming the fallback's reason."""
+    English and Chinese, usage equal to ClickHouse's (the server's own counts, reconciled by the pipeline); a long
+    answer the caller hangs up on stops generating on the server, metered for what it generated; with the server
+    killed, a 503 naming the fallback's reason."""
     from workers.harness.demo import served_settings
 
     settings = served_settings(
@@ -298,12 +382,20 @@ async def test_the_served_model_through_the_gateway(model_server, settings, clic
         1,
         False,
     )  # one call at a time on a shared 2-core machine: minutes per answer under load
+    # its answers are cut to a few tokens, but for the creative ones the test hangs up on
+    settings = settings.replace(stream_config=stream_config(tmp_path, settings.stream_config, creative=400))
     async with served_gateway(settings) as (pipe, url, keys):
         sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=keys.add("acme")[1], max_retries=0, timeout=900)
         models = [m.id for m in (await sdk.models.list()).data]
         assert models == [model_server.model]
         for lang in ("en", "zh"):
             await chat_both_ways(pipe, sdk, "acme", models[0], lang)
+        for story in (
+            "Write a very long story about a lighthouse keeper and her cat.",
+            "写一个很长的故事，讲一位灯塔看守人和她的猫。",
+        ):
+            row = await hang_up(pipe, sdk, "acme", models[0], story, 400)
+            assert row["output_tokens"] < 400  # the server stopped generating: it was asked for 400
         model_server.kill()  # the generator's server gone: a 503 naming the fallback's reason, in OpenAI's shape
         with pytest.raises(openai.InternalServerError) as down:
             await sdk.chat.completions.create(model=models[0], messages=[{"role": "user", "content": "还在吗？"}])
