@@ -1,7 +1,7 @@
 """Reading topics in micro-batches, and handing what a stage returns for each to the one Sender before its
 input is committed: `BatchConsumer` (plain aiokafka, explicit commits) for ingest, the usage sink and the
 scoring workers; `run_agent` for the Faust agents that own a table's partitions (the cache and postprocess),
-whose offsets Faust acknowledges once the loop body returns."""
+whose micro-batches take_work acknowledges and commits once they are handled."""
 
 from __future__ import annotations
 
@@ -104,9 +104,43 @@ class CaughtUp:
 
 async def take_work(stream, settings) -> AsyncIterator[list]:
     """The Work items of every WorkBatch that arrived within one micro-batch window: under load a stage
-    handles many upstream messages per iteration and sends fewer, larger batches downstream."""
-    async for batches in stream.take(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
-        yield [work for batch in batches for work in batch.items]
+    handles many upstream messages per iteration and sends fewer, larger batches downstream.
+
+    Once the caller asks for the next batch (so has handled this one and delivered what it sent), this one's
+    events are acknowledged and, reading a topic, committed at once (Committer). Faust's own commit timer fell
+    seconds behind on a loaded loop, and whatever a process had handled since its last commit is read and worked on
+    again by the process that takes its partitions after it dies."""
+    committer = Committer(stream.app.consumer) if isinstance(stream.channel, faust.Topic) else None
+    async for events in stream.take_events(settings.stage_batch_max, within=settings.stage_batch_wait_ms / 1000):
+        yield [work for event in events for work in event.value.items]
+        for event in events:
+            event.ack()  # take_events acknowledges them again (a no-op) and counts them out when it resumes
+        if committer is not None:
+            committer.ask()
+
+
+class Committer:
+    """Commits of a Faust consumer, asked for after each micro-batch. One runs at a time (Faust's commit does
+    nothing while another is running); those asked for meanwhile come down to one more after it, which covers
+    everything acknowledged by then."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer  # faust's Consumer (untyped)
+        self.running: asyncio.Future | None = None
+        self.again = False
+
+    def ask(self) -> None:
+        if self.running is not None and not self.running.done():
+            self.again = True
+        else:
+            self.running = asyncio.ensure_future(self.commit())
+
+    async def commit(self) -> None:
+        while True:
+            self.again = False
+            await self.consumer.commit()
+            if not self.again:
+                return
 
 
 async def run_agent(batches: AsyncIterator, handle: Callable[[object], Awaitable | object], sender) -> None:

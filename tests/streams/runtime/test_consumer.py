@@ -335,3 +335,88 @@ async def test_batch_consumer_says_the_broker_restarted_before_it_hands_over_the
     assert [value for value, _ in handled[10:13]] == [b"new0", b"new1", b"new2"], "the new log, from its start"
     assert all(told for _, told in handled[10:]), "on_restart came before the new log was handed over"
     assert restarted and set(restarted) == {TopicPartition(topic, 0)}
+
+
+async def test_commits_asked_for_while_one_runs_come_down_to_one_more_after_it():
+    """Committer: Faust's commit does nothing while another runs, so an ask that came meanwhile must not be lost
+    (the last micro-batch's offsets would wait for the commit timer), nor each one queue a commit of its own."""
+    from streams.runtime.consumer import Committer
+
+    release, calls = asyncio.Event(), []
+
+    class Consumer:
+        async def commit(self) -> bool:
+            calls.append(len(calls))
+            if len(calls) == 1:
+                await release.wait()
+            return True
+
+    committer = Committer(Consumer())
+    committer.ask()
+    await until(lambda: calls == [0])
+    committer.ask()
+    committer.ask()
+    committer.ask()
+    release.set()
+    await until(lambda: committer.running.done())
+    assert calls == [0, 1]
+    committer.ask()
+    await until(lambda: committer.running.done())
+    assert calls == [0, 1, 2]
+
+
+async def test_a_faust_agents_micro_batches_are_committed_once_handled_not_at_the_commit_timer(broker, settings):
+    """take_work on the real broker, with Faust's commit timer set to an hour: every offset the agent handled is
+    committed all the same, so a process killed after handling them leaves its successor none to read again. As
+    shipped, they waited for the timer (2.8 s, which ran every 6-9 s on a loaded loop, docs/operations.md)."""
+    import faust
+
+    from schemas.records import Request, Work, WorkBatch
+    from streams.runtime import kafka_tuning
+    from streams.runtime.consumer import take_work
+    from workers.analytics.lag import committed_offsets
+
+    topic, group = "test.take_work", "test-take-work"
+    works = [
+        Work(
+            request=Request(request_id=f"r{i}", tenant="acme", service="s", decision_type="ranking", state=state),
+            admitted_at=0.0,
+            model="gpt-4o-mini",
+        )
+        for i, state in enumerate(["trail shoes", "登山鞋", "a loafer", "皮鞋", "sandals", "凉鞋"])
+    ]
+    bootstrap = await fresh_topic(broker, topic, 2, [WorkBatch(items=[w]).dumps() for w in works])
+    kafka_tuning.install()
+    app = faust.App(
+        group,
+        broker=broker.url,
+        store="memory://",
+        web_enabled=False,
+        datadir=str(settings.data_dir),
+        topic_partitions=2,
+        broker_commit_interval=3600,
+        consumer_auto_offset_reset="earliest",
+    )
+    handled: list[str] = []
+
+    @app.agent(app.topic(topic, value_type=WorkBatch, partitions=2))
+    async def agent(stream):
+        async for batch in take_work(stream, settings):
+            handled.extend(w.request.state for w in batch)
+
+    worker = faust.Worker(app, loop=asyncio.get_running_loop(), daemon=False, redirect_stdouts=False, quiet=True)
+    worker.spinner = None
+    await worker.start()
+    tps = [TopicPartition(topic, p) for p in (0, 1)]
+    try:
+        await until(lambda: len(handled) == len(works), timeout=120)
+        deadline = time.monotonic() + 30  # the commit is one round trip: seconds at most on a loaded machine
+        while time.monotonic() < deadline:
+            committed = {tp.partition: o for tp, o in (await committed_offsets(bootstrap, group, tps)).items()}
+            if committed == {0: 3, 1: 3}:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await worker.stop()
+    assert sorted(handled) == sorted(w.request.state for w in works)
+    assert committed == {0: 3, 1: 3}, "what the agent handled is not committed"
