@@ -24,7 +24,10 @@ class E5Backend:
     def __init__(self):
         self.encoder = models.e5()
 
-    def tokens(self, prefixed: str) -> int:
+    def tokens(self, prefixed: list[str]) -> list[int]:
+        return [self.token_count(t) for t in prefixed]
+
+    def token_count(self, prefixed: str) -> int:
         is_query = prefixed.startswith(QUERY)
         text = prefixed.removeprefix(QUERY if is_query else PASSAGE)
         return min(self.encoder.token_count(text, is_query), MAX_TOKENS)

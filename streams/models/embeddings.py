@@ -20,8 +20,9 @@ class MiniLMBackend:
     def __init__(self):
         self.encoder = models.minilm()
 
-    def tokens(self, text: str) -> int:
-        return self.encoder.lengths([text])[0]
+    def tokens(self, texts: list[str]) -> list[int]:
+        """Each text's tokens as the model reads it, in one tokenizer call."""
+        return self.encoder.lengths(texts)
 
     def embed(self, texts: list[str]):
         """Forward passes packed by length (models.Serialized.encode_packed): a decision's short candidates share
@@ -36,9 +37,9 @@ class MiniLMBackend:
 
 
 def cosine_scored(encoder, items: list[tuple[str, list[str]]], query: str = "", passage: str = "") -> list[Scored]:
-    """Each decision's candidates scored by cosine to its context, for a bi-encoder with `model`, `embed` and
-    `tokens` (texts prefixed with `query` / `passage` where the model was trained so). Every text of every
-    decision goes through one encoding-cache lookup, so one encoder call: a text met earlier in the batch is a
+    """Each decision's candidates scored by cosine to its context, for a bi-encoder with `model`, and `embed` and
+    `tokens` over a list of texts (prefixed with `query` / `passage` where the model was trained so). Every text of
+    every decision goes through one encoding-cache lookup, so one encoder call: a text met earlier in the batch is a
     cache read for the later decision, as it would be one decision after another."""
     texts = [text for context, candidates in items for text in (query + context, *(passage + c for c in candidates))]
     encoded = encodings.shared().get_many(encoder.model, texts, encoder.embed, encoder.tokens)

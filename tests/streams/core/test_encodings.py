@@ -23,8 +23,8 @@ class Model:
         return np.array([[(len(t) * (i + 1) + self.salt) % 7 for i in range(DIM)] for t in texts], dtype=np.float32)
 
 
-def words(text: str) -> int:
-    return len(text.split())
+def words(texts: list[str]) -> list[int]:
+    return [len(text.split()) for text in texts]
 
 
 def test_repeats_in_a_call_and_across_calls_are_reads_and_encoded_once():

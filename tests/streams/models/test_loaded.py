@@ -126,5 +126,5 @@ def test_lengths_are_the_tokens_the_model_reads_in_english_and_chinese():
     full = [len(encoder.tokenizer(t)["input_ids"]) for t in texts]
     assert full[-1] > encoder.max_seq_length > max(full[:-1])
     assert encoder.lengths(texts) == [*full[:-1], encoder.max_seq_length]
-    assert [MiniLMBackend().tokens(t) for t in texts] == encoder.lengths(texts)
+    assert MiniLMBackend().tokens(texts) == encoder.lengths(texts)
     assert encoder.lengths([]) == []
