@@ -1,10 +1,12 @@
 """Scoring batched across requests vs one request at a time, per CPU backend, on the same decisions.
 
 Decisions from STS-B train; for each backend one fresh instance scores every decision one by one (`score`) and
-another in micro-batches of --batch (`score_many`, as the scoring worker does), alternating micro-batch by
+another in micro-batches of --batch as the scoring worker does (streams/scoring/microbatch.py: one `score_many`
+call where the worker batches for the backend, `batched`, else one call each), alternating micro-batch by
 micro-batch, each with its own empty encoding cache. Per backend: candidates/s each way, `speedup` (wall clock),
 `cpu_speedup`, `max_score_diff` and whether the metered tokens are identical.
-Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {...}}}.
+Last stdout line: {speedup, max_score_diff (both of MiniLM), speedup_by_backend, cpu_speedup_by_backend,
+worker_batches (the backends the worker batches for), config, load_average, backends: {name: {...}}}.
 
     .venv/bin/python bench/batching.py [--requests 64] [--batch 16] [--candidates 20] [--smollm2-requests 4]
 """
@@ -12,6 +14,7 @@ Last stdout line: {speedup, max_score_diff (both of MiniLM), backends: {name: {.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -23,7 +26,7 @@ from streams import settings as settings_mod
 from streams.core import encodings
 from streams.models import loaded as models
 from streams.models import registry
-from streams.scoring.microbatch import score_many
+from streams.scoring.microbatch import batches, score_many
 from streams.scoring.steps import Call
 
 
@@ -66,6 +69,7 @@ def measure(name: str, items: list[tuple[str, list[str]]], batch: int) -> dict:
         for o, m in zip(one, many)
     )
     return {
+        "batched": batches(batched),
         "requests": len(items),
         "batch": batch,
         "candidates": n,
@@ -104,13 +108,18 @@ def main() -> None:
         results[name] = measure(name, decisions(sts, n, k), args.batch)
         print(f"{name}: {orjson.dumps(results[name]).decode()}", file=sys.stderr, flush=True)
     minilm = results.get("minilm", {})
+    measured = {name: r for name, r in results.items() if "speedup" in r}
     print(
         orjson.dumps(
             {
                 "speedup": minilm.get("speedup"),
                 "max_score_diff": minilm.get("max_score_diff"),
                 "same_tokens": minilm.get("same_tokens"),
-                "model_threads": settings.model_threads,
+                "speedup_by_backend": {name: r["speedup"] for name, r in measured.items()},
+                "cpu_speedup_by_backend": {name: r["cpu_speedup"] for name, r in measured.items()},
+                "worker_batches": [name for name, r in measured.items() if r["batched"]],
+                "config": {**vars(args), "model_threads": settings.model_threads},
+                "load_average": os.getloadavg()[0],
                 "backends": results,
             }
         ).decode()

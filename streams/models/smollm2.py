@@ -22,6 +22,9 @@ class CausalLMBackend:
     name = "smollm2"
     model = "SmolLM2-135M"
     temperature = 1.0  # PMI is in nats
+    # The scoring worker scores its decisions one by one: padded together (score_many), different decisions'
+    # contexts and candidates cost more CPU than each decision alone (bench/batching.py, docs/benchmarks.md).
+    batches = False
 
     def __init__(
         self,

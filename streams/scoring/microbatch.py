@@ -19,11 +19,12 @@ from streams.scoring.steps import Call, Deciding
 
 
 def score_many(backend, calls: list[Call]) -> list[Scored | ModelUnavailable]:
-    """One call for every Call of `calls` when the backend batches, else one call each. A model that could not
-    answer gives ModelUnavailable in place of the Scored of each call it failed (all of them when it raised)."""
+    """One call for every Call of `calls` when the backend batches (`batches`, True unless it says otherwise),
+    else one call each. A model that could not answer gives ModelUnavailable in place of the Scored of each call
+    it failed (all of them when it raised)."""
     items = [(call.context, call.candidates) for call in calls]
     try:
-        many = getattr(backend, "score_many", None)
+        many = backend.score_many if batches(backend) else None
         if many is None:
             return [backend.score(context, candidates) for context, candidates in items]
         if getattr(backend, "takes_deadlines", False):
@@ -31,6 +32,12 @@ def score_many(backend, calls: list[Call]) -> list[Scored | ModelUnavailable]:
         return many(items)
     except ModelUnavailable as exc:
         return [exc] * len(items)
+
+
+def batches(backend) -> bool:
+    """Whether the worker scores a micro-batch's calls to `backend` in one `score_many` call: a backend with
+    `score_many` does unless it sets `batches = False` (where batching was measured to cost, bench/batching.py)."""
+    return hasattr(backend, "score_many") and getattr(backend, "batches", True)
 
 
 class Pace:

@@ -98,6 +98,17 @@ def test_a_micro_batch_makes_one_call_per_tier_and_decides_as_one_by_one():
     assert comparable(batched) == comparable(one_by_one)
 
 
+def test_a_backend_that_does_not_batch_is_called_once_per_decision():
+    coarse, fine = Counting(backends.LexicalBackend()), Counting(backends.LexicalBackend())
+    fine.batches = False  # as SmolLM2's in-process scorer: batching measured to cost there
+    batched = engine(coarse, fine).decide_batch(works())
+    assert (coarse.calls, fine.calls) == ([8], [1] * 8)
+    one_by_one = [engine(backends.LexicalBackend(), backends.LexicalBackend()).decide(w) for w in works()]
+    assert comparable(batched) == comparable(one_by_one)
+    assert microbatch.batches(coarse) and not microbatch.batches(fine)
+    assert not microbatch.batches(backends.LexicalBackend())  # no score_many: one call per decision
+
+
 def test_breakers_hold_per_request_inside_a_batch():
     mixed = works(2) + works(2, decision_type="capped") + works(2, decision_type="late")
     eng = engine(
