@@ -5,8 +5,8 @@ local pipeline (encoding cache off) in --rounds bursts of --burst; after each bu
 on the raw model in this process, with the same threads. ratio_to_raw = pipeline ÷ raw decisions/s, the median
 round; cpu_ratio_to_raw compares CPU per decision instead, which drifts less on a shared machine (run it twice and
 quote both). A last burst with the encoding cache on gives decisions_per_s and encoding_cache_hit_ratio.
-Last stdout line: {ratio_to_raw, rounds_ratio_to_raw, decisions_per_s, encoding_cache_hit_ratio, cpu_ratio_to_raw,
-decisions_per_s_cache_off, raw_decisions_per_s, cache_speedup, ...}.
+Last stdout line: {config, load_average, ratio_to_raw, rounds_ratio_to_raw, decisions_per_s,
+encoding_cache_hit_ratio, cpu_ratio_to_raw, decisions_per_s_cache_off, raw_decisions_per_s, cache_speedup, ...}.
 
     .venv/bin/python bench/model_path.py [--burst 200] [--rounds 3] [--repeat-share 0.3] [--backend minilm]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
@@ -216,11 +217,14 @@ def main() -> None:
     print(
         orjson.dumps(
             {
-                "burst": args.burst,
-                "repeat_share": args.repeat_share,
-                "backend": base.backend,
-                "model_threads": base.model_threads,
-                "encoding_cache_mb": cache_mb,
+                "config": {
+                    **vars(args),
+                    "backend": base.backend,
+                    "model_threads": base.model_threads,
+                    "encoding_cache_mb": cache_mb,
+                    "score_batch_max": base.score_batch_max,
+                },
+                "load_average": os.getloadavg()[0],
                 "ratio_to_raw": off["ratio_to_raw"],
                 "rounds_ratio_to_raw": [r["ratio_to_raw"] for r in rounds],
                 "decisions_per_s": on["decisions_per_s"],
