@@ -6,7 +6,7 @@ no queue building up); bursts of --burst requests, alternated --trials times wit
 path (rules/cache, model) is then run at half its SUSTAINED capacity, found by --probes paced steps, for its
 p50/p95/p99 (goals: rules/cache p99 <= 100 ms, model path under the 800 ms decision timeout), with each step's
 `cpu_cores`, `tiers` and the guard's `controls`. Last stdout line: {decisions_per_s, bare_events_per_s,
-ratio_to_bare, p99_ms, lost, steps, half_capacity, cpu_ms_per_decision, ...}.
+ratio_to_bare, p99_ms, lost, config, load_average, steps, half_capacity, cpu_ms_per_decision, ...}.
 
     .venv/bin/python bench/load.py [--rates 50,100,200,400] [--step-s 6] [--burst 8000] [--trials 3] [--backend lexical]
         [--half-s 20] [--model-burst 100] [--model-backend auto] [--probes 3] [--model-step-s 10]
@@ -573,7 +573,8 @@ def main() -> None:
             "p99_rules_cache_half_after_run_ms",
         )
     }
-    print(orjson.dumps({**first, **report}).decode())
+    config = {k: v for k, v in vars(args).items() if k != "bare_child"}
+    print(orjson.dumps({**first, "config": config, "load_average": os.getloadavg()[0], **report}).decode())
 
 
 if __name__ == "__main__":
