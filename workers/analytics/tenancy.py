@@ -2,7 +2,9 @@
 
 Isolation itself is by construction (workers/analytics/sandbox/). Before a caller's SQL runs there, check_query
 parses it with ClickHouse (EXPLAIN AST, which reads nothing) and refuses more than one SELECT, SETTINGS or FORMAT
-clauses, table functions, scalar functions that read outside the tables, and any table that is not one of Jev's.
+clauses, table functions, any function but those that compute on the values read (so nothing reads the server, the
+machine, a file or a dictionary: version(), hostName(), filesystemAvailable(), file(), dictGet()), and any table
+that is not one of Jev's.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -17,8 +20,34 @@ import orjson
 from schemas.tables import TENANT_TABLES, TENANT_VIEWS
 
 ADMIN = "*"  # the scope of a token that reads every tenant
-BLOCKED_FUNCTIONS = ("file", "catboostevaluate")  # scalar functions that read outside the tables
-BLOCKED_PREFIXES = ("dict", "joinget")  # dictGet*, dictHas, joinGet*: read dictionaries and Join tables
+# The functions a caller's SQL may call: every aggregate (with its combinators: sumIf, uniqMerge, count(DISTINCT))
+# and the system.functions categories that compute on the values read. The categories left out (Other,
+# Introspection, Dictionary, Embedded Dictionary, AI, Machine Learning, Encryption, Internal) hold what reads the
+# server, the machine, files, dictionaries or the network.
+CATEGORIES = frozenset(
+    (
+        "Arithmetic, Arrays, Bit, Bitmap, Comparison, Conditional, Dates and Times, Distance, Encoding, Financial, "
+        "Geo, Geo Polygon, Hash, IP Address, JSON, Logical, Map, Mathematical, Null, NumericIndexedVector, QBit, "
+        "Random Number, Rounding, String, String Replacement, String Search, String Splitting, Time Series, "
+        "Time Window, Tuple, Type Conversion, URL, UUID"
+    ).split(", ")
+)
+VALUE_FUNCTIONS = frozenset(  # those of category Other that compute on values only
+    (
+        "bar transform throwIf finalizeAggregation initializeAggregation runningAccumulate runningDifference "
+        "runningDifferenceStartingWithFirstValue neighbor rowNumberInBlock rowNumberInAllBlocks blockNumber "
+        "formatReadableSize formatReadableDecimalSize formatReadableQuantity formatReadableTimeDelta "
+        "parseReadableSize parseReadableSizeOrNull parseReadableSizeOrZero parseTimeDelta parseISO8601Duration "
+        "toTypeName toColumnTypeName byteSize visibleWidth countDigits isDecimalOverflow identity materialize "
+        "ignore isConstant getSubcolumn variantElement variantType MACNumToString MACStringToNum MACStringToOUI"
+    ).split()
+)
+SERVER_FUNCTIONS = frozenset(("timezone", "serverTimezone"))  # in an allowed category, yet read the server's setting
+SYNTAX = frozenset(("lambda", "exists", "grouping", "caseWithExpression"))  # parse nodes, not catalog functions
+ALLOWED = (
+    f"aggregates and functions over values: the categories {', '.join(sorted(CATEGORIES))} of system.functions "
+    f"(but {', '.join(sorted(SERVER_FUNCTIONS))}), and {', '.join(sorted(VALUE_FUNCTIONS))}"
+)
 NODE = re.compile(r"^(\w+)(?: (.*?))?(?: \(alias .*\))?(?: \(children \d+\))?$")
 
 
@@ -42,18 +71,66 @@ def catalog(client) -> tuple[str, set[str], set[str], set[str]]:
     return current, databases, {r[1] for r in rows}, {r[1] for r in rows if r[2]}
 
 
-def table_functions(client) -> set[str]:
-    """Lower-case names of the table functions that are not also scalar functions (those would be `format`)."""
-    return {
-        r[0].lower()
-        for r in client.query(
-            "SELECT name FROM system.table_functions WHERE name NOT IN (SELECT name FROM system.functions)"
+@dataclass(frozen=True)
+class Functions:
+    """The engine's function catalog: {name: (canonical name, category, is aggregate)}, an alias under its
+    target's entry and a case-insensitive name under its lower case too; the aggregate combinators; and the
+    lower-case names of the table functions that are not also scalar functions (those would be `format`). One
+    scan of system.functions (it builds every function's documentation: the costly part of the gate)."""
+
+    catalog: dict[str, tuple[str, str, bool]]
+    combinators: tuple[str, ...]
+    tables: frozenset[str]
+
+    @classmethod
+    def of(cls, client) -> Functions:
+        rows = client.query(
+            "SELECT name, case_insensitive, alias_to, categories, is_aggregate FROM system.functions"
         ).result_rows
-    }
+        targets = {name: (name, category, bool(aggregate)) for name, _, alias, category, aggregate in rows if not alias}
+        catalog: dict[str, tuple[str, str, bool]] = {}
+        for name, insensitive, alias, _, _ in rows:
+            if (entry := targets.get(alias or name)) is not None:
+                catalog[name] = entry
+                if insensitive:
+                    catalog.setdefault(name.lower(), entry)
+        combinators = client.query("SELECT name FROM system.aggregate_function_combinators").result_rows
+        tables = client.query("SELECT name FROM system.table_functions").result_rows
+        return cls(
+            catalog, tuple(r[0] for r in combinators), frozenset(r[0].lower() for r in tables if r[0] not in catalog)
+        )
+
+    def entry(self, name: str) -> tuple[str, str, bool] | None:
+        return self.catalog.get(name) or self.catalog.get(name.lower())
+
+    def aggregate(self, name: str) -> bool:
+        """An aggregate, or one with combinators (sumIf, uniqMerge, countDistinct)."""
+        entry = self.entry(name)
+        if entry is not None:
+            return entry[2]
+        return any(
+            name.endswith(c) and len(name) > len(c) and self.aggregate(name[: -len(c)]) for c in self.combinators
+        )
+
+    def allowed(self, name: str) -> bool:
+        if name in SYNTAX:
+            return True
+        entry = self.entry(name)
+        if entry is None:
+            return self.aggregate(name)
+        canonical, category, aggregate = entry
+        return canonical not in SERVER_FUNCTIONS and (
+            aggregate or category in CATEGORIES or canonical in VALUE_FUNCTIONS
+        )
 
 
 def check_ast(
-    ast: str, current: str, databases: set[str], tables: set[str], tenant_tables: set[str], functions: set[str]
+    ast: str,
+    current: str,
+    databases: set[str],
+    tables: set[str],
+    tenant_tables: set[str],
+    functions: Functions,
 ) -> None:
     """The gate on EXPLAIN AST output (one node per line: `Kind name (alias a) (children n)`)."""
     lines = ast.splitlines()
@@ -66,10 +143,13 @@ def check_ast(
         kind, name = m.group(1), (m.group(2) or "")
         if kind == "Set":
             raise Refused("a query may not change settings (SETTINGS clause)")
-        if kind == "Function" and (
-            name.lower() in functions or name.lower() in BLOCKED_FUNCTIONS or name.lower().startswith(BLOCKED_PREFIXES)
-        ):
+        if kind == "Function" and name.lower() in functions.tables:
             raise Refused(f"a query may not call {name}(): it reads outside the usage tables")
+        if kind == "Function" and not functions.allowed(name):
+            raise Refused(
+                f"a query may not call {name}(): it is unknown or reads the server, the machine or outside the "
+                f"usage tables; allowed are {ALLOWED}"
+            )
         if kind in ("TableIdentifier", "Identifier"):
             parts = name.split(".")
             if len(parts) > 1 and parts[0] in databases:
@@ -93,7 +173,7 @@ def check_query(client, sql: str, parameters: dict | None = None) -> None:
             raise Refused("a query may not change settings (SETTINGS clause)") from None
         raise
     ast = "\t".join(out) if isinstance(out, list) else str(out)
-    check_ast(ast, current, databases, tables, tenant_tables, table_functions(client))
+    check_ast(ast, current, databases, tables, tenant_tables, Functions.of(client))
 
 
 def load_tokens(path: str) -> dict[str, str]:
