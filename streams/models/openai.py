@@ -118,13 +118,13 @@ class OpenAIEngine:
         return len(tokens.encoding(self.counting).encode_ordinary(text)) if text else 0
 
     def claim(self, srv: Server, prompt: str) -> tuple[int, int, Callable[[], None]]:
-        """Jev's count of a prompt, the part of it the server's prefix cache should serve, and what to call once the
-        server has answered (its blocks are in the server's cache then)."""
+        """Jev's count of a prompt about to be sent, the part of it the server's prefix cache should serve, and what
+        to call if the call fails (its blocks never reached the server's cache)."""
         if srv.sent is None:
             srv.sent = PrefixCache(int(self.options["cache_block_tokens"]), int(self.options["cache_blocks"]))
         ids = tokens.encoding(self.counting).encode_ordinary(prompt)
-        cached, blocks = srv.sent.claim(ids)
-        return len(ids), cached, functools.partial(srv.sent.remember, blocks)
+        cached, added = srv.sent.claim(ids)
+        return len(ids), cached, functools.partial(srv.sent.forget, added)
 
     def count_chat(self, prompt: str) -> int:
         """Jev's count of a chat call's prompt: the message and what the model's chat template adds around it."""
@@ -222,26 +222,29 @@ class OpenAIEngine:
 
     async def completions(self, srv, model, context, candidates, deadline) -> Scored:
         prompt = choice_prompt(context, candidates)
-        counted, cached, answered = self.claim(srv, prompt)
-        body = await self.request(
-            srv,
-            "POST",
-            "completions",
-            {
-                "model": model,
-                "prompt": prompt,
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "logprobs": self.options["top_logprobs"],
-            },
-            deadline,
-        )
+        counted, cached, failed = self.claim(srv, prompt)
+        try:
+            body = await self.request(
+                srv,
+                "POST",
+                "completions",
+                {
+                    "model": model,
+                    "prompt": prompt,
+                    "max_tokens": 1,
+                    "temperature": 0.0,
+                    "logprobs": self.options["top_logprobs"],
+                },
+                deadline,
+            )
+        except ModelUnavailable:
+            failed()
+            raise
         try:  # the legacy form (vLLM, llama-cpp-python) or the per-token form (llama.cpp's own llama-server)
             logprobs = body["choices"][0]["logprobs"]
             top = logprobs["top_logprobs"][0] if "top_logprobs" in logprobs else logprobs["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             raise ModelUnavailable(f"{self.base_url}/completions: malformed response (no top_logprobs)") from None
-        answered()
         return Scored(label_scores(top, LETTERS[: len(candidates)]), counted, cached, 1, usage_of(body))
 
     async def chat(self, srv, model, context, candidates, deadline) -> Scored:

@@ -30,20 +30,25 @@ class PrefixCache:
         self.lock = threading.Lock()
 
     def claim(self, ids: Sequence[int]) -> tuple[int, list[int]]:
-        """The tokens of the prompt `ids` the server's cache should serve, and its blocks' keys for remember()."""
+        """The tokens of the prompt `ids`, about to be sent, that the server's cache should serve; its blocks are
+        remembered from now on (a prompt still in flight serves the next: the server queues it behind this one's
+        prefill). Returns the keys it added, for forget() if the call fails."""
         keys, key = [], 0
         for start in range(0, len(ids) - self.block + 1, self.block):
             key = hash((key, tuple(ids[start : start + self.block])))
             keys.append(key)
         with self.lock:
             hits = next((i for i, k in enumerate(keys) if k not in self.blocks), len(keys))
-        return (min(hits * self.block, (len(ids) - 1) // self.block * self.block) if ids else 0), keys
-
-    def remember(self, keys: list[int]) -> None:
-        """A prompt the server computed: its blocks are in its cache now, the least recently sent evicted."""
-        with self.lock:
+            added = [k for k in keys if k not in self.blocks]
             for k in keys:
                 self.blocks[k] = None
                 self.blocks.move_to_end(k)
             while len(self.blocks) > self.capacity:
                 self.blocks.popitem(last=False)
+        return (min(hits * self.block, (len(ids) - 1) // self.block * self.block) if ids else 0), added
+
+    def forget(self, keys: list[int]) -> None:
+        """A call that failed: the blocks it added are not in the server's cache."""
+        with self.lock:
+            for k in keys:
+                self.blocks.pop(k, None)

@@ -521,7 +521,7 @@ def test_a_sessions_next_decision_claims_the_state_the_servers_cache_holds(fake_
     assert second.server == Usage(40, 1, 32)  # beside the server's own count of them
 
 
-def test_a_call_that_failed_leaves_nothing_claimed(fake_server):
+def test_a_call_that_failed_leaves_nothing_claimed_and_one_in_flight_serves_the_next(fake_server):
     url, script = fake_server
     eng = engine(url, cache_block_tokens=16, retries=0)
     script.mode = "malformed"
@@ -529,3 +529,6 @@ def test_a_call_that_failed_leaves_nothing_claimed(fake_server):
         eng.score(STATE["en"] + ASKED["en"][0], CANDIDATES)
     script.mode = "ok"
     assert eng.score(STATE["en"] + ASKED["en"][1], CANDIDATES).cache_read_tokens == 0
+    # a micro-batch sharing a new state: the server queues the others behind the first's prefill, which it serves
+    batch = eng.score_many([(f"{STATE['zh']}{asked}", CANDIDATES) for asked in ASKED["zh"] * 2])
+    assert sorted(s.cache_read_tokens > 0 for s in batch) == [False, True, True, True]
