@@ -149,9 +149,9 @@ async def lease_child(bootstrap: str, app_id: str, hard: int, sizes: list[tuple[
             ),
             admitted_at=time.time(),
             model="gpt-4o-mini",
-            context_tokens=asked - 256,
+            context_tokens=asked,
         )
-        hold = await client.reserve(work)
+        hold = await client.reserve(work, asked)
         if hold is None or not hasattr(hold, "leases"):
             refused += 1
             return

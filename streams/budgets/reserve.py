@@ -13,11 +13,13 @@ from streams.idempotency.requests import reservation_key
 from streams.models import pricing
 from streams.output.chunks import reserved_output
 
+RANKED_OUTPUT_TOKENS = 3  # a ranked decision's output: a token at most from each tier (coarse, fine, escalation)
+
 
 class Holds(Protocol):
     """Hard budgets' lease client (streams.runtime.leases.LeaseClient) as a request's reservation uses it."""
 
-    async def reserve(self, work: Work) -> LeaseHold | Refused | None: ...
+    async def reserve(self, work: Work, tokens: int) -> LeaseHold | Refused | None: ...
 
     def release(self, hold: LeaseHold) -> None: ...
 
@@ -40,21 +42,28 @@ def reserve(book, leases, work: Work, hold, input_tokens: int, output_tokens: in
         leases.release(hold)
     elif hold is not None:
         work.budget_holds, work.budget_tokens = hold.leases, hold.tokens
+    elif not isinstance(held, Refused) and any(
+        (b := book.budgets.get(key)) is not None and b.hard_tokens is not None for key in held.keys
+    ):  # a hard budget this process's own book holds (no leases): the decision is kept within its hold all the same
+        work.budget_tokens = input_tokens + output_tokens
     return held
 
 
+def most_output(work: Work, stream_config=None) -> int:
+    """The most output tokens a request may spend: a ranked decision's tiers emit a token or so each (its contract's
+    max_output_tokens bounds generated text only: held for a ranked decision, it was most of the hold, and a small
+    hard budget admitted a request at a time); generated text its contract's maximum or a stream's planned length.
+    The scoring engine keeps a hard-budgeted decision within its hold (streams.scoring.engine.held_to)."""
+    if work.request.candidates:
+        return RANKED_OUTPUT_TOKENS
+    return reserved_output(work.request, stream_config)
+
+
 async def reserve_request(book: BudgetBook, leases: Holds | None, work: Work, stream_config=None):
-    """A request's hold: its input and its most output (a stream's planned length), waiting for the budgets'
-    owners when a lease lacks it."""
-    hold = await leases.reserve(work) if leases is not None else None
-    return reserve(
-        book,
-        leases,
-        work,
-        hold,
-        work.context_tokens + sum(work.candidate_tokens),
-        reserved_output(work.request, stream_config),
-    )
+    """A request's hold: its input and its most output, waiting for the budgets' owners when a lease lacks it."""
+    input_tokens, output_tokens = work.context_tokens + sum(work.candidate_tokens), most_output(work, stream_config)
+    hold = await leases.reserve(work, input_tokens + output_tokens) if leases is not None else None
+    return reserve(book, leases, work, hold, input_tokens, output_tokens)
 
 
 def prefetch_reserver(book, leases=None):

@@ -215,14 +215,14 @@ class LeaseClient:
         await self.send(name("budget"), [(partition_for(key, self.partitions), event.dumps())])
         return future
 
-    async def reserve(self, work: Work) -> LeaseHold | Refused | None:
-        """Hold the request's worst case against the lease of every hard budget covering it (None when none does),
-        asking the owners for more when a lease lacks it; Refused when they cannot grant enough."""
+    async def reserve(self, work: Work, tokens: int) -> LeaseHold | Refused | None:
+        """Hold `tokens` (the request's worst case: streams.budgets.reserve) against the lease of every hard budget
+        covering it (None when none does), asking the owners for more when a lease lacks it; Refused when they
+        cannot grant enough."""
         limits = hard_limits(self.book, request_scopes(work.request))
         if not limits:
             return None
         await self.give_back(self.holder.lowered(limits))  # taken under a higher limit: returned ahead of any ask
-        tokens = work.context_tokens + sum(work.candidate_tokens) + work.request.contracts.max_output_tokens
         deadline = time.monotonic() + self.wait_s
         while True:
             now = time.time()

@@ -9,6 +9,7 @@ generate, factory, ledger).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,6 +36,14 @@ from streams.scoring.rules import rule_decision
 from streams.scoring.steps import Deciding
 
 MODES = ("cascade", "fine-only", "coarse-only")
+
+
+def held_to(pol: policy_mod.Policy, work: Work) -> policy_mod.Policy:
+    """A decision under hard budgets spends at most what it holds of them (streams.budgets.reserve): its token cap
+    is that hold, so a tier that would spend past it falls back (token_cap) instead of overspending."""
+    if not work.budget_tokens or work.budget_tokens >= pol.token_cap:
+        return pol
+    return dataclasses.replace(pol, token_cap=work.budget_tokens)
 
 
 @dataclass
@@ -90,7 +99,7 @@ class Engine:
             return ruled
         start = time.perf_counter()
         req = work.request
-        pol = self.config.policy(req.decision_type)
+        pol = held_to(self.config.policy(req.decision_type), work)
         ids = [c.id for c in req.candidates]
         lengths = candidate_lengths(work)
         nominal = nominal_tokens(work, lengths)

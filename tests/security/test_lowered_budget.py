@@ -51,10 +51,10 @@ async def test_a_lowered_hard_budget_takes_back_the_lease_taken_under_the_high_o
     client = LeaseClient(url, "lowered", 1, book, send, share=0.05, lease_s=60.0)
     tasks = [asyncio.create_task(owner.run()), asyncio.create_task(client.run())]
     try:
-        assert isinstance(await client.reserve(work(0)), LeaseHold)
+        assert isinstance(await client.reserve(work(0), 65), LeaseHold)
         assert client.holder.leases[KEY].balance >= 49_000_000  # the slice of 1e9
         book.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 300}))
-        held = [await client.reserve(work(i)) for i in range(1, 9)]
+        held = [await client.reserve(work(i), 65) for i in range(1, 9)]
         through = [h for h in held if isinstance(h, LeaseHold)]
         assert 0 < len(through) < 8
         assert sum(h.tokens for h in through) <= 300

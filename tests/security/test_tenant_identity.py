@@ -53,7 +53,7 @@ def admitted(captured) -> list[str]:
 async def test_a_hard_budget_on_wayne_holds_against_every_spelling(app_and_sent):
     """The issue's probe: 8 of 8 admitted per spelling, each its own tenant in ClickHouse; now 1 of them in all."""
     app, captured = app_and_sent
-    app.controls.apply(Control(kind="budget", key="tenant:wayne", value={"hard_tokens": 400}))
+    app.controls.apply(Control(kind="budget", key="tenant:wayne", value={"hard_tokens": 15}))  # a request holds 11
     spellings = ["wayne", *FOLDED.values(), *(s for s, _ in REJECTED.values())]
     await app.ingest.hand_over(
         requests([orjson.dumps({**REQUEST, "request_id": f"r{i}", "tenant": t}) for i, t in enumerate(spellings)])

@@ -148,11 +148,11 @@ async def test_ingest_reserves_budget_and_rejects_over_a_hard_limit(app_and_sent
     from schemas.records import Control
 
     app, captured = app_and_sent
-    app.controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 600}))
+    app.controls.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 25}))
     await app.ingest.hand_over(requests([orjson.dumps({**REQUEST, "request_id": f"r{i}"}) for i in range(3)]))
     admitted = [w.request.request_id for batch in captured.sent["distilled"] for w in batch.items]
     rejected = captured.sent["rejected"]
-    assert admitted == ["r0", "r1"], "each request reserves context + candidates + 256 max output tokens"
+    assert admitted == ["r0", "r1"], "each ranked request reserves context + candidates + 3 output tokens: 11"
     assert [(r.reason, r.request_id) for r in rejected] == [("over_budget", "r2")]
     assert "tenant:acme" in rejected[0].detail
     assert set(app.budgets.open) == {"4:acme/2:r0", "4:acme/2:r1"}  # (tenant, request_id)

@@ -59,7 +59,7 @@ async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_com
     tasks = [asyncio.create_task(x.run()) for x in [*owners, *clients]]
     try:
         await wait_for(lambda: sum(len(o.owners) for o in owners) == 4)
-        holds = await asyncio.gather(*(clients[i % 2].reserve(work(i)) for i in range(30)))
+        holds = await asyncio.gather(*(clients[i % 2].reserve(work(i), 1000) for i in range(30)))
         admitted = [h for h in holds if not isinstance(h, Refused)]
         assert len(admitted) * 1000 <= HARD and len(admitted) >= HARD // 1000 - 6  # little stranded in leases
         settled = work(0)
@@ -69,9 +69,9 @@ async def test_two_processes_share_a_hard_budget_and_a_crashed_holders_lease_com
         crashed = clients[0]
         crashed.stopping.set()
         tasks[2].cancel()  # the holder dies without returning its leases
-        assert isinstance(await clients[1].reserve(work(100)), Refused)  # the budget is held or spent
+        assert isinstance(await clients[1].reserve(work(100), 1000), Refused)  # the budget is held or spent
         started = time.monotonic()
-        while isinstance(await clients[1].reserve(work(101)), Refused):  # until the leases are reclaimed
+        while isinstance(await clients[1].reserve(work(101), 1000), Refused):  # until the leases are reclaimed
             assert time.monotonic() - started < 20
             await asyncio.sleep(0.5)
         assert time.monotonic() - started >= 0.5  # lease expiry (1 s) + grace (1 s), from the last grant
@@ -126,7 +126,7 @@ async def test_a_lease_request_lost_with_the_leases_log_is_sent_again_within_the
 
     client = LeaseClient("", "lt", 4, book(), send, share=0.25, lease_s=60.0, wait_s=5.0)
     started = time.monotonic()
-    reserving = asyncio.create_task(client.reserve(work(1)))
+    reserving = asyncio.create_task(client.reserve(work(1), 1000))
     await wait_for(lambda: len(sent) == 1)
     await asyncio.sleep(0.2)
     assert not reserving.done()
