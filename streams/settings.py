@@ -90,7 +90,8 @@ class Settings:
         "Admission rate per tenant: TENANT=REQUESTS_PER_S:TOKENS_PER_S, comma-separated, "
         "* for any tenant not named, 0 = no limit on that axis (e.g. acme=50:20000,"
         "*=200:100000). Over it a request is rejected rate_limited with retry_after_s. "
-        "Per stage process (each admits the partitions it reads). Empty = no limit.",
+        "Across the fleet: each stage process admits the rate times its share of the requests "
+        "topic's partitions. Empty = no limit.",
     )
     max_record_bytes: int = _doc(
         "admission",

@@ -3,7 +3,12 @@
 Rates (JEV_TENANT_RATES) are token buckets on requests and tokens per tenant, checked before any decoding: an
 over-rate request is rejected `rate_limited` with `retry_after_s`, never dropped silently, so a flood costs that
 check alone. Inside a micro-batch, requests are taken in deficit round-robin over tenants weighed by their bytes,
-so a flood queues behind its own tenant. The buckets are per ingest process.
+so a flood queues behind its own tenant.
+
+The buckets are per ingest process, each holding its share of every rate: requests are keyed by session or request
+id, so a tenant's requests spread over the requests topic's partitions, and a process that reads k of n of them
+sees about k/n of each tenant's requests and admits k/n of its rate (`TenantLimiter.hold`). The fleet admits the
+rate with no state shared (docs/operations.md, "Tenant rates across processes").
 """
 
 from __future__ import annotations
@@ -49,35 +54,65 @@ def parse_rates(text: str) -> dict[str, Rate]:
 
 
 class Bucket:
-    def __init__(self, rate: float, now: float):
-        self.rate, self.capacity = rate, rate * BURST_S
-        self.level, self.updated = self.capacity, now
+    def __init__(self, rate: float, now: float, least: float = 0.0):
+        """`least`: the smallest capacity (1 for requests: a process with a small share of a low rate still admits
+        a request now and then)."""
+        self.least, self.updated = least, now
+        self.rate, self.capacity = rate, max(rate * BURST_S, least)
+        self.level = self.capacity
 
     def refill(self, now: float) -> float:
         self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
         self.updated = now
         return self.level
 
+    def rescale(self, rate: float, now: float) -> None:
+        """From now, `rate` (what has refilled so far at the old rate stays, up to the new capacity)."""
+        self.refill(now)
+        self.rate, self.capacity = rate, max(rate * BURST_S, self.least)
+        self.level = min(self.level, self.capacity)
+
 
 class TenantLimiter:
-    """Token buckets per tenant: `check` before decoding, `spend` once the tokens are counted."""
+    """Token buckets per tenant, at this process's share of each rate: `check` before decoding, `spend` once the
+    tokens are counted, `hold` when the process's share of the requests topic changes."""
 
     def __init__(self, rates: dict[str, Rate], max_tenants: int = 100_000):
         self.rates, self.max_tenants = rates, max_tenants
         self.buckets: OrderedDict[str, tuple[Bucket | None, Bucket | None]] = OrderedDict()
         self.limited = 0
+        self.share = 1.0  # of every rate: the share of the requests topic's partitions this process reads
 
     @classmethod
     def of(cls, settings) -> TenantLimiter:
         return cls(parse_rates(settings.tenant_rates))
 
+    def rate(self, tenant: str) -> Rate:
+        return self.rates.get(tenant) or self.rates.get("*") or Rate(0, 0)
+
+    def hold(self, held: int, partitions: int, now: float | None = None) -> None:
+        """This process reads `held` of the requests topic's `partitions`: from now it admits that share of each
+        tenant's rate. None held or none known (before the first assignment, during a rebalance) changes nothing:
+        a process starts at the whole rate, as a lone one."""
+        if held <= 0 or partitions <= 0 or min(held, partitions) / partitions == self.share:
+            return
+        share = min(held, partitions) / partitions
+        now = time.monotonic() if now is None else now
+        self.share = share
+        for tenant, (requests, tokens) in self.buckets.items():
+            rate = self.rate(tenant)
+            if requests is not None:
+                requests.rescale(rate.requests_s * share, now)
+            if tokens is not None:
+                tokens.rescale(rate.tokens_s * share, now)
+
     def _buckets(self, tenant: str, now: float) -> tuple[Bucket | None, Bucket | None]:
         found = self.buckets.get(tenant)
         if found is None:
-            rate = self.rates.get(tenant) or self.rates.get("*") or Rate(0, 0)
+            rate = self.rate(tenant)
             found = (
-                Bucket(rate.requests_s, now) if rate.requests_s else None,
-                Bucket(rate.tokens_s, now) if rate.tokens_s else None,
+                Bucket(rate.requests_s * self.share, now, least=1.0) if rate.requests_s else None,
+                Bucket(rate.tokens_s * self.share, now) if rate.tokens_s else None,
             )
             self.buckets[tenant] = found
             if len(self.buckets) > self.max_tenants:  # a full bucket again for the tenant idle longest

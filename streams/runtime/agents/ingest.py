@@ -25,18 +25,30 @@ def register(
     async def follow_requests_seen():
         await seen.follow()
 
-    return serve(
-        app,
-        BatchConsumer(
-            settings.bootstrap,
-            topics.requests.get_topic_name(),
-            settings.ingest_group,
-            ingest,
-            settings.stage_batch_max,
-            settings.stage_batch_wait_ms,
-            sender=sender,
-            depth=2,
-            before=seen.loaded,
-            on_restart=lambda partition: ingest.requests.orphan_undecided(),
-        ),
+    def admit(messages):
+        """The batch through ingest, at this process's share of the tenant rates (streams.ingest.fairness)."""
+        ingest.limiter.hold(*held_partitions(consumer))
+        return ingest(messages)
+
+    consumer = BatchConsumer(
+        settings.bootstrap,
+        topics.requests.get_topic_name(),
+        settings.ingest_group,
+        admit,
+        settings.stage_batch_max,
+        settings.stage_batch_wait_ms,
+        sender=sender,
+        depth=2,
+        before=seen.loaded,
+        on_restart=lambda partition: ingest.requests.orphan_undecided(),
     )
+    return serve(app, consumer)
+
+
+def held_partitions(consumer: BatchConsumer) -> tuple[int, int]:
+    """(partitions of its topic the consumer holds now, partitions of the topic): plain reads of the aiokafka
+    consumer's assignment and metadata, which it keeps on its own loop; (0, 0) before it has started."""
+    kafka = consumer.consumer
+    if kafka is None:
+        return 0, 0
+    return len(kafka.assignment()), len(kafka.partitions_for_topic(consumer.topic) or ())
