@@ -35,6 +35,7 @@ from streams.scoring.factory import work_for
 from workers.harness import workload
 
 RETRIES = 3  # a direct call is sent again this many times after a dropped connection
+LIMITS = httpx.Limits(keepalive_expiry=http.KEEPALIVE_S)  # as Jev's engine: idle connections dropped before the server
 
 
 class DirectFailed(Exception):
@@ -64,7 +65,7 @@ def decisions(n: int) -> list[tuple[str, list[str]]]:
 
 async def direct_decide(url: str, model: str, items, concurrency: int, retries: list[str]) -> float:
     slots = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=120.0) as client:
+    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=120.0, limits=LIMITS) as client:
 
         async def call(context, candidates):
             r = await client.post(
@@ -93,7 +94,7 @@ async def direct_stream(
     url: str, model: str, prompts: list[str], concurrency: int, max_tokens: int, retries: list[str]
 ) -> float:
     slots = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=300.0) as client:
+    async with httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=300.0, limits=LIMITS) as client:
 
         async def call(prompt):
             payload = {

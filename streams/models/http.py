@@ -23,6 +23,10 @@ from streams.models.prefix import PrefixCache
 from streams.models.protocol import ModelUnavailable, Usage
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+# Seconds a pooled connection may sit idle before it is dropped: under the 5 s after which llama-server
+# (cpp-httplib) and uvicorn close an idle one, so a call never goes out on a connection the server is closing
+# (httpx's own 5 s raced it: "Server disconnected without sending a response", a retried call).
+KEEPALIVE_S = 2.0
 
 
 class Loop:
@@ -135,7 +139,7 @@ def server(base_url: str, options: dict) -> Server:
             httpx.AsyncClient(
                 base_url=base_url.rstrip("/") + "/",
                 timeout=options["timeout_s"],
-                limits=httpx.Limits(max_connections=options["max_concurrency"] * 2),
+                limits=httpx.Limits(max_connections=options["max_concurrency"] * 2, keepalive_expiry=KEEPALIVE_S),
             ),
             Slots(options["max_concurrency"]),
             Breaker(options["breaker_failures"], options["breaker_cooldown_s"]),
