@@ -1,6 +1,7 @@
 """Changes to Faust's aiokafka consumer, installed by create_app: a short fetch wait, and offset commits that never
-pass a message no agent has handled. Every consumer of Jev's (`tune`) also backs off while idle and reads a
-partition again from its beginning when a restarted broker's log of it ends before its position.
+pass a message no agent has handled and do not wait for the L1 table's changelog. Every consumer of Jev's (`tune`)
+also backs off while idle and reads a partition again from its beginning when a restarted broker's log of it ends
+before its position.
 
 Why: Faust hard-codes a 1.5 s fetch wait, which a broker that holds fetches open adds to every hop; and as shipped
 (faust-streaming 0.15.3, aiokafka 0.14) its consumer could commit past messages it dropped during a rebalance or
@@ -194,6 +195,25 @@ def _new_offset(self, tp):
     return offset
 
 
+async def _commit_offsets(self, offsets, start_new_transaction: bool = True) -> bool:
+    """Faust's commit of `offsets`, less the flush of Faust's producer it awaits first. That producer carries only
+    the L1 table's changelog (every stage's output goes through the Sender before its input is acknowledged), so a
+    commit waited on cache writes, seconds at a time under load, while a crash would only cost an L1 entry (one
+    later miss). Faust's own commit still runs inside a transaction (Jev runs none)."""
+    if self.in_transaction:
+        return await faust_commit_offsets(self, offsets, start_new_transaction)
+    assignment = self.assignment()
+    committable = {tp: offset for tp, offset in offsets.items() if tp in assignment}
+    if not committable:
+        return False
+    did_commit = await self._commit(committable)
+    if did_commit:
+        self.app.tables.on_commit(committable)
+    self._committed_offset.update(committable)
+    self.app.monitor.on_tp_commit(committable)
+    return did_commit
+
+
 class ReadOffsets(dict):
     """Faust's per-partition read offsets as its fetch loop sees them: never known, so it drops nothing."""
 
@@ -203,6 +223,7 @@ class ReadOffsets(dict):
 
 faust_reset_state = driver.Consumer._reset_state
 faust_new_offset = driver.Consumer._new_offset  # Faust's own, kept for the tests that show what it gets wrong
+faust_commit_offsets = driver.Consumer._commit_offsets
 
 
 def _reset_state(self):
@@ -217,4 +238,5 @@ def install() -> None:
         self, loop=self.loop, beacon=self.beacon
     )
     driver.Consumer._new_offset = _new_offset  # type: ignore[method-assign]
+    driver.Consumer._commit_offsets = _commit_offsets  # type: ignore[method-assign]
     driver.Consumer._reset_state = _reset_state  # type: ignore[method-assign]

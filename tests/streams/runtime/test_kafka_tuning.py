@@ -290,3 +290,32 @@ def test_without_the_patch_faust_remembers_read_offsets_and_so_drops_a_message_r
         consumer._read_offset[tp] = 9
     assert faust._read_offset[tp] == 9, "Faust's fetch loop drops offsets 0-8 when read again"
     assert jev._read_offset[tp] is None
+
+
+async def test_the_stage_apps_commit_does_not_wait_for_the_l1_changelog_to_be_flushed(settings):
+    """A commit of handled offsets goes out while Faust's producer (the L1 table's changelog, a cache) still holds
+    writes: as shipped, Faust flushed that producer first, which under load held each commit back for seconds, and
+    a process killed meanwhile left its successor what it had handled to do again."""
+    from faust.types import TP
+
+    from streams.runtime.app import create_app
+    from streams.runtime.kafka_tuning import faust_commit_offsets
+
+    app = create_app(settings.replace(broker="kafka://127.0.0.1:9"), {"ranking"}, sink=object()).faust
+    consumer, tp, committed, never = app.consumer, TP("jev.distilled.v1", 0), [], asyncio.Event()
+
+    async def commit(offsets) -> bool:  # the broker's OffsetCommit
+        committed.append(dict(offsets))
+        return True
+
+    async def flush() -> None:  # a changelog write that does not go out
+        await never.wait()
+
+    consumer._commit, consumer.assignment, app.producer.flush = commit, lambda: {tp}, flush
+    consumer._committed_offset[tp] = 2
+    consumer._acked[tp], consumer._acked_index[tp] = [2, 3], {2, 3}
+    assert await asyncio.wait_for(consumer.commit(), 10)
+    assert committed == [{tp: 4}] and consumer._committed_offset[tp] == 4
+    with pytest.raises(TimeoutError):  # Faust's own waits for the flush
+        await asyncio.wait_for(faust_commit_offsets(consumer, {tp: 5}), 1)
+    assert committed == [{tp: 4}]
