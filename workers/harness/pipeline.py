@@ -60,13 +60,17 @@ class Pipeline:
         stages: int = 1,
         scorers: int = 1,
         metrics: bool = False,
+        scorer_python: str = sys.executable,
+        scorer_env: dict[str, str] | None = None,
     ):
         """`stages_process`: run the Faust stages in a child process (`python -m workers.processes.stage_process`) that
         owns ClickHouse and writes through a SpillingSink, so it can be SIGKILLed and restarted; `ch` is then None.
         `stages`, `scorers`: stage processes and scoring workers. Stage processes past the first run as children
         with JEV_USAGE_SINK=0 (one process owns the embedded ClickHouse) and a data directory of their own.
         `metrics`: every child process serves /metrics on a port of its own and the in-process stages export
-        consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml)."""
+        consumer lag, so scrape_metrics() reads every process (as Prometheus does in docker-compose.yml).
+        `scorer_python`, `scorer_env`: the interpreter and extra environment of the scoring workers (vLLM's CPU
+        build runs in a venv of its own, .venv-vllm; its engine takes minutes to load on a loaded machine)."""
         if stages < 1 or scorers < 1:
             raise ValueError(
                 f"a pipeline needs at least one stage process and one scoring worker "
@@ -84,6 +88,7 @@ class Pipeline:
         self.stage_count, self.scorer_count = stages, scorers
         self.stage_procs: dict[int, subprocess.Popen] = {}  # index -> process; index 0 owns ClickHouse
         self.scorers: dict[int, subprocess.Popen] = {}
+        self.scorer_python, self.scorer_env = scorer_python, scorer_env or {}
         self.ch = self.app = self.worker = None
         self.restarts = {"faust": 0, "scoring": 0}
         self.startups: list[dict] = []  # per child started: {"process", "ready_s", and "<phase>_s" it reported}
@@ -155,7 +160,9 @@ class Pipeline:
             **{f"JEV_{f.name.upper()}": str(getattr(self.settings, f.name)) for f in dataclasses.fields(self.settings)},
         }
 
-    def spawn(self, module: str, ready_prefix: str, data_dir: Path | None = None, **env) -> subprocess.Popen:
+    def spawn(
+        self, module: str, ready_prefix: str, data_dir: Path | None = None, python: str = sys.executable, **env
+    ) -> subprocess.Popen:
         """Start `python -m module` (settings overridden by `env`, JEV_* names) and wait for its readiness file
         (<data_dir>/<prefix>-<pid>.ready); note in `startups` how long it took (and each start-up phase the file
         names, workers.processes.stage_process.StartupPhases)."""
@@ -164,7 +171,7 @@ class Pipeline:
         port = free_port() if self.metrics else 0
         spawned = time.time()
         proc = subprocess.Popen(
-            [sys.executable, "-m", module],
+            [python, "-m", module],
             env={**self.child_env(), **env, "JEV_DATA_DIR": str(data_dir), "JEV_METRICS_PORT": str(port)},
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
@@ -172,7 +179,7 @@ class Pipeline:
         if port:
             self.metrics_ports[proc] = port
         ready = data_dir / f"{ready_prefix}-{proc.pid}.ready"
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900  # a vLLM engine loads for minutes on a loaded machine
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
@@ -183,7 +190,9 @@ class Pipeline:
         return proc
 
     def start_scoring(self, index: int = 0) -> None:
-        self.scorers[index] = self.spawn("workers.processes.scoring_worker", "scoring")
+        self.scorers[index] = self.spawn(
+            "workers.processes.scoring_worker", "scoring", python=self.scorer_python, **self.scorer_env
+        )
 
     def stage_dir(self, index: int) -> Path:
         return Path(self.settings.data_dir) / (f"stage{index}" if index else "")
