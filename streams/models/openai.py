@@ -119,7 +119,7 @@ class OpenAIEngine:
 
     def claim(self, srv: Server, prompt: str) -> tuple[int, int, Callable[[], None]]:
         """Jev's count of a prompt about to be sent, the part of it the server's prefix cache should serve, and what
-        to call if the call fails (its blocks never reached the server's cache)."""
+        to call if the server refused it or could not be reached (its blocks are not in the server's cache)."""
         if srv.sent is None:
             srv.sent = PrefixCache(int(self.options["cache_block_tokens"]), int(self.options["cache_blocks"]))
         ids = tokens.encoding(self.counting).encode_ordinary(prompt)
@@ -237,8 +237,9 @@ class OpenAIEngine:
                 },
                 deadline,
             )
-        except ModelUnavailable:
-            failed()
+        except ModelUnavailable as exc:
+            if exc.reason != "deadline":  # refused or unreachable; a call whose time ran out most likely reached it
+                failed()
             raise
         try:  # the legacy form (vLLM, llama-cpp-python) or the per-token form (llama.cpp's own llama-server)
             logprobs = body["choices"][0]["logprobs"]

@@ -48,7 +48,8 @@ class PrefixCache:
         return (min(hits * self.block, (len(ids) - 1) // self.block * self.block) if ids else 0), added
 
     def forget(self, keys: list[int]) -> None:
-        """A call that failed: the blocks it added are not in the server's cache."""
+        """A call the server refused or never got: the blocks it added are not in its cache. (A call cut by its
+        deadline keeps them: the server most likely computed its prompt before the client gave up.)"""
         with self.lock:
             for k in keys:
                 self.blocks.pop(k, None)

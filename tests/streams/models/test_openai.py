@@ -529,6 +529,12 @@ def test_a_call_that_failed_leaves_nothing_claimed_and_one_in_flight_serves_the_
         eng.score(STATE["en"] + ASKED["en"][0], CANDIDATES)
     script.mode = "ok"
     assert eng.score(STATE["en"] + ASKED["en"][1], CANDIDATES).cache_read_tokens == 0
+    # a call cut by its deadline most likely reached the server, which computed its prompt: its blocks stay claimed
+    script.mode = "slow"
+    [cut] = eng.score_many([(STATE["zh"] + ASKED["zh"][0], CANDIDATES)], [time.time() + 0.3])
+    assert isinstance(cut, ModelUnavailable) and cut.reason == "deadline"
+    script.mode = "ok"
+    assert eng.score(STATE["zh"] + ASKED["zh"][1], CANDIDATES).cache_read_tokens > 0
     # a micro-batch sharing a new state: the server queues the others behind the first's prefill, which it serves
-    batch = eng.score_many([(f"{STATE['zh']}{asked}", CANDIDATES) for asked in ASKED["zh"] * 2])
+    batch = eng.score_many([(f"Session 2. {STATE['zh']}{asked}", CANDIDATES) for asked in ASKED["zh"] * 2])
     assert sorted(s.cache_read_tokens > 0 for s in batch) == [False, True, True, True]
