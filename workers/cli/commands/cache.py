@@ -254,42 +254,50 @@ def register_replay(cmds) -> None:
 
 
 def run_replay(args, settings) -> int:
-    if args.decisions:
-        return run_replay_decisions(args, settings)
+    """Either replay (--pairs or --decisions): one check of the arguments, one error path, one way to print."""
+    if not 0 <= args.shadow_rate <= 1:
+        print(f"error: shadow rate must be in [0, 1], got {args.shadow_rate}: set --shadow-rate", file=sys.stderr)
+        return 1
     try:
-        pairs = calibration.read_pairs(args.pairs)
-        embedder = load_embedder(args.embedder or settings.cache_embedder)
-        floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
-            embedder.name, settings.cache_semantic_threshold
-        )
-        learner = ThresholdLearner(
-            args.max_error or settings.cache_max_error,
-            args.confidence or settings.cache_error_confidence,
-            explore=settings.cache_explore_rate,
-        )
-        check_ = check_name(args.model_check or settings.cache_model_check, embedder.name)
-        decision = decision_name(embedder.name, check_)
-        evidence = PooledEvidence(load_verifier(decision, settings.data_dir), learner)
-        margin = settings.cache_promote_margin if args.promote_margin is None else args.promote_margin
-        cache = SemanticCache(
-            embedder,
-            floor,
-            evidence=evidence,
-            max_entries=max(len(pairs), 1),
-            check=load_model_check(check_, 0.0),
-            promote_margin=margin,
-        )
-        summary = replay(
-            cache,
-            pairs,
-            args.shadow_rate,
-            seed=args.seed,
-            explore=not args.no_explore,
-            progress=_progress(len(pairs), "replaying text_b questions"),
-        )
+        summary, lines = (_replay_decisions if args.decisions else _replay_pairs)(args, settings)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    print(orjson.dumps(summary).decode() if args.json else "\n".join(lines))
+    return 0
+
+
+def _replay_pairs(args, settings) -> tuple[dict, list[str]]:
+    """(the summary of replaying --pairs, its plain lines)."""
+    pairs = calibration.read_pairs(args.pairs)
+    embedder = load_embedder(args.embedder or settings.cache_embedder)
+    floor = args.floor or calibration.ThresholdStore(settings.data_dir).threshold(
+        embedder.name, settings.cache_semantic_threshold
+    )
+    learner = ThresholdLearner(
+        args.max_error or settings.cache_max_error,
+        args.confidence or settings.cache_error_confidence,
+        explore=settings.cache_explore_rate,
+    )
+    check_ = check_name(args.model_check or settings.cache_model_check, embedder.name)
+    evidence = PooledEvidence(load_verifier(decision_name(embedder.name, check_), settings.data_dir), learner)
+    margin = settings.cache_promote_margin if args.promote_margin is None else args.promote_margin
+    cache = SemanticCache(
+        embedder,
+        floor,
+        evidence=evidence,
+        max_entries=max(len(pairs), 1),
+        check=load_model_check(check_, 0.0),
+        promote_margin=margin,
+    )
+    summary = replay(
+        cache,
+        pairs,
+        args.shadow_rate,
+        seed=args.seed,
+        explore=not args.no_explore,
+        progress=_progress(len(pairs), "replaying text_b questions"),
+    )
     summary = {
         **summary,
         "embedder": embedder.name,
@@ -303,20 +311,17 @@ def run_replay(args, settings) -> int:
         "pairs_file": str(args.pairs),
         "refusals": dict(cache.refusals),
     }
-    if args.json:
-        print(orjson.dumps(summary).decode())
-        return 0
     precision = "n/a (no hits)" if summary["precision"] is None else f"{summary['precision']:.3f}"
-    print(
+    lines = [
         f"{summary['pairs']} pairs: {summary['hits']} hits, {summary['false_hits']} false; precision "
         f"{precision}, recall {summary['recall']:.3f} at target error {summary['target_error']} "
         f"(confidence {summary['confidence']}); threshold now {summary['final_threshold']}; {summary['promoted']} "
         f"near-misses promoted of {summary['promotion_judgements']} judged, {summary['promoted_hits']} hits "
         f"through them ({summary['promoted_false_hits']} false)"
-    )
+    ]
     if summary["final_threshold"] is None:
-        print(uncertified(summary["certification"], summary["target_error"], summary["confidence"]))
-    return 0
+        lines.append(uncertified(summary["certification"], summary["target_error"], summary["confidence"]))
+    return summary, lines
 
 
 def _decision_settings(args, settings):
@@ -331,33 +336,26 @@ def _decision_settings(args, settings):
     return dataclasses.replace(settings, **overrides)
 
 
-def run_replay_decisions(args, settings) -> int:
+def _replay_decisions(args, settings) -> tuple[dict, list[str]]:
+    """(the summary of replaying --decisions, its plain lines)."""
     from workers.harness.decision_replay import replay_file
 
-    try:
-        summary = replay_file(
-            _decision_settings(args, settings),
-            args.decisions,
-            args.shadow_rate,
-            seed=args.seed or 0,
-            progress=lambda n: _progress(n, "replaying decision requests"),
-        )
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    summary = replay_file(
+        _decision_settings(args, settings),
+        args.decisions,
+        args.shadow_rate,
+        seed=args.seed or 0,
+        progress=lambda n: _progress(n, "replaying decision requests"),
+    )
     summary["decisions_file"] = str(args.decisions)
-    if args.json:
-        print(orjson.dumps(summary).decode())
-        return 0
     agreement = "n/a (no hits)" if summary["agreement"] is None else f"{summary['agreement']:.3f}"
     lower = "" if summary["agreement_lower"] is None else f" (lower bound {summary['agreement_lower']:.3f})"
-    print(
+    return summary, [
         f"{summary['requests']} requests: {summary['hits']} L2 hits ({summary['hit_ratio']:.1%}), "
         f"{summary['wrong_hits']} decided otherwise by the naive path; agreement {agreement}{lower}; first hit at "
         f"request {summary['first_hit_at']}; {summary['tokens_saved']} tokens saved; {summary['exact_hits']} exact "
         f"repeats answered by L1"
-    )
-    return 0
+    ]
 
 
 def run_train_decisions(args, settings) -> int:
