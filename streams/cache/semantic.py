@@ -30,7 +30,7 @@ from streams.cache.guards import verify as verify_pair
 from streams.cache.index import VectorIndex
 from streams.cache.learning import ThresholdLearner
 from streams.cache.modelcheck import ModelCheck
-from streams.cache.verifier import decisiveness
+from streams.cache.verifier import decisiveness, lead_of
 from streams.cache.verifier import features as verifier_features
 
 SCRIPTS = [
@@ -325,24 +325,28 @@ class SemanticCache:
         assert evidence is not None, "a verifier scores candidates only where pooled evidence certifies hits"
         second = self.check.score(text, cached) if self.check is not None else None
         decide = partition_kind(partition) == "decide"
-        decisive = decisiveness(part.entry(id_).value) if decide else 0.0
-        row = verifier_features(text, cached, float(cosine), float(next_cosine), second, decide, decisive)
+        value = part.entry(id_).value if decide else None  # a text answer's lead is not a decision's
+        row = verifier_features(
+            text, cached, float(cosine), float(next_cosine), second, decide, decisiveness(value), lead_of(value)
+        )
         p = evidence.score(row)
         key = entry_key(partition, cached)
-        if cosine < self.min_cosine or not evidence.allows(key, float(cosine), p):
+        if cosine < self.min_cosine or not evidence.allows(key, float(cosine), p, row):
             self.refusals["learned_threshold"] += 1
-            near = _same_question(cached) != _same_question(text) and self._near_miss(evidence, key, float(cosine), p)
+            near = _same_question(cached) != _same_question(text) and self._near_miss(
+                evidence, key, float(cosine), p, row
+            )
             return None, Candidate(partition, cached, p, False, float(cosine), tuple(map(float, row)), near, text)
         self.recency.move_to_end((partition, id_))
         hit = self._hit(partition, part, id_, key, p)
         return hit, Candidate(partition, cached, p, hit is not None, float(cosine), tuple(map(float, row)), asked=text)
 
-    def _near_miss(self, evidence: PooledEvidence, key: str, cosine: float, p: float) -> bool:
+    def _near_miss(self, evidence: PooledEvidence, key: str, cosine: float, p: float, row) -> bool:
         """Refused by the certified threshold (not by exploration, a veto or the tune floor) with p within the
         promotion margin below it."""
         if not self.promote_margin or cosine < self.min_cosine or evidence.vetoed(key, cosine):
             return False
-        threshold = evidence.threshold()
+        threshold = evidence.threshold(row)
         assert self.learner is not None, "pooled evidence comes with its learner"
         return min(threshold, 1 - self.learner.max_error) - self.promote_margin <= p < threshold
 

@@ -78,6 +78,7 @@ class CacheStage:
                     self.learner,
                     pool=DECIDE_POOL,
                     prior_bounds=True,
+                    by_language=True,
                 )
             self.semantic = SemanticCache(
                 embedder,

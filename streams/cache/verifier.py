@@ -32,11 +32,13 @@ FEATURES = (
     "all_overlap",
     "asks",
     "decisive",
+    "steady",
 )
 SHIPPED = Path(__file__).with_name("verifier.json")
 STORE = "verifier.json"  # in the data dir: weights `jev cache train-verifier` fitted
 RIDGE = 1.0  # pull of the starting weights in an online refit, in verdicts' worth
 MAX_EXTRA = 10.0  # words only one side has, counted up to this
+MIN_SHIFT = 0.01  # the least distance (1 - cosine) a rewording is taken to move a decision's scores by
 
 
 def features(
@@ -47,10 +49,13 @@ def features(
     second: float | None = None,
     decide: bool = False,
     decisive: float = 0.0,
+    lead: float = 0.0,
 ) -> np.ndarray:
     """The feature row of a (question, cached question) pair; `second` is the model check's cosine (the primary
     cosine again where there is none), `next_cosine` the score of the next neighbour (0 for none), `decisive`
-    how decisively the cached decision was made (decisiveness(): 0 for a text answer)."""
+    how decisively the cached decision was made (decisiveness(): 0 for a text answer), `lead` by how much its
+    choice led the runner-up (lead_of()). `steady` is that lead over how far the rewording moved (1 - cosine): a
+    rewording shifts a decision's scores about as far as it moved, so a choice that led by more stays."""
     diff = differences(query, cached)
     han = any("\u4e00" <= c <= "\u9fff" for c in query)
     return np.array(
@@ -69,20 +74,32 @@ def features(
             diff["all_overlap"],
             diff["asks"],
             decisive,
+            math.log1p(lead / max(1 - cosine, MIN_SHIFT)),
         ],
         dtype=np.float64,
     )
+
+
+def _scores(value) -> list[float]:
+    """A cached decision's ranking scores, highest first (none for a text answer)."""
+    ranking = value.get("ranking") if isinstance(value, dict) else None
+    return sorted((float(r["score"]) for r in ranking or () if isinstance(r, dict) and "score" in r), reverse=True)
 
 
 def decisiveness(value) -> float:
     """How far the cached decision's choice led: (top score - runner-up) / (top - last) over its ranking, in
     [0, 1] whatever the scorer's scale (0: a tie or no ranking). A rewording keeps a decisive choice; one made
     between close confusers flips often."""
-    ranking = value.get("ranking") if isinstance(value, dict) else None
-    scores = sorted((float(r["score"]) for r in ranking or () if isinstance(r, dict) and "score" in r), reverse=True)
+    scores = _scores(value)
     if len(scores) < 2 or scores[0] - scores[-1] <= 1e-12:
         return 0.0
     return (scores[0] - scores[1]) / (scores[0] - scores[-1])
+
+
+def lead_of(value) -> float:
+    """By how much the cached decision's choice led the runner-up, in the scorer's units (0: a tie, no ranking)."""
+    scores = _scores(value)
+    return max(scores[0] - scores[1], 0.0) if len(scores) >= 2 else 0.0
 
 
 def fit(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = RIDGE, steps: int = 25) -> np.ndarray:

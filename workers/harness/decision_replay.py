@@ -134,7 +134,7 @@ def replay_decisions(
         "shadow_verdicts": sampled,
         "wrong_hit_at": wrong_at[:20],
         "threshold": _finite(decide.threshold()) if decide is not None else None,
-        "prior_threshold": _finite(decide.prior) if decide is not None else None,
+        "prior_thresholds": {h[-1]: _finite(t) for h, t in decide.prior.items()} if decide is not None else {},
         "verifier": decide.verifier.name if decide is not None else None,
         "explored_servable": stage.semantic.learner.explored if stage.semantic.learner is not None else 0,
         "refusals": dict(stage.semantic.refusals),

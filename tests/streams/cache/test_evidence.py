@@ -197,8 +197,8 @@ def test_a_refit_rescores_the_certifying_verdicts_on_the_scale_live_candidates_a
         evidence.observe(f"{lang}{i}", x, float(x[1]), agreed=x[1] > 0.95)
     assert evidence.verifier.fits > 0
     kept = evidence.learner.partitions[POOL].rows
-    assert len(kept) == len(evidence.certify_rows) > 0
-    live = [evidence.score(x) for x in evidence.certify_rows]
+    assert len(kept) == len(evidence.certify_rows[POOL]) > 0
+    live = [evidence.score(x) for x in evidence.certify_rows[POOL]]
     assert np.allclose([score for score, _ in kept], live, atol=1e-12)
     agreed = np.array([ok for _, ok in kept])
     assert np.mean(np.array(live)[agreed]) > np.mean(np.array(live)[~agreed]) + 0.3, "the refit kept the cosine's sign"
