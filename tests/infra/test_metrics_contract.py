@@ -67,7 +67,7 @@ async def test_every_referenced_series_moves_in_a_pipeline_run(settings, tmp_pat
             scrapes += (await asyncio.to_thread(pipe.scrape_metrics)).values()
             await asyncio.sleep(0.5)
         decisions, _ = collecting.result()
-        wanted = referenced_series(gpu=gpu_present(), broker_loss=False)
+        wanted = referenced_series(gpu=gpu_present(), broker_loss=False, server_cache=False)  # no model server
         for _ in range(40):  # the usage sink inserts once a second: wait for its last counts
             final = await asyncio.to_thread(pipe.scrape_metrics)
             if not missing_or_still(scrapes + list(final.values()), wanted) and all(

@@ -17,6 +17,8 @@ SERIES = re.compile(r"\b(jev_[a-z_]+)")
 GPU_ONLY = {"jev_gpu_memory_utilization"}  # recorded by scoring workers on a GPU backend only
 # moved only when the broker comes back without its logs (tests/integration/test_broker_restart.py checks it)
 BROKER_LOSS_ONLY = {"jev_log_restarts_total"}
+# moved only by a model server that reports its prefix cache's reads (tests/streams/core/test_metrics.py checks it)
+SERVER_CACHE_ONLY = {"jev_model_cache_read_tokens_total"}
 
 
 def gpu_present() -> bool:
@@ -27,10 +29,15 @@ def gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
-def referenced_series(infra: Path = INFRA, gpu: bool = True, broker_loss: bool = True) -> dict[str, list[str]]:
+def referenced_series(
+    infra: Path = INFRA, gpu: bool = True, broker_loss: bool = True, server_cache: bool = True
+) -> dict[str, list[str]]:
     """{series name as scraped (jev_breaker_trips_total, jev_stage_latency_seconds_bucket): [the alert rules and
     dashboard panels that read it]}; without `gpu`, less the series only a GPU scoring worker records; without
-    `broker_loss`, less those only a broker that lost its logs moves."""
+    `broker_loss`, less those only a broker that lost its logs moves; without `server_cache`, less those only a
+    model server's prefix-cache reads move."""
+    left_out = (set() if gpu else GPU_ONLY) | (set() if broker_loss else BROKER_LOSS_ONLY)
+    left_out |= set() if server_cache else SERVER_CACHE_ONLY
     uses: list[tuple[str, str]] = []
     for group in yaml.safe_load((infra / "prometheus/alerts.yml").read_text())["groups"]:
         uses += [(f"alert {r.get('alert') or r.get('record')}", r["expr"]) for r in group["rules"]]
@@ -40,7 +47,7 @@ def referenced_series(infra: Path = INFRA, gpu: bool = True, broker_loss: bool =
     found: dict[str, list[str]] = {}
     for where, expr in uses:
         for series in SERIES.findall(expr):
-            if (gpu or series not in GPU_ONLY) and (broker_loss or series not in BROKER_LOSS_ONLY):
+            if series not in left_out:
                 found.setdefault(series, []).append(where)
     return found
 

@@ -3,6 +3,7 @@
 from workers.analytics.scrape import (
     BROKER_LOSS_ONLY,
     GPU_ONLY,
+    SERVER_CACHE_ONLY,
     labelled_samples,
     missing_or_still,
     referenced_series,
@@ -24,6 +25,7 @@ def test_referenced_series_name_their_readers_and_leave_gpu_ones_out_without_a_g
     assert "alert JevBreakerTripping" in wanted["jev_breaker_trips_total"]
     assert GPU_ONLY <= set(wanted) and not GPU_ONLY & set(referenced_series(gpu=False))
     assert BROKER_LOSS_ONLY <= set(wanted) and not BROKER_LOSS_ONLY & set(referenced_series(broker_loss=False))
+    assert SERVER_CACHE_ONLY <= set(wanted) and not SERVER_CACHE_ONLY & set(referenced_series(server_cache=False))
 
 
 def test_missing_and_zero_series_are_told_apart():
