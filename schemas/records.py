@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import types
 import typing
@@ -236,6 +237,36 @@ class UsageEvent(Record):
     # A streamed answer: the tokens its chunks delivered to the client (the request model's tokenizer, as the chunks
     # count them). output_tokens counts what the generator generated; the rest was cleaned, cut or withheld.
     delivered_tokens: int = 0
+
+
+BILLED = ("input_tokens", "cache_read_tokens", "output_tokens")  # Jev's count, in pricing.cost's order
+SERVER_BILLED = tuple(f"server_{name}" for name in BILLED)  # the model server's count of the same tokens
+
+
+@dataclasses.dataclass
+class TokenCounters:
+    """The token counters of a UsageEvent, by its field names: the scoring ledger sums them per section and each
+    section's event carries them as they are. Defined here once; UsageEvent's own fields (its wire format) are
+    checked against them on import."""
+
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    nominal_tokens: int = 0
+    candidates: int = 0
+    beam: int = 0
+    server_input_tokens: int = 0
+    server_cache_read_tokens: int = 0
+    server_output_tokens: int = 0
+
+    def counters(self) -> dict[str, int]:
+        """The counters by name, as UsageEvent fields."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+
+COUNTERS = tuple(f.name for f in dataclasses.fields(TokenCounters))
+if any(UsageEvent._options.fields.get(name) is not int for name in COUNTERS):
+    raise TypeError("UsageEvent must have every TokenCounters counter as an int field")
 
 
 class Chunk(Record):

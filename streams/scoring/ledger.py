@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.records import Request, UsageEvent, Work
+from schemas.records import BILLED, SERVER_BILLED, Request, TokenCounters, UsageEvent, Work
 from streams.models import pricing
 from streams.models.protocol import Scored, Usage
 from streams.text import tokens
@@ -19,19 +19,11 @@ from streams.usage.events import usage_event
 
 
 @dataclass
-class SectionSpend:
-    """What one section (a tier or mechanism) of a decision spent and would have spent naively."""
+class SectionSpend(TokenCounters):
+    """What one section (a tier or mechanism) of a decision spent and would have spent naively. Its server_*
+    counters are settled: the server's count, Jev's for a server call that reported none."""
 
     model: str = ""
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    output_tokens: int = 0
-    nominal_tokens: int = 0
-    candidates: int = 0
-    beam: int = 0
-    server_input: int = 0  # settled: the server's count, Jev's for a server call that reported none
-    server_cached: int = 0
-    server_output: int = 0
     reported: int = 0  # server calls with usage
     unreported: int = 0  # server calls without
 
@@ -43,11 +35,14 @@ class SectionSpend:
             return "missing" if self.unreported else "jev"
         return "mixed" if self.unreported else "server"
 
-    def settled(self) -> tuple[int, int, int]:
+    def settled(self) -> tuple[int, ...]:
         """input, cache_read, output as billed: the server's where it reported, Jev's elsewhere."""
-        if self.count_source == "jev":
-            return self.input_tokens, self.cache_read_tokens, self.output_tokens
-        return self.server_input, self.server_cached, self.server_output
+        return tuple(getattr(self, name) for name in (BILLED if self.count_source == "jev" else SERVER_BILLED))
+
+    def count(self, names: tuple[str, ...], counts: tuple[int, ...]) -> None:
+        """Add `counts` to the counters `names`, in order."""
+        for name, n in zip(names, counts, strict=True):
+            setattr(self, name, getattr(self, name) + n)
 
 
 @dataclass
@@ -69,19 +64,15 @@ class Ledger:
         entry.candidates += candidates
         entry.beam = max(entry.beam, beam)
         if scored is not None:
-            entry.input_tokens += scored.input_tokens
-            entry.cache_read_tokens += scored.cache_read_tokens
-            entry.output_tokens += scored.output_tokens
+            jev = (scored.input_tokens, scored.cache_read_tokens, scored.output_tokens)
+            entry.count(BILLED, jev)
             if scored.server is not None:
                 entry.reported += 1
-                entry.server_input += scored.server.prompt_tokens
-                entry.server_cached += scored.server.cached_tokens
-                entry.server_output += scored.server.completion_tokens
+                server = scored.server
+                entry.count(SERVER_BILLED, (server.prompt_tokens, server.cached_tokens, server.completion_tokens))
             elif scored.calls:
                 entry.unreported += 1
-                entry.server_input += scored.input_tokens
-                entry.server_cached += scored.cache_read_tokens
-                entry.server_output += scored.output_tokens
+                entry.count(SERVER_BILLED, jev)
 
     def add_model_call(self, section: str, nominal: int, model: str, scored: Scored, candidates: int) -> None:
         """A model tier's call, its cache reads split off into `state_cache` with their share of nominal; a server's
@@ -130,30 +121,14 @@ class Ledger:
                 "score",
                 section=section,
                 model=e.model,
-                input_tokens=e.input_tokens,
-                cache_read_tokens=e.cache_read_tokens,
-                output_tokens=e.output_tokens,
-                nominal_tokens=e.nominal_tokens,
                 latency_ms=latency_ms,
                 outcome=outcome,
-                candidates=e.candidates,
-                beam=e.beam,
                 iteration=iterations,
-                **self.server_fields(e),
+                count_source=e.count_source,
+                **e.counters(),
             )
             for section, e in self.entries.items()
         ]
-
-    @staticmethod
-    def server_fields(e: SectionSpend) -> dict:
-        if e.count_source == "jev":
-            return {}
-        return {
-            "server_input_tokens": e.server_input,
-            "server_cache_read_tokens": e.server_cached,
-            "server_output_tokens": e.server_output,
-            "count_source": e.count_source,
-        }
 
 
 def candidate_lengths(work: Work) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from schemas.records import Request, UsageEvent
+from schemas.records import BILLED, SERVER_BILLED, Request, UsageEvent
 from streams.core.tenants import request_key
 from streams.models import pricing
 
@@ -85,11 +85,7 @@ def event(
         output_tokens=output_tokens,
         outcome=outcome,
     )
-    settled = (
-        (fields["server_input_tokens"], fields["server_cache_read_tokens"], fields["server_output_tokens"])
-        if fields["count_source"] != "jev"
-        else (input_tokens, cache_read_tokens, output_tokens)
-    )
+    settled = (fields[name] for name in (SERVER_BILLED if fields["count_source"] != "jev" else BILLED))
     fields["cost"] = pricing.cost(model, *settled)  # the server's count where there is one: it is the bill
     return record
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from schemas.records import Request
+from schemas.records import COUNTERS, Request
 from streams.models import pricing
 from streams.models.protocol import Scored, Usage
 from streams.scoring.ledger import Ledger
@@ -66,3 +66,12 @@ def test_cache_reads_jev_claimed_go_to_state_cache_with_the_servers_cached_token
         fine.input_tokens + cached.input_tokens == 100 and fine.server_input_tokens + cached.server_input_tokens == 104
     )
     assert fine.cost + cached.cost == pytest.approx(pricing.cost("ledger-test-model", 104, 60, 1))
+
+
+def test_a_sections_counters_are_its_usage_events_fields_by_the_same_names():
+    ledger = Ledger()
+    ledger.add("fine", 120, "ledger-test-model", Scored([0.1], 100, 8, 1, Usage(110, 1, 64), calls=1), 3, 2)
+    [event] = ledger.events(REQUEST, 5.0, "ok", 1)
+    entry = ledger.entries["fine"]
+    assert {name: getattr(event, name) for name in COUNTERS} == entry.counters()
+    assert entry.counters() == dict(zip(COUNTERS, (100, 8, 1, 120, 3, 2, 110, 64, 1), strict=True))
