@@ -96,7 +96,8 @@ class BudgetOwner:
             async def on_partitions_assigned(self, assigned):
                 for tp in assigned:
                     owner.own(tp.partition, await consumer.committed(tp) or 0)
-                await consumer.seek_to_beginning(*assigned)
+                if assigned:  # a member given no partition (more members than partitions) has none to read
+                    await consumer.seek_to_beginning(*assigned)
 
         consumer.subscribe([name("budget")], listener=Rebalance())
         await consumer.start()

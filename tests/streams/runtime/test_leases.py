@@ -5,8 +5,10 @@ data loses: an owner answers the new log's requests, and a lease request lost wi
 import asyncio
 import time
 
+import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from infra.broker import LocalBroker
 from schemas.records import BudgetEvent, Control, Decision, Request, Work
 from schemas.topics import name
 from streams.budgets.book import BudgetBook, Refused
@@ -17,6 +19,14 @@ from streams.security import signing
 from tests.conftest import consumed, fresh_topic
 
 HARD = 20_000
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """A broker of this module's own: on the session's broker, tests/security creates the budget topic with one
+    partition first, and this module's two owners need four to share."""
+    with LocalBroker() as b:
+        yield b
 
 
 def book():
