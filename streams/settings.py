@@ -511,6 +511,15 @@ class Settings:
         return f"{self.app_id}-verdicts"
 
     @property
+    def batch_group(self) -> str:
+        """The consumer group of the batch stage's member reader (its merged-call reader's is batch_merged_group)."""
+        return f"{self.app_id}-batch"
+
+    @property
+    def batch_merged_group(self) -> str:
+        return f"{self.app_id}-batch-merged"
+
+    @property
     def shadow_group(self) -> str:
         """The consumer group of the scoring workers' naive-twin reader."""
         return f"{self.app_id}-shadow"

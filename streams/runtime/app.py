@@ -208,7 +208,7 @@ def create_app(
     cache_state = cache_agent.register(app, topics, settings, cache, controls, postprocess, rule_list, sender, seen)
     postprocess_agent.register(app, topics, settings, postprocess, sender, seen)
     usage = usage_sink.register(app, topics, settings, get_sink, sender) if settings.usage_sink else None
-    batch_agent.register(app, topics, settings, sender, book=book)
+    batch_agent.register(app, settings, sender, book=book)
     guard = shadow_agent.build_guard(settings, cache, distiller)
     controls.listeners.append(guard.on_control)
     verdicts = (

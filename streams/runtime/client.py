@@ -31,8 +31,8 @@ from infra.broker import create_topics
 from schemas.batch import BatchResult
 from schemas.records import Chunk, Decision, Rejection, Request
 from schemas.topics import name
+from streams.batch.stage import decode_member
 from streams.core.tenants import REPLY_KINDS, SIGNATURE_HEADER, BadTenant, canonical, load_keys, reply_topic, signature
-from streams.runtime.agents.batch import decode_member
 from streams.settings import Settings, load
 
 FETCH_WAIT_MS = 10  # a reply is read as it lands, not once per fetch wait (tansu holds a fetch the full wait)

@@ -118,7 +118,7 @@ async def test_batch_members_naming_globex_unsigned_or_an_unadmitted_tenant_are_
 
 
 def test_a_member_over_its_tenants_hard_budget_is_refused_and_a_member_within_settles_what_it_used(settings):
-    from streams.runtime.agents.batch import MemberCheck
+    from streams.batch.stage import MemberCheck
 
     book = BudgetBook()
     book.apply(Control(kind="budget", key="tenant:acme", value={"hard_tokens": 500}))

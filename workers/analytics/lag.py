@@ -108,10 +108,12 @@ async def consumer_lag(bootstrap: str, group: str, topics: list[str], partitions
 
 
 def reading_group(settings, topic: str) -> str:
-    """The group that reads `topic`: ingest, the usage sink, the verdicts (stage process) and the shadow twins
-    (scoring workers) have their own consumers, the Faust stages share app_id."""
+    """The group that reads `topic`: ingest, the usage sink, the verdicts and the batch stage (stage process) and
+    the shadow twins (scoring workers) have their own consumers, the Faust stages share app_id."""
     own = {
         name("requests"): settings.ingest_group,
+        name("batch"): settings.batch_group,
+        name("batch_merged"): settings.batch_merged_group,
         name("usage"): settings.usage_group,
         name("verdicts"): settings.verdicts_group,
         name("shadow"): settings.shadow_group,

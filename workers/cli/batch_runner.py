@@ -18,7 +18,7 @@ from infra.broker import wait_ready
 from schemas.batch import BatchMember, BatchResult
 from schemas.topics import name
 from streams.batch.report import summarize
-from streams.runtime.agents.batch import decode_member
+from streams.batch.stage import decode_member
 
 
 class JobFileError(ValueError):

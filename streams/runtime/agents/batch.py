@@ -1,231 +1,52 @@
-"""Batch agents: aggregate members into merged generation calls (or individual ones where merging does not pay),
-split the output into per-member results.
-
-batch (BatchMember JSON) ─► aggregate_batch ─► batch_merged (MergedCall) ─► split_batch ─► batch_results
-Members with bad JSON or fields go to `rejected`; usage is one event per member (stage `batch`). A member is a
-request like any other: its tenant must be admitted (JEV_TENANTS), signed for (JEV_TENANT_KEYS: the message's
-jev-tenant-sig header, as a request's) and within its budgets (its quota reserved, settled with what it used), else
-it is rejected unknown_tenant, unauthenticated_tenant or over_budget before anything is generated or billed.
-"""
+"""batch: the batch topic's members through the batch stage (streams/batch/stage.py) in windows, and each merged
+call through its split, each read by a BatchConsumer (no table: no Faust agent needed), each Outbox delivered by the
+one Sender before its messages are committed."""
 
 from __future__ import annotations
 
-import asyncio
-
 import faust
-import orjson
 
-from schemas.batch import BatchMember, BatchResult, MergedCall
-from schemas.records import Rejection, Request
-from schemas.topics import name as topic_name
-from streams.batch import aggregate, config, split
-from streams.budgets.book import BudgetBook, Refused, request_scopes
-from streams.core import tenants
-from streams.core.deadletter import dead_letter
+from schemas.batch import MergedCall
+from schemas.topics import name
+from streams.batch.stage import BatchStage
+from streams.budgets.book import BudgetBook
+from streams.core.deadletter import forged, undecodable
 from streams.core.outbox import Delivers, Outbox
-from streams.core.tenants import BadTenant, canonical
-from streams.idempotency.requests import reservation_key
-from streams.models import pool as pool_mod
-from streams.models import registry
-from streams.runtime.consumer import run_agent
-from streams.runtime.topics import Topics
-from streams.security import tenancy as identity
+from streams.runtime.consumer import BatchConsumer, serve
+from streams.security import signing
 from streams.settings import Settings
-from streams.usage.events import usage_event
-
-REQUIRED = ("job", "member", "kind", "template", "quota_tokens")
 
 
-def decode_member(raw: bytes) -> BatchMember:
-    """A BatchMember from JSON bytes, or ValueError naming the bad field."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("a batch member must be a JSON object")
-    missing = [f for f in REQUIRED if f not in data]
-    if missing:
-        raise ValueError(f"batch member misses {', '.join(missing)} (each line needs {', '.join(REQUIRED)})")
-    try:
-        member = BatchMember.loads(raw)
-    except Exception as exc:
-        raise ValueError(f"not a batch member: {exc}") from None
-    for name in ("job", "member", "kind", "template"):
-        if not isinstance(getattr(member, name), str) or not getattr(member, name):
-            raise ValueError(f"batch member field {name!r} must be a non-empty string")
-    if not isinstance(member.quota_tokens, int) or member.quota_tokens <= 0:
-        raise ValueError(f"batch member {member.member!r}: quota_tokens must be a positive integer")
-    if not isinstance(member.variables, dict):
-        raise ValueError(f"batch member {member.member!r}: variables must be a JSON object")
-    try:
-        tenant = canonical(member.tenant)
-    except BadTenant as exc:
-        raise ValueError(f"batch member {member.member!r}: {exc}") from None
-    return member if tenant == member.tenant else member.derive(tenant=tenant)
+def register(app: faust.App, settings: Settings, sender: Delivers, book: BudgetBook | None = None) -> BatchStage:
+    """`book`: the process's budgets, which members reserve their quota against."""
+    stage = BatchStage(settings, book)
 
+    async def aggregate(messages) -> Outbox:
+        return await stage.aggregate([(m.value, tuple(m.headers or ())) for m in messages])
 
-def member_request(result: BatchResult, tenant: str, service: str, business_line: str) -> Request:
-    return Request(
-        request_id=f"{result.job}:{result.member}",
-        tenant=tenant,
-        service=service,
-        kind="generate",
-        decision_type=result.template,
-        business_line=business_line,
-        state="",
-        business_event=result.job,
-    )
+    async def split(messages) -> Outbox:  # one merged call per message: each is a model call already
+        (message,) = messages
+        if reason := signing.check(message):  # batch_merged is internal: only Jev's processes write it
+            return Outbox(dead_letters=[forged(message, reason)])
+        try:
+            call = MergedCall.loads(message.value)
+        except (ValueError, TypeError) as exc:  # dead-lettered, never read again
+            return Outbox(dead_letters=[undecodable(message, exc)])
+        return await stage.split(call)
 
-
-class MembersTopic(faust.Topic):
-    """The batch topic as (value, headers) pairs: a member's tenant signature travels in its message headers."""
-
-    def _compile_decode(self) -> None:
-        super()._compile_decode()
-        decode = self.decode
-
-        async def with_headers(message, *, propagate: bool = False):
-            event = await decode(message, propagate=propagate)
-            if event is not None:
-                event.value = (event.value, tuple(message.headers or ()))
-            return event
-
-        self.decode = with_headers  # type: ignore[method-assign]  # this topic's decode, wrapped once compiled
-
-
-class MemberCheck:
-    """Whether a decoded member may be generated: its tenant admitted, signed for and within its budgets."""
-
-    def __init__(self, settings, book: BudgetBook | None):
-        self.admitted = tenants.admitted(settings.tenants)
-        self.keys = tenants.load_keys(settings.tenant_keys)
-        self.book = book
-
-    def refusal(self, member: BatchMember, raw: bytes, headers) -> Rejection | None:
-        """The member's rejection, or None (its quota then held against its budgets)."""
-        rid = f"{member.job}:{member.member}"
-        if self.admitted is not None and member.tenant not in self.admitted:
-            detail = f"tenant {member.tenant!r} is not admitted: add it to JEV_TENANTS or correct the member's tenant"
-            return dead_letter("unknown_tenant", detail, "batch", raw, rid)
-        if why := tenants.unbound(self.keys, member.tenant, raw, headers):
-            return dead_letter("unauthenticated_tenant", why, "batch", raw, rid)
-        if self.book is None:
-            return None
-        request = Request(
-            request_id=rid,
-            tenant=member.tenant,
-            service=member.service,
-            kind="generate",
-            decision_type=member.template,
-            business_line=member.business_line,
-            state="",
+    for topic, group, handle, max_records, linger_ms in (
+        ("batch", settings.batch_group, aggregate, settings.batch_window_max, settings.batch_window_ms),
+        ("batch_merged", settings.batch_merged_group, split, 1, 0),
+    ):
+        consumer = BatchConsumer(
+            settings.bootstrap,
+            name(topic),
+            group,
+            handle,
+            max_records,
+            wait_ms=100,
+            linger_ms=linger_ms,
+            sender=sender,
         )
-        held = self.book.reserve(
-            request_scopes(request), member.quota_tokens, 0.0, reservation_id=reservation_key(member.tenant, rid)
-        )
-        if isinstance(held, Refused):
-            detail = f"{held.reason}: raise the budget or lower the member's quota_tokens ({member.quota_tokens})"
-            return dead_letter("over_budget", detail, "batch", raw, rid)
-        return None
-
-    def settle(self, result: BatchResult, member: BatchMember) -> list:
-        """Count what the member used against its budgets (its quota's reservation released); the alerts."""
-        key = reservation_key(member.tenant, f"{result.job}:{result.member}")
-        if self.book is None or (held := self.book.open.get(key)) is None:
-            return []
-        return self.book.settle(held, result.input_tokens + result.output_tokens, 0.0)
-
-
-def usage(result: BatchResult, member: BatchMember, model: str):
-    section = "failed" if result.status == "failed" else "retried" if result.retried else result.sent
-    return usage_event(
-        member_request(result, member.tenant, member.service, member.business_line),
-        "batch",
-        section=section,
-        model=model,
-        input_tokens=result.input_tokens,
-        output_tokens=result.output_tokens,
-        nominal_tokens=result.individual_tokens,
-        outcome="ok" if result.status == "ok" else "failed",
-    )
-
-
-def register(
-    app: faust.App, topics: Topics, settings: Settings, sender: Delivers, book: BudgetBook | None = None
-) -> None:
-    """`book`: the process's budgets, which members reserve their quota against (None: members are held to no
-    budget, only to JEV_TENANTS and JEV_TENANT_KEYS)."""
-    model = settings.default_model
-    check = MemberCheck(settings, book)
-    state: dict = {}
-    retry_rate = aggregate.RetryRate()  # learnt from the splitter's results, read by the planner
-
-    async def generator():
-        if "generator" not in state:  # loaded once, off the loop (SmolLM2 takes tens of seconds)
-            state["generator"] = await asyncio.to_thread(
-                registry.generator, settings.generator, pool_mod.load(settings.models), model
-            )
-        return state["generator"]
-
-    def result_records(result: BatchResult, member: BatchMember, out: Outbox) -> None:
-        """The result on the all-tenant batch_results topic and on its member's tenant's own reply topic."""
-        value = result.derive(tenant=member.tenant).dumps()
-        out.records.append(("batch_results", result.job.encode(), value))
-        out.replies.append(("batch_results", member.tenant, result.job.encode(), value))
-
-    async def aggregate_members(raws: list) -> Outbox:
-        """One window of batch members: merged calls generated, members that cannot join one answered failed."""
-        members, out = [], Outbox()
-        for raw, headers in raws:
-            try:
-                member = decode_member(raw)
-            except ValueError as exc:
-                out.dead_letters.append(dead_letter("bad_batch_member", str(exc), "batch", raw))
-                continue
-            if (refused := check.refusal(member, raw, headers)) is not None:
-                if refused.reason in identity.DENIED_WRITES:  # logged with the tenant it claimed, not its payload
-                    identity.denied("write", member.tenant, refused.reason, f"batch member {refused.request_id!r}")
-                out.dead_letters.append(refused.derive(tenant=member.tenant))  # told on its tenant's topic too
-            else:
-                members.append(member)
-        cfg = config.load(settings.batch_templates)
-        for group in aggregate.group(members, settings.batch_window_max):
-            calls, failed = aggregate.plan(group, cfg, model, retry_rate.rate(group[0].template))
-            for result in failed:
-                member = next(m for m in group if m.member == result.member)
-                result_records(result, member, out)
-                out.usage.append(usage(result, member, model))
-                out.alerts += check.settle(result, member)
-            for call in calls:
-                call = await asyncio.to_thread(aggregate.generate, call, await generator(), model)
-                out.records.append(("batch_merged", call.job.encode(), call.dumps()))
-        return out
-
-    async def split_call(raw: bytes) -> Outbox:
-        """One merged call's output split into per-member results."""
-        call = MergedCall.loads(raw)
-        template = config.load(settings.batch_templates).template(call.template)
-        results = await asyncio.to_thread(split.split, call, template, await generator(), model)
-        if call.sent == "merged":
-            retry_rate.record(call.template, [r.retried for r in results])
-        members = {s.member.member: s.member for s in call.shares}
-        out = Outbox(usage=[usage(r, members[r.member], model) for r in results])
-        for result in results:
-            result_records(result, members[result.member], out)
-            out.alerts += check.settle(result, members[result.member])
-        return out
-
-    batch_topic = MembersTopic(
-        app, topics=[topic_name("batch")], value_serializer="raw", key_serializer="raw", partitions=settings.partitions
-    )
-
-    @app.agent(batch_topic, name="aggregate_batch")
-    async def aggregate_batch(stream):
-        await run_agent(
-            stream.take(settings.batch_window_max, within=settings.batch_window_ms / 1000), aggregate_members, sender
-        )
-
-    @app.agent(topics.batch_merged, name="split_batch")
-    async def split_batch(stream):
-        await run_agent(stream, split_call, sender)  # one merged call per message: each is a model call already
+        serve(app, consumer)
+    return stage

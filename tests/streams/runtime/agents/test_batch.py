@@ -13,9 +13,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from infra.broker import create_topics
 from schemas.records import UsageBatch
 from schemas.topics import TOPICS, name
+from streams.batch.stage import decode_member
 from streams.runtime.agents import batch as batch_agent
 from streams.runtime.sender import Sender
-from streams.runtime.topics import Topics
+from streams.security import signing
 from workers.cli import batch_runner as runner
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ async def batch_app(settings, broker):
     )
     sender = Sender(settings.bootstrap, settings.partitions)
     app.service(sender)
-    batch_agent.register(app, Topics(app, settings.partitions, sender), settings, sender)
+    batch_agent.register(app, settings, sender)
     worker = faust.Worker(
         app, loglevel="warning", loop=asyncio.get_running_loop(), daemon=False, redirect_stdouts=False, quiet=True
     )
@@ -98,6 +99,24 @@ async def test_job_gets_every_result_within_quota_and_fewer_tokens(batch_app, tm
     assert sum(e.input_tokens + e.output_tokens for e in events) == report["tokens_merged_actual"]
 
 
+async def rejections(bootstrap: str, wanted: set[str]) -> list[dict]:
+    """The rejected topic's records, read until one of each reason in `wanted` came by (at most 20 s)."""
+    consumer = AIOKafkaConsumer(
+        name("rejected"), bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    found: list[dict] = []
+    try:
+        for _ in range(40):
+            batches = await consumer.getmany(timeout_ms=500)
+            found += [orjson.loads(m.value) for msgs in batches.values() for m in msgs]
+            if wanted <= {r["reason"] for r in found}:
+                break
+    finally:
+        await consumer.stop()
+    return found
+
+
 async def test_bad_member_goes_to_dead_letters(batch_app):
     producer = AIOKafkaProducer(bootstrap_servers=batch_app.bootstrap)
     await producer.start()
@@ -105,24 +124,35 @@ async def test_bad_member_goes_to_dead_letters(batch_app):
         await producer.send_and_wait(name("batch"), orjson.dumps({"job": "x", "member": "m"}), key=b"x")
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(
-        name("rejected"), bootstrap_servers=batch_app.bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
-    found = []
-    try:
-        for _ in range(40):
-            batches = await consumer.getmany(timeout_ms=500)
-            found += [orjson.loads(m.value) for msgs in batches.values() for m in msgs]
-            if any(r["reason"] == "bad_batch_member" for r in found):
-                break
-    finally:
-        await consumer.stop()
+    found = await rejections(batch_app.bootstrap, {"bad_batch_member"})
     assert any(r["reason"] == "bad_batch_member" and r["stage"] == "batch" for r in found)
+
+
+async def test_a_merged_call_jev_did_not_write_or_cannot_read_is_dead_lettered_and_the_next_one_split(batch_app):
+    """batch_merged is internal: an unsigned call (a broker writer without the key, English or Chinese) is refused
+    as forged_record, a signed one that does not decode is bad_internal_message, and neither stops the reader."""
+    producer = AIOKafkaProducer(bootstrap_servers=batch_app.bootstrap)
+    await producer.start()
+    topic = name("batch_merged")
+    forged_call = orjson.dumps(
+        {"job": "伪造", "template": "weekly", "sent": "merged", "shares": [], "output": "FORGED"}
+    )
+    garbage = "不是 JSON / not JSON".encode()
+    try:
+        await producer.send_and_wait(topic, forged_call, key=b"f")
+        await producer.send_and_wait(topic, garbage, key=b"g", headers=signing.headers(topic, garbage))
+    finally:
+        await producer.stop()
+    found = await rejections(batch_app.bootstrap, {"forged_record", "bad_internal_message"})
+    reasons = {r["reason"] for r in found if r["stage"] == topic}
+    assert reasons == {"forged_record", "bad_internal_message"}
+    assert not any(
+        r["reason"] == "forged_record" and "FORGED" not in r["original"] for r in found if r["stage"] == topic
+    )
 
 
 def test_a_members_tenant_is_folded_to_its_one_spelling_or_refused():
     line = {"job": "j", "member": "m", "kind": "store", "template": "weekly", "quota_tokens": 100}
-    assert batch_agent.decode_member(orjson.dumps({**line, "tenant": "  Ｗａｙｎｅ "})).tenant == "wayne"
+    assert decode_member(orjson.dumps({**line, "tenant": "  Ｗａｙｎｅ "})).tenant == "wayne"
     with pytest.raises(ValueError, match="U\\+202E"):
-        batch_agent.decode_member(orjson.dumps({**line, "tenant": "\u202ewayne"}))
+        decode_member(orjson.dumps({**line, "tenant": "\u202ewayne"}))
