@@ -23,6 +23,7 @@ from streams.core.deadlines import Slots
 from streams.core.metrics import observe_stages, observe_switches, set_gpu_memory
 from streams.core.outbox import Outbox
 from streams.core.switches import Controls
+from streams.ingest.fairness import fair_order
 from streams.runtime.consumer import BatchConsumer
 from streams.runtime.control import ControlReader
 from streams.runtime.sender import Sender
@@ -118,10 +119,11 @@ class ScoringWorker:
             await sender.stop()
 
     async def handle(self, messages: list) -> Outbox:
-        """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition,
-        as they came), their usage and the dead letters of envelopes that do not decode. The works whose caller set
-        a deadline are decided first (earliest first: Engine.deadline_first) and their decisions go through the
-        Sender at once, while the rest are decided, DECIDE_CHUNK at a time. With streamed answers in it, the rest
+        """One micro-batch of score envelopes decided: the decided works for `scored` (by cache-key partition),
+        their usage and the dead letters of envelopes that do not decode. The works whose caller set
+        a deadline are decided first (earliest first: Engine.deadline_first), then the rest DECIDE_CHUNK at a time
+        in round-robin over their tenants (a tenant's flood of a batch does not hold another's request to its end);
+        each chunk's decisions go through the Sender as soon as it is decided. With streamed answers in it, the rest
         of the batch is delivered through the Sender first, and the streamed ones are returned once every chunk of
         theirs is acknowledged."""
         out, works = Outbox(), []
@@ -142,23 +144,21 @@ class ScoringWorker:
         streams = [loop.run_in_executor(self.streams, self.decide_stream, w) for w in streamed]
         parts = [[plain[i] for i in part] for part in self.engine.deadline_first(plain)]
         urgent = parts.pop(0) if parts and self.engine.deadline(parts[0][0]) else []
-        rest = parts[0] if parts else []
-        early = None  # the decisions of works with a deadline, on their way while the rest are decided
+        rest = fair_order(parts[0], tenant=lambda w: w.request.tenant, size=lambda w: 1, quantum=1) if parts else []
+        chunks = [(urgent, self.engine.deadline(urgent[0]))] if urgent else []
+        chunks += [(rest[i : i + DECIDE_CHUNK], 0.0) for i in range(0, len(rest), DECIDE_CHUNK)]
+        early = []  # the decisions of every chunk but the last, on their way while the next ones are decided
         with self.shadow.served_batch():
-            if urgent:
-                async with self.deciding.hold(self.engine.deadline(urgent[0])):
-                    began = time.time()  # the start of this part's work: before it, its requests were queued
-                    results = await asyncio.to_thread(self.decide_each, urgent)
-                decided(sent := Outbox() if rest else out, urgent, results, began)
-                early = asyncio.ensure_future(self.sender.deliver(sent)) if rest else None
-            for start in range(0, len(rest), DECIDE_CHUNK):  # between two chunks, a batch with a deadline goes first
-                chunk = rest[start : start + DECIDE_CHUNK]
-                async with self.deciding.hold(0.0):
-                    began = time.time()
+            for i, (chunk, deadline) in enumerate(chunks):  # between two chunks, a batch with a deadline goes first
+                async with self.deciding.hold(deadline):
+                    began = time.time()  # the start of this chunk's work: before it, its requests were queued
                     results = await asyncio.to_thread(self.decide_each, chunk)
-                decided(out, chunk, results, began)
-        if early is not None:
-            await early  # delivered before this batch counts as done (at-least-once)
+                if i == len(chunks) - 1:
+                    decided(out, chunk, results, began)
+                else:
+                    decided(sent := Outbox(), chunk, results, began)
+                    early.append(asyncio.ensure_future(self.sender.deliver(sent)))
+        await asyncio.gather(*early)  # delivered before this batch counts as done (at-least-once)
         observe_stages("score", plain)
         if streams:
             await self.sender.deliver(out)  # the plain decisions (and dead letters) go now, not after the streams

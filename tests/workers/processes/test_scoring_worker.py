@@ -87,14 +87,15 @@ async def test_works_with_a_deadline_are_decided_first_and_their_decisions_sent_
     batch = [work(f"p{i}") for i in range(30)]
     batch[7:7] = [checkout("late", 50_000), checkout("soon", 20_000)]
     out = await worker.handle(consumed(name("score"), [WorkBatch(items=batch).dumps()]))
-    [(topic, sent)] = [(t, w) for t, w in worker.sender.sent if t == "scored"]  # delivered while the rest waited
+    sent, first_chunk = [w for t, w in worker.sender.sent if t == "scored"]  # delivered while the rest waited
     assert [w.request.request_id for w in sent] == ["soon", "late"]
     assert all(w.decision.tier == "fine" and w.decision.queue_ms < 60_000 for w in sent)
-    rest = out.work["scored"]
-    assert [w.request.request_id for w in rest] == [f"p{i}" for i in range(30)]
+    assert [w.request.request_id for w in first_chunk] == [f"p{i}" for i in range(DECIDE_CHUNK)]
+    rest = out.work["scored"]  # the last chunk, delivered by the consumer once the batch is done
+    assert [w.request.request_id for w in rest] == [f"p{i}" for i in range(DECIDE_CHUNK, 30)]
     unordered = drive([worker.engine.deciding(w) for w in batch])  # the whole batch driven together, as it came
     assert {d.request_id: (d.action_id, d.ranking) for d, _ in unordered} == {
-        w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + rest
+        w.request.request_id: (w.decision.action_id, w.decision.ranking) for w in sent + first_chunk + rest
     }
 
 
