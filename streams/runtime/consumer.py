@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import faust
 import mode
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from streams.runtime.kafka_tuning import tune
 from streams.security import signing
@@ -28,6 +28,7 @@ STOP_WAIT_S = 10.0  # the most a stopping BatchConsumer waits for its loop to ha
 # The longest an idle BatchConsumer's poll waits: polling every wait_ms (5-10 ms) cost each consumer 3-5% of a core
 # in cross-thread wake-ups while nothing came (bench/model_path.py); aiokafka ends a poll as soon as records arrive.
 IDLE_POLL_MS = 200
+START_RETRY_S = 1.0
 
 
 async def follow_from_start(
@@ -251,20 +252,34 @@ class BatchConsumer(mode.Service):
         self.consumer = await self.own.call(self.start_consumer)
 
     async def start_consumer(self) -> AIOKafkaConsumer:
-        """The started aiokafka consumer (on its own loop, which it binds to)."""
-        consumer = AIOKafkaConsumer(
-            self.topic,
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-            fetch_max_wait_ms=self.wait_ms,
-        )
-        await consumer.start()
-        tune(consumer, self.on_log_restart)
-        return consumer
+        """The started aiokafka consumer (on its own loop, which it binds to). A broker that cannot be reached
+        (restarting as this consumer starts) is tried again every START_RETRY_S until the service stops: a
+        consumer that raised here would take its whole process down."""
+        while True:
+            consumer = AIOKafkaConsumer(
+                self.topic,
+                bootstrap_servers=self.bootstrap,
+                group_id=self.group,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=1000,
+                fetch_max_wait_ms=self.wait_ms,
+            )
+            try:
+                await consumer.start()
+            except KafkaConnectionError as exc:
+                with contextlib.suppress(Exception):
+                    await consumer.stop()
+                if self.should_stop:
+                    raise
+                log.warning(
+                    "consumer of %s: broker not reachable (%s); trying again in %s s", self.topic, exc, START_RETRY_S
+                )
+                await asyncio.sleep(START_RETRY_S)
+                continue
+            tune(consumer, self.on_log_restart)
+            return consumer
 
     async def on_stop(self) -> None:
         """The consumer stopped once the loop has left it: the loop polls no more once the service stops, and

@@ -6,7 +6,7 @@ import time
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from infra.broker import LocalBroker, create_topics
+from infra.broker import LocalBroker, create_topics, free_port
 from streams.core.outbox import Outbox
 from streams.runtime.consumer import BatchConsumer, follow_from_start
 from tests.conftest import fresh_topic
@@ -335,6 +335,32 @@ async def test_batch_consumer_says_the_broker_restarted_before_it_hands_over_the
     assert [value for value, _ in handled[10:13]] == [b"new0", b"new1", b"new2"], "the new log, from its start"
     assert all(told for _, told in handled[10:]), "on_restart came before the new log was handed over"
     assert restarted and set(restarted) == {TopicPartition(topic, 0)}
+
+
+async def test_a_batch_consumer_started_while_its_broker_is_down_waits_for_it_and_reads():
+    """A consumer whose process starts while the broker restarts tries again until the broker answers (it raised
+    "Unable to bootstrap", which took the whole stage process down), then reads as any other."""
+    port, topic, handled = free_port(), "test.started_before_its_broker", []
+
+    async def handle(messages):
+        handled.extend(m.value for m in messages)
+
+    consumer = BatchConsumer(f"127.0.0.1:{port}", topic, "test-late-broker", handle, max_records=10, wait_ms=5)
+    starting = asyncio.create_task(consumer.start())
+    await asyncio.sleep(2.5)
+    assert not starting.done(), "started with no broker to read"
+    with LocalBroker(port) as broker:
+        bootstrap = broker.url.removeprefix("kafka://")
+        await create_topics(bootstrap, [topic], 1)
+        await asyncio.wait_for(starting, 60)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, "订单 order 1".encode())
+            await until(lambda: handled == ["订单 order 1".encode()], timeout=60)
+        finally:
+            await producer.stop()
+            await consumer.stop()
 
 
 async def test_commits_asked_for_while_one_runs_come_down_to_one_more_after_it():
