@@ -56,7 +56,9 @@ async def passed_on_to_scoring(settings, timeout: float = 120.0) -> None:
             await asyncio.sleep(0.5)
 
 
-async def test_a_tenants_flood_without_rates_does_not_hold_another_tenants_decision_to_its_end(settings):
+async def test_a_tenants_flood_without_rates_does_not_hold_another_tenants_decision_to_its_end(
+    settings, clickhouse_dsn, usage_db
+):
     flood = [
         request("flood", f"f{i}", f"warehouse {i} restock plan for pallet lot {i * 7919}", ["ship", "hold", "split"])
         for i in range(FLOOD)
@@ -65,7 +67,9 @@ async def test_a_tenants_flood_without_rates_does_not_hold_another_tenants_decis
         request("acme", "acme-1", "trail running shoes for a wet mountain race", ["trail shoe", "leather loafer"]),
         request("阿里", "阿里-1", "给雨天山地越野赛挑一双跑鞋", ["越野跑鞋", "皮鞋"]),
     ]
-    async with Pipeline(settings.replace(backend="auto", tenant_rates=""), known_decision_types()) as pipe:
+    # the session's embedded ClickHouse: chdb binds one data directory per process
+    settings = settings.replace(backend="auto", tenant_rates="", clickhouse_dsn=clickhouse_dsn)
+    async with Pipeline(settings, known_decision_types()) as pipe:
         pipe.kill("scoring")
         await pipe.publish(flood + others)
         await passed_on_to_scoring(pipe.settings)
