@@ -23,7 +23,7 @@ from streams.budgets.book import BudgetBook, Refused, request_scopes
 from streams.budgets.lease_holder import LeaseHold, LeaseHolder
 from streams.budgets.lease_owner import LeaseOwner, settle_id
 from streams.idempotency.requests import reservation_key
-from streams.runtime.consumer import OwnLoop
+from streams.runtime.consumer import OwnLoop, group_consumer
 from streams.runtime.kafka_tuning import tune
 from streams.runtime.partitioning import partition_for
 from streams.security import signing
@@ -77,15 +77,7 @@ class BudgetOwner:
             await asyncio.to_thread(own.close)
 
     async def own_partitions(self) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-            fetch_max_wait_ms=self.poll_ms,
-        )
+        consumer = group_consumer(self.bootstrap, self.group, self.poll_ms)
         owner = self
 
         class Rebalance(ConsumerRebalanceListener):
