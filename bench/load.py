@@ -3,7 +3,8 @@
 Paced steps at --rates find the highest rate the pipeline keeps up with (every request decided, >= 90% of the rate,
 no queue building up); bursts of --burst requests, alternated --trials times with the bare reference (count tokens
 → the same ClickHouse sink) on the same requests, give decisions_per_s and ratio_to_bare (the median pair). Each
-path (rules/cache, model) is then run at half its SUSTAINED capacity, found by --probes paced steps, for its
+path (rules/cache, model) is then run at half its SUSTAINED capacity, found by --probes paced steps from 0.8 times
+its burst rate (sustained_rate_per_s: the rules/cache path's), for its
 p50/p95/p99 (goals: rules/cache p99 <= 100 ms, model path under the 800 ms decision timeout), with each step's
 `cpu_cores`, `tiers` and the guard's `controls`. Last stdout line: {decisions_per_s, bare_events_per_s,
 ratio_to_bare, p99_ms, lost, config, load_average, steps, half_capacity, cpu_ms_per_decision, ...}.
@@ -327,6 +328,7 @@ async def run_pipeline(settings, args) -> dict:
                 )
                 log(f"trial {trial}: {len(done)}/{len(ids)} decided in {burst_s:.1f} s; {trials[-1]}")
             cpu_ms = {role: round(seconds * 1000 / max(len(decided), 1), 3) for role, seconds in cpu.items()}
+            middle = sorted(trials, key=lambda t: t["ratio_to_bare"])[len(trials) // 2]  # the median pair
             probe_count = iter(range(1_000_000))
 
             async def probe(rate: float, seconds: float = args.step_s) -> dict:
@@ -335,12 +337,11 @@ async def run_pipeline(settings, args) -> dict:
                 published.update(workload.request_ids(payloads))
                 return await paced_run(bootstrap, collector, sent_at, payloads, rate, processes, rules_or_cache)
 
-            kept = [s["offered_per_s"] for s in steps if s["kept_up"]]
-            missed = [s["offered_per_s"] for s in steps if not s["kept_up"]]
-            lo, hi = max(kept, default=0.0), min(missed, default=None)
-            capacity, probes = await sustained_capacity(
-                probe, (lo + hi) / 2 if lo and hi else (lo * 1.5 or hi / 2), lo, hi, args.probes
-            )
+            # the search starts below the burst's rate, not from the ramp: its steps stop at --rates' last, and
+            # growing by half per probe from there could never report more than 3.4 times it
+            lo = max((s["offered_per_s"] for s in steps if s["kept_up"]), default=0.0)
+            first = max(0.8 * middle["decisions_per_s"], 1.5 * lo)
+            capacity, probes = await sustained_capacity(probe, first, lo, None, args.probes)
             rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
             log(f"rules/cache path at half its sustained capacity, after the run: {rules_cache_half}")
             hops = await hop_latencies(bootstrap, step_ids)
@@ -351,7 +352,6 @@ async def run_pipeline(settings, args) -> dict:
             log(f"control records during the run (the shadow guard's): {controls}")
     kept_up = [s for s in steps if s["kept_up"] and s["p99_ms"] <= args.p99_ms]
     tiers = dict(Counter(collector.decisions[i].tier for i in decided))
-    middle = sorted(trials, key=lambda t: t["ratio_to_bare"])[len(trials) // 2]  # the median pair
     report = {
         "decisions_per_s": middle["decisions_per_s"],
         "bare_events_per_s": middle["bare_events_per_s"],
