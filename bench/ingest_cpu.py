@@ -101,10 +101,12 @@ async def measure(batches: int, size: int) -> dict:
         app, ingest = wired, wired.jev_ingest
         sending = getattr(app, "jev_sender", None) or app.jev_topics.records
 
-    async def started():
+    async def started(*tenant):
         return None
 
-    sending.producer, sending.maybe_start = producer, started
+    # no broker: nothing to start, and each tenant's reply topics taken as made (the sender creates them on a
+    # tenant's first reply; creating them here would wait for a broker forever)
+    sending.producer, sending.maybe_start, sending.tenant_ready = producer, started, started
     distilled = name("distilled")
     app.assignor.assigned_actives = lambda: {TP(distilled, p) for p in range(settings.partitions)}
     handle = getattr(ingest, "hand_over", None) or ingest.handle
