@@ -340,7 +340,7 @@ async def run_pipeline(settings, args) -> dict:
             # the search starts below the burst's rate, not from the ramp: its steps stop at --rates' last, and
             # growing by half per probe from there could never report more than 3.4 times it
             lo = max((s["offered_per_s"] for s in steps if s["kept_up"]), default=0.0)
-            first = max(0.8 * middle["decisions_per_s"], 1.5 * lo)
+            first = max(0.8 * middle["decisions_per_s"], 1.5 * lo) or args.rates[0]  # nothing decided: the ramp's first
             capacity, probes = await sustained_capacity(probe, first, lo, None, args.probes)
             rules_cache_half = half_capacity(capacity, probes, await probe(half_rate(capacity, probes), args.half_s))
             log(f"rules/cache path at half its sustained capacity, after the run: {rules_cache_half}")
